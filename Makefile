@@ -1,0 +1,29 @@
+# `make test` sets up .venv on first use and runs ruff, the test suite and the doctests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch/torchvision/torchaudio versions known to work together (the cap of the build machines)
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1 torchaudio==2.11.0
+
+.PHONY: test lint typecheck bench clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_PINS) -e ".[dev]"
+	touch $@
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check attnmm tests benchmarks recipes
+
+typecheck: $(VENV)/.installed
+	$(PY) -m mypy attnmm
+
+test: lint
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,77 @@
+"""The validated inputs of one :func:`attnmm.attend` call, as every backend sees them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from torch import Tensor
+
+from attnmm.masks import Full, Mask, Pairs
+
+
+@dataclass
+class Problem:
+    """One attention problem in the padded layout.
+
+    Attributes:
+        q (Tensor): queries (B, H, L, E).
+        k (Tensor): keys (B, H, S, E).
+        v (Tensor): values (B, H, S, Ev).
+        mask (Mask, optional): the allowed set; ``None`` means full attention.
+        scale (float): score scale.
+        dropout_p (float): dropout probability on the attention weights.
+        score (str): ``"softmax"`` or ``"relu"``.
+        bias (Tensor, optional): additive score bias per allowed pair, (P, H), aligned with
+            :meth:`pairs`.
+        return_weights (bool): whether the backend must return the weights at :meth:`weight_pairs`.
+        packed (bool): whether the caller used the packed (N, H, E) layout (then B = 1).
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Mask | None
+    scale: float
+    dropout_p: float
+    score: Literal["softmax", "relu"]
+    bias: Tensor | None
+    return_weights: bool
+    packed: bool
+    _pairs: Pairs | None = field(default=None, repr=False)
+
+    @property
+    def B(self) -> int:  # noqa: N802 - the house letter set
+        return self.q.size(0)
+
+    @property
+    def H(self) -> int:  # noqa: N802
+        return self.q.size(1)
+
+    @property
+    def L(self) -> int:  # noqa: N802
+        return self.q.size(2)
+
+    @property
+    def S(self) -> int:  # noqa: N802
+        return self.k.size(2)
+
+    @property
+    def effective_mask(self) -> Mask:
+        """The mask, with ``None`` read as :class:`~attnmm.masks.Full`."""
+        return self.mask if self.mask is not None else Full()
+
+    @property
+    def batch_size(self) -> int | None:
+        """B for a batched mask, else ``None`` (the mask's pairs are shared by the batch)."""
+        return self.B if self.effective_mask.batched else None
+
+    def pairs(self) -> Pairs:
+        """The mask's allowed pairs (computed once per call)."""
+        if self._pairs is None:
+            self._pairs = self.effective_mask.pairs(self.L, self.S, self.batch_size, device=self.q.device)
+        return self._pairs
+
+    def weight_pairs(self) -> Pairs:
+        """Where returned weights live: the pairs of every batch item (no batch in packed layout)."""
+        return self.pairs() if self.packed else self.pairs().expand(self.B)

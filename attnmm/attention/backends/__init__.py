@@ -1,0 +1,38 @@
+"""Backends of the attention core, registered by name."""
+
+from __future__ import annotations
+
+from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.reference import ReferenceBackend
+from attnmm.attention.backends.sdpa import SDPABackend
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Register a backend under ``backend.name``; names are unique."""
+    if not backend.name:
+        raise ValueError("a backend needs a non-empty name")
+    if backend.name in _BACKENDS:
+        raise ValueError(f"a backend named {backend.name!r} is already registered")
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+def get_backend(name: str) -> Backend:
+    """The backend registered as ``name``."""
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; valid names: 'auto', {', '.join(map(repr, _BACKENDS))}") from None
+
+
+def list_backends() -> list[str]:
+    """Names of the registered backends."""
+    return list(_BACKENDS)
+
+
+register_backend(ReferenceBackend())
+register_backend(SDPABackend())
+
+__all__ = ["Backend", "ReferenceBackend", "SDPABackend", "get_backend", "list_backends", "register_backend"]

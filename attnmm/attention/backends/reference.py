@@ -1,0 +1,64 @@
+r"""The reference backend: materialised masked attention, the oracle of every other backend."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends.base import Backend
+
+
+class ReferenceBackend(Backend):
+    r"""Dense masked attention, O(L * S) time and memory, for every mask.
+
+    .. math::
+        a_{ij} = \mathbb{1}[j \in A(i)] \, \frac{\exp(s_{ij})}{\sum_{k \in A(i)} \exp(s_{ik})}
+        \quad\text{or}\quad a_{ij} = \mathbb{1}[j \in A(i)] \frac{\mathrm{relu}(s_{ij})}{|A(i)|}
+
+    Disallowed scores are filled with the dtype's lowest finite value (not ``-inf``) and the weights
+    are multiplied by the mask, so an empty :math:`A(i)` gives zero output and zero gradients.
+    """
+
+    name = "reference"
+
+    def unsupported(self, problem: Problem) -> str | None:
+        return None
+
+    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+        q, k, v = problem.q, problem.k, problem.v
+        B, H, L, S = problem.B, problem.H, problem.L, problem.S
+        compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        mask = problem.effective_mask
+        allowed = mask.dense(L, S, problem.batch_size, device=q.device)
+        allowed = allowed.view(-1, 1, L, S)  # (B or 1, 1, L, S)
+        scores = torch.matmul(q.to(compute), k.to(compute).transpose(-1, -2)) * problem.scale  # (B, H, L, S)
+        if problem.bias is not None:
+            scores = scores + _dense_bias(problem, compute)
+        if problem.score == "softmax":
+            scores = scores.masked_fill(~allowed, torch.finfo(compute).min)
+            weights = torch.softmax(scores, dim=-1) * allowed
+        else:
+            count = allowed.sum(-1, keepdim=True).clamp(min=1)
+            weights = F.relu(scores) * allowed / count
+        if problem.dropout_p > 0:
+            weights = F.dropout(weights, p=problem.dropout_p)
+        out = torch.matmul(weights, v.to(compute)).to(v.dtype)  # (B, H, L, Ev)
+        if not problem.return_weights:
+            return out, None
+        wp = problem.weight_pairs()
+        b = wp.batch if wp.batch is not None else torch.zeros_like(wp.row)
+        values = weights.permute(0, 2, 3, 1)[b, wp.row, wp.col]  # (P, H)
+        return out, values.to(q.dtype)
+
+
+def _dense_bias(problem: Problem, dtype: torch.dtype) -> Tensor:
+    """Scatter the per-pair bias (P, H) into a dense (B or 1, H, L, S) tensor (zero elsewhere)."""
+    pairs = problem.pairs()
+    assert problem.bias is not None
+    nb = pairs.batch_size if pairs.batch is not None else 1
+    b = pairs.batch if pairs.batch is not None else torch.zeros_like(pairs.row)
+    dense = problem.q.new_zeros(nb or 1, problem.L, problem.S, problem.H, dtype=dtype)
+    dense = dense.index_put((b, pairs.row, pairs.col), problem.bias.to(dtype))
+    return dense.permute(0, 3, 1, 2)  # (B or 1, H, L, S)

@@ -1,0 +1,181 @@
+r"""The attention core: :func:`attend`, one entry point for every mask and layout."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, overload
+
+from torch import Tensor
+
+from attnmm.attention._dispatch import choose_backend
+from attnmm.attention._problem import Problem
+from attnmm.attention.weights import AttentionWeights
+from attnmm.masks import Mask
+
+
+@overload
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None = ..., *, scale: float | None = ...,
+    dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
+    return_weights: Literal[False] = ..., backend: str = ...,
+) -> Tensor: ...
+
+
+@overload
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None = ..., *, scale: float | None = ...,
+    dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
+    return_weights: Literal[True], backend: str = ...,
+) -> tuple[Tensor, AttentionWeights]: ...
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask | None = None,
+    *,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    score: Literal["softmax", "relu"] = "softmax",
+    bias: Tensor | None = None,
+    return_weights: bool = False,
+    backend: str = "auto",
+) -> Tensor | tuple[Tensor, AttentionWeights]:
+    r"""Masked attention, softmax over the allowed set :math:`A(i)` of a :class:`~attnmm.masks.Mask`.
+
+    .. math::
+        \mathbf{o}_i = \sum_{j \in A(i)} a_{ij} \mathbf{v}_j, \qquad
+        a_{ij} = \operatorname{softmax}_{j \in A(i)}\left(\mathbf{q}_i^\top \mathbf{k}_j
+        \cdot \mathrm{scale} + b_{ij}\right)
+
+    With ``score="relu"``, :math:`a_{ij} = \mathrm{relu}(s_{ij}) / |A(i)|`. A query whose allowed set
+    is empty gets output 0 and gradient 0 (never NaN). The backend is chosen from the mask's
+    structure (fused SDPA for full and causal masks, the reference path otherwise).
+
+    Args:
+        q (Tensor): queries, (B, H, L, E) padded or (N, H, E) packed.
+        k (Tensor): keys, (B, H, S, E) or (M, H, E).
+        v (Tensor): values, (B, H, S, Ev) or (M, H, Ev).
+        mask (Mask, optional): the allowed set; ``None`` is full attention. (default: :obj:`None`)
+        scale (float, optional): score scale. (default: :math:`1/\sqrt{E}`)
+        dropout_p (float, optional): dropout on the weights; pass ``0.0`` at eval time.
+            (default: :obj:`0.0`)
+        score (str, optional): ``"softmax"`` or ``"relu"``. (default: :obj:`"softmax"`)
+        bias (Tensor, optional): additive score bias per allowed pair, (P,) or (P, H), in the order
+            of ``mask.pairs(L, S, B)`` (B only for batched masks). (default: :obj:`None`)
+        return_weights (bool, optional): also return the weights as :class:`AttentionWeights`.
+            (default: :obj:`False`)
+        backend (str, optional): ``"auto"`` or a registered backend name, for tests and
+            benchmarks. (default: :obj:`"auto"`)
+
+    Shapes:
+        - **input:** q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev); or packed q (N, H, E),
+          k (M, H, E), v (M, H, Ev)
+        - **output:** (B, H, L, Ev), or (N, H, Ev) packed; with weights values (P, H)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm import attend
+        >>> from attnmm.masks import Window
+        >>> q = k = v = torch.randn(2, 4, 10, 8)  # (B, H, L, E)
+        >>> attend(q, k, v, Window(2, 0)).shape
+        torch.Size([2, 4, 10, 8])
+    """
+    packed = _check_qkv(q, k, v)
+    if mask is not None and not isinstance(mask, Mask):
+        raise TypeError(
+            f"mask must be an attnmm.masks.Mask or None, got {type(mask).__name__}; "
+            "wrap a boolean pattern in a Mask (e.g. Graph for index pairs)"
+        )
+    if score not in ("softmax", "relu"):
+        raise ValueError(f"score must be 'softmax' or 'relu', got {score!r}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if packed:
+        if mask is not None and mask.layout == "padded":
+            raise TypeError(
+                f"{mask!r} is a padded-layout mask but q is packed (N, H, E); use (B, H, L, E) inputs"
+            )
+        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1, H, N, E)
+    if mask is not None:
+        mask.check(q.size(2), k.size(2), q.size(0))
+    problem = Problem(
+        q,
+        k,
+        v,
+        mask,
+        scale=1.0 / math.sqrt(q.size(-1)) if scale is None else float(scale),
+        dropout_p=float(dropout_p),
+        score=score,
+        bias=None,
+        return_weights=return_weights,
+        packed=packed,
+    )
+    if bias is not None:
+        problem.bias = _check_bias(bias, problem)
+    out, values = choose_backend(problem, backend).forward(problem)
+    if packed:
+        out = out.squeeze(0).transpose(0, 1)  # (N, H, Ev)
+    if not return_weights:
+        return out
+    assert values is not None
+    wp = problem.weight_pairs()
+    return out, AttentionWeights(wp.batch, wp.row, wp.col, values)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Validate q, k, v; return whether they use the packed layout."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}; cast it with .float()")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.dim() not in (3, 4):
+        raise ValueError(
+            f"q must be (B, H, L, E) (padded) or (N, H, E) (packed), got shape {tuple(q.shape)}"
+        )
+    if k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(
+            f"q, k, v must have the same rank, got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    packed = q.dim() == 3
+    h_dim = 1  # heads are dim 1 in both (B, H, L, E) and (N, H, E)
+    if not packed and not q.size(0) == k.size(0) == v.size(0):
+        raise ValueError(
+            f"q, k, v must share the batch size B, got {q.size(0)}, {k.size(0)}, {v.size(0)}"
+        )
+    if not q.size(h_dim) == k.size(h_dim) == v.size(h_dim):
+        raise ValueError(
+            f"q, k, v must share the number of heads H, got {q.size(h_dim)}, {k.size(h_dim)}, {v.size(h_dim)}"
+        )
+    if q.size(-1) != k.size(-1):
+        raise ValueError(f"q and k must share the head dim E, got q E={q.size(-1)} and k E={k.size(-1)}")
+    s_dim = 0 if packed else 2
+    if k.size(s_dim) != v.size(s_dim):
+        raise ValueError(
+            f"k and v must have the same number of keys S, got {k.size(s_dim)} and {v.size(s_dim)}"
+        )
+    return packed
+
+
+def _check_bias(bias: Tensor, problem: Problem) -> Tensor:
+    """Validate a per-pair bias and return it as (P, H)."""
+    if not isinstance(bias, Tensor) or not bias.is_floating_point():
+        raise TypeError(f"bias must be a floating-point Tensor of shape (P,) or (P, H), got {bias!r:.60}")
+    p = problem.pairs().nnz
+    if bias.dim() == 1:
+        bias = bias.unsqueeze(1)
+    if bias.dim() != 2 or bias.size(0) != p or bias.size(1) not in (1, problem.H):
+        raise ValueError(
+            f"bias must have shape (P,) or (P, H) = ({p}, {problem.H}), one row per allowed pair of "
+            f"the mask in mask.pairs() order, got shape {tuple(bias.shape)}"
+        )
+    return bias.expand(p, problem.H)
+
+
+__all__ = ["attend"]

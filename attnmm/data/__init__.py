@@ -1,0 +1,1 @@
+"""Lightning DataModules for the real datasets, and data-root resolution."""

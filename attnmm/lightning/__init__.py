@@ -1,0 +1,1 @@
+"""The Lightning task modules, heads, metrics and callbacks shared by the recipes."""

@@ -1,0 +1,41 @@
+"""Masks: definitions of the allowed set A(i), with their dense, sparse and block forms."""
+
+from attnmm.masks._pairs import Pairs
+from attnmm.masks.base import IntervalMask, Mask, Structure
+from attnmm.masks.causal import Causal
+from attnmm.masks.chunk import Chunk
+from attnmm.masks.compose import And, Intersection, Not, Or
+from attnmm.masks.full import Full
+from attnmm.masks.graph import Graph
+from attnmm.masks.grid import Grid
+from attnmm.masks.padding import Padding
+from attnmm.masks.window import Window
+
+__all__ = [
+    "And",
+    "Causal",
+    "Chunk",
+    "Full",
+    "Graph",
+    "Grid",
+    "Intersection",
+    "IntervalMask",
+    "Mask",
+    "Not",
+    "Or",
+    "Padding",
+    "Pairs",
+    "Structure",
+    "Window",
+    "list_masks",
+]
+
+
+def list_masks() -> list[str]:
+    """Names of the built-in masks (used to parametrise tests).
+
+    Examples:
+        >>> list_masks()
+        ['Causal', 'Chunk', 'Full', 'Graph', 'Grid', 'Padding', 'Window']
+    """
+    return ["Causal", "Chunk", "Full", "Graph", "Grid", "Padding", "Window"]

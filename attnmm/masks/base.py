@@ -1,0 +1,255 @@
+r"""The :class:`Mask` base class: a definition of the allowed set :math:`A(i)`."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from attnmm.masks._pairs import Pairs, pairs_from_ranges
+
+#: What a dispatcher may exploit: ``full`` (every key), ``causal`` (j <= i), ``band`` (an interval
+#: of bounded width around the diagonal), ``interval`` (one contiguous key range per query, unbounded
+#: width) or ``sparse`` (anything else).
+StructureKind = Literal["full", "causal", "band", "interval", "sparse"]
+
+#: Sentinel for "no upper bound" in interval masks; larger than any realistic sequence length.
+UNBOUNDED = 2**62
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Structure of a mask that backends can exploit.
+
+    Args:
+        kind (str): one of ``"full"``, ``"causal"``, ``"band"``, ``"interval"``, ``"sparse"``.
+        left (int, optional): for ``band``, the allowed keys satisfy ``j >= i - left``.
+        right (int, optional): for ``band``, the allowed keys satisfy ``j <= i + right``.
+        batched (bool): whether the allowed set depends on the batch item.
+    """
+
+    kind: StructureKind
+    left: int | None = None
+    right: int | None = None
+    batched: bool = False
+
+
+class Mask(ABC):
+    r"""The allowed set of attention: query :math:`i` may attend key :math:`j` iff
+    :math:`j \in A(i)`. **True means may attend.**
+
+    .. math::
+        \mathbf{o}_i = \sum_{j \in A(i)} a_{ij} \mathbf{v}_j, \qquad
+        a_{ij} = \frac{\exp(s_{ij})}{\sum_{k \in A(i)} \exp(s_{ik})}, \qquad
+        s_{ij} = \mathbf{q}_i^\top \mathbf{k}_j \cdot \mathrm{scale} + b_{ij}
+
+    A query with an empty :math:`A(i)` gets :math:`\mathbf{o}_i = 0`.
+
+    A subclass defines :math:`A(i)` once, as the predicate :meth:`mask_mod`
+    (:math:`\mathbb{1}[j \in A_b(i)]`), and implements :meth:`_pairs`, the set
+    :math:`\{(b, i, j) : j \in A_b(i)\}` enumerated in O(nnz). Everything else is derived:
+    :meth:`dense`, :meth:`pairs`, :meth:`nnz`, :meth:`density`, :meth:`picture`, and the
+    composition operators ``&`` (:math:`A \cap A'`), ``|`` (:math:`A \cup A'`) and ``~``
+    (complement). :attr:`structure` tells the dispatcher what it may exploit.
+
+    Attributes:
+        layout (str, optional): ``"padded"`` for masks of (B, H, L, E) batches, ``"packed"`` for
+            masks of PyG's packed node layout (N, H, E), ``None`` when the mask works for both.
+        batched (bool): whether :math:`A(i)` depends on the batch item ``b``.
+    """
+
+    layout: Literal["padded", "packed"] | None = None
+    batched: bool = False
+
+    @abstractmethod
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        r"""The predicate :math:`\mathbb{1}[j \in A_b(i)]`, elementwise with broadcasting.
+
+        It has FlexAttention's ``mask_mod`` signature, so it can be handed to
+        ``torch.nn.attention.flex_attention.create_block_mask``.
+        """
+
+    @abstractmethod
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        """Enumerate the allowed pairs sorted by (batch, row, col) in O(nnz); sizes are checked."""
+
+    @property
+    def structure(self) -> Structure:
+        """What a backend may exploit about this mask (default: nothing)."""
+        return Structure("sparse", batched=self.batched)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size a batched mask was built for, else ``None``."""
+        return None
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        """Raise ``ValueError`` when the mask cannot describe an (L, S) attention of that batch."""
+        if num_rows < 0 or num_cols < 0:
+            raise ValueError(f"sizes must be non-negative, got L={num_rows}, S={num_cols}")
+        own = self.batch_size
+        if own is not None and batch_size is not None and own != batch_size:
+            raise ValueError(
+                f"{self!r} was built for a batch of {own} items but the input has batch size "
+                f"{batch_size}; build the mask from this batch's lengths"
+            )
+
+    # ---------------------------------------------------------------- derived representations
+
+    def _resolve(self, num_rows: int, num_cols: int | None, batch_size: int | None) -> tuple[int, int, int | None]:
+        num_cols = num_rows if num_cols is None else num_cols
+        if self.batched and batch_size is None:
+            batch_size = self.batch_size
+        self.check(num_rows, num_cols, batch_size)
+        return num_rows, num_cols, batch_size if self.batched else None
+
+    def dense(
+        self,
+        num_rows: int,
+        num_cols: int | None = None,
+        batch_size: int | None = None,
+        *,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        """The reference form: a bool tensor (L, S), or (B, L, S) for a batched mask.
+
+        Built by evaluating :meth:`mask_mod` on every (i, j); O(L * S), meant for tests, small
+        inputs and the reference backend.
+        """
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        q = torch.arange(num_rows, device=device).view(-1, 1)
+        kv = torch.arange(num_cols, device=device).view(1, -1)
+        zero = torch.zeros((), dtype=torch.long, device=device)
+        if batch_size is None:
+            return self.mask_mod(zero, zero, q, kv).expand(num_rows, num_cols).clone()
+        b = torch.arange(batch_size, device=device).view(-1, 1, 1)
+        out = self.mask_mod(b, zero, q.unsqueeze(0), kv.unsqueeze(0))
+        return out.expand(batch_size, num_rows, num_cols).clone()
+
+    def pairs(
+        self,
+        num_rows: int,
+        num_cols: int | None = None,
+        batch_size: int | None = None,
+        *,
+        device: torch.device | str | None = None,
+    ) -> Pairs:
+        """The sparse form: allowed pairs sorted by query, in O(nnz) without the dense form."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        return self._pairs(num_rows, num_cols, batch_size, torch.device(device or "cpu"))
+
+    def nnz(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int:
+        """Number of allowed pairs (summed over the batch for a batched mask)."""
+        return self.pairs(num_rows, num_cols, batch_size).nnz
+
+    def density(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> float:
+        """Fraction of the L x S (x B) pairs that are allowed."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        total = num_rows * num_cols * (batch_size or 1)
+        return self.nnz(num_rows, num_cols, batch_size) / total if total else 0.0
+
+    def picture(self, num_rows: int, num_cols: int | None = None, b: int = 0) -> str:
+        """A 0/1 picture of the allowed matrix (row i = query i), for small sizes.
+
+        Examples:
+            >>> from attnmm.masks import Window
+            >>> print(Window(1, 0).picture(4))
+            1 0 0 0
+            1 1 0 0
+            0 1 1 0
+            0 0 1 1
+        """
+        num_cols = num_rows if num_cols is None else num_cols
+        if num_rows * num_cols > 128 * 128:
+            raise ValueError(
+                f"picture() is for small masks, got {num_rows} x {num_cols}; use attnmm.viz.plot_mask"
+            )
+        dense = self.dense(num_rows, num_cols)
+        if dense.dim() == 3:
+            dense = dense[b]
+        return "\n".join(" ".join("1" if x else "0" for x in row) for row in dense.tolist())
+
+    # ---------------------------------------------------------------- composition
+
+    def __and__(self, other: Mask) -> Mask:
+        from attnmm.masks.compose import intersect
+
+        return intersect(self, _as_mask(other, "&"))
+
+    def __or__(self, other: Mask) -> Mask:
+        from attnmm.masks.compose import Or
+
+        return Or(self, _as_mask(other, "|"))
+
+    def __invert__(self) -> Mask:
+        from attnmm.masks.compose import Not
+
+        return Not(self)
+
+
+def _as_mask(other: object, op: str) -> Mask:
+    if not isinstance(other, Mask):
+        raise TypeError(f"masks compose only with masks: got {type(other).__name__} on the right of {op!r}")
+    return other
+
+
+class IntervalMask(Mask):
+    r"""A mask whose allowed set is one contiguous key range per query,
+    :math:`A_b(i) = \{j : \mathrm{start}_b(i) \le j < \mathrm{end}_b(i)\}`.
+
+    Subclasses implement :meth:`interval`; :meth:`mask_mod`, the pairs and the band structure follow.
+    Intersections of interval masks are interval masks, so ``Window(64, 0) & Padding(lengths)``
+    keeps its band structure.
+    """
+
+    @abstractmethod
+    def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
+        """Half-open key range ``[start, end)`` of query ``q_idx`` in batch item ``b`` (broadcasting;
+        ``end`` may exceed S and ``start`` may be negative)."""
+
+    @property
+    def band(self) -> tuple[int | None, int | None]:
+        """``(left, right)`` such that every allowed j satisfies ``i - left <= j <= i + right``
+        (``None``: unbounded on that side)."""
+        return None, None
+
+    @property
+    def structure(self) -> Structure:
+        left, right = self.band
+        if left is not None and right is not None:
+            return Structure("band", left, right, self.batched)
+        return Structure("interval", left, right, self.batched)
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        start, end = self.interval(b, q_idx)
+        return (kv_idx >= start) & (kv_idx < end)
+
+    def _ranges(
+        self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device
+    ) -> tuple[Tensor, Tensor]:
+        """Flat clamped ``[start, end)`` per segment (``b * L + i``)."""
+        q = torch.arange(num_rows, device=device)
+        if batch_size is None:
+            b = torch.zeros((), dtype=torch.long, device=device)
+        else:
+            b = torch.arange(batch_size, device=device).view(-1, 1)
+            q = q.view(1, -1)
+        start, end = self.interval(b, q)
+        shape = torch.broadcast_shapes(start.shape, end.shape, q.shape, b.shape)
+        start = start.expand(shape).clamp(0, num_cols).reshape(-1)
+        end = end.expand(shape).clamp(0, num_cols).reshape(-1)
+        return start, torch.maximum(start, end)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        seg, col = pairs_from_ranges(*self._ranges(num_rows, num_cols, batch_size, device))
+        if batch_size is None:
+            return Pairs(seg, col, None, num_rows, num_cols, None)
+        return Pairs(seg % num_rows, col, seg // num_rows, num_rows, num_cols, batch_size)
+
+    def nnz(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int:
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        start, end = self._ranges(num_rows, num_cols, batch_size, torch.device("cpu"))
+        return int((end - start).sum())

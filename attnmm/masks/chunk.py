@@ -1,0 +1,50 @@
+r"""Chunked attention: exact for streaming, chunk by chunk."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from attnmm.masks._checks import check_nonneg_int
+from attnmm.masks.base import IntervalMask
+
+
+class Chunk(IntervalMask):
+    r"""Chunked attention with limited history:
+    :math:`A(i) = \{j : c(i) - \mathrm{left\_chunks} \le c(j) \le c(i)\}`, :math:`c(i) = \lfloor i / \mathrm{size} \rfloor`.
+
+    A query sees its own chunk and ``left_chunks`` chunks before it, never a later chunk, so running
+    chunk by chunk with a cache of earlier chunks gives exactly the full-sequence result.
+
+    Args:
+        size (int): chunk length (> 0).
+        left_chunks (int): number of earlier chunks visible (>= 0).
+
+    Examples:
+        >>> from attnmm.masks import Chunk
+        >>> Chunk(2, 1)
+        Chunk(size=2, left_chunks=1)
+        >>> print(Chunk(2, 0).picture(4))
+        1 1 0 0
+        1 1 0 0
+        0 0 1 1
+        0 0 1 1
+    """
+
+    def __init__(self, size: int, left_chunks: int) -> None:
+        self.size = check_nonneg_int("size", size, minimum=1)
+        self.left_chunks = check_nonneg_int("left_chunks", left_chunks)
+
+    def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
+        c = q_idx // self.size
+        return (c - self.left_chunks) * self.size, (c + 1) * self.size
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        cq, ck = q_idx // self.size, kv_idx // self.size
+        return (ck <= cq) & (ck >= cq - self.left_chunks)
+
+    @property
+    def band(self) -> tuple[int | None, int | None]:
+        return (self.left_chunks + 1) * self.size - 1, self.size - 1
+
+    def __repr__(self) -> str:
+        return f"Chunk(size={self.size}, left_chunks={self.left_chunks})"

@@ -1,0 +1,208 @@
+r"""Composition of masks: intersection ``&``, union ``|`` and complement ``~``."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attnmm.masks._pairs import Pairs, pairs_from_keys
+from attnmm.masks.base import IntervalMask, Mask, Structure
+from attnmm.masks.causal import Causal
+from attnmm.masks.full import Full
+
+
+def _layout(parts: tuple[Mask, ...], op: str) -> str | None:
+    layouts = {p.layout for p in parts if p.layout is not None}
+    if len(layouts) > 1:
+        raise TypeError(
+            f"cannot compose masks of different layouts with {op!r}: "
+            + ", ".join(f"{p!r} is {p.layout}" for p in parts if p.layout is not None)
+            + " (Graph masks use the packed node layout; Padding and Grid the padded (B, H, L, E) one)"
+        )
+    return layouts.pop() if layouts else None
+
+
+def _batch_size(parts: tuple[Mask, ...]) -> int | None:
+    sizes = {p.batch_size for p in parts if p.batch_size is not None}
+    if len(sizes) > 1:
+        raise ValueError(f"cannot compose batched masks built for different batch sizes: {sorted(sizes)}")
+    return sizes.pop() if sizes else None
+
+
+def _wrap(m: Mask, parent: type) -> str:
+    return f"({m!r})" if isinstance(m, (And, Or, Intersection)) and not isinstance(m, parent) else repr(m)
+
+
+class _Composite(Mask):
+    def __init__(self, parts: tuple[Mask, ...], op: str) -> None:
+        self.parts = parts
+        self.layout = _layout(parts, op)  # type: ignore[assignment]
+        self.batched = any(p.batched for p in parts)
+        self._batch_size = _batch_size(parts)
+        self._op = op
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        for p in self.parts:
+            p.check(num_rows, num_cols, batch_size)
+
+    def __repr__(self) -> str:
+        return f" {self._op} ".join(_wrap(p, type(self)) for p in self.parts)
+
+
+class Intersection(_Composite, IntervalMask):
+    r"""Intersection of interval masks, itself an interval mask:
+    :math:`[\max_k \mathrm{start}_k, \min_k \mathrm{end}_k)`. Built by ``&``; keeps band structure.
+
+    Examples:
+        >>> from attnmm.masks import Causal, Padding, Window
+        >>> m = Window(2, 2) & Causal() & Padding([3, 4])
+        >>> m
+        Window(left=2, right=2) & Causal() & Padding(lengths=[3, 4])
+        >>> m.structure.kind, m.structure.left, m.structure.right
+        ('band', 2, 0)
+    """
+
+    parts: tuple[IntervalMask, ...]  # type: ignore[assignment]
+
+    def __init__(self, *parts: IntervalMask) -> None:
+        _Composite.__init__(self, parts, "&")
+
+    def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
+        starts, ends = zip(*(p.interval(b, q_idx) for p in self.parts))
+        start, end = starts[0], ends[0]
+        for s, e in zip(starts[1:], ends[1:]):
+            start, end = torch.maximum(start, s), torch.minimum(end, e)
+        return start, end
+
+    @property
+    def band(self) -> tuple[int | None, int | None]:
+        lefts = [p.band[0] for p in self.parts if p.band[0] is not None]
+        rights = [p.band[1] for p in self.parts if p.band[1] is not None]
+        return (min(lefts) if lefts else None), (min(rights) if rights else None)
+
+    @property
+    def structure(self) -> Structure:
+        core = [p for p in self.parts if not isinstance(p, Full)]
+        if not self.batched and not core:
+            return Structure("full")
+        if not self.batched and all(isinstance(p, Causal) for p in core):
+            return Structure("causal", None, 0)
+        return IntervalMask.structure.fget(self)  # type: ignore[attr-defined]
+
+
+class And(_Composite):
+    r"""Intersection :math:`A(i) \cap A'(i)` of general masks. Built by ``&``.
+
+    The sparse form enumerates the sparser operand's pairs and keeps those the other allows, so it
+    costs O(nnz) of that operand.
+    """
+
+    def __init__(self, *parts: Mask) -> None:
+        super().__init__(parts, "&")
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+        for p in self.parts[1:]:
+            out = out & p.mask_mod(b, h, q_idx, kv_idx)
+        return out
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        # enumerate the operand with the fewest pairs (interval masks count theirs cheaply)
+        counts = [p.nnz(num_rows, num_cols, batch_size if p.batched else None) for p in self.parts]
+        first = min(range(len(self.parts)), key=counts.__getitem__)
+        base = self.parts[first]._pairs(
+            num_rows, num_cols, batch_size if self.parts[first].batched else None, device
+        )
+        if batch_size is not None:
+            base = base.expand(batch_size)
+        b = base.batch if base.batch is not None else torch.zeros_like(base.row)
+        keep = torch.ones_like(base.row, dtype=torch.bool)
+        h = torch.zeros_like(base.row)
+        for i, p in enumerate(self.parts):
+            if i != first:
+                keep &= p.mask_mod(b, h, base.row, base.col)
+        batch = base.batch[keep] if base.batch is not None else None
+        return Pairs(base.row[keep], base.col[keep], batch, num_rows, num_cols, base.batch_size)
+
+
+class Or(_Composite):
+    r"""Union :math:`A(i) \cup A'(i)`. Built by ``|``; the sparse form merges both operands' pairs.
+
+    Examples:
+        >>> from attnmm.masks import Window
+        >>> print((Window(0, 0) | Window(0, 2)).picture(3))
+        1 1 1
+        0 1 1
+        0 0 1
+    """
+
+    def __init__(self, *parts: Mask) -> None:
+        flat: list[Mask] = []
+        for p in parts:
+            flat.extend(p.parts if isinstance(p, Or) else (p,))
+        super().__init__(tuple(flat), "|")
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+        for p in self.parts[1:]:
+            out = out | p.mask_mod(b, h, q_idx, kv_idx)
+        return out
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        keys = []
+        for p in self.parts:
+            pp = p._pairs(num_rows, num_cols, batch_size if p.batched else None, device)
+            if batch_size is not None:
+                pp = pp.expand(batch_size)
+            keys.append(pp.segment() * num_cols + pp.col)
+        return pairs_from_keys(torch.cat(keys), num_rows, num_cols, batch_size)
+
+
+class Not(_Composite):
+    r"""Complement :math:`\{0, \dots, S-1\} \setminus A(i)`. Built by ``~``.
+
+    Its sparse form filters all L x S pairs, O(L * S): the complement of a sparse mask is dense.
+
+    Examples:
+        >>> from attnmm.masks import Causal
+        >>> print((~Causal()).picture(3))
+        0 1 1
+        0 0 1
+        0 0 0
+    """
+
+    def __init__(self, inner: Mask) -> None:
+        super().__init__((inner,), "~")
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return ~self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        full = Full()._pairs(num_rows, num_cols, None, device)
+        if batch_size is not None:
+            full = full.expand(batch_size)
+        b = full.batch if full.batch is not None else torch.zeros_like(full.row)
+        keep = self.mask_mod(b, torch.zeros_like(b), full.row, full.col)
+        batch = full.batch[keep] if full.batch is not None else None
+        return Pairs(full.row[keep], full.col[keep], batch, num_rows, num_cols, full.batch_size)
+
+    def __repr__(self) -> str:
+        inner = self.parts[0]
+        return f"~({inner!r})" if isinstance(inner, _Composite) else f"~{inner!r}"
+
+
+def intersect(a: Mask, b: Mask) -> Mask:
+    """``a & b``: an :class:`Intersection` when both are interval masks, else an :class:`And`."""
+    parts: list[Mask] = []
+    for m in (a, b):
+        parts.extend(m.parts if isinstance(m, (Intersection, And)) else (m,))
+    if all(isinstance(p, IntervalMask) for p in parts):
+        return Intersection(*parts)  # type: ignore[arg-type]
+    return And(*parts)
+
+
+__all__ = ["And", "Intersection", "Not", "Or", "intersect"]

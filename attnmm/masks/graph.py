@@ -1,0 +1,107 @@
+r"""Graph attention masks over PyG's packed node layout."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attnmm.masks._checks import check_nonneg_int
+from attnmm.masks._pairs import Pairs
+from attnmm.masks.base import Mask
+
+
+class Graph(Mask):
+    r"""Graph attention: query node :math:`i` attends key node :math:`j` iff the edge
+    :math:`j \to i` is in ``edge_index`` (PyG's ``source_to_target`` flow),
+    :math:`A(i) = \{j : (j, i) \in \mathcal{E}\}`.
+
+    Nodes use PyG's packed layout: the nodes of every graph of a batch in one tensor, so a batch of
+    graphs is one block-diagonal mask. Repeated edges count once (the allowed set is a set).
+
+    Args:
+        edge_index (LongTensor): edges as (source, target) rows, shape (2, M).
+        num_nodes (int or (int, int)): number of nodes N, or ``(num_source, num_target)`` for a
+            bipartite graph (keys are source nodes, queries target nodes).
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.masks import Graph
+        >>> g = Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+        >>> g
+        Graph(num_nodes=3, num_edges=3)
+        >>> print(g.picture(3))
+        0 0 1
+        1 0 0
+        0 1 0
+    """
+
+    layout = "packed"
+
+    def __init__(self, edge_index: Tensor, num_nodes: int | tuple[int, int]) -> None:
+        if isinstance(num_nodes, tuple):
+            if len(num_nodes) != 2:
+                raise ValueError(f"num_nodes must be an int or (num_source, num_target), got {num_nodes!r}")
+            num_src = check_nonneg_int("num_nodes[0]", num_nodes[0])
+            num_dst = check_nonneg_int("num_nodes[1]", num_nodes[1])
+        else:
+            num_src = num_dst = check_nonneg_int("num_nodes", num_nodes)
+        if not isinstance(edge_index, Tensor):
+            raise TypeError(f"edge_index must be a LongTensor of shape (2, M), got {type(edge_index).__name__}")
+        if edge_index.dtype not in (torch.long, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise TypeError(f"edge_index must be an integer tensor of shape (2, M), got dtype {edge_index.dtype}")
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"edge_index must have shape (2, M), got shape {tuple(edge_index.shape)}")
+        edge_index = edge_index.long()
+        if edge_index.numel():
+            lo = int(edge_index.min())
+            src_max, dst_max = int(edge_index[0].max()), int(edge_index[1].max())
+            if lo < 0 or src_max >= num_src or dst_max >= num_dst:
+                raise ValueError(
+                    f"edge_index out of range: sources must lie in [0, {num_src}) and targets in "
+                    f"[0, {num_dst}), got min {lo}, max source {src_max}, max target {dst_max}; "
+                    "pass the right num_nodes"
+                )
+        self.edge_index = edge_index
+        self.num_src, self.num_dst = num_src, num_dst
+        # sorted unique keys target * num_src + source: the sparse form and the membership test
+        self._keys = torch.unique(edge_index[1] * num_src + edge_index[0], sorted=True)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of distinct allowed pairs."""
+        return int(self._keys.numel())
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        super().check(num_rows, num_cols, batch_size)
+        if (num_rows, num_cols) != (self.num_dst, self.num_src):
+            raise ValueError(
+                f"{self!r} describes {self.num_dst} query (target) nodes and {self.num_src} key "
+                f"(source) nodes, but the input has L={num_rows} queries and S={num_cols} keys"
+            )
+        if batch_size not in (None, 1):
+            raise ValueError(
+                f"a Graph mask uses the packed layout (one batch of N nodes), got batch size {batch_size}"
+            )
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        keys = self._keys.to(q_idx.device)
+        want = q_idx * self.num_src + kv_idx
+        if keys.numel() == 0:
+            return torch.zeros_like(want, dtype=torch.bool)
+        pos = torch.searchsorted(keys, want).clamp(max=keys.numel() - 1)
+        return keys[pos] == want
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        keys = self._keys.to(device)
+        return Pairs(keys // max(num_cols, 1), keys % max(num_cols, 1), None, num_rows, num_cols, None)
+
+    def nnz(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int:
+        self._resolve(num_rows, num_cols, batch_size)
+        return self.num_edges
+
+    def __repr__(self) -> str:
+        nodes = self.num_src if self.num_src == self.num_dst else (self.num_src, self.num_dst)
+        return f"Graph(num_nodes={nodes}, num_edges={self.num_edges})"
+
+
+__all__ = ["Graph"]

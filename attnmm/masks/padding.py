@@ -1,0 +1,65 @@
+r"""Key padding of variable-length batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from attnmm.masks.base import IntervalMask
+
+
+class Padding(IntervalMask):
+    r"""Key padding: :math:`A_b(i) = \{j : j < \mathrm{lengths}_b\}`.
+
+    Compose it with another mask to restrict that mask to each item's real keys, e.g.
+    ``Padding(lengths) & Window(16, 16)`` (which stays banded).
+
+    Args:
+        lengths (LongTensor or list of int): number of real keys of each batch item, shape (B,).
+
+    Examples:
+        >>> from attnmm.masks import Padding
+        >>> m = Padding([2, 3])
+        >>> m
+        Padding(lengths=[2, 3])
+        >>> print(m.picture(2, 3, b=0))
+        1 1 0
+        1 1 0
+    """
+
+    layout = "padded"
+    batched = True
+
+    def __init__(self, lengths: Tensor | Sequence[int]) -> None:
+        if not isinstance(lengths, Tensor):
+            lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+        if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+            raise TypeError(f"lengths must be an integer tensor of shape (B,), got dtype {lengths.dtype}")
+        if lengths.dim() != 1:
+            raise ValueError(f"lengths must have shape (B,), got shape {tuple(lengths.shape)}")
+        if lengths.numel() and int(lengths.min()) < 0:
+            raise ValueError(f"lengths must be >= 0, got min {int(lengths.min())}")
+        self.lengths = lengths.long()
+
+    @property
+    def batch_size(self) -> int | None:
+        return int(self.lengths.numel())
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        super().check(num_rows, num_cols, batch_size)
+        if self.lengths.numel() and int(self.lengths.max()) > num_cols:
+            raise ValueError(
+                f"Padding lengths must be <= S={num_cols} (the number of keys), got max length "
+                f"{int(self.lengths.max())}"
+            )
+
+    def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
+        end = self.lengths.to(b.device)[b]
+        return torch.zeros_like(end), end + q_idx * 0
+
+    def __repr__(self) -> str:
+        values = self.lengths.tolist()
+        shown = ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "")
+        return f"Padding(lengths=[{shown}])"

@@ -1,0 +1,1 @@
+"""PyG-facing layers built on the attention core."""
