@@ -10,7 +10,8 @@ from attnmm.masks.base import IntervalMask
 
 class Chunk(IntervalMask):
     r"""Chunked attention with limited history:
-    :math:`A(i) = \{j : c(i) - \mathrm{left\_chunks} \le c(j) \le c(i)\}`, :math:`c(i) = \lfloor i / \mathrm{size} \rfloor`.
+    :math:`A(i) = \{j : c(i) - \mathrm{left\_chunks} \le c(j) \le c(i)\}` with
+    :math:`c(i) = \lfloor i / \mathrm{size} \rfloor`.
 
     A query sees its own chunk and ``left_chunks`` chunks before it, never a later chunk, so running
     chunk by chunk with a cache of earlier chunks gives exactly the full-sequence result.

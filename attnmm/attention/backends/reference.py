@@ -28,11 +28,11 @@ class ReferenceBackend(Backend):
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v
-        B, H, L, S = problem.B, problem.H, problem.L, problem.S
+        B, L, S = problem.B, problem.L, problem.S
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         mask = problem.effective_mask
         allowed = mask.dense(L, S, problem.batch_size, device=q.device)
-        allowed = allowed.view(-1, 1, L, S)  # (B or 1, 1, L, S)
+        allowed = allowed.view(B if allowed.dim() == 3 else 1, 1, L, S)  # (B or 1, 1, L, S)
         scores = torch.matmul(q.to(compute), k.to(compute).transpose(-1, -2)) * problem.scale  # (B, H, L, S)
         if problem.bias is not None:
             scores = scores + _dense_bias(problem, compute)

@@ -1,0 +1,66 @@
+"""Every mask's three forms agree: mask_mod (predicate), dense (reference) and pairs (sparse)."""
+
+from __future__ import annotations
+
+import torch
+from _strategies import graph_masks, grid_masks, sequence_masks
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnmm.masks import Mask, list_masks
+
+
+def assert_forms_agree(mask: Mask, num_rows: int, num_cols: int, batch_size: int | None) -> None:
+    dense = mask.dense(num_rows, num_cols, batch_size)
+    pairs = mask.pairs(num_rows, num_cols, batch_size)
+    # the predicate, evaluated pair by pair in a plain loop, is the definition
+    expected = torch.zeros_like(dense)
+    for b in range(dense.size(0) if dense.dim() == 3 else 1):
+        for i in range(num_rows):
+            for j in range(num_cols):
+                ok = bool(mask.mask_mod(torch.tensor(b), torch.tensor(0), torch.tensor(i), torch.tensor(j)))
+                if dense.dim() == 3:
+                    expected[b, i, j] = ok
+                else:
+                    expected[i, j] = ok
+    assert torch.equal(dense, expected)
+    assert torch.equal(pairs.to_dense(), dense)
+    # sorted by (batch, row, col), no duplicates
+    seg = pairs.segment() * max(num_cols, 1) + pairs.col
+    assert torch.all(seg[1:] > seg[:-1])
+    assert mask.nnz(num_rows, num_cols, batch_size) == int(dense.sum())
+    assert pairs.crow()[-1] == pairs.nnz
+
+
+@given(st.data(), st.integers(1, 3), st.integers(0, 7), st.integers(0, 7))
+def test_sequence_masks(data: st.DataObject, batch_size: int, num_rows: int, num_cols: int) -> None:
+    mask = data.draw(sequence_masks(batch_size, num_cols))
+    assert_forms_agree(mask, num_rows, num_cols, batch_size)
+
+
+@given(st.data(), st.integers(1, 3))
+def test_grid_masks(data: st.DataObject, batch_size: int) -> None:
+    mask, p = data.draw(grid_masks(batch_size))
+    assert_forms_agree(mask, p, p, batch_size)
+
+
+@given(graph_masks())
+def test_graph_masks(drawn: tuple[Mask, int, int]) -> None:
+    mask, num_rows, num_cols = drawn
+    assert_forms_agree(mask, num_rows, num_cols, None)
+
+
+def test_every_builtin_mask_is_exported() -> None:
+    import attnmm.masks as masks
+
+    for name in list_masks():
+        assert issubclass(getattr(masks, name), Mask)
+
+
+def test_pairs_cost_follows_nnz() -> None:
+    # a long window's sparse form is built without an (L, S) tensor: L = 10**6 would need 10**12 bools
+    from attnmm.masks import Padding, Window
+
+    mask = Window(3, 3) & Padding([10**6])
+    pairs = mask.pairs(10**6, 10**6)
+    assert pairs.nnz == 7 * 10**6 - 12
