@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 lint: $(VENV)/.installed
-	$(PY) -m ruff check attnmm tests benchmarks recipes
+	$(PY) -m ruff check .
 
 typecheck: $(VENV)/.installed
 	$(PY) -m mypy attnmm
