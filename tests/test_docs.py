@@ -1,0 +1,99 @@
+"""The user docs run: every ```python block of the pages below executes, in order, one namespace per
+page, and a ```text block right after a python block is that block's exact printed output.
+docs/make_figures.py renders every figure."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+from pathlib import Path
+from types import ModuleType
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = ["quickstart.md", "masks.md", "attention.md"]
+
+#: A fenced block: its language and body (fences of three backticks at line start).
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+def blocks(text: str) -> list[tuple[str, str, str | None, int]]:
+    """The python blocks of a page as (language, code, expected output or None, line number)."""
+    found = [(m.group(1), m.group(2), m.start(), m.end()) for m in FENCE.finditer(text)]
+    out = []
+    for i, (lang, body, start, end) in enumerate(found):
+        if lang != "python":
+            continue
+        expected = None
+        if i + 1 < len(found) and found[i + 1][0] == "text" and not text[end : found[i + 1][2]].strip():
+            expected = found[i + 1][1]
+        out.append((lang, body, expected, text.count("\n", 0, start) + 1))
+    return out
+
+
+def load_make_figures() -> ModuleType:
+    """docs/make_figures.py as a module (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("make_figures", DOCS / "make_figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fence_parser() -> None:
+    page = "x\n```python\nprint(1)\n```\n\n```text\n1\n```\n```bash\nls\n```\n```python\na = 2\n```\n"
+    assert blocks(page) == [("python", "print(1)\n", "1\n", 2), ("python", "a = 2\n", None, 12)]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_code_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = DOCS / page
+    found = blocks(path.read_text())
+    assert found, f"{page} has no python blocks"
+    monkeypatch.chdir(tmp_path)  # blocks may save figures
+    namespace: dict[str, object] = {"__name__": f"docs.{path.stem}"}
+    for _, code, expected, line in found:
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):
+            try:
+                exec(compile(code, f"{path}:{line}", "exec"), namespace)
+            except Exception as err:
+                raise AssertionError(f"the python block at {page}:{line} fails: {err!r}") from err
+        if expected is not None:
+            assert stdout.getvalue().rstrip() == expected.rstrip(), (
+                f"the text block after {page}:{line} is not that block's output; it printed:\n"
+                + stdout.getvalue()
+            )
+
+
+def test_pages_link_each_other() -> None:
+    index = (DOCS / "index.md").read_text()
+    for page in PAGES:
+        assert f"]({page})" in index, f"docs/index.md does not link {page}"
+
+
+def test_masks_page_links_only_rendered_figures() -> None:
+    module = load_make_figures()
+    linked = set(re.findall(r"\(figures/(\w+)\.png\)", (DOCS / "masks.md").read_text()))
+    assert linked, "docs/masks.md links no figures"
+    missing = linked - set(module.FIGURES)
+    assert not missing, f"docs/masks.md links figures docs/make_figures.py does not render: {missing}"
+
+
+def test_make_figures_writes_every_png(tmp_path: Path) -> None:
+    module = load_make_figures()
+    out = tmp_path / "figures"
+    module.main(["--out", str(out), "--dpi", "30"])  # low resolution: fast
+    written = sorted(p.stem for p in out.glob("*.png"))
+    assert written == sorted(module.FIGURES)
+    for path in out.glob("*.png"):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 500
+    with pytest.raises(ValueError, match="unknown figure names"):
+        module.make_figures(out, ["nope"])
