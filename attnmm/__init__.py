@@ -1,8 +1,32 @@
 """attnmm: one attention core with pluggable masks for graphs, speech, images and text."""
 
 from attnmm import masks
-from attnmm.attention import AttentionWeights, attend
+from attnmm.attention import (
+    AttentionWeights,
+    Encoder,
+    EncoderLayer,
+    LearnedPE,
+    MultiHeadAttention,
+    RelativePositionBias,
+    RotaryPE,
+    Sinusoidal2DPE,
+    SinusoidalPE,
+    attend,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["AttentionWeights", "attend", "masks", "__version__"]
+__all__ = [
+    "AttentionWeights",
+    "Encoder",
+    "EncoderLayer",
+    "LearnedPE",
+    "MultiHeadAttention",
+    "RelativePositionBias",
+    "RotaryPE",
+    "Sinusoidal2DPE",
+    "SinusoidalPE",
+    "attend",
+    "masks",
+    "__version__",
+]

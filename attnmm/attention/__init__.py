@@ -1,6 +1,22 @@
 """The attention core: attend(), its backends, multi-head attention, positional encodings, encoders."""
 
 from attnmm.attention.core import attend
+from attnmm.attention.encoder import Encoder, EncoderLayer
+from attnmm.attention.multihead import MultiHeadAttention
+from attnmm.attention.positional import LearnedPE, RotaryPE, Sinusoidal2DPE, SinusoidalPE, sinusoid
+from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.weights import AttentionWeights
 
-__all__ = ["AttentionWeights", "attend"]
+__all__ = [
+    "AttentionWeights",
+    "Encoder",
+    "EncoderLayer",
+    "LearnedPE",
+    "MultiHeadAttention",
+    "RelativePositionBias",
+    "RotaryPE",
+    "Sinusoidal2DPE",
+    "SinusoidalPE",
+    "attend",
+    "sinusoid",
+]
