@@ -76,6 +76,7 @@ def plot_mask(
     """
     _check_mask(mask, "plot_mask")
     allowed = _select_item(mask, mask.dense(num_rows, num_cols), b)
+    _check_not_empty(tuple(allowed.shape), "plot_mask", "num_rows and num_cols")
     fig, ax = _figure_and_axes(ax, allowed.shape)
     image = allowed.to(torch.uint8).numpy()
     ax.imshow(image, cmap="Greys", vmin=0, vmax=1, interpolation="nearest", aspect="equal")
@@ -234,8 +235,10 @@ def plot_attention(
         ((5, 5), True)
     """
     matrix = _weights_matrix(weights, head=head, b=b, num_rows=num_rows, num_cols=num_cols)
+    _check_not_empty(matrix.shape, "plot_attention", "weights with at least one query and one key")
     fig, ax = _figure_and_axes(ax, matrix.shape, colorbar=True)
-    image = ax.imshow(matrix, cmap="viridis", vmin=0.0, interpolation="nearest", aspect="equal")
+    vmin = min(0.0, float(matrix.min()))  # weights are >= 0; show anything else honestly
+    image = ax.imshow(matrix, cmap="viridis", vmin=vmin, interpolation="nearest", aspect="equal")
     _matrix_axes(ax, matrix.shape)
     fig.colorbar(image, ax=ax, label="weight $a_{ij}$")
     ax.set_title(f"head {head}, batch item {b}" if title is None else title, fontsize="medium")
@@ -258,12 +261,18 @@ def _check_mask(mask: object, where: str) -> None:
         )
 
 
+def _check_not_empty(shape: tuple[int, ...], where: str, fix: str) -> None:
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(f"{where} has nothing to draw: the matrix is L x S = {shape[0]} x {shape[1]}; pass {fix}")
+
+
 def _check_index(name: str, value: object, size: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if not 0 <= value < size:
-        raise ValueError(f"{name} must be in [0, {size}) ({size} {what}), got {value}")
-    return int(value)
+    index = int(value)
+    if not 0 <= index < size:
+        raise ValueError(f"{name} must be in [0, {size}) ({size} {what}), got {index}")
+    return index
 
 
 def _select_item(mask: Mask, allowed: Tensor, b: int) -> Tensor:
@@ -337,7 +346,7 @@ def _figure_and_axes(ax: Axes | None, shape: tuple[int, ...], colorbar: bool = F
     rows, cols = max(shape[0], 1), max(shape[1], 1)
     side = 4.0
     width, height = (side, side * rows / cols) if cols >= rows else (side * cols / rows, side)
-    width, height = max(width, 2.5) + (1.0 if colorbar else 0.0), max(height, 2.0) + 0.6
+    width, height = max(width, 2.5) + (1.0 if colorbar else 0.0), max(height, 2.0) + 0.4
     fig = Figure(figsize=(width, height), layout="constrained")
     return fig, fig.add_subplot()
 

@@ -75,6 +75,8 @@ def test_plot_mask_errors() -> None:
         plot_mask(Causal(), 2, b=1)
     with pytest.raises(ValueError, match="needs L = S = height \\* width = 4"):
         plot_mask(Grid(2, 2, kernel=1), 5)
+    with pytest.raises(ValueError, match="nothing to draw: the matrix is L x S = 3 x 0"):
+        plot_mask(Causal(), 3, 0)
     with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
         plot_mask(Causal(), 2, ax="left")  # type: ignore[arg-type]
 
@@ -185,6 +187,8 @@ def test_plot_attention_errors() -> None:
         plot_attention(torch.rand(4, 4), num_rows=5)
     with pytest.raises(TypeError, match="got ndarray"):
         plot_attention(np.ones((2, 2)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="nothing to draw: the matrix is L x S = 0 x 3"):
+        plot_attention(torch.zeros(0, 3))
     w = AttentionWeights(None, torch.tensor([0, 1]), torch.tensor([0, 0]), torch.rand(2, 1))
     with pytest.raises(ValueError, match=r"head must be in \[0, 1\)"):
         plot_attention(w, head=1)
