@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from attnmm.attention.backends.band import BandBackend
 from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.flex import FlexBackend
+from attnmm.attention.backends.masked_sdpa import MaskedSDPABackend
 from attnmm.attention.backends.reference import ReferenceBackend
 from attnmm.attention.backends.sdpa import SDPABackend
+from attnmm.attention.backends.sparse import SparseBackend
 
 _BACKENDS: dict[str, Backend] = {}
 
@@ -34,5 +38,20 @@ def list_backends() -> list[str]:
 
 register_backend(ReferenceBackend())
 register_backend(SDPABackend())
+register_backend(SparseBackend())
+register_backend(BandBackend())
+register_backend(MaskedSDPABackend())
+register_backend(FlexBackend())
 
-__all__ = ["Backend", "ReferenceBackend", "SDPABackend", "get_backend", "list_backends", "register_backend"]
+__all__ = [
+    "BandBackend",
+    "Backend",
+    "FlexBackend",
+    "MaskedSDPABackend",
+    "ReferenceBackend",
+    "SDPABackend",
+    "SparseBackend",
+    "get_backend",
+    "list_backends",
+    "register_backend",
+]

@@ -1,0 +1,94 @@
+r"""FlexAttention on CUDA: a fused block-sparse kernel built from the mask's ``mask_mod``."""
+
+from __future__ import annotations
+
+import importlib.util
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends._rows import row_counts
+from attnmm.attention.backends.base import Backend
+from attnmm.masks import Mask
+
+#: Block size of the block masks (FlexAttention's default).
+BLOCK_SIZE = 128
+
+_compiled: Callable[..., Tensor] | None = None
+_block_masks: weakref.WeakKeyDictionary[Mask, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+
+
+def flex_available() -> str | None:
+    """``None`` when FlexAttention can run here, else the reason it cannot."""
+    if not torch.cuda.is_available():
+        return "CUDA is not available (FlexAttention cannot train on CPU)"
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed (torch.compile has no GPU code generator)"
+    if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:  # pragma: no cover
+        return "this torch build has no torch.nn.attention.flex_attention"
+    return None
+
+
+class FlexBackend(Backend):
+    r"""``torch.nn.attention.flex_attention`` under ``torch.compile`` with the block mask of the mask's
+    :meth:`~attnmm.masks.Mask.mask_mod` (CUDA only).
+
+    The block mask marks which (128 x 128) tiles of the score matrix hold an allowed pair; the fused
+    kernel skips the others and applies ``mask_mod`` inside partial tiles, so the cost follows the
+    mask's tiles. Block masks are cached per mask object and shape (B, L, S, device). Softmax scores
+    only, without bias, returned weights or dropout; queries with an empty allowed set get zero.
+    """
+
+    name = "flex"
+
+    def unsupported(self, problem: Problem) -> str | None:
+        reason = flex_available()
+        if reason is not None:
+            return reason
+        if not problem.q.is_cuda:
+            return "the inputs are not on a CUDA device"
+        if problem.q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            return f"dtype {problem.q.dtype} (FlexAttention takes float16, bfloat16 or float32)"
+        if problem.effective_mask.layout == "packed":
+            return "graph masks (packed layout) go to the sparse backend"
+        if problem.bias is not None:
+            return "a bias is given"
+        if problem.score != "softmax":
+            return f"score={problem.score!r}"
+        if problem.return_weights:
+            return "return_weights=True"
+        if problem.dropout_p > 0:
+            return "dropout_p > 0"
+        if problem.L == 0 or problem.S == 0:
+            return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
+        if problem.q.size(-1) < 16 or problem.v.size(-1) < 16:
+            return "head dims below 16"
+        return None
+
+    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+        global _compiled
+        from torch.nn.attention.flex_attention import flex_attention
+
+        if _compiled is None:
+            _compiled = torch.compile(flex_attention, dynamic=False)
+        block_mask = block_mask_for(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.q.device)
+        out = _compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
+        nonempty = (row_counts(problem) > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
+        return torch.where(nonempty, out, torch.zeros_like(out)), None
+
+
+def block_mask_for(mask: Mask, batch_size: int | None, num_rows: int, num_cols: int, device: torch.device) -> Any:
+    """The FlexAttention ``BlockMask`` of ``mask`` for one shape, built once and cached."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    per_mask = _block_masks.setdefault(mask, {})
+    key = (batch_size, num_rows, num_cols, str(device))
+    if key not in per_mask:
+        per_mask[key] = create_block_mask(
+            mask.mask_mod, batch_size, None, num_rows, num_cols, device=device, BLOCK_SIZE=BLOCK_SIZE
+        )
+    return per_mask[key]

@@ -1,0 +1,43 @@
+"""PyTorch's fused scaled-dot-product attention with the mask materialised as a dense bool tensor."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends._rows import row_counts
+from attnmm.attention.backends.base import Backend
+
+
+class MaskedSDPABackend(Backend):
+    r"""``F.scaled_dot_product_attention`` with ``attn_mask = mask.dense(L, S)``, O(L * S) memory.
+
+    The dispatcher picks it for masks that are dense enough (see
+    :data:`~attnmm.attention._dispatch.DENSE_THRESHOLD`) that the fused kernel beats the sparse one.
+    It computes softmax scores without bias or returned weights, and refuses masks with an empty
+    allowed set (the fused kernel's output there is not the defined zero).
+    """
+
+    name = "sdpa_mask"
+
+    def unsupported(self, problem: Problem) -> str | None:
+        if problem.bias is not None:
+            return "a bias is given"
+        if problem.score != "softmax":
+            return f"score={problem.score!r}"
+        if problem.return_weights:
+            return "return_weights=True"
+        if problem.L == 0 or problem.S == 0:
+            return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
+        if bool((row_counts(problem) == 0).any()):
+            return "some query has an empty allowed set"
+        return None
+
+    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+        allowed = problem.effective_mask.dense(problem.L, problem.S, problem.batch_size, device=problem.q.device)
+        allowed = allowed.view(-1, 1, problem.L, problem.S)  # (B or 1, 1, L, S)
+        out = F.scaled_dot_product_attention(
+            problem.q, problem.k, problem.v, attn_mask=allowed, dropout_p=problem.dropout_p, scale=problem.scale
+        )
+        return out, None

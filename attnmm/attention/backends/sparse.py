@@ -1,0 +1,131 @@
+r"""The sparse backend: segment softmax over the allowed pairs in CSR form, O(nnz) time and memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends._csr import CSRPattern, sampled, segment_max, segment_sum, spmm
+from attnmm.attention.backends.base import Backend
+
+
+class SparseBackend(Backend):
+    r"""Attention over an arbitrary mask, costing O(nnz) time and memory.
+
+    The allowed pairs, sorted by query, are the CSR pattern of the score matrix. Per head,
+
+    .. math::
+        s_p = \mathbf{q}_{i}^\top \mathbf{k}_{j} \cdot \mathrm{scale} + b_p, \quad
+        a_p = \frac{\exp(s_p - m_i)}{\sum_{p' \in \mathrm{row}(i)} \exp(s_{p'} - m_i)}, \quad
+        \mathbf{o}_i = \sum_{p \in \mathrm{row}(i)} a_p \mathbf{v}_j
+
+    for each pair :math:`p = (i, j)`, with the row maximum :math:`m_i` subtracted. Scores come from a
+    sampled dense-dense product and outputs from a CSR @ dense product; the backward pass is written
+    by hand with the same two kernels (:math:`\partial a = \mathrm{sampled}(\partial O, V)`,
+    :math:`\partial s = a \odot (\partial a - \sum_{\mathrm{row}} a\,\partial a)`,
+    :math:`\partial Q = \partial S\, K`, :math:`\partial K = \partial S^\top Q`,
+    :math:`\partial V = A^\top \partial O`). Only (nnz, H) tensors are kept; keys and values are never
+    copied per pair. Batches are handled as one block-diagonal matrix. Half-precision inputs are
+    computed in float32.
+    """
+
+    name = "sparse"
+
+    def unsupported(self, problem: Problem) -> str | None:
+        return None
+
+    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+        q, k, v = problem.q, problem.k, problem.v
+        B, H, L, S = problem.B, problem.H, problem.L, problem.S
+        compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        pairs = problem.pairs()
+        wide = pairs.expand(B) if B > 1 else pairs
+        pattern = CSRPattern.block_diagonal(wide, B)
+        bias = None
+        if problem.bias is not None:
+            bias = problem.bias.to(compute)
+            if pairs.batch is None and B > 1:
+                bias = bias.repeat(B, 1)  # (B * P, H), shared over the batch
+            bias = bias.transpose(0, 1)  # (H, P)
+        q2 = q.to(compute).transpose(0, 1).reshape(H, B * L, q.size(-1))  # (H, B*L, E)
+        k2 = k.to(compute).transpose(0, 1).reshape(H, B * S, k.size(-1))  # (H, B*S, E)
+        v2 = v.to(compute).transpose(0, 1).reshape(H, B * S, v.size(-1))  # (H, B*S, Ev)
+        out, weights = _SegmentAttention.apply(
+            q2, k2, v2, bias, pattern, problem.scale, problem.score, problem.dropout_p
+        )
+        out = out.view(H, B, L, v.size(-1)).transpose(0, 1).to(v.dtype)  # (B, H, L, Ev)
+        if not problem.return_weights:
+            return out, None
+        return out, weights.transpose(0, 1).to(q.dtype)  # (P, H) at problem.weight_pairs()
+
+
+class _SegmentAttention(torch.autograd.Function):
+    """Segment-softmax attention over a CSR pattern; q (H, R, E), k (H, C, E), v (H, C, Ev),
+    bias (H, P) or None -> out (H, R, Ev), weights after dropout (H, P)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        bias: Tensor | None,
+        pattern: CSRPattern,
+        scale: float,
+        score: str,
+        dropout_p: float,
+    ) -> tuple[Tensor, Tensor]:
+        s = sampled(pattern, q, k) * scale  # (H, P)
+        if bias is not None:
+            s = s + bias
+        count = None
+        if score == "softmax":
+            m = segment_max(pattern, s)  # (H, R)
+            e = torch.exp(s - m[:, pattern.row])
+            a = e / segment_sum(pattern, e)[:, pattern.row]  # (H, P)
+        else:
+            count = (pattern.crow[1:] - pattern.crow[:-1]).clamp(min=1).to(s.dtype)  # (R,)
+            a = F.relu(s) / count[pattern.row]
+        keep = None
+        weights = a
+        if dropout_p > 0:
+            keep = torch.rand_like(a) >= dropout_p
+            weights = a * keep / (1.0 - dropout_p)
+        out = spmm(pattern, weights, v)  # (H, R, Ev)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, a, keep, count)
+        ctx.pattern, ctx.scale, ctx.score, ctx.dropout_p = pattern, scale, score, dropout_p
+        ctx.has_bias = bias is not None
+        return out, weights
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
+        q, k, v, a, keep, count = ctx.saved_tensors
+        pattern: CSRPattern = ctx.pattern
+        p = ctx.dropout_p
+        weights = a if keep is None else a * keep / (1.0 - p)
+        if d_out is None:
+            d_out = v.new_zeros(v.size(0), pattern.num_rows, v.size(-1))
+        d_w = sampled(pattern, d_out.contiguous(), v)  # dL/d weights, (H, P)
+        if d_weights is not None:
+            d_w = d_w + d_weights
+        d_a = d_w if keep is None else d_w * keep / (1.0 - p)
+        if ctx.score == "softmax":
+            d_s = a * (d_a - segment_sum(pattern, a * d_a)[:, pattern.row])  # (H, P)
+        else:
+            d_s = torch.where(a > 0, d_a / count[pattern.row], torch.zeros_like(d_a))
+        d_q = d_k = d_v = None
+        if ctx.needs_input_grad[0]:
+            d_q = spmm(pattern, d_s, k) * ctx.scale
+        if ctx.needs_input_grad[1]:
+            d_k = spmm(pattern, d_s, q, transpose=True) * ctx.scale
+        if ctx.needs_input_grad[2]:
+            d_v = spmm(pattern, weights, d_out, transpose=True)
+        d_bias = d_s if ctx.has_bias and ctx.needs_input_grad[3] else None
+        return d_q, d_k, d_v, d_bias, None, None, None, None
