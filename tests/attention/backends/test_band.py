@@ -1,0 +1,119 @@
+"""The band backend equals the reference and stays within O(L * w) memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _compare import OpSizes, compare, randn
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnmm import attend
+from attnmm.attention.backends import get_backend
+from attnmm.attention.backends._blocks import BandGeometry, choose_block
+from attnmm.masks import Causal, Chunk, Mask, Padding, Window
+
+
+@st.composite
+def band_masks(draw: st.DrawFn, batch_size: int, num_cols: int) -> Mask:
+    """A banded mask, maybe intersected with Causal and/or Padding (which keeps it banded)."""
+    mask: Mask = draw(
+        st.one_of(
+            st.builds(Window, st.integers(0, 6), st.integers(0, 6)),
+            st.builds(Chunk, st.integers(1, 5), st.integers(0, 2)),
+        )
+    )
+    if draw(st.booleans()):
+        mask = mask & Causal()
+    if draw(st.booleans()):
+        lengths = draw(st.lists(st.integers(0, num_cols), min_size=batch_size, max_size=batch_size))
+        mask = mask & Padding(lengths)
+    assert mask.structure.kind == "band"
+    return mask
+
+
+@given(
+    st.data(),
+    st.integers(1, 2),
+    st.integers(1, 2),
+    st.integers(1, 20),
+    st.integers(1, 20),
+    st.sampled_from([torch.float32, torch.float64]),
+    st.sampled_from(["softmax", "relu"]),
+    st.booleans(),
+    st.sampled_from([None, 1, 2, 4, 8]),
+)
+def test_matches_reference(
+    data: st.DataObject, B: int, H: int, L: int, S: int, dtype: torch.dtype, score: str, bias: bool, block: int | None
+) -> None:
+    mask = data.draw(band_masks(B, S))
+    seed = data.draw(st.integers(0, 2**16))
+    q, k, v = randn(B, H, L, 3, dtype=dtype, seed=seed), randn(B, H, S, 3, dtype=dtype, seed=seed + 1), randn(
+        B, H, S, 2, dtype=dtype, seed=seed + 2
+    )
+    backend = get_backend("band")
+    backend.block = block  # type: ignore[attr-defined]
+    try:
+        compare("band", q, k, v, mask, with_bias=bias, score=score, seed=seed)
+    finally:
+        backend.block = None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [Padding([0, 5]) & Window(2, 1), Window(1, 1) & Padding([0, 0]), Chunk(3, 0) & Padding([4, 1])],
+    ids=repr,
+)
+def test_empty_rows_give_zero_output_and_gradient(mask: Mask) -> None:
+    q, k, v = (randn(2, 2, 7, 4, seed=s) for s in range(3))
+    out, _, dq, dk, dv, _ = compare("band", q, k, v, mask, with_bias=True)
+    empty = ~mask.dense(7, 7, 2).any(-1)  # (B, L)
+    assert empty.any()
+    assert (out.permute(0, 2, 1, 3)[empty] == 0).all()
+    assert (dq.permute(0, 2, 1, 3)[empty] == 0).all()
+
+
+@pytest.mark.parametrize("L, S", [(1, 1), (1, 9), (9, 1), (5, 40), (40, 5)])
+def test_single_query_and_unequal_lengths(L: int, S: int) -> None:
+    q, k, v = randn(1, 2, L, 4, seed=0), randn(1, 2, S, 4, seed=1), randn(1, 2, S, 4, seed=2)
+    for mask in (Window(3, 0), Window(0, 3), Window(100, 100), Chunk(2, 1)):
+        compare("band", q, k, v, mask, with_bias=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision(dtype: torch.dtype) -> None:
+    q, k, v = (randn(2, 2, 33, 16, dtype=dtype, seed=s) for s in range(3))
+    compare("band", q, k, v, Window(4, 3) & Padding([33, 20]), with_bias=True)
+
+
+def test_dropout_uses_the_returned_weights() -> None:
+    q, k, v = (randn(1, 2, 64, 8, seed=s).requires_grad_(True) for s in range(3))
+    mask, p = Window(8, 8), 0.5
+    ref = attend(q, k, v, mask, backend="reference", return_weights=True)[1].values
+    out, w = attend(q, k, v, mask, backend="band", dropout_p=p, return_weights=True)
+    kept = w.values != 0
+    torch.testing.assert_close(w.values[kept], ref[kept] / (1 - p))  # kept weights are rescaled
+    assert 0.4 < 1 - kept.double().mean() < 0.6  # about p of them are dropped
+    dense = w.to_dense(64, 64, 1)  # (1, H, L, S)
+    torch.testing.assert_close(out, dense @ v)  # the output uses exactly these weights
+    g = torch.randn_like(out)
+    (dv,) = torch.autograd.grad(out, v, g)
+    torch.testing.assert_close(dv, dense.transpose(-1, -2) @ g)
+
+
+def test_no_length_by_keys_tensor() -> None:
+    L = S = 512
+    q, k, v = (randn(1, 2, L, 8, dtype=torch.float32, seed=s).requires_grad_(True) for s in range(3))
+    bias = torch.randn(Window(3, 3).nnz(L, S), 2, requires_grad=True)
+    sizes = OpSizes()
+    with sizes:
+        out = attend(q, k, v, Window(3, 3), bias=bias, backend="band")
+        out.sum().backward()
+    assert sizes.largest < L * S // 4, f"{sizes.largest_op} made a tensor of {sizes.largest} elements"
+
+
+def test_geometry_and_block_choice() -> None:
+    geo = BandGeometry.build(2, 3, 100, 90, 10, 5, block=16)
+    assert (geo.T, geo.c, geo.W, geo.nb, geo.nbp) == (16, 1, 32, 7, 8)
+    assert BandGeometry.build(1, 1, 5, 5, 1000, 1000).left == 4  # clamped to L - 1
+    assert [choose_block(w) for w in (1, 129, 1000)] == [16, 32, 64]
