@@ -1,0 +1,163 @@
+r"""Shared plumbing of the speech DataModules: reading WAV files, a clip dataset, and batching."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+import soundfile
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+__all__ = ["AudioBatch", "AudioClips", "audio_loader", "collate_audio", "read_audio"]
+
+
+def read_audio(path: str | Path, sample_rate: int | None = None) -> np.ndarray:
+    r"""Read a mono audio file as float32 samples in :math:`[-1, 1]` with :mod:`soundfile`.
+
+    Multi-channel files are averaged to mono.
+
+    Args:
+        path (str or Path): the audio file (WAV, FLAC, ...).
+        sample_rate (int, optional): the rate the file must have; a file with another rate is an
+            error (nothing is resampled). (default: :obj:`None`, any rate)
+
+    Returns:
+        numpy.ndarray: the samples, shape ``(T,)``, dtype float32.
+
+    Raises:
+        RuntimeError: the file is missing, corrupt or not audio; the message names the file.
+        ValueError: the file's sample rate is not ``sample_rate``.
+    """
+    try:
+        samples, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except Exception as err:  # soundfile raises LibsndfileError, TypeError or OSError depending on the fault
+        raise RuntimeError(
+            f"could not read audio file {path}: {err}. The file is corrupt or not audio; "
+            "replace it with an intact copy from the dataset's release, or delete it"
+        ) from err
+    if sample_rate is not None and rate != sample_rate:
+        raise ValueError(
+            f"audio file {path} has sample rate {rate} Hz, expected {sample_rate} Hz; "
+            "use the dataset's original files (nothing is resampled here)"
+        )
+    mono = samples[:, 0] if samples.shape[1] == 1 else samples.mean(axis=1)
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+class AudioClips(Dataset):
+    r"""Labelled audio clips read from files, optionally kept in memory after the first read.
+
+    Items are ``(waveform, label)`` with ``waveform`` a float32 tensor of shape ``(T,)``; batch them
+    with :func:`collate_audio`. With ``cache=True`` decoded clips are kept, and :meth:`load` reads all
+    of them at once (call it in ``setup``, before worker processes are forked, so they share it).
+
+    Args:
+        paths (Sequence[Path]): the audio files.
+        labels (Sequence[int]): the class index of each file.
+        sample_rate (int): the rate every file must have.
+        cache (bool, optional): keep decoded clips in memory. (default: :obj:`False`)
+
+    Examples:
+        >>> clips = AudioClips([], [], sample_rate=8000)
+        >>> len(clips)
+        0
+    """
+
+    def __init__(self, paths: Sequence[Path], labels: Sequence[int], sample_rate: int, cache: bool = False) -> None:
+        if len(paths) != len(labels):
+            raise ValueError(f"got {len(paths)} paths but {len(labels)} labels; pass one label per file")
+        self.paths = list(paths)
+        self.labels = [int(y) for y in labels]
+        self.sample_rate = sample_rate
+        self.cache = cache
+        self._clips: list[Tensor | None] = [None] * len(self.paths)
+
+    def load(self) -> AudioClips:
+        r"""Decode every clip now (requires ``cache=True``); returns ``self``."""
+        if not self.cache:
+            raise RuntimeError("AudioClips.load() keeps clips in memory; construct with cache=True to use it")
+        for i in range(len(self)):
+            self._clip(i)
+        return self
+
+    def _clip(self, i: int) -> Tensor:
+        clip = self._clips[i]
+        if clip is None:
+            clip = torch.from_numpy(read_audio(self.paths[i], self.sample_rate))
+            if self.cache:
+                self._clips[i] = clip
+        return clip
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int]:
+        return self._clip(i), self.labels[i]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(clips={len(self)}, sample_rate={self.sample_rate})"
+
+
+class AudioBatch(TypedDict):
+    r"""A batch of variable-length clips, zero-padded on the right: a plain :class:`dict` with three keys.
+
+    Shapes:
+        - **waveform**: :math:`(B, T)` float32, :math:`T` the longest clip's length, zeros after each
+          clip's end.
+        - **lengths**: :math:`(B,)` long, the number of real samples of each clip.
+        - **label**: :math:`(B,)` long, the class indices.
+    """
+
+    waveform: Tensor
+    lengths: Tensor
+    label: Tensor
+
+
+def collate_audio(items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
+    r"""Stack ``(waveform, label)`` items into an :class:`AudioBatch`, zero-padding to the longest clip.
+
+    Args:
+        items (Sequence[tuple[Tensor, int]]): clips of shape ``(T_b,)`` and their labels.
+
+    Examples:
+        >>> import torch
+        >>> batch = collate_audio([(torch.ones(3), 1), (torch.ones(1), 7)])
+        >>> batch["waveform"]
+        tensor([[1., 1., 1.],
+                [1., 0., 0.]])
+        >>> batch["lengths"], batch["label"]
+        (tensor([3, 1]), tensor([1, 7]))
+    """
+    if len(items) == 0:
+        raise ValueError("collate_audio got an empty list of items; a batch needs at least one clip")
+    clips = [torch.as_tensor(w, dtype=torch.float32) for w, _ in items]
+    for b, clip in enumerate(clips):
+        if clip.dim() != 1:
+            raise ValueError(f"item {b} has a waveform of shape {tuple(clip.shape)}; expected a mono clip (T,)")
+    lengths = torch.tensor([clip.shape[0] for clip in clips], dtype=torch.long)
+    waveform = torch.zeros(len(clips), int(lengths.max()), dtype=torch.float32)  # (B, T)
+    for b, clip in enumerate(clips):
+        waveform[b, : clip.shape[0]] = clip
+    label = torch.tensor([int(y) for _, y in items], dtype=torch.long)
+    return {"waveform": waveform, "lengths": lengths, "label": label}
+
+
+def audio_loader(
+    dataset: AudioClips | None, split: str, batch_size: int, num_workers: int, shuffle: bool
+) -> DataLoader:
+    r"""A DataLoader of :class:`AudioBatch` over ``dataset``; ``None`` means ``setup`` was not run for ``split``."""
+    if dataset is None:
+        stage = "fit" if split in ("train", "val") else "test"
+        raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{stage}') first")
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        num_workers=num_workers,
+        collate_fn=collate_audio,
+        persistent_workers=num_workers > 0,
+    )

@@ -1,0 +1,304 @@
+r"""The Free Spoken Digit Dataset (FSDD): spoken digits 0-9, WAV PCM16 mono at 8 kHz."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch.utils.data import DataLoader
+
+from attnmm.data._audio import AudioClips, audio_loader
+from attnmm.data._root import DATA_ENV, resolve_root
+
+FSDD_URL = "https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/tags/v1.0.10.tar.gz"
+CLASS_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+_FILE_NAME = re.compile(r"^(?P<digit>\d)_(?P<speaker>[A-Za-z0-9]+)_(?P<index>\d+)\.wav$")
+_OWN_TEST_TAKES = 5  # the dataset's own split: takes 0-4 of every speaker and digit are the test set
+
+__all__ = ["CLASS_NAMES", "FSDDDataModule", "FSDDTake", "FSDD_URL", "download_fsdd", "scan_fsdd", "split_fsdd"]
+
+
+@dataclass(frozen=True)
+class FSDDTake:
+    r"""One recording ``{digit}_{speaker}_{index}.wav``."""
+
+    path: Path
+    digit: int
+    speaker: str
+    index: int
+
+
+def scan_fsdd(recordings: str | Path) -> list[FSDDTake]:
+    r"""List the recordings in a ``recordings/`` folder, sorted by digit, speaker and take index.
+
+    Args:
+        recordings (str or Path): the folder holding ``{digit}_{speaker}_{index}.wav``.
+
+    Raises:
+        ValueError: a ``.wav`` file does not follow the naming scheme (hidden files are skipped).
+    """
+    takes = []
+    for entry in os.scandir(recordings):
+        if entry.name.startswith(".") or not entry.name.endswith(".wav"):
+            continue
+        match = _FILE_NAME.match(entry.name)
+        if match is None:
+            raise ValueError(
+                f"unexpected file {entry.path}: FSDD recordings are named {{digit}}_{{speaker}}_{{index}}.wav "
+                "(e.g. 3_theo_12.wav); rename or remove it"
+            )
+        takes.append(FSDDTake(Path(entry.path), int(match["digit"]), match["speaker"], int(match["index"])))
+    return sorted(takes, key=lambda t: (t.digit, t.speaker, t.index))
+
+
+def split_fsdd(
+    takes: Sequence[FSDDTake], test_speakers: Sequence[str] | None = None, val_fraction: float = 0.1, seed: int = 0
+) -> tuple[list[FSDDTake], list[FSDDTake], list[FSDDTake]]:
+    r"""Split takes into ``(train, val, test)``.
+
+    ``test_speakers=None`` is the dataset's own split: takes 0-4 of every speaker are the test set.
+    Otherwise every take of those speakers is the test set, and none of their takes is trained on or
+    validated on. The validation set is ``val_fraction`` of the remaining takes, drawn per digit
+    (stratified) with a generator seeded by ``seed``, so the same arguments give the same split.
+
+    Args:
+        takes (Sequence[FSDDTake]): all recordings, from :func:`scan_fsdd`.
+        test_speakers (Sequence[str], optional): speakers held out for testing. (default: :obj:`None`)
+        val_fraction (float, optional): share of the training takes kept for validation. (default: ``0.1``)
+        seed (int, optional): seed of the validation draw. (default: ``0``)
+    """
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    if test_speakers is None:
+        test = [t for t in takes if t.index < _OWN_TEST_TAKES]
+        rest = [t for t in takes if t.index >= _OWN_TEST_TAKES]
+    else:
+        held_out = set(test_speakers)
+        found = sorted({t.speaker for t in takes})
+        unknown = sorted(held_out.difference(found))
+        if unknown:
+            raise ValueError(f"test_speakers {unknown} have no recordings; the speakers found are {found}")
+        test = [t for t in takes if t.speaker in held_out]
+        rest = [t for t in takes if t.speaker not in held_out]
+        if not rest:
+            raise ValueError(f"test_speakers {sorted(held_out)} are all the speakers; leave at least one to train on")
+    generator = torch.Generator().manual_seed(seed)
+    val_ids: set[int] = set()
+    for digit in sorted({t.digit for t in rest}):
+        group = [i for i, t in enumerate(rest) if t.digit == digit]
+        k = math.floor(len(group) * val_fraction + 0.5)
+        val_ids.update(group[j] for j in torch.randperm(len(group), generator=generator)[:k].tolist())
+    train = [t for i, t in enumerate(rest) if i not in val_ids]
+    val = [t for i, t in enumerate(rest) if i in val_ids]
+    return train, val, test
+
+
+def download_fsdd(dataset_dir: str | Path, url: str = FSDD_URL, timeout: float = 60.0) -> Path:
+    r"""Download the FSDD release archive and extract its recordings to ``<dataset_dir>/recordings``.
+
+    The archive is fetched into a temporary folder inside ``dataset_dir``; only the ``recordings/*.wav``
+    members are written, into a staging folder that is renamed into place when complete.
+
+    Args:
+        dataset_dir (str or Path): the dataset folder, e.g. ``~/.cache/attnmm/fsdd``.
+        url (str, optional): the release archive (a ``.tar.gz``). (default: the v1.0.10 tag on GitHub)
+        timeout (float, optional): seconds to wait for the server. (default: ``60.0``)
+
+    Returns:
+        Path: the ``recordings`` folder.
+    """
+    target = Path(dataset_dir).expanduser() / "recordings"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".fsdd-download-", dir=target.parent) as tmp:
+        archive, staged = Path(tmp, "fsdd.tar.gz"), Path(tmp, "recordings")
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(archive, "wb") as out:
+            shutil.copyfileobj(response, out)
+        staged.mkdir()
+        count = 0
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                # only <top folder>/recordings/<take>.wav, written by base name: no archive path reaches the disk
+                top, *parts = PurePosixPath(member.name).parts or ("",)
+                if (
+                    member.isfile()
+                    and top not in ("", ".", "..", "/")
+                    and len(parts) == 2
+                    and parts[0] == "recordings"
+                    and _FILE_NAME.match(parts[1])
+                ):
+                    source = tar.extractfile(member)
+                    assert source is not None  # a regular file always has contents
+                    with source, open(staged / parts[1], "wb") as out:
+                        shutil.copyfileobj(source, out)
+                    count += 1
+        if count == 0:
+            raise RuntimeError(f"the archive at {url} holds no recordings/*.wav files")
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
+        os.rename(staged, target)
+    return target
+
+
+class FSDDDataModule(LightningDataModule):
+    r"""The Free Spoken Digit Dataset (Jakobovski et al.): 10 spoken digits, 8 kHz mono WAV.
+
+    Recordings ``{digit}_{speaker}_{index}.wav`` are read from ``<root>/fsdd/recordings``, ``root``
+    resolved by :func:`~attnmm.data.resolve_root` (``$ATTNMM_DATA``, then ``~/.cache/attnmm``). All clips
+    are decoded into memory in :meth:`setup` (the dataset is small). The label is the digit.
+
+    Splits (:func:`split_fsdd`): with ``test_speakers=None`` the dataset's own split, takes 0-4 of every
+    speaker are the test set; with a list of speakers, all of their takes are the test set and none is
+    trained or validated on. Validation takes ``val_fraction`` of the training takes, per digit,
+    deterministically given ``seed``.
+
+    Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
+    ``label`` (B,); :attr:`sample_rate` is 8000.
+
+    Args:
+        root (str or Path, optional): the base data folder holding ``fsdd/``. (default: :obj:`None`)
+        batch_size (int, optional): clips per batch. (default: ``32``)
+        num_workers (int, optional): DataLoader worker processes. (default: ``0``)
+        test_speakers (list[str], optional): speakers held out as the test set, e.g. ``["theo"]``.
+            (default: :obj:`None`, the dataset's own split)
+        val_fraction (float, optional): share of the training takes used for validation. (default: ``0.1``)
+        seed (int, optional): seed of the validation split. (default: ``0``)
+        download (bool, optional): download the release archive from GitHub when the recordings are
+            missing. (default: :obj:`True`)
+
+    Examples:
+        >>> dm = FSDDDataModule(root="/data", test_speakers=["theo"])
+        >>> dm
+        FSDDDataModule(root='/data/fsdd', split=test_speakers=['theo'], batch_size=32)
+        >>> dm.sample_rate, dm.num_classes
+        (8000, 10)
+    """
+
+    sample_rate: int = 8000
+    num_classes: int = len(CLASS_NAMES)
+    class_names: tuple[str, ...] = CLASS_NAMES
+
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        test_speakers: list[str] | None = None,
+        val_fraction: float = 0.1,
+        seed: int = 0,
+        download: bool = True,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1 or num_workers < 0:
+            raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        if test_speakers is not None and len(test_speakers) == 0:
+            raise ValueError("test_speakers is empty; pass None for the dataset's own split, or name speakers")
+        self.root = root
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.test_speakers = None if test_speakers is None else list(test_speakers)
+        self.val_fraction = val_fraction
+        self.seed = seed
+        self.download = download
+        self._takes: list[FSDDTake] | None = None
+        self._splits: dict[str, list[FSDDTake]] = {}
+        self.train_set: AudioClips | None = None
+        self.val_set: AudioClips | None = None
+        self.test_set: AudioClips | None = None
+
+    @property
+    def dataset_dir(self) -> Path:
+        r"""``<root>/fsdd``."""
+        return resolve_root(self.root, "fsdd")
+
+    def _recordings(self) -> Path:
+        recordings = self.dataset_dir / "recordings"
+        if recordings.is_dir() and any(recordings.glob("*.wav")):
+            return recordings
+        reason, cause = "download=False", None
+        if self.download:
+            try:
+                return download_fsdd(self.dataset_dir)
+            except Exception as err:  # no network, server error, bad archive: all end in the same advice
+                reason, cause = f"downloading {FSDD_URL} failed: {err}", err
+        raise FileNotFoundError(
+            f"Free Spoken Digit Dataset not found: no WAV files in {recordings} ({reason}). "
+            f"Put the recordings at {recordings}/*.wav (files {{digit}}_{{speaker}}_{{index}}.wav from the "
+            "recordings/ folder of https://github.com/Jakobovski/free-spoken-digit-dataset, tag v1.0.10), "
+            f"or point root= or the {DATA_ENV} environment variable at a folder that holds fsdd/recordings/ "
+            f"(e.g. export {DATA_ENV}=/path/to/data)."
+        ) from cause
+
+    def prepare_data(self) -> None:
+        self._recordings()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._takes is None:
+            self._takes = scan_fsdd(self._recordings())
+            train, val, test = split_fsdd(self._takes, self.test_speakers, self.val_fraction, self.seed)
+            self._splits = {"train": train, "val": val, "test": test}
+        if stage in (None, "fit", "validate") and self.train_set is None:
+            self.train_set, self.val_set = self._clips("train"), self._clips("val")
+        if stage in (None, "test", "predict") and self.test_set is None:
+            self.test_set = self._clips("test")
+
+    def _clips(self, split: str) -> AudioClips:
+        takes = self._splits[split]
+        return AudioClips([t.path for t in takes], [t.digit for t in takes], self.sample_rate, cache=True).load()
+
+    @property
+    def speakers(self) -> list[str]:
+        r"""The speakers found in the recordings (after :meth:`setup`)."""
+        if self._takes is None:
+            raise RuntimeError("speakers are known after setup(); call dm.setup() first")
+        return sorted({t.speaker for t in self._takes})
+
+    def train_dataloader(self) -> DataLoader:
+        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, shuffle=False)
+
+    def _split_name(self) -> str:
+        return "own" if self.test_speakers is None else f"test_speakers={self.test_speakers}"
+
+    def __repr__(self) -> str:
+        sizes = "".join(f", {k}={len(v)}" for k, v in self._splits.items())
+        return (
+            f"{type(self).__name__}(root={self.dataset_dir.as_posix()!r}, split={self._split_name()}, "
+            f"batch_size={self.batch_size}{sizes})"
+        )
+
+    def summary(self) -> str:
+        r"""A few lines on the data found and the split (complete after :meth:`setup`)."""
+        rule = (
+            f"takes 0-{_OWN_TEST_TAKES - 1} of every speaker are the test set (the dataset's own split)"
+            if self.test_speakers is None
+            else f"all takes of {', '.join(self.test_speakers)} are the test set"
+        )
+        lines = [
+            f"Free Spoken Digit Dataset at {self.dataset_dir / 'recordings'}",
+            f"  {self.sample_rate} Hz mono, {self.num_classes} classes (digits 0-9)",
+            f"  split: {rule}; validation {self.val_fraction:.0%} of training takes per digit, seed {self.seed}",
+        ]
+        if self._takes is not None:
+            lines.insert(2, f"  {len(self._takes)} recordings, speakers: {', '.join(self.speakers)}")
+            lines.append("  " + ", ".join(f"{k} {len(v)}" for k, v in self._splits.items()))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
