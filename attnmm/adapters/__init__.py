@@ -1,1 +1,8 @@
 """Adapters: turn a raw batch of one modality into tokens and the mask they attend under."""
+
+from attnmm.adapters._registry import get_adapter, list_adapters, register_adapter
+from attnmm.adapters.base import Adapter, Tokens
+from attnmm.adapters.speech import SpeechAdapter
+from attnmm.adapters.speech_stream import SpeechStream
+
+__all__ = ["Adapter", "SpeechAdapter", "SpeechStream", "Tokens", "get_adapter", "list_adapters", "register_adapter"]

@@ -1,1 +1,17 @@
 """The Lightning task modules, heads, metrics and callbacks shared by the recipes."""
+
+from attnmm.lightning.callbacks import AttentionMapLogger
+from attnmm.lightning.cli import RecipeCLI, write_metrics
+from attnmm.lightning.heads import PoolingClassifier, TokenClassifier
+from attnmm.lightning.schedule import warmup_cosine
+from attnmm.lightning.task import ClassificationTask
+
+__all__ = [
+    "AttentionMapLogger",
+    "ClassificationTask",
+    "PoolingClassifier",
+    "RecipeCLI",
+    "TokenClassifier",
+    "warmup_cosine",
+    "write_metrics",
+]

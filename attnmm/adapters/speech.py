@@ -1,0 +1,192 @@
+r"""The speech adapter: waveform -> log-mel -> convolutional subsampling -> frames under a mask."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torchaudio
+from torch import Tensor, nn
+
+from attnmm.adapters._registry import register_adapter
+from attnmm.adapters.base import Adapter, Tokens
+from attnmm.attention.positional import SinusoidalPE
+from attnmm.masks import Mask, Padding
+from attnmm.masks._checks import check_nonneg_int
+
+#: Each convolution of the subsampling: kernel 3 over time, stride 2, no padding.
+_KERNEL, _STRIDE = 3, 2
+
+
+@register_adapter("speech")
+class SpeechAdapter(Adapter):
+    r"""Speech front end of a truncated-attention encoder ("Conformer", Gulati et al., 2020;
+    "SpecAugment", Park et al., 2019).
+
+    .. math::
+        \mathbf{F} = \mathrm{LN}\big(\log(\mathrm{Mel}(\mathbf{w}) + 10^{-6})\big), \quad
+        \mathbf{X} = \mathbf{W}\, \mathrm{Conv}_{s2}(\mathrm{Conv}_{s2}(\mathbf{F})) + \mathrm{PE}, \quad
+        A = \mathrm{Padding}(\text{frames}) \cap A_{\text{mask}}
+
+    The log-mel frames (no centring), the per-frame LayerNorm and the two valid stride-2
+    convolutions all look only at a bounded span of samples, so the features of a stream computed
+    chunk by chunk equal those of the whole utterance (see :class:`~attnmm.adapters.SpeechStream`).
+    SpecAugment frequency and time masks are applied in training only.
+
+    Args:
+        d_model (int, optional): token width D. (default: :obj:`144`)
+        sample_rate (int, optional): sample rate of the waveforms in Hz. (default: :obj:`8000`)
+        n_mels (int, optional): mel bands. (default: :obj:`40`)
+        win_ms (float, optional): analysis window in milliseconds. (default: :obj:`25.0`)
+        hop_ms (float, optional): hop between mel frames in milliseconds; tokens are 4 hops
+            apart. (default: :obj:`10.0`)
+        channels (int, optional): channels of the subsampling convolutions. (default: :obj:`64`)
+        mask (Mask, optional): the frames' attention pattern, e.g. ``Window(16, 4)`` or
+            ``Chunk(8, 2)``, composed with the batch's :class:`~attnmm.masks.Padding`; ``None``
+            is full attention over the real frames. (default: :obj:`None`)
+        freq_mask (int, optional): SpecAugment maximum frequency-mask width (0: off).
+            (default: :obj:`8`)
+        time_mask (int, optional): SpecAugment maximum time-mask width in mel frames (0: off).
+            (default: :obj:`10`)
+        num_time_masks (int, optional): time masks per utterance. (default: :obj:`2`)
+        dropout (float, optional): dropout on the tokens. (default: :obj:`0.1`)
+
+    Shapes:
+        - **input:** a batch with ``waveform`` (B, T) and ``lengths`` (B,) in samples
+        - **output:** :class:`Tokens` with x (B, L, D), mask, lengths (B,) in frames
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.masks import Window
+        >>> adapter = SpeechAdapter(d_model=32, mask=Window(8, 2))
+        >>> tokens = adapter({"waveform": torch.randn(2, 8000), "lengths": torch.tensor([8000, 4000])})
+        >>> tokens.x.shape, tokens.lengths.tolist()
+        (torch.Size([2, 23, 32]), [23, 11])
+        >>> tokens.mask
+        Padding(lengths=[23, 11]) & Window(left=8, right=2)
+    """
+
+    def __init__(
+        self,
+        d_model: int = 144,
+        sample_rate: int = 8000,
+        n_mels: int = 40,
+        win_ms: float = 25.0,
+        hop_ms: float = 10.0,
+        channels: int = 64,
+        mask: Mask | None = None,
+        freq_mask: int = 8,
+        time_mask: int = 10,
+        num_time_masks: int = 2,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.out_dim = check_nonneg_int("d_model", d_model, minimum=1)
+        self.sample_rate = check_nonneg_int("sample_rate", sample_rate, minimum=1)
+        self.n_mels = check_nonneg_int("n_mels", n_mels, minimum=1)
+        self.win_length = round(sample_rate * win_ms / 1000)
+        self.hop_length = round(sample_rate * hop_ms / 1000)
+        if self.win_length < 1 or self.hop_length < 1:
+            raise ValueError(f"win_ms and hop_ms must span at least one sample, got {win_ms} and {hop_ms} ms")
+        if mask is not None and not isinstance(mask, Mask):
+            raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
+        self.mask = mask
+        self.melspec = torchaudio.transforms.MelSpectrogram(
+            sample_rate=sample_rate,
+            n_fft=self.win_length,
+            win_length=self.win_length,
+            hop_length=self.hop_length,
+            n_mels=n_mels,
+            center=False,
+        )
+        self.feature_norm = nn.LayerNorm(n_mels)
+        self.freq_masking = torchaudio.transforms.FrequencyMasking(freq_mask, iid_masks=True) if freq_mask else None
+        self.time_masking = torchaudio.transforms.TimeMasking(time_mask, iid_masks=True) if time_mask else None
+        self.num_time_masks = check_nonneg_int("num_time_masks", num_time_masks)
+        channels = check_nonneg_int("channels", channels, minimum=1)
+        self.subsample = nn.Sequential(
+            nn.Conv2d(1, channels, _KERNEL, _STRIDE),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, _KERNEL, _STRIDE),
+            nn.ReLU(),
+        )
+        freq_out = self._conv_len(self._conv_len(torch.tensor(n_mels)))
+        if int(freq_out) < 1:
+            raise ValueError(f"n_mels must be >= 7 for two stride-2 convolutions, got {n_mels}")
+        self.proj = nn.Linear(channels * int(freq_out), self.out_dim)
+        self.pos = SinusoidalPE(self.out_dim)
+        self.drop = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.feature_norm.reset_parameters()
+        for m in self.subsample:
+            if isinstance(m, nn.Conv2d):
+                m.reset_parameters()
+        self.proj.reset_parameters()
+
+    # ------------------------------------------------------------------ lengths
+
+    @staticmethod
+    def _conv_len(n: Tensor) -> Tensor:
+        return ((n - _KERNEL) // _STRIDE + 1).clamp(min=0)
+
+    def num_mel_frames(self, num_samples: Tensor) -> Tensor:
+        """Mel frames of ``num_samples`` samples (no centring: whole windows only)."""
+        return ((num_samples - self.win_length) // self.hop_length + 1).clamp(min=0)
+
+    def num_frames(self, num_samples: Tensor) -> Tensor:
+        """Output frames (tokens) of ``num_samples`` samples."""
+        return self._conv_len(self._conv_len(self.num_mel_frames(num_samples)))
+
+    # ------------------------------------------------------------------ the pipeline in pieces
+
+    def features(self, waveform: Tensor) -> Tensor:
+        """Normalised log-mel frames (B, T_mel, n_mels) of waveforms (B, T)."""
+        if waveform.size(-1) < self.win_length:
+            return waveform.new_zeros(waveform.size(0), 0, self.n_mels)
+        mel = self.melspec(waveform.float())  # (B, n_mels, T_mel)
+        return self.feature_norm(torch.log(mel + 1e-6).transpose(1, 2))  # (B, T_mel, n_mels)
+
+    def augment(self, feats: Tensor) -> Tensor:
+        """SpecAugment on (B, T_mel, n_mels) features (training only)."""
+        spec = feats.transpose(1, 2)  # (B, n_mels, T_mel)
+        if self.freq_masking is not None:
+            spec = self.freq_masking(spec)
+        if self.time_masking is not None and spec.size(-1) > 1:
+            for _ in range(self.num_time_masks):
+                spec = self.time_masking(spec)
+        return spec.transpose(1, 2)
+
+    def frames(self, feats: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Tokens (B, L, D) of mel features (B, T_mel, n_mels); ``positions`` offsets the encoding."""
+        if feats.size(1) < 2 * _STRIDE + _KERNEL:
+            n = int(self.num_frames_from_mel(feats.size(1)))
+            return feats.new_zeros(feats.size(0), n, self.out_dim)
+        h = self.subsample(feats.unsqueeze(1))  # (B, C, L, F')
+        h = self.proj(h.permute(0, 2, 1, 3).flatten(2))  # (B, L, D)
+        return self.drop(self.pos(h, positions))
+
+    def num_frames_from_mel(self, num_mel: int) -> int:
+        """Output frames of ``num_mel`` mel frames."""
+        return int(self._conv_len(self._conv_len(torch.tensor(num_mel))))
+
+    def forward(self, batch: dict[str, Any]) -> Tokens:
+        waveform, lengths = batch["waveform"], batch["lengths"]
+        if waveform.dim() != 2:
+            raise ValueError(f"waveform must be (B, T), got shape {tuple(waveform.shape)}")
+        feats = self.features(waveform)
+        if self.training:
+            feats = self.augment(feats)
+        x = self.frames(feats)  # (B, L, D)
+        frame_lengths = self.num_frames(lengths.to(x.device)).clamp(max=x.size(1))
+        mask: Mask = Padding(frame_lengths)
+        if self.mask is not None:
+            mask = mask & self.mask
+        return Tokens(x, mask, lengths=frame_lengths)
+
+    @classmethod
+    def example_batch(cls, batch_size: int = 2) -> dict[str, Tensor]:
+        lengths = torch.linspace(4000, 8000, batch_size).long()
+        label = torch.zeros(batch_size, dtype=torch.long)
+        return {"waveform": torch.randn(batch_size, 8000) * 0.1, "lengths": lengths, "label": label}

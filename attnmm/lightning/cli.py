@@ -1,0 +1,50 @@
+"""The LightningCLI of the recipes: fit ends by testing the best checkpoint and writing metrics.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.cli import LightningCLI
+
+
+def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
+    """Write the metrics dict as ``metrics.json`` in ``log_dir`` (atomically) and return its path."""
+    path = Path(log_dir) / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean = {k: float(v) for k, v in sorted(metrics.items())}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(clean, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+class RecipeCLI(LightningCLI):
+    """LightningCLI for the recipes (subcommands fit, validate, test, predict).
+
+    After ``fit`` it tests the best checkpoint (the last weights when no checkpoint was written,
+    e.g. under ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``,
+    ``test_loss``, ...) as ``metrics.json`` in the run's log directory; ``test`` writes them too.
+    """
+
+    def after_fit(self) -> None:
+        trainer = self.trainer
+        ckpt = "best" if trainer.checkpoint_callback is not None and getattr(
+            trainer.checkpoint_callback, "best_model_path", ""
+        ) else None
+        results = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+        self._write(results)
+
+    def after_test(self) -> None:
+        self._write([dict(self.trainer.callback_metrics)])
+
+    def _write(self, results: list[dict[str, Any]]) -> None:
+        if not self.trainer.is_global_zero:
+            return
+        merged: dict[str, Any] = {}
+        for r in results:
+            merged.update({k: v for k, v in r.items() if k.startswith("test")})
+        log_dir = self.trainer.log_dir or self.trainer.default_root_dir
+        path = write_metrics(merged, log_dir)
+        print(f"metrics written to {path}: {json.dumps({k: round(float(v), 4) for k, v in merged.items()})}")

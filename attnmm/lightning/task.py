@@ -1,0 +1,143 @@
+r"""The task LightningModule shared by every recipe: adapter -> encoder -> head, one shared step."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from attnmm.adapters.base import Adapter, Tokens
+from attnmm.lightning.schedule import warmup_cosine
+from attnmm.masks._checks import check_nonneg_int
+
+Stage = Literal["train", "val", "test"]
+IGNORE_INDEX = -100
+
+
+class ClassificationTask(L.LightningModule):
+    r"""Classification with a masked-attention encoder: :math:`\hat{y} = \mathrm{head}(\mathrm{encoder}(
+    \mathbf{X}; A))` with :math:`(\mathbf{X}, A) = \mathrm{adapter}(\text{batch})`.
+
+    The adapter, encoder and head are injected (LightningCLI picks them by ``class_path``), so one
+    task serves speech, image, text and graph recipes. Targets are ``batch[target_key]``: (B,) for
+    one label per item, (B, L) or (N,) for one per token or node, where ``-100`` marks tokens to
+    ignore. Loss: cross-entropy; metric: accuracy (torchmetrics), both logged as ``{stage}_loss`` and
+    ``{stage}_acc``. Optimiser: AdamW with linear warm-up and cosine decay over the run.
+
+    Args:
+        adapter (Adapter): raw batch -> :class:`~attnmm.adapters.Tokens`.
+        encoder (nn.Module): ``encoder(x, mask) -> h``, e.g. :class:`~attnmm.attention.Encoder`.
+        head (nn.Module): ``head(h, tokens) -> logits``.
+        num_classes (int): number of classes C.
+        lr (float, optional): peak learning rate. (default: :obj:`1e-3`)
+        weight_decay (float, optional): AdamW weight decay. (default: :obj:`0.01`)
+        warmup_fraction (float, optional): share of the steps spent warming up. (default: :obj:`0.05`)
+        min_lr_ratio (float, optional): final learning rate as a share of ``lr``. (default: :obj:`0.0`)
+        label_smoothing (float, optional): cross-entropy label smoothing. (default: :obj:`0.0`)
+        target_key (str, optional): key of the targets in the batch. (default: :obj:`"label"`)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.adapters import SpeechAdapter
+        >>> from attnmm.attention import Encoder
+        >>> from attnmm.lightning import ClassificationTask, PoolingClassifier
+        >>> task = ClassificationTask(SpeechAdapter(d_model=32), Encoder(32, 4, 1, 64), PoolingClassifier(32, 10), 10)
+        >>> task(SpeechAdapter.example_batch(2)).shape
+        torch.Size([2, 10])
+    """
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        encoder: nn.Module,
+        head: nn.Module,
+        num_classes: int,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_fraction: float = 0.05,
+        min_lr_ratio: float = 0.0,
+        label_smoothing: float = 0.0,
+        target_key: str = "label",
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.adapter = adapter
+        self.encoder = encoder
+        self.head = head
+        self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=2)
+        if not 0.0 <= warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+        self.lr, self.weight_decay = lr, weight_decay
+        self.warmup_fraction, self.min_lr_ratio = warmup_fraction, min_lr_ratio
+        self.label_smoothing, self.target_key = label_smoothing, target_key
+        self.accuracy = nn.ModuleDict(
+            {
+                f"{stage}_acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
+                for stage in ("train", "val", "test")
+            }
+        )
+
+    def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
+        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""
+        tokens = self.adapter(batch)
+        if return_weights:
+            h, weights = self.encoder(tokens.x, tokens.mask, return_weights=True)
+            return h, tokens, weights
+        return self.encoder(tokens.x, tokens.mask), tokens, None
+
+    def forward(self, batch: Any) -> Tensor:
+        h, tokens, _ = self.encode(batch)
+        return self.head(h, tokens)
+
+    def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
+        logits = self(batch)
+        target = batch[self.target_key]
+        if logits.dim() == 3 and target.dim() == 2 and target.size(1) != logits.size(1):
+            raise ValueError(f"per-token targets {tuple(target.shape)} do not match logits {tuple(logits.shape)}")
+        flat_logits, flat_target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
+        mask_key = f"{stage}_mask"
+        if (isinstance(batch, dict) and mask_key in batch) or hasattr(batch, mask_key):
+            keep = batch[mask_key].reshape(-1)
+            flat_logits, flat_target = flat_logits[keep], flat_target[keep]
+        loss = F.cross_entropy(
+            flat_logits.float(), flat_target, ignore_index=IGNORE_INDEX, label_smoothing=self.label_smoothing
+        )
+        acc = self.accuracy[f"{stage}_acc"]
+        acc(flat_logits.detach(), flat_target)
+        n = int((flat_target != IGNORE_INDEX).sum())
+        on_step = stage == "train"
+        self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
+        self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        return loss
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self(batch).argmax(-1)
+
+    def configure_optimizers(self) -> Any:
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if p.requires_grad:
+                (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.lr,
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = max(1, int(self.warmup_fraction * total))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, warmup, total, self.min_lr_ratio)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
