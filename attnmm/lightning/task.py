@@ -2,6 +2,8 @@ r"""The task LightningModule shared by every recipe: adapter -> encoder -> head,
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Any, Literal
 
 import lightning as L
@@ -64,7 +66,7 @@ class ClassificationTask(L.LightningModule):
         target_key: str = "label",
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(logger=False)
+        self._save_config()
         self.adapter = adapter
         self.encoder = encoder
         self.head = head
@@ -80,6 +82,20 @@ class ClassificationTask(L.LightningModule):
                 for stage in ("train", "val", "test")
             }
         )
+
+    def _save_config(self) -> None:
+        """Save the constructor arguments as hyperparameters, keeping only configs, never modules.
+
+        Under LightningCLI the injected parts arrive as ``class_path`` configs, so
+        ``load_from_checkpoint(path)`` rebuilds them; built in Python they are modules, which the
+        state dict already holds: pass them again to ``load_from_checkpoint``.
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`")
+            self.save_hyperparameters(logger=False, frame=inspect.currentframe().f_back)  # type: ignore[union-attr]
+        for store in (self._hparams, self._hparams_initial):
+            for key in [k for k, v in store.items() if isinstance(v, nn.Module)]:
+                del store[key]
 
     def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
         """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""

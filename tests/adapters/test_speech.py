@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnmm.adapters import SpeechAdapter
+from attnmm.attention import Encoder
+from attnmm.masks import Chunk, Intersection, Padding, Window
+
+
+def batch(lengths: list[int], seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    wave = torch.randn(len(lengths), max(lengths), generator=g) * 0.1
+    for i, n in enumerate(lengths):
+        wave[i, n:] = 0
+    return {"waveform": wave, "lengths": torch.tensor(lengths), "label": torch.zeros(len(lengths), dtype=torch.long)}
+
+
+def test_frame_counts_and_mask() -> None:
+    adapter = SpeechAdapter(d_model=16, mask=Window(4, 1)).eval()
+    lengths = [8000, 3000, 1200, 100]
+    tokens = adapter(batch(lengths))
+    expected = [int(adapter.num_frames(torch.tensor(n))) for n in lengths]
+    assert tokens.lengths is not None and tokens.lengths.tolist() == expected
+    assert expected[-1] == 0  # shorter than one window: no frames, an empty allowed set
+    assert tokens.x.shape == (4, expected[0], 16)
+    assert isinstance(tokens.mask, Intersection) and tokens.mask.structure.kind == "band"
+    # 8 kHz, 10 ms hop, two stride-2 convolutions: ~25 tokens per second
+    assert expected[0] == 23
+
+
+def test_padding_does_not_change_real_frames() -> None:
+    # an item's encoder output is the same alone or in a padded batch
+    adapter = SpeechAdapter(d_model=16, mask=Window(4, 1)).eval()
+    encoder = Encoder(16, 2, 2, 32, dropout=0.0).eval()
+    b = batch([8000, 3000])
+    tokens = adapter(b)
+    h = encoder(tokens.x, tokens.mask)
+    alone = adapter({"waveform": b["waveform"][1:, :3000], "lengths": torch.tensor([3000])})
+    h1 = encoder(alone.x, alone.mask)
+    n = int(alone.lengths[0])  # type: ignore[index]
+    torch.testing.assert_close(h[1, :n], h1[0, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_specaugment_only_in_training() -> None:
+    adapter = SpeechAdapter(d_model=16, freq_mask=10, time_mask=20)
+    b = batch([8000, 8000])
+    adapter.eval()
+    torch.testing.assert_close(adapter(b).x, adapter(b).x)
+    adapter.train()
+    torch.manual_seed(0)
+    masked = adapter.augment(adapter.features(b["waveform"]))
+    assert (masked == 0).any()
+    adapter_off = SpeechAdapter(d_model=16, freq_mask=0, time_mask=0, dropout=0.0).train()
+    torch.testing.assert_close(adapter_off(b).x, adapter_off(b).x)
+
+
+def test_no_mask_is_padding_only() -> None:
+    tokens = SpeechAdapter(d_model=8).eval()(batch([4000, 2000]))
+    assert isinstance(tokens.mask, Padding)
+
+
+def test_sample_rate_sets_window() -> None:
+    a = SpeechAdapter(d_model=8, sample_rate=16000)
+    assert (a.win_length, a.hop_length) == (400, 160)
+
+
+def test_errors() -> None:
+    with pytest.raises(TypeError, match="mask must be an attnmm Mask or None, got str"):
+        SpeechAdapter(mask="window")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_mels must be >= 7"):
+        SpeechAdapter(n_mels=6)
+    with pytest.raises(ValueError, match=r"waveform must be \(B, T\), got shape \(8000,\)"):
+        SpeechAdapter()({"waveform": torch.randn(8000), "lengths": torch.tensor([8000])})
+    with pytest.raises(ValueError, match="d_model must be an int >= 1, got 0"):
+        SpeechAdapter(d_model=0)
+    assert Chunk(4, 1)  # keep the import used

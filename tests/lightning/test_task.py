@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from attnmm.adapters import SpeechAdapter
+from attnmm.attention import Encoder
+from attnmm.lightning import ClassificationTask, PoolingClassifier, TokenClassifier, warmup_cosine
+from attnmm.lightning.heads import masked_mean
+from attnmm.masks import Window
+
+
+class ToyAudio(L.LightningDataModule):
+    """Two classes: quiet noise vs a loud tone."""
+
+    def __init__(self, n: int = 32) -> None:
+        super().__init__()
+        t = torch.arange(4000) / 8000
+        items = []
+        for i in range(n):
+            label = i % 2
+            wave = torch.sin(2 * torch.pi * 440 * t) if label else torch.randn(4000) * 0.01
+            items.append({"waveform": wave, "lengths": torch.tensor(4000), "label": torch.tensor(label)})
+        self.items = items
+
+    def _loader(self) -> DataLoader:
+        return DataLoader(self.items, batch_size=8)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader()
+
+
+def make_task() -> ClassificationTask:
+    return ClassificationTask(
+        SpeechAdapter(d_model=16, channels=4, mask=Window(4, 1)),
+        Encoder(16, 2, 1, 32, dropout=0.0),
+        PoolingClassifier(16, 2),
+        num_classes=2,
+        lr=3e-3,
+    )
+
+
+def test_fit_learns_and_logs(tmp_path) -> None:
+    torch.manual_seed(0)
+    task = make_task()
+    trainer = L.Trainer(
+        max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        default_root_dir=tmp_path, enable_model_summary=False,
+    )
+    trainer.fit(task, datamodule=ToyAudio())
+    (res,) = trainer.test(task, datamodule=ToyAudio(), verbose=False)
+    assert set(res) >= {"test_acc", "test_loss"}
+    assert res["test_acc"] == 1.0
+
+
+def test_checkpoint_round_trip(tmp_path) -> None:
+    task = make_task()
+    trainer = L.Trainer(max_steps=1, logger=False, default_root_dir=tmp_path, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=1)
+    trainer.fit(task, datamodule=ToyAudio(8))
+    path = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(path)
+    fresh = make_task()
+    loaded = ClassificationTask.load_from_checkpoint(
+        path, adapter=fresh.adapter, encoder=fresh.encoder, head=fresh.head, weights_only=True
+    )
+    batch = SpeechAdapter.example_batch(2)
+    task.eval(), loaded.eval()
+    torch.testing.assert_close(loaded(batch), task(batch))
+
+
+def test_warmup_cosine() -> None:
+    values = [warmup_cosine(s, 10, 100) for s in range(101)]
+    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
+    assert max(values) == pytest.approx(1.0) and values[-1] == pytest.approx(0.0)
+    assert all(a >= b for a, b in zip(values[10:], values[11:]))
+    assert warmup_cosine(100, 10, 100, min_ratio=0.1) == pytest.approx(0.1)
+
+
+def test_heads() -> None:
+    x = torch.tensor([[[1.0], [3.0], [100.0]], [[2.0], [4.0], [6.0]]])
+    torch.testing.assert_close(masked_mean(x, torch.tensor([2, 3])), torch.tensor([[2.0], [4.0]]))
+    torch.testing.assert_close(masked_mean(x, torch.tensor([0, 3])), torch.tensor([[0.0], [4.0]]))
+    assert TokenClassifier(1, 3)(x).shape == (2, 3, 3)
+    with pytest.raises(ValueError, match="pooling must be 'mean' or 'max', got 'sum'"):
+        PoolingClassifier(4, 2, pooling="sum")  # type: ignore[arg-type]
+
+
+def test_per_token_targets_with_ignore_index() -> None:
+    from attnmm.adapters import Tokens
+
+    class Ident(torch.nn.Module):
+        def forward(self, batch):  # noqa: ANN001, ANN201
+            return Tokens(batch["x"])
+
+    task = ClassificationTask(Ident(), torch.nn.Identity(), TokenClassifier(4, 3), 3)  # type: ignore[arg-type]
+    task.encoder = torch.nn.Module()
+    task.encoder.forward = lambda x, mask=None: x  # type: ignore[method-assign]
+    batch = {"x": torch.randn(2, 5, 4), "label": torch.tensor([[0, 1, 2, -100, -100], [1, 1, 1, 1, -100]])}
+    logits = task(batch)
+    assert logits.shape == (2, 5, 3)
