@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import itertools
+
 import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from attnmm.adapters import SpeechAdapter
+from attnmm.adapters import Adapter, SpeechAdapter, Tokens
 from attnmm.attention import Encoder
 from attnmm.lightning import ClassificationTask, PoolingClassifier, TokenClassifier, warmup_cosine
 from attnmm.lightning.heads import masked_mean
@@ -81,7 +83,7 @@ def test_warmup_cosine() -> None:
     values = [warmup_cosine(s, 10, 100) for s in range(101)]
     assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
     assert max(values) == pytest.approx(1.0) and values[-1] == pytest.approx(0.0)
-    assert all(a >= b for a, b in zip(values[10:], values[11:]))
+    assert all(a >= b for a, b in itertools.pairwise(values[10:]))
     assert warmup_cosine(100, 10, 100, min_ratio=0.1) == pytest.approx(0.1)
 
 
@@ -94,16 +96,21 @@ def test_heads() -> None:
         PoolingClassifier(4, 2, pooling="sum")  # type: ignore[arg-type]
 
 
+class ToyTokens(Adapter):
+    """A toy adapter defined in the test: the batch's features, full attention."""
+
+    out_dim = 4
+
+    def forward(self, batch: dict) -> Tokens:
+        return Tokens(batch["x"], None, lengths=torch.tensor([3, 4]))
+
+
 def test_per_token_targets_with_ignore_index() -> None:
-    from attnmm.adapters import Tokens
-
-    class Ident(torch.nn.Module):
-        def forward(self, batch):  # noqa: ANN001, ANN201
-            return Tokens(batch["x"])
-
-    task = ClassificationTask(Ident(), torch.nn.Identity(), TokenClassifier(4, 3), 3)  # type: ignore[arg-type]
-    task.encoder = torch.nn.Module()
-    task.encoder.forward = lambda x, mask=None: x  # type: ignore[method-assign]
+    task = ClassificationTask(ToyTokens(), Encoder(4, 1, 1, 8, dropout=0.0), TokenClassifier(4, 3), 3)
     batch = {"x": torch.randn(2, 5, 4), "label": torch.tensor([[0, 1, 2, -100, -100], [1, 1, 1, 1, -100]])}
     logits = task(batch)
     assert logits.shape == (2, 5, 3)
+    keep = batch["label"] != -100
+    expected = torch.nn.functional.cross_entropy(logits[keep], batch["label"][keep])
+    task.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    torch.testing.assert_close(task._shared_step(batch, "val"), expected)
