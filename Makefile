@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # torch/torchvision/torchaudio versions known to work together (the cap of the build machines)
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1 torchaudio==2.11.0
 
-.PHONY: test lint typecheck bench clean
+.PHONY: test lint typecheck bench demo clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,3 +27,8 @@ bench: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+
+# The main job: train the speech recipe's default config end to end (data: $ATTNMM_DATA, else
+# ../shared/data when present, else ~/.cache/attnmm, downloaded on first use).
+demo: $(VENV)/.installed
+	ATTNMM_DATA="$${ATTNMM_DATA:-$$(cd ../shared/data 2>/dev/null && pwd)}" $(PY) recipes/speech_truncated.py fit
