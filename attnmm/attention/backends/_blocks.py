@@ -71,11 +71,12 @@ class BandGeometry:
         """Keys kept per sequence: every key a real query can see."""
         return min(self.S, self.nbp * self.T - self.left)
 
-    def pad_queries(self, x: Tensor) -> Tensor:
-        """(B, H, L, E) -> query blocks (B*H*nbp, T, E), zero past L."""
+    def pad_queries(self, x: Tensor, scale: float = 1.0) -> Tensor:
+        """(B, H, L, E) -> query blocks (B*H*nbp, T, E) times ``scale``, zero past L."""
         BH, E = self.B * self.H, x.size(-1)
-        out = x.new_zeros(BH, self.nbp * self.T, E)
-        out[:, : self.L] = x.reshape(BH, self.L, E)
+        out = x.new_empty(BH, self.nbp * self.T, E)
+        torch.mul(x.reshape(BH, self.L, E), scale, out=out[:, : self.L])
+        out[:, self.L :] = 0
         return out.view(BH * self.nbp, self.T, E)
 
     def unpad_queries(self, x: Tensor) -> Tensor:
@@ -84,10 +85,13 @@ class BandGeometry:
 
     def pad_keys(self, x: Tensor) -> Tensor:
         """(B, H, S, E) -> flat key buffer ((B*H*nbp + c) * T, E), key j of a sequence at row j + left."""
-        BH, E, n = self.B * self.H, x.size(-1), self.stored_keys
-        flat = x.new_zeros((BH * self.nbp + self.c) * self.T, E)
+        BH, E, n, left = self.B * self.H, x.size(-1), self.stored_keys, self.left
+        flat = x.new_empty((BH * self.nbp + self.c) * self.T, E)
+        flat[BH * self.nbp * self.T :] = 0
         seqs = flat[: BH * self.nbp * self.T].view(BH, self.nbp * self.T, E)
-        seqs[:, self.left : self.left + n] = x.reshape(BH, self.S, E)[:, :n]
+        seqs[:, :left] = 0
+        seqs[:, left : left + n] = x.reshape(BH, self.S, E)[:, :n]
+        seqs[:, left + n :] = 0
         return flat
 
     def windows(self, flat: Tensor) -> Tensor:
@@ -95,18 +99,26 @@ class BandGeometry:
         E = flat.size(-1)
         return flat.as_strided((self.B * self.H * self.nbp, self.W, E), (self.T * E, E, 1))
 
-    def fold_products(self, x: Tensor, y: Tensor) -> Tensor:
-        r"""Key gradients :math:`\sum_n X_n^\top Y_n` scattered back from the windows: x (B*H*nbp, T, W)
-        (slots of each window), y (B*H*nbp, T, E) -> (B, H, S, E). The adjoint of :meth:`windows`
-        after :meth:`pad_keys`, accumulated with one ``baddbmm`` per T-wide slice of the window."""
-        BH, E, T, n = self.B * self.H, y.size(-1), self.T, self.stored_keys
-        nblk = BH * self.nbp
-        flat = y.new_zeros(nblk + self.c, T, E)
+    def new_key_grad(self, like: Tensor, dim: int) -> Tensor:
+        """A zero flat key-gradient buffer (B*H*nbp + c, T, dim) for :meth:`accumulate_keys`."""
+        return like.new_zeros(self.B * self.H * self.nbp + self.c, self.T, dim)
+
+    def accumulate_keys(self, flat: Tensor, g0: int, x: Tensor, y: Tensor) -> None:
+        r"""Add :math:`X_g^\top Y_g` of the global blocks ``g0, g0 + 1, ...`` onto the keys their windows
+        cover: x (G, T, W) (slots of each window), y (G, T, E), flat (B*H*nbp + c, T, E). The adjoint of
+        :meth:`windows`, with one ``baddbmm`` per T-wide slice of the window."""
+        T, G = self.T, x.size(0)
         for r in range(1 + self.c):
-            part = x[:, :, r * T : (r + 1) * T].transpose(1, 2)  # (nblk, T keys, T queries)
-            flat[r : r + nblk].baddbmm_(part, y)
-        seqs = flat[:nblk].view(BH, self.nbp * T, E)
-        out = y.new_zeros(BH, self.S, E)
+            part = x[:, :, r * T : (r + 1) * T].transpose(1, 2)  # (G, T keys, T queries)
+            flat[g0 + r : g0 + r + G].baddbmm_(part, y)
+
+    def unpad_keys(self, flat: Tensor) -> Tensor:
+        """Flat key buffer (B*H*nbp + c, T, E) -> (B, H, S, E), the adjoint of :meth:`pad_keys`."""
+        BH, E, n = self.B * self.H, flat.size(-1), self.stored_keys
+        seqs = flat[: BH * self.nbp].view(BH, self.nbp * self.T, E)
+        if n == self.S:  # a strided view, no copy
+            return seqs[:, self.left : self.left + n].unflatten(0, (self.B, self.H))
+        out = flat.new_zeros(BH, self.S, E)
         out[:, :n] = seqs[:, self.left : self.left + n]
         return out.view(self.B, self.H, self.S, E)
 
@@ -116,6 +128,11 @@ class BandGeometry:
         i = n + torch.arange(self.T, device=device).view(1, -1, 1)
         j = n - self.left + torch.arange(self.W, device=device).view(1, 1, -1)
         return i, j
+
+    def chunks(self, elements: int = 1 << 21) -> list[tuple[int, int]]:
+        """Ranges of global blocks (over B*H*nbp) of about ``elements`` scores each."""
+        total, step = self.B * self.H * self.nbp, max(1, elements // (self.T * self.W))
+        return [(g, min(g + step, total)) for g in range(0, total, step)]
 
     def slot(self, row: Tensor, col: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Block, row-in-block and window column of the pairs (row, col)."""

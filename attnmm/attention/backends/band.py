@@ -55,11 +55,20 @@ class BandBackend(Backend):
         left, right = mask.structure.left, mask.structure.right
         assert left is not None and right is not None
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
-        blocked = _blocked(mask, geo, problem.batch_size, q.device)  # (B or 1, 1, nbp, T, W)
+        start, end = _ranges(mask, geo, problem.batch_size, q.device)  # (B or 1, nbp, T)
         bias = _band_bias(problem, geo, compute) if problem.bias is not None else None
         out, weights = _BandAttention.apply(
-            q.to(compute), k.to(compute), v.to(compute), bias, blocked, geo,
-            problem.scale, problem.score, problem.dropout_p,
+            q.to(compute),
+            k.to(compute),
+            v.to(compute),
+            bias,
+            start,
+            end,
+            geo,
+            problem.scale,
+            problem.score,
+            problem.dropout_p,
+            problem.return_weights,
         )
         out = out.to(v.dtype)
         if not problem.return_weights:
@@ -67,26 +76,31 @@ class BandBackend(Backend):
         wp = problem.weight_pairs()
         b = wp.batch if wp.batch is not None else torch.zeros_like(wp.row)
         n, t, w = geo.slot(wp.row, wp.col)
+        weights = weights.view(geo.B, geo.H, geo.nbp, geo.T, geo.W)
         values = weights.permute(0, 2, 3, 4, 1)[b, n, t, w]  # (P, H)
         return out, values.to(q.dtype)
 
 
-def _blocked(mask: IntervalMask, geo: BandGeometry, batch_size: int | None, device: torch.device) -> Tensor:
-    """Which slots of the band layout are not allowed pairs, (B or 1, 1, nbp, T, W) bool."""
-    i, j = geo.positions(device)
+def _ranges(
+    mask: IntervalMask, geo: BandGeometry, batch_size: int | None, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Allowed key range ``[start, end)`` of every query slot, each (B or 1, nbp, T); empty for the
+    padding queries past L."""
+    i, _ = geo.positions(device)
+    i = i.squeeze(-1)  # (nbp, T)
     if batch_size is None:
         b = torch.zeros((), dtype=torch.long, device=device)
     else:
-        b = torch.arange(batch_size, device=device).view(-1, 1, 1, 1)
+        b = torch.arange(batch_size, device=device).view(-1, 1, 1)
     start, end = mask.interval(b, i)
-    start = start.clamp(0, geo.S)
-    end = torch.where(i < geo.L, end.clamp(0, geo.S), start)  # padded queries see nothing
-    blocked = (j < start) | (j >= end)
-    return blocked.view(-1, 1, geo.nbp, geo.T, geo.W)
+    shape = torch.broadcast_shapes(start.shape, end.shape, i.shape, b.shape)
+    start = start.expand(shape).clamp(0, geo.S)
+    end = torch.where(i < geo.L, end.expand(shape).clamp(0, geo.S), start)
+    return start.reshape(-1, geo.nbp, geo.T), end.reshape(-1, geo.nbp, geo.T)
 
 
 def _band_bias(problem: Problem, geo: BandGeometry, dtype: torch.dtype) -> Tensor:
-    """Scatter the per-pair bias (P, H) into the band layout (B or 1, H, nbp, T, W), zero elsewhere."""
+    """Scatter the per-pair bias (P, H) into the band layout (B*H*nbp, T, W), zero elsewhere."""
     pairs = problem.pairs()
     assert problem.bias is not None
     nbat = pairs.batch_size or 1 if pairs.batch is not None else 1
@@ -94,12 +108,40 @@ def _band_bias(problem: Problem, geo: BandGeometry, dtype: torch.dtype) -> Tenso
     n, t, w = geo.slot(pairs.row, pairs.col)
     dense = problem.bias.new_zeros(nbat, geo.nbp, geo.T, geo.W, geo.H, dtype=dtype)
     dense = dense.index_put((b, n, t, w), problem.bias.to(dtype))
-    return dense.permute(0, 4, 1, 2, 3)  # (B or 1, H, nbp, T, W)
+    dense = dense.permute(0, 4, 1, 2, 3).expand(geo.B, geo.H, geo.nbp, geo.T, geo.W)
+    return dense.reshape(-1, geo.T, geo.W)  # (B*H*nbp, T, W)
+
+
+class _Chunk:
+    """The scores and weights of the global blocks ``g0:g1`` (forward, and again in backward)."""
+
+    def __init__(self, geo: BandGeometry, g0: int, g1: int, start: Tensor, end: Tensor) -> None:
+        g = torch.arange(g0, g1, device=start.device)
+        n = g % geo.nbp
+        b = g // (geo.H * geo.nbp) if start.size(0) > 1 else torch.zeros_like(g)
+        j = (n * geo.T - geo.left).view(-1, 1, 1) + torch.arange(geo.W, device=g.device).view(1, 1, -1)
+        self.blocked = (j < start[b, n].unsqueeze(-1)) | (j >= end[b, n].unsqueeze(-1))  # (G, T, W)
+        self.g0, self.g1 = g0, g1
+
+    def weights(self, qb: Tensor, kwin: Tensor, bias: Tensor | None, score: str) -> tuple[Tensor, Tensor | None]:
+        """Attention weights (G, T, W) before dropout, and for ReLU scores the row sizes (G, T, 1)."""
+        g0, g1, blocked = self.g0, self.g1, self.blocked
+        s = torch.bmm(qb[g0:g1], kwin[g0:g1].transpose(1, 2))  # (G, T, W); qb is pre-scaled
+        if bias is not None:
+            s = s.add_(bias[g0:g1])
+        if score == "softmax":
+            # the lowest finite value (not -inf) keeps empty rows finite; they are zeroed after
+            s = s.masked_fill_(blocked, torch.finfo(s.dtype).min)
+            return torch.softmax(s, dim=-1).masked_fill_(blocked, 0.0), None
+        count = (~blocked).sum(-1, keepdim=True).clamp_min(1).to(s.dtype)
+        return s.masked_fill_(blocked, 0.0).relu_().div_(count), count
 
 
 class _BandAttention(torch.autograd.Function):
-    """Blocked band attention; q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev), bias in the band
-    layout or None -> out (B, H, L, Ev), weights after dropout in the band layout (B, H, nbp, T, W)."""
+    """Blocked band attention, computed chunk by chunk and recomputed in backward (nothing of size
+    L * w is kept unless dropout or returned weights need it); q (B, H, L, E), k (B, H, S, E),
+    v (B, H, S, Ev), bias (B*H*nbp, T, W) or None, allowed ranges start/end (B or 1, nbp, T) ->
+    out (B, H, L, Ev) and the weights after dropout (B*H*nbp, T, W) (empty unless asked for)."""
 
     @staticmethod
     def forward(
@@ -108,67 +150,69 @@ class _BandAttention(torch.autograd.Function):
         k: Tensor,
         v: Tensor,
         bias: Tensor | None,
-        blocked: Tensor,
+        start: Tensor,
+        end: Tensor,
         geo: BandGeometry,
         scale: float,
         score: str,
         dropout_p: float,
+        need_weights: bool,
     ) -> tuple[Tensor, Tensor]:
-        B, H, nbp, T, W = geo.B, geo.H, geo.nbp, geo.T, geo.W
-        qb = geo.pad_queries(q * scale)  # (B*H*nbp, T, E), pre-scaled
+        qb = geo.pad_queries(q, scale)  # (B*H*nbp, T, E), pre-scaled
         kf, vf = geo.pad_keys(k), geo.pad_keys(v)  # ((B*H*nbp + c) * T, E)
-        s = torch.bmm(qb, geo.windows(kf).transpose(1, 2)).view(B, H, nbp, T, W)
-        if bias is not None:
-            s = s.add_(bias)
-        count = None
-        if score == "softmax":
-            # the lowest finite value (not -inf) keeps empty rows finite; they are zeroed after
-            s = s.masked_fill_(blocked, torch.finfo(s.dtype).min)
-            a = torch.softmax(s, dim=-1).masked_fill_(blocked, 0.0)
-        else:
-            count = (~blocked).sum(-1, keepdim=True).clamp_min(1).to(s.dtype)  # (B or 1, 1, nbp, T, 1)
-            a = s.masked_fill_(blocked, 0.0).relu_().div_(count)
-        del s
-        keep = None
-        weights = a
-        if dropout_p > 0:
-            keep = torch.rand_like(a) >= dropout_p
-            weights = a * keep / (1.0 - dropout_p)
-        out = torch.bmm(weights.view(-1, T, W), geo.windows(vf))  # (B*H*nbp, T, Ev)
+        kwin, vwin = geo.windows(kf), geo.windows(vf)  # (B*H*nbp, W, E) views
+        out = qb.new_empty(qb.size(0), geo.T, v.size(-1))  # (B*H*nbp, T, Ev)
+        nblk = qb.size(0)
+        keep = torch.empty(nblk, geo.T, geo.W, dtype=torch.bool, device=q.device) if dropout_p > 0 else None
+        weights = qb.new_empty(nblk, geo.T, geo.W) if need_weights else qb.new_empty(0)
+        for g0, g1 in geo.chunks():
+            chunk = _Chunk(geo, g0, g1, start, end)
+            a, _ = chunk.weights(qb, kwin, bias, score)
+            if keep is not None:
+                keep[g0:g1] = torch.rand_like(a) >= dropout_p
+                a = a.mul_(keep[g0:g1]).div_(1.0 - dropout_p)
+            torch.bmm(a, vwin[g0:g1], out=out[g0:g1])
+            if need_weights:
+                weights[g0:g1] = a
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(qb, kf, vf, a, keep, count)
+        ctx.save_for_backward(qb, kf, vf, bias, start, end, keep)
         ctx.geo, ctx.scale, ctx.score, ctx.dropout_p = geo, scale, score, dropout_p
-        ctx.bias_batch = None if bias is None else bias.size(0)
         return geo.unpad_queries(out).contiguous(), weights
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
-        qb, kf, vf, a, keep, count = ctx.saved_tensors
+        qb, kf, vf, bias, start, end, keep = ctx.saved_tensors
         geo: BandGeometry = ctx.geo
-        p, T, W = ctx.dropout_p, geo.T, geo.W
-        weights = a if keep is None else a * keep / (1.0 - p)
+        p = ctx.dropout_p
+        kwin, vwin = geo.windows(kf), geo.windows(vf)
         if d_out is None:
             d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
         dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
-        d_a = torch.bmm(dob, geo.windows(vf).transpose(1, 2)).view_as(a)  # dL/d weights
-        if d_weights is not None:
-            d_a = d_a + d_weights
-        if keep is not None:
-            d_a = d_a * keep / (1.0 - p)
-        if ctx.score == "softmax":
-            d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
-        else:
-            d_s = torch.where(a > 0, d_a / count, torch.zeros_like(d_a))
-        d_bias = None
-        if ctx.bias_batch is not None and ctx.needs_input_grad[3]:
-            d_bias = d_s.sum(0, keepdim=True) if ctx.bias_batch == 1 and geo.B > 1 else d_s
-        d_s = d_s.view(-1, T, W)  # (B*H*nbp, T, W)
-        d_q = d_k = d_v = None
-        if ctx.needs_input_grad[0]:
-            d_q = geo.unpad_queries(torch.bmm(d_s, geo.windows(kf)).mul_(ctx.scale))
-        if ctx.needs_input_grad[1]:
-            d_k = geo.fold_products(d_s, qb)
-        if ctx.needs_input_grad[2]:
-            d_v = geo.fold_products(weights.view(-1, T, W), dob)
-        return d_q, d_k, d_v, d_bias, None, None, None, None, None
+        want_bias = bias is not None and ctx.needs_input_grad[3]
+        d_bias = torch.empty_like(bias) if want_bias else None
+        d_qb = torch.empty_like(qb)
+        d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
+        for g0, g1 in geo.chunks():
+            chunk = _Chunk(geo, g0, g1, start, end)
+            a, count = chunk.weights(qb, kwin, bias, ctx.score)
+            d_a = torch.bmm(dob[g0:g1], vwin[g0:g1].transpose(1, 2))  # dL/d weights, (G, T, W)
+            if d_weights is not None:
+                d_a = d_a.add_(d_weights[g0:g1])
+            w = a
+            if keep is not None:
+                w = a * keep[g0:g1] / (1.0 - p)
+                d_a = d_a.mul_(keep[g0:g1]).div_(1.0 - p)
+            if ctx.score == "softmax":
+                d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
+            else:
+                d_s = torch.where(a > 0, d_a / count, torch.zeros_like(d_a))
+            if d_bias is not None:
+                d_bias[g0:g1] = d_s
+            torch.bmm(d_s, kwin[g0:g1], out=d_qb[g0:g1])
+            geo.accumulate_keys(d_kf, g0, d_s, qb[g0:g1])
+            geo.accumulate_keys(d_vf, g0, w, dob[g0:g1])
+        d_q = geo.unpad_queries(d_qb.mul_(ctx.scale)) if ctx.needs_input_grad[0] else None
+        d_k = geo.unpad_keys(d_kf) if ctx.needs_input_grad[1] else None
+        d_v = geo.unpad_keys(d_vf) if ctx.needs_input_grad[2] else None
+        return d_q, d_k, d_v, d_bias, None, None, None, None, None, None, None

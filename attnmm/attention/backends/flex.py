@@ -3,7 +3,7 @@ r"""FlexAttention on CUDA: a fused block-sparse kernel built from the mask's ``m
 from __future__ import annotations
 
 import importlib.util
-import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +19,11 @@ from attnmm.masks import Mask
 BLOCK_SIZE = 128
 
 _compiled: Callable[..., Tensor] | None = None
-_block_masks: weakref.WeakKeyDictionary[Mask, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+#: How many block masks to keep (least recently used first out).
+CACHE_SIZE = 32
+
+# (id(mask), B, L, S, device) -> (mask, block mask); holding the mask keeps its id from being reused
+_block_masks: OrderedDict[tuple[Any, ...], tuple[Mask, Any]] = OrderedDict()
 
 
 def flex_available() -> str | None:
@@ -39,7 +43,8 @@ class FlexBackend(Backend):
 
     The block mask marks which (128 x 128) tiles of the score matrix hold an allowed pair; the fused
     kernel skips the others and applies ``mask_mod`` inside partial tiles, so the cost follows the
-    mask's tiles. Block masks are cached per mask object and shape (B, L, S, device). Softmax scores
+    mask's tiles. Block masks are cached per mask object and shape (B, L, S, device), the
+    :data:`CACHE_SIZE` most recent ones. Softmax scores
     only, without bias, returned weights or dropout; queries with an empty allowed set get zero.
     """
 
@@ -85,10 +90,24 @@ def block_mask_for(mask: Mask, batch_size: int | None, num_rows: int, num_cols: 
     """The FlexAttention ``BlockMask`` of ``mask`` for one shape, built once and cached."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    per_mask = _block_masks.setdefault(mask, {})
-    key = (batch_size, num_rows, num_cols, str(device))
-    if key not in per_mask:
-        per_mask[key] = create_block_mask(
-            mask.mask_mod, batch_size, None, num_rows, num_cols, device=device, BLOCK_SIZE=BLOCK_SIZE
-        )
-    return per_mask[key]
+    key = (id(mask), batch_size, num_rows, num_cols, str(device))
+    if key in _block_masks:
+        _block_masks.move_to_end(key)
+        return _block_masks[key][1]
+    block_mask = create_block_mask(
+        as_mask_mod(mask), batch_size, None, num_rows, num_cols, device=device, BLOCK_SIZE=BLOCK_SIZE
+    )
+    _block_masks[key] = (mask, block_mask)
+    while len(_block_masks) > CACHE_SIZE:
+        _block_masks.popitem(last=False)
+    return block_mask
+
+
+def as_mask_mod(mask: Mask) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+    """``mask.mask_mod`` as a plain 4-argument function: FlexAttention tells mask_mods from
+    score_mods by counting positional parameters, and a bound method counts ``self``."""
+
+    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return mask.mask_mod(b, h, q_idx, kv_idx)
+
+    return mask_mod

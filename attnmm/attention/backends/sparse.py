@@ -30,7 +30,7 @@ class SparseBackend(Backend):
     :math:`\partial s = a \odot (\partial a - \sum_{\mathrm{row}} a\,\partial a)`,
     :math:`\partial Q = \partial S\, K`, :math:`\partial K = \partial S^\top Q`,
     :math:`\partial V = A^\top \partial O`). Only (nnz, H) tensors are kept; keys and values are never
-    copied per pair. Batches are handled as one block-diagonal matrix. Half-precision inputs are
+    copied per pair. Heads and batch items are handled as one block-diagonal matrix. Half-precision inputs are
     computed in float32.
     """
 
@@ -45,7 +45,7 @@ class SparseBackend(Backend):
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         pairs = problem.pairs()
         wide = pairs.expand(B) if B > 1 else pairs
-        pattern = CSRPattern.block_diagonal(wide, B)
+        pattern = CSRPattern.block_diagonal(wide, B, H)
         bias = None
         if problem.bias is not None:
             bias = problem.bias.to(compute)
@@ -86,11 +86,11 @@ class _SegmentAttention(torch.autograd.Function):
         count = None
         if score == "softmax":
             m = segment_max(pattern, s)  # (H, R)
-            e = torch.exp(s - m[:, pattern.row])
-            a = e / segment_sum(pattern, e)[:, pattern.row]  # (H, P)
+            e = torch.exp(s - m.index_select(1, pattern.row))
+            a = e / segment_sum(pattern, e).index_select(1, pattern.row)  # (H, P)
         else:
-            count = (pattern.crow[1:] - pattern.crow[:-1]).clamp(min=1).to(s.dtype)  # (R,)
-            a = F.relu(s) / count[pattern.row]
+            count = torch.bincount(pattern.row, minlength=pattern.num_rows).clamp(min=1).to(s.dtype)  # (R,)
+            a = F.relu(s) / count.index_select(0, pattern.row)
         keep = None
         weights = a
         if dropout_p > 0:
@@ -117,9 +117,9 @@ class _SegmentAttention(torch.autograd.Function):
             d_w = d_w + d_weights
         d_a = d_w if keep is None else d_w * keep / (1.0 - p)
         if ctx.score == "softmax":
-            d_s = a * (d_a - segment_sum(pattern, a * d_a)[:, pattern.row])  # (H, P)
+            d_s = a * (d_a - segment_sum(pattern, a * d_a).index_select(1, pattern.row))  # (H, P)
         else:
-            d_s = torch.where(a > 0, d_a / count[pattern.row], torch.zeros_like(d_a))
+            d_s = torch.where(a > 0, d_a / count.index_select(0, pattern.row), torch.zeros_like(d_a))
         d_q = d_k = d_v = None
         if ctx.needs_input_grad[0]:
             d_q = spmm(pattern, d_s, k) * ctx.scale

@@ -1,0 +1,1 @@
+"""Side-by-side speed and memory of attnmm against its peers; run ``python -m benchmarks``."""

@@ -1,0 +1,306 @@
+"""The benchmark cases: attnmm against the peer a user would otherwise pick, on the peer's ground."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnmm import attend
+from attnmm.masks import Graph, Grid, Mask, Window
+
+Inputs = dict[str, Any]
+Runner = Callable[[], object]
+
+
+@dataclass
+class Case:
+    """One row of the table.
+
+    Args:
+        key (str): short name (used by the memory worker).
+        title (str): what is computed.
+        peer_name (str): the peer.
+        target (str): the claim, in words.
+        build (callable): makes the inputs.
+        ours (callable): inputs -> a call of attnmm.
+        peer (callable): inputs -> a call of the peer.
+        check (callable): inputs -> a line on correctness; raises when attnmm is wrong.
+        verdict (callable): (t_peer, t_ours, m_peer, m_ours) -> (ratio text, target met).
+        rounds (int): timed calls of each side.
+    """
+
+    key: str
+    title: str
+    peer_name: str
+    target: str
+    build: Callable[[], Inputs]
+    ours: Callable[[Inputs], Runner]
+    peer: Callable[[Inputs], Runner]
+    check: Callable[[Inputs], str]
+    verdict: Callable[[float, float, float, float], tuple[str, bool]]
+    rounds: int = 3
+
+
+def _randn(*shape: int, seed: int) -> Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _qkv(*shape: int) -> Inputs:
+    q, k, v = (_randn(*shape, seed=s).requires_grad_(True) for s in range(3))
+    return {"q": q, "k": k, "v": v, "grad": _randn(*shape, seed=3)}
+
+
+def _train(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> Runner:
+    """Forward + backward of ``fn`` on x's q, k, v with a fixed output gradient."""
+
+    def run() -> None:
+        for t in (x["q"], x["k"], x["v"]):
+            t.grad = None
+        fn(x["q"], x["k"], x["v"]).backward(x["grad"])
+
+    return run
+
+
+def _infer(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> Runner:
+    def run() -> Tensor:
+        with torch.no_grad():
+            return fn(x["q"], x["k"], x["v"])
+
+    return run
+
+
+def _grads(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> list[Tensor]:
+    out = fn(x["q"], x["k"], x["v"])
+    return [out.detach(), *torch.autograd.grad(out, (x["q"], x["k"], x["v"]), x["grad"])]
+
+
+def _agree(a: list[Tensor], b: list[Tensor], what: str, atol: float = 1e-4) -> str:
+    """Max abs difference of outputs and gradients; raise when above ``atol``."""
+    err = max(float((x - y).abs().max()) if x.numel() else 0.0 for x, y in zip(a, b))
+    if not err <= atol:
+        raise AssertionError(f"attnmm differs from {what}: max abs error {err:.2e} > {atol:.0e}")
+    return f"max |attnmm - {what}| = {err:.1e}"
+
+
+def _speedup(target: float) -> Callable[[float, float, float, float], tuple[str, bool]]:
+    def verdict(tp: float, to: float, mp: float, mo: float) -> tuple[str, bool]:
+        return f"{tp / to:.1f}x faster", tp / to >= target
+
+    return verdict
+
+
+# ------------------------------------------------------------------ window (band backend)
+
+WINDOW = Window(64, 64)
+
+
+def _window_inputs(length: int) -> Callable[[], Inputs]:
+    return lambda: _qkv(1, 4, length, 64)
+
+
+def _window_check(x: Inputs) -> str:
+    ours = _grads(lambda q, k, v: attend(q, k, v, WINDOW), x)
+    ref = _grads(lambda q, k, v: attend(q, k, v, WINDOW, backend="reference"), x)
+    return _agree(ours, ref, "reference")
+
+
+def _sdpa_dense(mask: Mask, length: int) -> Callable[[Inputs], Runner]:
+    def peer(x: Inputs) -> Runner:
+        dense = mask.dense(length, length)  # the peer's input, built once
+        return _train(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense), x)
+
+    return peer
+
+
+def _flex_peer(x: Inputs) -> Runner:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from attnmm.attention.backends.flex import as_mask_mod
+
+    L = x["q"].size(2)
+    block_mask = create_block_mask(as_mask_mod(WINDOW), None, None, L, L, device="cpu")
+    compiled = torch.compile(flex_attention)
+    return _infer(lambda q, k, v: compiled(q, k, v, block_mask=block_mask), x)
+
+
+def _flex_check(x: Inputs) -> str:
+    flex = _flex_peer(x)()
+    ours = _infer(lambda q, k, v: attend(q, k, v, WINDOW), x)()
+    ref = _infer(lambda q, k, v: attend(q, k, v, WINDOW, backend="reference"), x)()
+    return _agree([ours], [ref], "reference") + "; " + _agree([flex], [ref], "FlexAttention").replace("attnmm", "flex")
+
+
+def _at_least_as_fast(tp: float, to: float, mp: float, mo: float) -> tuple[str, bool]:
+    return f"{tp / to:.2f}x faster, no compile", to <= tp
+
+
+def _long_check(x: Inputs) -> str:
+    """Exact dense attention of 256 sampled queries (all 65536 keys) against attnmm's rows."""
+    q, k, v = x["q"].detach(), x["k"].detach(), x["v"].detach()
+    rows = torch.randperm(q.size(2), generator=torch.Generator().manual_seed(0))[:256]
+    out = _infer(lambda q, k, v: attend(q, k, v, WINDOW), x)()[:, :, rows]
+    scores = q[:, :, rows] @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (1, H, 256, S)
+    allowed = WINDOW.mask_mod(None, None, rows.view(-1, 1), torch.arange(k.size(2)).view(1, -1))  # type: ignore[arg-type]
+    ref = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1) @ v
+    return _agree([out], [ref], "dense rows (256 sampled queries)")
+
+
+def _scaling(tp: float, to: float, mp: float, mo: float) -> tuple[str, bool]:
+    return f"t(65536)/t(8192) = {to / tp:.1f}, peak ratio {mo / mp:.1f}", to / tp <= 10
+
+
+# ------------------------------------------------------------------ graph (sparse backend)
+
+N_NODES, N_EDGES = 100_000, 1_000_000
+
+
+def _graph_inputs() -> Inputs:
+    from torch_geometric.utils import coalesce
+
+    g = torch.Generator().manual_seed(7)
+    edge_index = coalesce(torch.randint(0, N_NODES, (2, N_EDGES), generator=g), num_nodes=N_NODES)
+    x = _qkv(N_NODES, 4, 64)
+    x["edge_index"] = edge_index
+    x["mask"] = Graph(edge_index, N_NODES)
+    return x
+
+
+def _transformer_conv(x: Inputs) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """TransformerConv's attention formulation: gather per edge, segment softmax, scatter-sum."""
+    from torch_geometric.utils import scatter, softmax
+
+    src, dst = x["edge_index"]
+
+    def conv(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        alpha = (q[dst] * k[src]).sum(-1) / math.sqrt(q.size(-1))  # (M, H)
+        alpha = softmax(alpha, dst, num_nodes=q.size(0))
+        return scatter(v[src] * alpha.unsqueeze(-1), dst, dim=0, dim_size=q.size(0), reduce="sum")  # (N, H, E)
+
+    return conv
+
+
+def _graph_ours(x: Inputs) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    return lambda q, k, v: attend(q, k, v, x["mask"])
+
+
+def _graph_check(x: Inputs) -> str:
+    return _agree(_grads(_graph_ours(x), x), _grads(_transformer_conv(x), x), "TransformerConv formulation")
+
+
+def _graph_verdict(tp: float, to: float, mp: float, mo: float) -> tuple[str, bool]:
+    per_pair = mo / (N_EDGES * 4)  # bytes per allowed pair and head: the O(nnz) claim
+    text = f"{tp / to:.1f}x faster, {mp / mo:.1f}x less memory ({per_pair:.0f} B per pair and head)"
+    return text, tp / to >= 4 and mp / mo >= 8
+
+
+# ------------------------------------------------------------------ grid (sparse backend)
+
+GRID = Grid(64, 64, kernel=7)
+
+
+def _grid_check(x: Inputs) -> str:
+    ours = _grads(lambda q, k, v: attend(q, k, v, GRID), x)
+    ref = _grads(lambda q, k, v: attend(q, k, v, GRID, backend="reference"), x)
+    return _agree(ours, ref, "reference")
+
+
+# ------------------------------------------------------------------ full (SDPA pass-through)
+
+
+def _full_check(x: Inputs) -> str:
+    ours = _grads(lambda q, k, v: attend(q, k, v), x)
+    ref = _grads(lambda q, k, v: attend(q, k, v, backend="reference"), x)
+    return _agree(ours, ref, "reference")
+
+
+def _overhead(tp: float, to: float, mp: float, mo: float) -> tuple[str, bool]:
+    return f"overhead {100 * (to / tp - 1):+.1f}%", to <= 1.05 * tp
+
+
+CASES: list[Case] = [
+    Case(
+        "window",
+        "Window ±64, L=8192, H=4, E=64",
+        "SDPA with the dense bool mask",
+        ">= 20x faster",
+        _window_inputs(8192),
+        lambda x: _train(lambda q, k, v: attend(q, k, v, WINDOW), x),
+        _sdpa_dense(WINDOW, 8192),
+        _window_check,
+        _speedup(20),
+        rounds=3,
+    ),
+    Case(
+        "window_fwd",
+        "same, forward only",
+        "FlexAttention compiled on CPU (compile excluded)",
+        "at least as fast, no compile",
+        _window_inputs(8192),
+        lambda x: _infer(lambda q, k, v: attend(q, k, v, WINDOW), x),
+        _flex_peer,
+        _flex_check,
+        _at_least_as_fast,
+        rounds=15,
+    ),
+    Case(
+        "window_long",
+        "Window ±64, L=65536, H=4, E=64",
+        "attnmm at L=8192 (dense would need 68 GB)",
+        "runs; t(65536)/t(8192) <= 10",
+        _window_inputs(65536),
+        lambda x: _train(lambda q, k, v: attend(q, k, v, WINDOW), x),
+        lambda x: _train(lambda q, k, v: attend(q, k, v, WINDOW), _qkv(1, 4, 8192, 64)),
+        _long_check,
+        _scaling,
+        rounds=5,
+    ),
+    Case(
+        "graph",
+        "Graph N=100k, M=1M random edges, H=4, E=64",
+        "TransformerConv formulation (gather + softmax + scatter)",
+        ">= 4x faster, >= 8x less peak memory",
+        _graph_inputs,
+        lambda x: _train(_graph_ours(x), x),
+        lambda x: _train(_transformer_conv(x), x),
+        _graph_check,
+        _graph_verdict,
+        rounds=3,
+    ),
+    Case(
+        "grid",
+        "Grid 64x64 patches, kernel 7, H=4, E=32",
+        "SDPA with the dense bool mask",
+        ">= 10x faster",
+        lambda: _qkv(1, 4, 4096, 32),
+        lambda x: _train(lambda q, k, v: attend(q, k, v, GRID), x),
+        _sdpa_dense(GRID, 4096),
+        _grid_check,
+        _speedup(10),
+        rounds=5,
+    ),
+    Case(
+        "full",
+        "Full, L=1024, H=4, E=64",
+        "raw F.scaled_dot_product_attention",
+        "overhead <= 5%",
+        lambda: _qkv(1, 4, 1024, 64),
+        lambda x: _train(lambda q, k, v: attend(q, k, v), x),
+        lambda x: _train(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), x),
+        _full_check,
+        _overhead,
+        rounds=41,
+    ),
+]
+
+
+def get_case(key: str) -> Case:
+    for case in CASES:
+        if case.key == key:
+            return case
+    raise KeyError(f"unknown case {key!r}; valid: {', '.join(c.key for c in CASES)}")

@@ -1,0 +1,95 @@
+"""Measuring time and peak memory honestly on a shared CPU machine.
+
+Time: the peer and attnmm run in alternating order in one process (after warm-up calls), and the
+median of each is kept, so slow phases of a shared machine hit both sides alike.
+
+Peak memory: each side runs in a fresh subprocess, which builds the inputs, makes one warm-up call,
+frees what it can (``gc.collect``, ``malloc_trim``), resets the kernel's peak-RSS counter
+(``/proc/self/clear_refs``), records the resident set size, makes one measured call and reads the
+peak (``VmHWM``). The figure is the peak minus that baseline: the extra memory one steady-state call
+needs on top of its inputs. glibc is told to serve every allocation above 128 KiB with ``mmap``
+(``MALLOC_MMAP_THRESHOLD_``) so freed buffers go back to the kernel instead of hiding in malloc's
+cache.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def alternate(
+    peer: Callable[[], object] | None, ours: Callable[[], object], rounds: int, warmup: int = 1
+) -> tuple[float | None, float]:
+    """Median seconds of ``peer`` and ``ours``, called in alternating order ``rounds`` times each."""
+    for _ in range(warmup):
+        if peer is not None:
+            peer()
+        ours()
+    t_peer: list[float] = []
+    t_ours: list[float] = []
+    for r in range(rounds):
+        order = [("peer", peer), ("ours", ours)] if r % 2 == 0 else [("ours", ours), ("peer", peer)]
+        for who, fn in order:
+            if fn is None:
+                continue
+            (t_peer if who == "peer" else t_ours).append(timed(fn))
+    return (statistics.median(t_peer) if t_peer else None), statistics.median(t_ours)
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _release() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # pragma: no cover - not glibc
+        pass
+
+
+def peak_of(fn: Callable[[], object]) -> int:
+    """Extra peak resident bytes of one call of ``fn`` (call it once before to warm up)."""
+    _release()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    base = _status("VmRSS")
+    result = fn()
+    peak = _status("VmHWM")
+    del result
+    return max(peak - base, 0)
+
+
+def peak_in_subprocess(case: str, side: str, timeout: float = 900) -> int | str:
+    """Run ``python -m benchmarks._worker case side`` and return its peak bytes, or the error text."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", OMP_NUM_THREADS="2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks._worker", case, side],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"failed: {tail[0][:120]}"
+    return int(json.loads(lines[-1])["peak"])
