@@ -68,9 +68,12 @@ def _train(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> Runner:
 
 
 def _infer(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> Runner:
+    """Forward only, on inputs that do not require grad (FlexAttention refuses any other on CPU)."""
+    q, k, v = (x[n].detach() for n in "qkv")
+
     def run() -> Tensor:
         with torch.no_grad():
-            return fn(x["q"], x["k"], x["v"])
+            return fn(q, k, v)
 
     return run
 

@@ -8,6 +8,8 @@ the dispatcher's :data:`~attnmm.attention._dispatch.DENSE_THRESHOLD`.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from attnmm import attend
@@ -57,8 +59,17 @@ def markdown(rows: list[tuple[float, float, float]], crossover: float | None) ->
         lines.append(f"| {d:.2f} | {1e3 * ts:.1f} | {1e3 * td:.1f} | {'sparse' if ts < td else 'dense'} |")
     found = f"{crossover:.2f}" if crossover is not None else "above the largest density tried"
     lines.append("")
-    lines.append(f"Dense SDPA first wins at density {found}.")
+    lines.append(f"Dense SDPA first wins at density {found}{_interpolated(rows)}.")
     return "\n".join(lines)
+
+
+def _interpolated(rows: list[tuple[float, float, float]]) -> str:
+    """Where the time difference changes sign, by linear interpolation between sweep points."""
+    for (d0, s0, t0), (d1, s1, t1) in itertools.pairwise(rows):
+        if s0 < t0 and s1 >= t1:
+            x = d0 + (d1 - d0) * (t0 - s0) / ((t0 - s0) - (t1 - s1))
+            return f" (crossover about {x:.2f} by linear interpolation)"
+    return ""
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ from attnmm.attention.backends._rows import density
 #: Every backend ``backend="auto"`` may pick, in order of preference; the reference computes everything.
 AUTO_ORDER: list[str] = ["flex", "sdpa", "band", "sdpa_mask", "sparse", "reference"]
 
-#: Density from which masked dense SDPA beats the sparse backend (forward + backward, fp32, 2 CPU
-#: threads, L = 2048, H = 4, E = 64; measured by ``python -m benchmarks.density``).
+#: Density from which masked dense SDPA beats the sparse backend: the crossover measured by
+#: ``python -m benchmarks.density`` (forward + backward, fp32, 2 CPU threads, L = S = 2048, H = 4,
+#: E = 64) lay between 0.22 and 0.29 in repeated runs; see docs/benchmarks.md.
 DENSE_THRESHOLD: float = 0.25
 
 

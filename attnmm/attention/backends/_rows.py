@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends import _cache
 from attnmm.masks.base import IntervalMask
 
 
@@ -22,7 +23,7 @@ def row_counts(problem: Problem) -> Tensor:
         start, end = mask.interval(b, i)
         start, end = start.clamp(0, S), end.clamp(0, S)
         return (end - start).clamp_min(0).expand(bsz or 1, L)
-    pairs = problem.pairs()
+    pairs = _cache.pairs(problem)
     counts = torch.bincount(pairs.segment().cpu(), minlength=pairs.num_segments)
     return counts.view(-1, L)
 

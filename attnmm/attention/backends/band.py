@@ -1,4 +1,4 @@
-r"""The band backend: blocked attention for banded masks, O(L * w) time and memory."""
+r"""The band backend: blocked attention for banded masks, O(L * w) time and at most O(L * w) memory."""
 
 from __future__ import annotations
 
@@ -28,9 +28,24 @@ class BandBackend(Backend):
         a_{ij} = \frac{\mathbb{1}[\mathrm{start}_b(i) \le j < \mathrm{end}_b(i)] \exp(s_{ij} - m_i)}
         {\sum_{j'} \mathbb{1}[\mathrm{start}_b(i) \le j' < \mathrm{end}_b(i)] \exp(s_{ij'} - m_i)}
 
-    The backward pass is written by hand on the same blocked layout (window gradients are summed
-    back onto the keys), so no (L, S) tensor is ever built. Half-precision inputs are computed in
-    float32.
+    Blocks are processed in chunks of about 2M scores, so transient buffers stay small; the weights
+    (B * H * L * W values, W about 1.25 w) are kept for the backward pass, which is written by hand
+    on the same layout and sums window gradients back onto the keys. No (L, S) tensor is ever
+    built. Half-precision inputs are computed in float32.
+
+    Args:
+        block (int, optional): queries per block T; ``None`` picks it from the band width.
+            (default: :obj:`None`)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm import attend
+        >>> from attnmm.masks import Padding, Window
+        >>> q = k = v = torch.randn(2, 4, 100, 16)  # (B, H, L, E)
+        >>> mask = Window(8, 8) & Padding([100, 60])
+        >>> out = attend(q, k, v, mask, backend="band")
+        >>> torch.allclose(out, attend(q, k, v, mask, backend="reference"), atol=1e-5)
+        True
     """
 
     name = "band"
@@ -113,33 +128,44 @@ def _band_bias(problem: Problem, geo: BandGeometry, dtype: torch.dtype) -> Tenso
 
 
 class _Chunk:
-    """The scores and weights of the global blocks ``g0:g1`` (forward, and again in backward)."""
+    """The scores and weights of the global blocks ``g0:g1``."""
 
     def __init__(self, geo: BandGeometry, g0: int, g1: int, start: Tensor, end: Tensor) -> None:
         g = torch.arange(g0, g1, device=start.device)
         n = g % geo.nbp
         b = g // (geo.H * geo.nbp) if start.size(0) > 1 else torch.zeros_like(g)
-        j = (n * geo.T - geo.left).view(-1, 1, 1) + torch.arange(geo.W, device=g.device).view(1, 1, -1)
-        self.blocked = (j < start[b, n].unsqueeze(-1)) | (j >= end[b, n].unsqueeze(-1))  # (G, T, W)
+        offset = (n * geo.T - geo.left).view(-1, 1)  # key index of each block's first window slot
+        lo, hi = start[b, n] - offset, end[b, n] - offset  # allowed window slots [lo, hi), (G, T)
+        if bool((lo == lo[:1]).all() and (hi == hi[:1]).all()):  # one pattern for every block
+            lo, hi = lo[:1], hi[:1]
+        slots = torch.arange(geo.W, device=g.device)
+        self.blocked = (slots < lo.unsqueeze(-1)) | (slots >= hi.unsqueeze(-1))  # (G or 1, T, W)
+        self.some_empty = bool((hi <= lo).any())
         self.g0, self.g1 = g0, g1
 
-    def weights(self, qb: Tensor, kwin: Tensor, bias: Tensor | None, score: str) -> tuple[Tensor, Tensor | None]:
-        """Attention weights (G, T, W) before dropout, and for ReLU scores the row sizes (G, T, 1)."""
+    def weights(
+        self, qb: Tensor, kwin: Tensor, bias: Tensor | None, score: str, out: Tensor
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention weights before dropout, written into ``out`` (G, T, W), and for ReLU scores the
+        row sizes (G or 1, T, 1)."""
         g0, g1, blocked = self.g0, self.g1, self.blocked
-        s = torch.bmm(qb[g0:g1], kwin[g0:g1].transpose(1, 2))  # (G, T, W); qb is pre-scaled
+        if score == "relu":
+            s = torch.bmm(qb[g0:g1], kwin[g0:g1].transpose(1, 2), out=out)  # (G, T, W); qb is pre-scaled
+            if bias is not None:
+                s = s.add_(bias[g0:g1])
+            count = (~blocked).sum(-1, keepdim=True).clamp_min(1).to(s.dtype)
+            return s.masked_fill_(blocked, 0.0).relu_().div_(count), count
+        s = torch.bmm(qb[g0:g1], kwin[g0:g1].transpose(1, 2))
         if bias is not None:
             s = s.add_(bias[g0:g1])
-        if score == "softmax":
-            # the lowest finite value (not -inf) keeps empty rows finite; they are zeroed after
-            s = s.masked_fill_(blocked, torch.finfo(s.dtype).min)
-            return torch.softmax(s, dim=-1).masked_fill_(blocked, 0.0), None
-        count = (~blocked).sum(-1, keepdim=True).clamp_min(1).to(s.dtype)
-        return s.masked_fill_(blocked, 0.0).relu_().div_(count), count
+        # the lowest finite value (not -inf) keeps empty rows finite; they are zeroed after
+        s = s.masked_fill_(blocked, torch.finfo(s.dtype).min)
+        a = torch.ops.aten._softmax.out(s, -1, False, out=out)
+        return (a.masked_fill_(blocked, 0.0) if self.some_empty else a), None
 
 
 class _BandAttention(torch.autograd.Function):
-    """Blocked band attention, computed chunk by chunk and recomputed in backward (nothing of size
-    L * w is kept unless dropout or returned weights need it); q (B, H, L, E), k (B, H, S, E),
+    """Blocked band attention, computed chunk by chunk; q (B, H, L, E), k (B, H, S, E),
     v (B, H, S, Ev), bias (B*H*nbp, T, W) or None, allowed ranges start/end (B or 1, nbp, T) ->
     out (B, H, L, Ev) and the weights after dropout (B*H*nbp, T, W) (empty unless asked for)."""
 
@@ -164,38 +190,41 @@ class _BandAttention(torch.autograd.Function):
         out = qb.new_empty(qb.size(0), geo.T, v.size(-1))  # (B*H*nbp, T, Ev)
         nblk = qb.size(0)
         keep = torch.empty(nblk, geo.T, geo.W, dtype=torch.bool, device=q.device) if dropout_p > 0 else None
+        saved = qb.new_empty(nblk, geo.T, geo.W)  # the weights before dropout, for backward
+        count = qb.new_empty(nblk, geo.T, 1) if score == "relu" else None
         weights = qb.new_empty(nblk, geo.T, geo.W) if need_weights else qb.new_empty(0)
         for g0, g1 in geo.chunks():
             chunk = _Chunk(geo, g0, g1, start, end)
-            a, _ = chunk.weights(qb, kwin, bias, score)
+            a, n = chunk.weights(qb, kwin, bias, score, out=saved[g0:g1])
+            if count is not None and n is not None:
+                count[g0:g1] = n
             if keep is not None:
                 keep[g0:g1] = torch.rand_like(a) >= dropout_p
-                a = a.mul_(keep[g0:g1]).div_(1.0 - dropout_p)
+                a = a * keep[g0:g1] / (1.0 - dropout_p)
             torch.bmm(a, vwin[g0:g1], out=out[g0:g1])
             if need_weights:
                 weights[g0:g1] = a
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(qb, kf, vf, bias, start, end, keep)
+        ctx.save_for_backward(qb, kf, vf, saved, count, keep)
         ctx.geo, ctx.scale, ctx.score, ctx.dropout_p = geo, scale, score, dropout_p
-        return geo.unpad_queries(out).contiguous(), weights
+        ctx.has_bias = bias is not None
+        return geo.unpad_queries(out), weights  # a strided view: no copy
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
-        qb, kf, vf, bias, start, end, keep = ctx.saved_tensors
+        qb, kf, vf, saved, count, keep = ctx.saved_tensors
         geo: BandGeometry = ctx.geo
         p = ctx.dropout_p
         kwin, vwin = geo.windows(kf), geo.windows(vf)
         if d_out is None:
             d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
         dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
-        want_bias = bias is not None and ctx.needs_input_grad[3]
-        d_bias = torch.empty_like(bias) if want_bias else None
+        d_bias = torch.empty_like(saved) if ctx.has_bias and ctx.needs_input_grad[3] else None
         d_qb = torch.empty_like(qb)
         d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
         for g0, g1 in geo.chunks():
-            chunk = _Chunk(geo, g0, g1, start, end)
-            a, count = chunk.weights(qb, kwin, bias, ctx.score)
+            a = saved[g0:g1]
             d_a = torch.bmm(dob[g0:g1], vwin[g0:g1].transpose(1, 2))  # dL/d weights, (G, T, W)
             if d_weights is not None:
                 d_a = d_a.add_(d_weights[g0:g1])
@@ -206,7 +235,7 @@ class _BandAttention(torch.autograd.Function):
             if ctx.score == "softmax":
                 d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
             else:
-                d_s = torch.where(a > 0, d_a / count, torch.zeros_like(d_a))
+                d_s = torch.where(a > 0, d_a / count[g0:g1], torch.zeros_like(d_a))
             if d_bias is not None:
                 d_bias[g0:g1] = d_s
             torch.bmm(d_s, kwin[g0:g1], out=d_qb[g0:g1])

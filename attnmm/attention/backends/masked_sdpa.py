@@ -17,6 +17,16 @@ class MaskedSDPABackend(Backend):
     :data:`~attnmm.attention._dispatch.DENSE_THRESHOLD`) that the fused kernel beats the sparse one.
     It computes softmax scores without bias or returned weights, and refuses masks with an empty
     allowed set (the fused kernel's output there is not the defined zero).
+
+    Examples:
+        >>> import torch
+        >>> from attnmm import attend
+        >>> from attnmm.masks import Causal, Padding
+        >>> q = k = v = torch.randn(2, 4, 6, 8)  # (B, H, L, E)
+        >>> mask = Causal() & Padding([6, 3])
+        >>> out = attend(q, k, v, mask, backend="sdpa_mask")
+        >>> torch.allclose(out, attend(q, k, v, mask, backend="reference"), atol=1e-5)
+        True
     """
 
     name = "sdpa_mask"

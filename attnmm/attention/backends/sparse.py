@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends import _cache
 from attnmm.attention.backends._csr import CSRPattern, sampled, segment_max, segment_sum, spmm
 from attnmm.attention.backends.base import Backend
 
@@ -30,8 +31,18 @@ class SparseBackend(Backend):
     :math:`\partial s = a \odot (\partial a - \sum_{\mathrm{row}} a\,\partial a)`,
     :math:`\partial Q = \partial S\, K`, :math:`\partial K = \partial S^\top Q`,
     :math:`\partial V = A^\top \partial O`). Only (nnz, H) tensors are kept; keys and values are never
-    copied per pair. Heads and batch items are handled as one block-diagonal matrix. Half-precision inputs are
-    computed in float32.
+    copied per pair. Heads and batch items are handled as one block-diagonal matrix. Half-precision
+    inputs are computed in float32.
+
+    Examples:
+        >>> import torch
+        >>> from attnmm import attend
+        >>> from attnmm.masks import Graph
+        >>> edge_index = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])  # (2, M): source -> target
+        >>> q = k = v = torch.randn(3, 2, 8)  # packed (N, H, E)
+        >>> out, w = attend(q, k, v, Graph(edge_index, 3), backend="sparse", return_weights=True)
+        >>> out.shape, w.values.shape
+        (torch.Size([3, 2, 8]), torch.Size([4, 2]))
     """
 
     name = "sparse"
@@ -43,9 +54,8 @@ class SparseBackend(Backend):
         q, k, v = problem.q, problem.k, problem.v
         B, H, L, S = problem.B, problem.H, problem.L, problem.S
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        pairs = problem.pairs()
-        wide = pairs.expand(B) if B > 1 else pairs
-        pattern = CSRPattern.block_diagonal(wide, B, H)
+        pairs = _cache.pairs(problem)
+        pattern = _cache.pattern(problem)
         bias = None
         if problem.bias is not None:
             bias = problem.bias.to(compute)
