@@ -237,7 +237,7 @@ CASES: list[Case] = [
         _sdpa_dense(WINDOW, 8192),
         _window_check,
         _speedup(20),
-        rounds=3,
+        rounds=5,
     ),
     Case(
         "window_fwd",

@@ -1,7 +1,8 @@
 """Measuring time and peak memory honestly on a shared CPU machine.
 
 Time: the peer and attnmm run in alternating order in one process (after warm-up calls), and the
-median of each is kept, so slow phases of a shared machine hit both sides alike.
+fastest call of each is kept: on a shared machine other processes only ever add time, so the
+minimum is the least disturbed measurement, and alternating exposes both sides to the same phases.
 
 Peak memory: each side runs in a fresh subprocess, which builds the inputs, makes one warm-up call,
 frees what it can (``gc.collect``, ``malloc_trim``), resets the kernel's peak-RSS counter
@@ -18,7 +19,6 @@ import ctypes
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +34,7 @@ def timed(fn: Callable[[], object]) -> float:
 def alternate(
     peer: Callable[[], object] | None, ours: Callable[[], object], rounds: int, warmup: int = 1
 ) -> tuple[float | None, float]:
-    """Median seconds of ``peer`` and ``ours``, called in alternating order ``rounds`` times each."""
+    """Fastest seconds of ``peer`` and ``ours``, called in alternating order ``rounds`` times each."""
     for _ in range(warmup):
         if peer is not None:
             peer()
@@ -47,7 +47,7 @@ def alternate(
             if fn is None:
                 continue
             (t_peer if who == "peer" else t_ours).append(timed(fn))
-    return (statistics.median(t_peer) if t_peer else None), statistics.median(t_ours)
+    return (min(t_peer) if t_peer else None), min(t_ours)
 
 
 def _status(field: str) -> int:

@@ -121,7 +121,9 @@ def spmm(pattern: CSRPattern, values: Tensor, y: Tensor, transpose: bool = False
     cols = pattern.num_rows if transpose else pattern.num_cols
     if pattern.nnz == 0:
         return y.new_zeros(H, rows, y.size(-1))
-    out = pattern.matrix(values.reshape(-1), transpose) @ y.reshape(H * cols, -1)  # (H * rows, E)
+    # addmm into a fresh buffer with beta = 0 skips the zero-fill and copy of a plain ``A @ y``
+    out = y.new_empty(H * rows, y.size(-1))
+    torch.addmm(out, pattern.matrix(values.reshape(-1), transpose), y.reshape(H * cols, -1), beta=0.0, out=out)
     return out.view(H, rows, -1)
 
 

@@ -122,7 +122,8 @@ class _SegmentAttention(torch.autograd.Function):
         weights = a if keep is None else a * keep / (1.0 - p)
         if d_out is None:
             d_out = v.new_zeros(v.size(0), pattern.num_rows, v.size(-1))
-        d_w = sampled(pattern, d_out.contiguous(), v)  # dL/d weights, (H, P)
+        d_out = d_out.contiguous()  # (H, R, Ev)
+        d_w = sampled(pattern, d_out, v)  # dL/d weights, (H, P)
         if d_weights is not None:
             d_w = d_w + d_weights
         d_a = d_w if keep is None else d_w * keep / (1.0 - p)
