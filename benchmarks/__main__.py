@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._cases import CASES, Case
-from benchmarks._measure import alternate, peak_in_subprocess
+from benchmarks._measure import alternate, peak_in_subprocess, wait_for_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = Path(__file__).with_name("header.md")
@@ -48,6 +48,8 @@ def run_case(case: Case, memory: bool) -> str:
         peer, peer_error = None, f"peer failed: {type(err).__name__}: {str(err).splitlines()[0][:100]}"
     else:
         peer_error = ""
+    idle = wait_for_idle()
+    print(f"   machine idle before timing: {'yes' if idle else 'no (timed anyway)'}", flush=True)
     try:
         t_peer, t_ours = alternate(peer, case.ours(inputs), case.rounds)
     except Exception as err:  # e.g. the peer's compiler fails on this machine

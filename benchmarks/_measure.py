@@ -50,6 +50,35 @@ def alternate(
     return (min(t_peer) if t_peer else None), min(t_ours)
 
 
+def _busy_cpus(seconds: float = 1.0) -> float:
+    """How many CPUs were busy (all processes) over the next ``seconds``, from /proc/stat."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields), idle
+
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+    cpus = os.cpu_count() or 1
+    return cpus * (1 - (idle1 - idle0) / max(total1 - total0, 1))
+
+
+def wait_for_idle(max_wait: float = 180.0, busy_below: float = 0.3) -> bool:
+    """Wait (up to ``max_wait`` seconds) until other processes leave the CPUs idle; True if they did.
+
+    Timing on a shared machine is only meaningful while nothing else runs; both sides of a case are
+    measured after the same wait, so it favours neither.
+    """
+    deadline = time.monotonic() + max_wait
+    while time.monotonic() < deadline:
+        if _busy_cpus() < busy_below:
+            return True
+    return False
+
+
 def _status(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:

@@ -14,7 +14,7 @@ import torch
 
 from attnmm import attend
 from attnmm.masks import Graph
-from benchmarks._measure import alternate
+from benchmarks._measure import alternate, wait_for_idle
 
 DENSITIES = (0.01, 0.03, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7)
 
@@ -42,6 +42,7 @@ def sweep(n: int = 2048, rounds: int = 3) -> tuple[list[tuple[float, float, floa
                 t.grad = None
             attend(q, k, v, mask, backend=name).backward(grad)
 
+        wait_for_idle(max_wait=60)
         t_sparse, t_dense = alternate(lambda: call("sparse"), lambda: call("sdpa_mask"), rounds)
         assert t_sparse is not None
         rows.append((d, t_sparse, t_dense))
