@@ -25,29 +25,74 @@ import time
 from collections.abc import Callable
 
 
-def timed(fn: Callable[[], object]) -> float:
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine so far, in clock ticks, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
+    return total - fields[3] - fields[4], total
+
+
+def _own_cpu() -> float:
+    """CPU seconds this process (all its threads) has used."""
+    t = os.times()
+    return t.user + t.system
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds of one call of ``fn``, and the CPUs other processes kept busy meanwhile."""
+    busy0, _ = _cpu_jiffies()
+    own0 = _own_cpu()
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    busy1, _ = _cpu_jiffies()
+    tick = os.sysconf("SC_CLK_TCK")
+    others = max(0.0, (busy1 - busy0) / tick - (_own_cpu() - own0))
+    return wall, others / max(wall, 1e-9)
 
 
 def alternate(
-    peer: Callable[[], object] | None, ours: Callable[[], object], rounds: int, warmup: int = 1
+    peer: Callable[[], object] | None,
+    ours: Callable[[], object],
+    rounds: int,
+    warmup: int = 1,
+    quiet_below: float = 0.25,
+    max_rounds: int | None = None,
 ) -> tuple[float | None, float]:
-    """Fastest seconds of ``peer`` and ``ours``, called in alternating order ``rounds`` times each."""
+    """Fastest seconds of ``peer`` and ``ours``, called in alternating order.
+
+    A round (one call of each side) counts only when other processes kept less than
+    ``quiet_below`` of a CPU busy during both calls; rounds run until ``rounds`` quiet ones are
+    collected or ``max_rounds`` (default ``4 * rounds``) were tried, and then, if too few were
+    quiet, every round counts.
+    """
     for _ in range(warmup):
         if peer is not None:
             peer()
         ours()
-    t_peer: list[float] = []
-    t_ours: list[float] = []
-    for r in range(rounds):
+    quiet: list[tuple[float | None, float]] = []
+    every: list[tuple[float | None, float]] = []
+    for r in range(max_rounds or 4 * rounds):
         order = [("peer", peer), ("ours", ours)] if r % 2 == 0 else [("ours", ours), ("peer", peer)]
+        times: dict[str, float] = {}
+        disturbed = False
         for who, fn in order:
             if fn is None:
                 continue
-            (t_peer if who == "peer" else t_ours).append(timed(fn))
-    return (min(t_peer) if t_peer else None), min(t_ours)
+            times[who], others = timed(fn)
+            disturbed |= others >= quiet_below
+        pair = (times.get("peer"), times["ours"])
+        every.append(pair)
+        if not disturbed:
+            quiet.append(pair)
+        if len(quiet) >= rounds:
+            break
+    use = quiet if len(quiet) >= rounds else every
+    if use is every:
+        print(f"   only {len(quiet)} of {len(every)} rounds ran undisturbed; timing all of them", flush=True)
+    peers = [t for t, _ in use if t is not None]
+    return (min(peers) if peers else None), min(t for _, t in use)
 
 
 def _busy_cpus(seconds: float = 1.0) -> float:
