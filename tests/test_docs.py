@@ -79,6 +79,15 @@ def test_pages_link_each_other() -> None:
         assert f"]({page})" in index, f"docs/index.md does not link {page}"
 
 
+@pytest.mark.parametrize("page", ["index.md", *PAGES])
+def test_relative_links_resolve(page: str) -> None:
+    """Links to files exist; figures/ is generated, so its links are checked against make_figures."""
+    for target in re.findall(r"\]\(([^)#\s]+)\)", (DOCS / page).read_text()):
+        if "://" in target or target.startswith("figures/"):
+            continue
+        assert (DOCS / target).exists(), f"docs/{page} links {target}, which does not exist"
+
+
 def test_masks_page_links_only_rendered_figures() -> None:
     module = load_make_figures()
     linked = set(re.findall(r"\(figures/(\w+)\.png\)", (DOCS / "masks.md").read_text()))
