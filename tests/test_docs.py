@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ["quickstart.md", "masks.md", "attention.md"]
+PAGES = ["quickstart.md", "masks.md", "attention.md", "recipes/speech.md"]
 
 #: A fenced block: its language and body (fences of three backticks at line start).
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -85,7 +85,7 @@ def test_relative_links_resolve(page: str) -> None:
     for target in re.findall(r"\]\(([^)#\s]+)\)", (DOCS / page).read_text()):
         if "://" in target or target.startswith("figures/"):
             continue
-        assert (DOCS / target).exists(), f"docs/{page} links {target}, which does not exist"
+        assert ((DOCS / page).parent / target).exists(), f"docs/{page} links {target}, which does not exist"
 
 
 def test_masks_page_links_only_rendered_figures() -> None:
