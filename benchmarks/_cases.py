@@ -13,6 +13,7 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.masks import Graph, Grid, Mask, Window
+from benchmarks import graph_conv
 
 Inputs = dict[str, Any]
 Runner = Callable[[], object]
@@ -286,6 +287,18 @@ CASES: list[Case] = [
         _grid_check,
         _speedup(10),
         rounds=5,
+    ),
+    Case(
+        "graph_conv",
+        "AttentionConv N=100k, M=1M, 64 -> 4 heads x 64, fwd+bwd",
+        "PyG TransformerConv (same weights)",
+        ">= 4x faster, >= 8x less peak memory",
+        graph_conv.build,
+        graph_conv.ours,
+        graph_conv.peer,
+        graph_conv.check,
+        graph_conv.verdict,
+        rounds=3,
     ),
     Case(
         "full",

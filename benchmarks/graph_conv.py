@@ -63,9 +63,9 @@ def _grads(inp: Inputs, key: str) -> list[Tensor]:
 
 
 def check(inp: Inputs) -> str:
-    """Outputs and gradients of both layers agree (relative to the largest value)."""
+    """Outputs and gradients of both layers agree (relative to the largest value, or absolute below 1)."""
     a, b = _grads(inp, "ours"), _grads(inp, "peer")
-    err = max(float((x - y).abs().max() / y.abs().max().clamp(min=1e-6)) for x, y in zip(a, b))
+    err = max(float((x - y).abs().max() / y.abs().max().clamp(min=1.0)) for x, y in zip(a, b))
     if not err <= 1e-4:
         raise AssertionError(f"AttentionConv differs from TransformerConv: max relative error {err:.1e} > 1e-4")
     return f"max |AttentionConv - TransformerConv| / max = {err:.1e} (output and all gradients)"

@@ -2,7 +2,18 @@
 
 from attnmm.adapters._registry import get_adapter, list_adapters, register_adapter
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.adapters.graph import GraphAdapter, GraphTokens
 from attnmm.adapters.speech import SpeechAdapter
 from attnmm.adapters.speech_stream import SpeechStream
 
-__all__ = ["Adapter", "SpeechAdapter", "SpeechStream", "Tokens", "get_adapter", "list_adapters", "register_adapter"]
+__all__ = [
+    "Adapter",
+    "GraphAdapter",
+    "GraphTokens",
+    "SpeechAdapter",
+    "SpeechStream",
+    "Tokens",
+    "get_adapter",
+    "list_adapters",
+    "register_adapter",
+]

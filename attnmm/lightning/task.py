@@ -28,19 +28,25 @@ class ClassificationTask(L.LightningModule):
     task serves speech, image, text and graph recipes. Targets are ``batch[target_key]``: (B,) for
     one label per item, (B, L) or (N,) for one per token or node, where ``-100`` marks tokens to
     ignore. Loss: cross-entropy; metric: accuracy (torchmetrics), both logged as ``{stage}_loss`` and
-    ``{stage}_acc``. Optimiser: AdamW with linear warm-up and cosine decay over the run.
+    ``{stage}_acc``. Optimiser: AdamW (or Adam with an L2 penalty) with linear warm-up and cosine decay
+    over the run.
 
     Args:
         adapter (Adapter): raw batch -> :class:`~attnmm.adapters.Tokens`.
-        encoder (nn.Module): ``encoder(x, mask) -> h``, e.g. :class:`~attnmm.attention.Encoder`.
-        head (nn.Module): ``head(h, tokens) -> logits``.
+        encoder (nn.Module): ``encoder(x, mask) -> h``, e.g. :class:`~attnmm.attention.Encoder`; an
+            encoder whose ``forward`` has a ``tokens`` parameter also gets the adapter's
+            :class:`~attnmm.adapters.Tokens` (e.g. :class:`~attnmm.nn.GPSEncoder` reads the edges).
+        head (nn.Module, optional): ``head(h, tokens) -> logits``; ``None`` when the encoder's output
+            already is the logits (e.g. a GAT whose last layer has one output per class).
         num_classes (int): number of classes C.
         lr (float, optional): peak learning rate. (default: :obj:`1e-3`)
-        weight_decay (float, optional): AdamW weight decay. (default: :obj:`0.01`)
+        weight_decay (float, optional): AdamW weight decay, or Adam's L2 penalty. (default: :obj:`0.01`)
         warmup_fraction (float, optional): share of the steps spent warming up. (default: :obj:`0.05`)
         min_lr_ratio (float, optional): final learning rate as a share of ``lr``. (default: :obj:`0.0`)
         label_smoothing (float, optional): cross-entropy label smoothing. (default: :obj:`0.0`)
         target_key (str, optional): key of the targets in the batch. (default: :obj:`"label"`)
+        optimizer (str, optional): ``"adamw"`` (decoupled weight decay) or ``"adam"`` (weight decay as
+            an L2 penalty in the gradient, as GAT trains on Cora). (default: :obj:`"adamw"`)
 
     Examples:
         >>> import torch
@@ -56,7 +62,7 @@ class ClassificationTask(L.LightningModule):
         self,
         adapter: Adapter,
         encoder: nn.Module,
-        head: nn.Module,
+        head: nn.Module | None,
         num_classes: int,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
@@ -64,6 +70,7 @@ class ClassificationTask(L.LightningModule):
         min_lr_ratio: float = 0.0,
         label_smoothing: float = 0.0,
         target_key: str = "label",
+        optimizer: Literal["adamw", "adam"] = "adamw",
     ) -> None:
         super().__init__()
         self._save_config()
@@ -76,6 +83,9 @@ class ClassificationTask(L.LightningModule):
         self.lr, self.weight_decay = lr, weight_decay
         self.warmup_fraction, self.min_lr_ratio = warmup_fraction, min_lr_ratio
         self.label_smoothing, self.target_key = label_smoothing, target_key
+        if optimizer not in ("adamw", "adam"):
+            raise ValueError(f"optimizer must be 'adamw' or 'adam', got {optimizer!r}")
+        self.optimizer_name = optimizer
         self.accuracy = nn.ModuleDict(
             {
                 f"{stage}_acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
@@ -100,14 +110,16 @@ class ClassificationTask(L.LightningModule):
     def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
         """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""
         tokens = self.adapter(batch)
+        # encoders that need more than (x, mask), e.g. the edges of a graph batch, declare ``tokens``
+        extra = {"tokens": tokens} if "tokens" in inspect.signature(self.encoder.forward).parameters else {}
         if return_weights:
-            h, weights = self.encoder(tokens.x, tokens.mask, return_weights=True)
+            h, weights = self.encoder(tokens.x, tokens.mask, return_weights=True, **extra)
             return h, tokens, weights
-        return self.encoder(tokens.x, tokens.mask), tokens, None
+        return self.encoder(tokens.x, tokens.mask, **extra), tokens, None
 
     def forward(self, batch: Any) -> Tensor:
         h, tokens, _ = self.encode(batch)
-        return self.head(h, tokens)
+        return h if self.head is None else self.head(h, tokens)
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
         logits = self(batch)
@@ -147,7 +159,7 @@ class ClassificationTask(L.LightningModule):
         for name, p in self.named_parameters():
             if p.requires_grad:
                 (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
-        optimizer = torch.optim.AdamW(
+        optimizer = (torch.optim.AdamW if self.optimizer_name == "adamw" else torch.optim.Adam)(
             [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=self.lr,
         )

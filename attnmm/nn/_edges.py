@@ -1,0 +1,119 @@
+"""Plumbing of :class:`~attnmm.nn.AttentionConv`: reading PyG's adjacency formats and mapping edges to pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnmm.masks import Graph, Mask
+
+
+@dataclass
+class EdgeLayout:
+    """The edges of one call and the allowed pairs they map to.
+
+    Attributes:
+        src (LongTensor): source (key) node of each input edge (M,), in input order.
+        dst (LongTensor): target (query) node of each input edge (M,).
+        mask (Mask): the allowed set, the edges' :class:`~attnmm.masks.Graph` (united with any extra mask).
+        row (LongTensor): query of each allowed pair (P,), in ``mask.pairs()`` order.
+        col (LongTensor): key of each allowed pair (P,).
+        edge_pair (LongTensor): allowed pair of each input edge (M,).
+        counts (LongTensor): number of input edges of each pair (P,); 0 for pairs added by the extra mask.
+        duplicates (bool): whether some pair holds several input edges.
+    """
+
+    src: Tensor
+    dst: Tensor
+    mask: Mask
+    row: Tensor
+    col: Tensor
+    edge_pair: Tensor
+    counts: Tensor
+    duplicates: bool
+
+
+def read_edges(edge_index: object, num_src: int, num_dst: int) -> tuple[Tensor, Tensor, int, int]:
+    """``(src, dst, num_src, num_dst)`` of an edge_index Tensor, PyG ``EdgeIndex`` or torch.sparse
+    adjacency (read as PyG does: a sparse matrix is the transposed adjacency, rows are targets)."""
+    from torch_geometric.utils import is_torch_sparse_tensor, to_edge_index
+
+    if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
+        if edge_index.dim() != 2:
+            raise ValueError(f"a sparse adjacency must be a matrix (N_dst, N_src), got shape {tuple(edge_index.shape)}")
+        (dst, src), _ = to_edge_index(edge_index)
+        return src, dst, int(edge_index.size(1)), int(edge_index.size(0))
+    if isinstance(edge_index, Tensor):
+        if type(edge_index) is not Tensor and hasattr(edge_index, "as_tensor"):  # PyG's EdgeIndex
+            edge_index = edge_index.as_tensor()
+        if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+            raise ValueError(
+                f"edge_index must be an integer tensor of shape (2, M), a torch.sparse adjacency or an "
+                f"attnmm Mask, got {edge_index.dtype} of shape {tuple(edge_index.shape)}"
+            )
+        return edge_index[0].long(), edge_index[1].long(), num_src, num_dst
+    raise TypeError(
+        f"edge_index must be a Tensor (2, M), a torch.sparse adjacency, a PyG EdgeIndex or an attnmm Mask, "
+        f"got {type(edge_index).__name__}"
+    )
+
+
+def edge_layout(edge_index: object, num_src: int, num_dst: int, extra: Mask | None) -> EdgeLayout:
+    """The edges of ``edge_index`` and the allowed pairs: the edge set united with ``extra``."""
+    if isinstance(edge_index, Mask):
+        src = dst = torch.zeros(0, dtype=torch.long)
+        mask: Mask = edge_index
+    else:
+        src, dst, num_src, num_dst = read_edges(edge_index, num_src, num_dst)
+        mask = Graph(torch.stack([src, dst]), (num_src, num_dst))
+    if extra is not None:
+        if not isinstance(extra, Mask):
+            raise TypeError(f"mask must be an attnmm Mask or None, got {type(extra).__name__}")
+        mask = mask | extra
+    pairs = mask.pairs(num_dst, num_src, device=src.device)
+    row, col = pairs.row, pairs.col
+    if src.numel():  # pairs are sorted by (row, col): find each edge's pair by binary search
+        edge_pair = torch.searchsorted(row * num_src + col, dst * num_src + src)
+    else:
+        edge_pair = torch.zeros(0, dtype=torch.long, device=row.device)
+    counts = torch.bincount(edge_pair, minlength=row.numel())
+    duplicates = bool(src.numel() > int((counts > 0).sum()))
+    return EdgeLayout(src, dst, mask, row, col, edge_pair, counts, duplicates)
+
+
+def pair_bias(layout: EdgeLayout, edge_bias: Tensor | None) -> Tensor | None:
+    r"""Score bias per allowed pair (P, H) that makes the pair stand for all its input edges.
+
+    A pair :math:`p` with edges :math:`e` of biases :math:`b_e` gets
+    :math:`\log \sum_{e \to p} \exp(b_e)`, so its softmax weight is the sum of its edges' weights
+    (duplicate edges count as often as they appear, as in PyG's per-edge softmax). Pairs without
+    input edges (from an extra mask) get 0. ``None`` when no bias is needed.
+    """
+    P = layout.row.numel()
+    if edge_bias is None:
+        if not layout.duplicates:
+            return None
+        return layout.counts.clamp(min=1).log().to(torch.get_default_dtype()).unsqueeze(1)  # (P, 1)
+    if not layout.duplicates:
+        return edge_bias.new_zeros(P, edge_bias.size(1)).index_copy(0, layout.edge_pair, edge_bias)  # (P, H)
+    index = layout.edge_pair.unsqueeze(1).expand_as(edge_bias)
+    top = edge_bias.new_full((P, edge_bias.size(1)), float("-inf"))
+    top = top.scatter_reduce(0, index, edge_bias.detach(), "amax").nan_to_num(0.0, 0.0, 0.0)  # (P, H)
+    total = edge_bias.new_zeros(P, edge_bias.size(1)).index_add(
+        0, layout.edge_pair, (edge_bias - top[layout.edge_pair]).exp()
+    )
+    has_edges = (layout.counts > 0).unsqueeze(1)
+    return torch.where(has_edges, top + total.clamp(min=1e-30).log(), torch.zeros_like(top))
+
+
+def edge_weights(layout: EdgeLayout, pair_weights: Tensor, edge_bias: Tensor | None, bias: Tensor | None) -> Tensor:
+    """Weight of each input edge (M, H) from the weights of the pairs (P, H)."""
+    w = pair_weights[layout.edge_pair]  # (M, H)
+    if not layout.duplicates:
+        return w
+    if edge_bias is None:
+        return w / layout.counts[layout.edge_pair].unsqueeze(1).to(w.dtype)
+    assert bias is not None
+    return w * (edge_bias - bias[layout.edge_pair]).exp()

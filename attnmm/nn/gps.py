@@ -1,0 +1,215 @@
+r"""A GPS graph transformer layer: local message passing plus global masked attention, no padding."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from attnmm.adapters.base import Tokens
+from attnmm.attention.multihead import MultiHeadAttention
+from attnmm.masks import Graph, Mask
+from attnmm.masks._checks import check_nonneg_int
+from attnmm.masks.graph_helpers import SameGraph
+from attnmm.nn.attention_conv import AttentionConv
+from attnmm.nn.spd_bias import ShortestPathBias
+
+Norm = Literal["batch", "layer", "none"]
+
+
+def _norm(kind: Norm, channels: int) -> nn.Module:
+    if kind == "batch":
+        return nn.BatchNorm1d(channels)
+    if kind == "layer":
+        return nn.LayerNorm(channels)
+    if kind == "none":
+        return nn.Identity()
+    raise ValueError(f"norm must be 'batch', 'layer' or 'none', got {kind!r}")
+
+
+class GPSLayer(nn.Module):
+    r"""The layer of "Recipe for a General, Powerful, Scalable Graph Transformer" (Rampášek et al.,
+    2022): a local message-passing layer and global attention side by side, then a feed-forward network,
+
+    .. math::
+        \mathbf{X}_L &= \mathrm{Norm}(\mathbf{X} + \mathrm{Dropout}(\mathrm{MPNN}(\mathbf{X}, \mathcal{E}))),
+        \qquad \mathbf{X}_G = \mathrm{Norm}(\mathbf{X} + \mathrm{Dropout}(\mathrm{MHA}(\mathbf{X}; A))) \\
+        \mathbf{X}' &= \mathrm{Norm}(\mathbf{X}_L + \mathbf{X}_G + \mathrm{MLP}(\mathbf{X}_L + \mathbf{X}_G))
+
+    The global attention runs through the attnmm core on PyG's packed layout: by default
+    :math:`A(i)` is every node of i's graph (:class:`~attnmm.masks.graph_helpers.SameGraph`, built from
+    ``batch``), and any packed mask can replace it (e.g. the graph's edges united with random expander
+    edges, Exphormer-style). Nothing is padded to a dense batch, so the cost follows the mask's pairs.
+
+    Args:
+        channels (int): node width D.
+        conv (nn.Module, optional): the local layer, any PyG convolution called as
+            ``conv(x, edge_index)`` (``conv(x, edge_index, edge_attr)`` when edge features are given)
+            that keeps width D; ``None`` for global attention only. (default: :obj:`None`)
+        heads (int, optional): attention heads H; must divide D. (default: :obj:`1`)
+        dropout (float, optional): dropout on the branch outputs and in the MLP. (default: :obj:`0.0`)
+        attn_dropout (float, optional): dropout on the attention weights. (default: :obj:`0.0`)
+        norm (str, optional): ``"batch"``, ``"layer"`` or ``"none"``. (default: :obj:`"batch"`)
+
+    Shapes:
+        - **input:** x (N, D), edge_index (2, M), batch (N,) optional, mask over N nodes optional,
+          bias (P,) or (P, H) per allowed pair of the global mask optional, edge_attr (M, F_e) optional
+        - **output:** (N, D)
+
+    Examples:
+        >>> import torch
+        >>> from torch_geometric.nn import GINConv
+        >>> layer = GPSLayer(16, GINConv(torch.nn.Linear(16, 16)), heads=4)
+        >>> x, edge_index = torch.randn(5, 16), torch.tensor([[0, 1, 3], [1, 2, 4]])
+        >>> batch = torch.tensor([0, 0, 0, 1, 1])  # two graphs
+        >>> layer(x, edge_index, batch).shape
+        torch.Size([5, 16])
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        conv: nn.Module | None = None,
+        heads: int = 1,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm: Norm = "batch",
+    ) -> None:
+        super().__init__()
+        self.channels = check_nonneg_int("channels", channels, minimum=1)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.conv = conv
+        self.attn = MultiHeadAttention(channels, heads, dropout=attn_dropout)
+        self.mlp = nn.Sequential(
+            nn.Linear(channels, 2 * channels),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(2 * channels, channels),
+            nn.Dropout(dropout),
+        )
+        self.drop = nn.Dropout(dropout)
+        self.norm_local, self.norm_attn, self.norm_out = (_norm(norm, channels) for _ in range(3))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in [self.conv, self.attn, *self.mlp, self.norm_local, self.norm_attn, self.norm_out]:
+            if module is not None and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Tensor | None = None,
+        mask: Mask | None = None,
+        bias: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+    ) -> Tensor:
+        if mask is None:  # every node attends the nodes of its graph (all nodes without a batch vector)
+            mask = SameGraph(batch if batch is not None else x.new_zeros(x.size(0), dtype=torch.long))
+        h_attn = self.attn(x, mask=mask, bias=bias)  # (N, D)
+        out = self.norm_attn(x + self.drop(h_attn))
+        if self.conv is not None:
+            h = self.conv(x, edge_index) if edge_attr is None else self.conv(x, edge_index, edge_attr)
+            out = out + self.norm_local(x + self.drop(h))  # (N, D)
+        return self.norm_out(out + self.mlp(out))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.channels}, conv={self.conv}, heads={self.attn.num_heads})"
+
+
+class GPSEncoder(nn.Module):
+    r"""A stack of :class:`GPSLayer` blocks for graph batches, with an optional Graphormer
+    shortest-path bias (:class:`ShortestPathBias`, shared by the layers) on the global attention.
+
+    Called as ``encoder(x, mask, tokens=tokens)`` by :class:`~attnmm.lightning.ClassificationTask`:
+    the local layers use the edges and the global attention the graphs of
+    :class:`~attnmm.adapters.GraphTokens`; without tokens, ``mask`` must be a
+    :class:`~attnmm.masks.Graph` and all nodes form one graph.
+
+    Args:
+        d_model (int): node width D.
+        num_layers (int, optional): number of layers. (default: :obj:`2`)
+        heads (int, optional): attention heads. (default: :obj:`4`)
+        local (str, optional): the local layer, ``"gin"`` (GINConv with a 2-layer MLP),
+            ``"attention"`` (:class:`AttentionConv`) or ``"none"``. (default: :obj:`"gin"`)
+        dropout (float, optional): dropout in the layers. (default: :obj:`0.0`)
+        attn_dropout (float, optional): dropout on the attention weights. (default: :obj:`0.0`)
+        max_distance (int, optional): use a shortest-path bias up to this distance; ``None`` for none.
+            (default: :obj:`None`)
+        norm (str, optional): ``"batch"``, ``"layer"`` or ``"none"``. (default: :obj:`"batch"`)
+
+    Shapes:
+        - **input:** x (N, D), a packed mask over N nodes, optionally the adapter's tokens
+        - **output:** (N, D)
+
+    Examples:
+        >>> from attnmm.adapters import GraphAdapter
+        >>> adapter, encoder = GraphAdapter(d_model=32), GPSEncoder(32, max_distance=3)
+        >>> tokens = adapter(GraphAdapter.example_batch(2))
+        >>> encoder(tokens.x, tokens.mask, tokens=tokens).shape == tokens.x.shape
+        True
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_layers: int = 2,
+        heads: int = 4,
+        local: Literal["gin", "attention", "none"] = "gin",
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        max_distance: int | None = None,
+        norm: Norm = "batch",
+    ) -> None:
+        super().__init__()
+        if local not in ("gin", "attention", "none"):
+            raise ValueError(f"local must be 'gin', 'attention' or 'none', got {local!r}")
+        self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
+        self.layers = nn.ModuleList(
+            GPSLayer(d_model, _local(local, d_model, heads), heads, dropout, attn_dropout, norm)
+            for _ in range(check_nonneg_int("num_layers", num_layers, minimum=1))
+        )
+        self.spd = None if max_distance is None else ShortestPathBias(heads, max_distance)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for layer in self.layers:
+            layer.reset_parameters()
+        if self.spd is not None:
+            self.spd.reset_parameters()
+
+    def forward(self, x: Tensor, mask: Mask | None = None, tokens: Tokens | None = None) -> Tensor:
+        edge_index = getattr(tokens, "edge_index", None)
+        if edge_index is None:
+            if not isinstance(mask, Graph):
+                raise ValueError(
+                    f"GPSEncoder needs the edges: pass tokens=GraphTokens (from GraphAdapter) or a Graph mask, "
+                    f"got mask {mask!r} and no tokens"
+                )
+            edge_index = mask.edge_index
+        N = x.size(0)
+        batch = tokens.batch if tokens is not None and tokens.batch is not None else x.new_zeros(N, dtype=torch.long)
+        global_mask = SameGraph(batch)
+        bias = None if self.spd is None else self.spd(global_mask, edge_index, N)  # (P, H)
+        for layer in self.layers:
+            x = layer(x, edge_index, mask=global_mask, bias=bias)
+        return x
+
+
+def _local(kind: str, channels: int, heads: int) -> nn.Module | None:
+    if kind == "gin":
+        from torch_geometric.nn import GINConv
+
+        mlp = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, channels))
+        return GINConv(mlp)
+    if kind == "attention":
+        if channels % heads:
+            raise ValueError(f"local='attention' needs heads to divide d_model, got {heads} and {channels}")
+        return AttentionConv(channels, channels // heads, heads=heads)
+    return None
+
+
+__all__ = ["GPSEncoder", "GPSLayer"]

@@ -1,0 +1,54 @@
+"""The graph adapter: tokens, masks and positional encodings of PyG batches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnmm.adapters import GraphAdapter, GraphTokens
+from attnmm.masks import Graph
+
+
+def test_tokens_of_a_batch() -> None:
+    batch = GraphAdapter.example_batch(3)
+    tokens = GraphAdapter(in_channels=16, d_model=24).eval()(batch)
+    assert isinstance(tokens, GraphTokens) and isinstance(tokens.mask, Graph)
+    assert tokens.x.shape == (batch.num_nodes, 24)
+    assert torch.equal(tokens.batch, batch.batch) and tokens.edge_index is batch.edge_index
+    dense = tokens.mask.dense(batch.num_nodes)
+    assert dense.diagonal().all()  # self loops
+    assert not (dense & (batch.batch.view(-1, 1) != batch.batch.view(1, -1))).any()  # block-diagonal
+
+
+@pytest.mark.parametrize("pe", ["laplacian", "random_walk"])
+def test_positional_encodings_match_pyg_transforms(pe: str) -> None:
+    batch = GraphAdapter.example_batch(2)
+    adapter = GraphAdapter(in_channels=16, d_model=None, pe=pe, pe_dim=3).eval()
+    tokens = adapter(batch)
+    assert tokens.x.shape == (batch.num_nodes, 16 + 3) and adapter.out_dim == 19
+    first = batch.to_data_list()[0]
+    want = getattr(adapter.transform()(first.clone()), adapter.pe_attr)
+    n = first.num_nodes
+    if pe == "random_walk":
+        torch.testing.assert_close(tokens.x[:n, 16:], want)
+    else:  # eigenvectors are defined up to sign
+        torch.testing.assert_close(tokens.x[:n, 16:].abs(), want.abs(), atol=1e-5, rtol=1e-4)
+
+
+def test_stored_encoding_is_used() -> None:
+    batch = GraphAdapter.example_batch(2)
+    batch.random_walk_pe = torch.full((batch.num_nodes, 2), 7.0)
+    tokens = GraphAdapter(in_channels=16, d_model=None, pe="random_walk", pe_dim=2)(batch)
+    assert bool((tokens.x[:, 16:] == 7.0).all())
+
+
+def test_graphs_without_features_and_errors() -> None:
+    from torch_geometric.data import Data
+
+    data = Data(edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=3)
+    tokens = GraphAdapter(in_channels=1, d_model=8, self_loops=False)(data)
+    assert tokens.x.shape == (3, 8) and tokens.mask.num_edges == 2
+    with pytest.raises(ValueError, match=r"node features must be \(N, in_channels\) = \(3, 4\)"):
+        GraphAdapter(in_channels=4)(Data(x=torch.ones(3, 2), edge_index=data.edge_index))
+    with pytest.raises(ValueError, match="pe must be"):
+        GraphAdapter(pe="spectral")  # type: ignore[arg-type]
