@@ -51,7 +51,9 @@ def attend(
 
     With ``score="relu"``, :math:`a_{ij} = \mathrm{relu}(s_{ij}) / |A(i)|`. A query whose allowed set
     is empty gets output 0 and gradient 0 (never NaN). The backend is chosen from the mask's
-    structure (fused SDPA for full and causal masks, the reference path otherwise).
+    structure: fused SDPA for full and causal masks, the band kernel for windows and chunks, the
+    sparse (CSR) kernel for graphs, grids and other compositions, FlexAttention on CUDA; see
+    :mod:`attnmm.attention._dispatch`.
 
     Args:
         q (Tensor): queries, (B, H, L, E) padded or (N, H, E) packed.
