@@ -2,23 +2,35 @@
 
 from attnmm.data._audio import AudioBatch, AudioClips, collate_audio, read_audio
 from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
+from attnmm.data.cifar import CIFAR10DataModule
 from attnmm.data.fsdd import FSDDDataModule
 from attnmm.data.graphs import MotifGraphsDataModule, motif_graphs
+from attnmm.data.mnist import MNISTDataModule
 from attnmm.data.planetoid import PlanetoidDataModule
+from attnmm.data.shakespeare import ShakespeareDataModule
 from attnmm.data.speech_commands import SpeechCommandsDataModule
+from attnmm.data.ud import UPOS_TAGS, UDPOSDataModule, read_conllu
+from attnmm.data.vocab import Vocabulary
 
 __all__ = [
     "AudioBatch",
     "AudioClips",
+    "CIFAR10DataModule",
     "FSDDDataModule",
+    "MNISTDataModule",
     "MotifGraphsDataModule",
     "PlanetoidDataModule",
+    "ShakespeareDataModule",
     "SpeechCommandsDataModule",
+    "UDPOSDataModule",
+    "UPOS_TAGS",
+    "Vocabulary",
     "cache_dir",
     "collate_audio",
     "data_dir",
     "motif_graphs",
     "read_audio",
+    "read_conllu",
     "resolve_root",
     "writable_copy",
 ]

@@ -1,0 +1,235 @@
+r"""The text adapter: token ids -> embeddings (+ character features) + positions, under a mask."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from attnmm.adapters._registry import register_adapter
+from attnmm.adapters.base import Adapter, Tokens
+from attnmm.attention.positional import LearnedPE, SinusoidalPE
+from attnmm.data.vocab import PAD, UNK
+from attnmm.masks import Mask, Padding
+from attnmm.masks._checks import check_nonneg_int
+
+Positional = Literal["sinusoidal", "learned", "rotary", "none"]
+
+
+class CharFeatures(nn.Module):
+    r"""Character-level word features of a character CNN ("End-to-end Sequence Labeling via
+    Bi-directional LSTM-CNNs-CRF", Ma and Hovy, 2016): embed the characters of a word between
+    learned begin and end markers, convolve, and max-pool over the word.
+
+    .. math::
+        \mathbf{c}_w = \max_{t} \mathrm{ReLU}\left(\mathrm{Conv1d}(\mathbf{E}[\langle w],
+        \mathbf{E}[w_1], \dots, \mathbf{E}[w_{|w|}], \mathbf{E}[w\rangle])_t\right)
+
+    The markers let the filters tell prefixes and suffixes ("-ly", "-ing") from the same letters
+    inside a word.
+
+    Args:
+        num_chars (int): size of the character vocabulary (id 0 pads).
+        char_dim (int, optional): character embedding width. (default: :obj:`32`)
+        channels (int, optional): convolution channels, the width of the feature.
+            (default: :obj:`64`)
+        kernel (int, optional): odd convolution width in characters. (default: :obj:`3`)
+
+    Shapes:
+        - **input:** chars (B, L, C), character ids of each word, 0 after its end
+        - **output:** (B, L, channels), zero for words without characters
+
+    Examples:
+        >>> import torch
+        >>> feats = CharFeatures(num_chars=30, channels=16)
+        >>> feats(torch.randint(0, 30, (2, 5, 7))).shape
+        torch.Size([2, 5, 16])
+    """
+
+    def __init__(self, num_chars: int, char_dim: int = 32, channels: int = 64, kernel: int = 3) -> None:
+        super().__init__()
+        self.num_chars = check_nonneg_int("num_chars", num_chars, minimum=2)
+        kernel = check_nonneg_int("kernel", kernel, minimum=1)
+        if kernel % 2 == 0:
+            raise ValueError(f"kernel must be odd (a centred window), got {kernel}")
+        self.out_dim = check_nonneg_int("channels", channels, minimum=1)
+        # rows num_chars and num_chars + 1 are the begin and end markers
+        char_dim = check_nonneg_int("char_dim", char_dim, minimum=1)
+        self.embed = nn.Embedding(self.num_chars + 2, char_dim, padding_idx=PAD)
+        self.conv = nn.Conv1d(char_dim, channels, kernel, padding=kernel // 2)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.embed.reset_parameters()
+        self.conv.reset_parameters()
+
+    def forward(self, chars: Tensor) -> Tensor:
+        if chars.dim() != 3:
+            raise ValueError(f"chars must be (B, L, C) character ids, got shape {tuple(chars.shape)}")
+        B, L, C = chars.shape
+        flat = chars.reshape(B * L, C)  # (B*L, C)
+        n = (flat != PAD).sum(-1, keepdim=True)  # (B*L, 1) characters per word
+        marked = torch.cat([flat.new_full((B * L, 1), self.num_chars), flat, flat.new_zeros(B * L, 1)], 1)
+        marked = marked.scatter(1, n + 1, torch.full_like(n, self.num_chars + 1))  # (B*L, C + 2)
+        marked = marked.masked_fill(n == 0, PAD)  # no word, no markers
+        h = self.conv(self.embed(marked).transpose(1, 2)).relu()  # (B*L, channels, C + 2)
+        real = (marked != PAD).unsqueeze(1)  # (B*L, 1, C + 2)
+        h = h.masked_fill(~real, 0.0).amax(-1)  # (B*L, channels); ReLU >= 0, so 0 stands for "no word"
+        return h.view(B, L, self.out_dim)
+
+
+@register_adapter("text")
+class TextAdapter(Adapter):
+    r"""Text front end: token embeddings, optional character features, positions and a mask
+    ("Attention Is All You Need", Vaswani et al., 2017).
+
+    .. math::
+        \mathbf{X}_i = \mathbf{W}\big[\mathbf{E}[w_i] \,\|\, \mathbf{c}_{w_i}\big] + \mathrm{PE}(i),
+        \qquad A = \mathrm{Padding}(\text{lengths}) \cap A_{\text{mask}}
+
+    Without character features the projection :math:`\mathbf{W}` is left out,
+    :math:`\mathbf{X}_i = \sqrt{D}\,\mathbf{E}[w_i] + \mathrm{PE}(i)`. Token ids come from a
+    :class:`~attnmm.data.Vocabulary` built on the training split: 0 pads, 1 is the unknown token.
+    In training, ``word_dropout`` replaces real tokens by the unknown token, so the model learns to
+    tag words it has never seen from their characters and context.
+
+    ``positional`` picks the encoding: ``"sinusoidal"`` (:class:`~attnmm.attention.SinusoidalPE`),
+    ``"learned"`` (:class:`~attnmm.attention.LearnedPE` with ``max_len`` positions), ``"rotary"``
+    (nothing is added here: give the encoder ``rotary=RotaryPE(D // H)``, which rotates queries and
+    keys in every layer) or ``"none"``.
+
+    Args:
+        vocab_size (int, optional): rows of the token embedding (at least the vocabulary's size).
+            (default: :obj:`256`)
+        d_model (int, optional): token width D. (default: :obj:`128`)
+        positional (str, optional): ``"sinusoidal"``, ``"learned"``, ``"rotary"`` or ``"none"``.
+            (default: :obj:`"sinusoidal"`)
+        max_len (int, optional): longest sequence of the learned encoding. (default: :obj:`512`)
+        mask (Mask, optional): the tokens' attention pattern, e.g. ``Causal()``,
+            ``Window(8, 8)`` or ``Window(64, 0)`` (causal window), composed with the batch's
+            :class:`~attnmm.masks.Padding` when it has ``lengths``; ``None`` is full attention.
+            (default: :obj:`None`)
+        char_vocab_size (int, optional): characters of the character features; 0 turns them off.
+            (default: :obj:`0`)
+        char_dim (int, optional): character embedding width. (default: :obj:`32`)
+        char_channels (int, optional): width of the character features. (default: :obj:`64`)
+        char_kernel (int, optional): character convolution width. (default: :obj:`3`)
+        word_dropout (float, optional): share of tokens replaced by the unknown token in training.
+            (default: :obj:`0.0`)
+        dropout (float, optional): dropout on the tokens. (default: :obj:`0.1`)
+
+    Shapes:
+        - **input:** a batch with ``tokens`` (B, L); optionally ``lengths`` (B,) and ``chars``
+          (B, L, C)
+        - **output:** :class:`Tokens` with x (B, L, D), mask, lengths (B,) or :obj:`None`
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.masks import Causal
+        >>> adapter = TextAdapter(vocab_size=100, d_model=32, mask=Causal())
+        >>> tokens = adapter({"tokens": torch.randint(2, 100, (2, 6)), "lengths": torch.tensor([6, 4])})
+        >>> tokens.x.shape
+        torch.Size([2, 6, 32])
+        >>> tokens.mask
+        Padding(lengths=[6, 4]) & Causal()
+    """
+
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        d_model: int = 128,
+        positional: Positional = "sinusoidal",
+        max_len: int = 512,
+        mask: Mask | None = None,
+        char_vocab_size: int = 0,
+        char_dim: int = 32,
+        char_channels: int = 64,
+        char_kernel: int = 3,
+        word_dropout: float = 0.0,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_nonneg_int("vocab_size", vocab_size, minimum=2)
+        self.out_dim = check_nonneg_int("d_model", d_model, minimum=1)
+        if positional not in ("sinusoidal", "learned", "rotary", "none"):
+            raise ValueError(f"positional must be 'sinusoidal', 'learned', 'rotary' or 'none', got {positional!r}")
+        self.positional = positional
+        if mask is not None and not isinstance(mask, Mask):
+            raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
+        self.mask = mask
+        if not 0.0 <= word_dropout < 1.0:
+            raise ValueError(f"word_dropout must be in [0, 1), got {word_dropout}")
+        self.word_dropout = float(word_dropout)
+        self.embed = nn.Embedding(self.vocab_size, self.out_dim, padding_idx=PAD)
+        self.chars: CharFeatures | None = None
+        self.proj: nn.Linear | None = None
+        if check_nonneg_int("char_vocab_size", char_vocab_size):
+            self.chars = CharFeatures(char_vocab_size, char_dim, char_channels, char_kernel)
+            self.proj = nn.Linear(self.out_dim + self.chars.out_dim, self.out_dim)
+        self.pos: nn.Module | None = None
+        if positional == "sinusoidal":
+            self.pos = SinusoidalPE(self.out_dim)
+        elif positional == "learned":
+            self.pos = LearnedPE(max_len, self.out_dim)
+        self.drop = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.embed.weight, std=self.out_dim**-0.5)
+        with torch.no_grad():
+            self.embed.weight[PAD].zero_()
+        if self.chars is not None and self.proj is not None:
+            self.chars.reset_parameters()
+            self.proj.reset_parameters()
+        if isinstance(self.pos, LearnedPE):
+            self.pos.reset_parameters()
+
+    def embed_tokens(self, ids: Tensor, chars: Tensor | None = None) -> Tensor:
+        """Token features (B, L, D) before the positional encoding."""
+        if ids.dim() != 2:
+            raise ValueError(f"tokens must be (B, L) ids, got shape {tuple(ids.shape)}")
+        if ids.numel() and int(ids.max()) >= self.vocab_size:
+            raise ValueError(
+                f"token id {int(ids.max())} is outside the embedding of vocab_size={self.vocab_size}; "
+                "build the adapter with vocab_size >= the vocabulary's size"
+            )
+        if self.training and self.word_dropout > 0.0:
+            drop = (torch.rand(ids.shape, device=ids.device) < self.word_dropout) & (ids != PAD)
+            ids = ids.masked_fill(drop, UNK)
+        x = self.embed(ids) * math.sqrt(self.out_dim)  # (B, L, D)
+        if self.chars is not None and self.proj is not None:
+            if chars is None:
+                raise ValueError(
+                    "this TextAdapter has character features (char_vocab_size > 0): the batch needs 'chars'"
+                )
+            if chars.shape[:2] != ids.shape:
+                raise ValueError(
+                    f"chars must be (B, L, C) with (B, L) = {tuple(ids.shape)} like tokens, got {tuple(chars.shape)}"
+                )
+            x = self.proj(torch.cat([x, self.chars(chars)], dim=-1))  # (B, L, D)
+        return x
+
+    def forward(self, batch: dict[str, Any]) -> Tokens:
+        ids = batch["tokens"]
+        x = self.embed_tokens(ids, batch.get("chars"))
+        if self.pos is not None:
+            x = self.pos(x)  # (B, L, D)
+        x = self.drop(x)
+        lengths = batch.get("lengths")
+        mask = self.mask
+        if lengths is not None:
+            lengths = lengths.to(x.device)
+            mask = Padding(lengths) if mask is None else Padding(lengths) & mask
+        return Tokens(x, mask, lengths=lengths)
+
+    @classmethod
+    def example_batch(cls, batch_size: int = 2) -> dict[str, Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        L = 12
+        lengths = torch.linspace(L // 2, L, batch_size).long()
+        real = torch.arange(L) < lengths.view(-1, 1)  # (B, L)
+        tokens = torch.randint(2, 256, (batch_size, L), generator=generator).masked_fill(~real, PAD)
+        tags = torch.randint(0, 17, (batch_size, L), generator=generator).masked_fill(~real, -100)
+        return {"tokens": tokens, "lengths": lengths, "tags": tags}

@@ -1,0 +1,196 @@
+r"""Tiny Shakespeare for character-level language modelling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from attnmm.data._root import DATA_ENV, resolve_root
+from attnmm.data.vocab import Vocabulary
+
+__all__ = ["CharWindows", "ShakespeareDataModule", "split_text"]
+
+
+def split_text(text: str, train_fraction: float = 0.9) -> tuple[str, str, str]:
+    r"""``(train, val, test)``: the first ``train_fraction`` of the characters, then the rest cut in
+    two equal halves, validation before test.
+
+    Examples:
+        >>> split_text("abcdefghijklmnopqrst")
+        ('abcdefghijklmnopqr', 's', 't')
+    """
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    n = len(text)
+    a = int(n * train_fraction)
+    b = a + (n - a) // 2
+    return text[:a], text[a:b], text[b:]
+
+
+class CharWindows(Dataset):
+    r"""Windows of a character-id sequence with next-character targets.
+
+    With ``num_samples`` each item is a window at a uniformly random start (training); without,
+    the sequence is cut into consecutive non-overlapping windows (evaluation: every character but
+    the first is predicted exactly once, the last window may be shorter and is dropped only when
+    it has no target).
+
+    Items: ``{"tokens": (L,), "targets": (L,)}`` with ``targets[t] = ids[start + t + 1]``.
+    """
+
+    def __init__(self, ids: Tensor, block_size: int, num_samples: int | None = None) -> None:
+        if ids.dim() != 1 or ids.numel() < 2:
+            raise ValueError(f"need a 1-D sequence of at least 2 ids, got shape {tuple(ids.shape)}")
+        self.ids, self.block_size, self.num_samples = ids, block_size, num_samples
+        self.block_size = min(block_size, ids.numel() - 1)
+
+    def __len__(self) -> int:
+        if self.num_samples is not None:
+            return self.num_samples
+        return -(-(self.ids.numel() - 1) // self.block_size)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        if self.num_samples is not None:
+            start = int(torch.randint(0, self.ids.numel() - self.block_size, ()))
+        else:
+            start = i * self.block_size
+        window = self.ids[start : start + self.block_size + 1]
+        return {"tokens": window[:-1], "targets": window[1:]}
+
+
+def _collate(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    lengths = {len(it["tokens"]) for it in items}
+    if len(lengths) == 1:
+        return {k: torch.stack([it[k] for it in items]) for k in ("tokens", "targets")}
+    # the shorter last evaluation window: pad, and ignore the padded targets (-100)
+    L = max(lengths)
+    out = {"tokens": torch.zeros(len(items), L, dtype=torch.long), "targets": torch.full((len(items), L), -100)}
+    for b, it in enumerate(items):
+        n = len(it["tokens"])
+        out["tokens"][b, :n], out["targets"][b, :n] = it["tokens"], it["targets"]
+    return out
+
+
+class ShakespeareDataModule(LightningDataModule):
+    r"""Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 M characters) for a character language
+    model: predict each character from the ones before it.
+
+    ``input.txt`` is read from ``<root>/tinyshakespeare``, ``root`` resolved by
+    :func:`~attnmm.data.resolve_root`. Splits by position (:func:`split_text`): the first 90% of
+    the characters train; the last 10% is cut in half, validation then test. The character
+    :class:`~attnmm.data.Vocabulary` is built from the training split (0 pads, 1 is unknown), so
+    :attr:`vocab_size` is 2 + the characters of the training text (67 for Tiny Shakespeare).
+
+    Training items are ``block_size`` windows at random starts, ``samples_per_epoch`` of them per
+    epoch; validation and test cut their text into consecutive windows, so ``val_loss`` and
+    ``test_loss`` are the mean cross-entropy in nats per character. Batches: ``tokens`` (B, L),
+    ``targets`` (B, L) (the next characters; -100 is ignored).
+
+    Args:
+        root (str or Path, optional): the base data folder. (default: :obj:`None`)
+        block_size (int, optional): characters per window L. (default: ``256``)
+        batch_size (int, optional): windows per batch. (default: ``32``)
+        samples_per_epoch (int, optional): random training windows per epoch. (default: ``20000``)
+        train_fraction (float, optional): share of the text that trains. (default: ``0.9``)
+        num_workers (int, optional): DataLoader worker processes. (default: ``0``)
+
+    Examples:
+        >>> dm = ShakespeareDataModule(root="/data", block_size=128)
+        >>> dm
+        ShakespeareDataModule(root='/data/tinyshakespeare', block_size=128, batch_size=32)
+    """
+
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        block_size: int = 256,
+        batch_size: int = 32,
+        samples_per_epoch: int = 20000,
+        train_fraction: float = 0.9,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("block_size", block_size), ("batch_size", batch_size),
+                            ("samples_per_epoch", samples_per_epoch)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0.0 < train_fraction < 1.0:
+            raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+        self.root, self.block_size, self.batch_size = root, block_size, batch_size
+        self.samples_per_epoch, self.train_fraction, self.num_workers = samples_per_epoch, train_fraction, num_workers
+        self.vocab: Vocabulary | None = None
+        self.splits: dict[str, Tensor] = {}
+
+    @property
+    def path(self) -> Path:
+        r"""``<root>/tinyshakespeare/input.txt``."""
+        return resolve_root(self.root, "tinyshakespeare") / "input.txt"
+
+    def prepare_data(self) -> None:
+        if not self.path.is_file():
+            raise FileNotFoundError(
+                f"{self.path} not found. Put Tiny Shakespeare's input.txt (data/tinyshakespeare/input.txt of "
+                f"https://github.com/karpathy/char-rnn) there, or point root= or ${DATA_ENV} at the folder "
+                "holding tinyshakespeare/"
+            )
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        self.prepare_data()
+        texts = split_text(self.path.read_text(encoding="utf-8"), self.train_fraction)
+        if self.vocab is None:
+            self.vocab = Vocabulary(texts[0])
+        self.splits = {k: self.encode(t) for k, t in zip(("train", "val", "test"), texts)}
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids of the character vocabulary (after :meth:`setup`)."""
+        if self.vocab is None:
+            raise RuntimeError("the vocabulary is built in setup(); call dm.setup() first")
+        return len(self.vocab)
+
+    def encode(self, text: str) -> Tensor:
+        """Character ids (T,) of ``text``; characters not in the training text map to unknown (1)."""
+        if self.vocab is None:
+            raise RuntimeError("the vocabulary is built in setup(); call dm.setup() first")
+        return torch.tensor(self.vocab.encode(text), dtype=torch.long)
+
+    def decode(self, ids: Tensor | list[int]) -> str:
+        """The text of character ids."""
+        if self.vocab is None:
+            raise RuntimeError("the vocabulary is built in setup(); call dm.setup() first")
+        return "".join(self.vocab.decode(ids.tolist() if isinstance(ids, Tensor) else ids))
+
+    def train_dataloader(self) -> DataLoader:
+        data = CharWindows(self.splits["train"], self.block_size, self.samples_per_epoch)
+        return DataLoader(data, self.batch_size, collate_fn=_collate, num_workers=self.num_workers, drop_last=True)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        data = CharWindows(self.splits[split], self.block_size)
+        return DataLoader(data, self.batch_size, collate_fn=_collate, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.vocab is None else {"vocab": self.vocab.state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict:
+            self.vocab = Vocabulary.from_state(state_dict["vocab"])
+
+    def __repr__(self) -> str:
+        sizes = "".join(f", {k}={v.numel()}" for k, v in self.splits.items())
+        return (
+            f"{type(self).__name__}(root={self.path.parent.as_posix()!r}, block_size={self.block_size}, "
+            f"batch_size={self.batch_size}{sizes})"
+        )

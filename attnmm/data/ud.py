@@ -1,0 +1,288 @@
+r"""Universal Dependencies treebanks for part-of-speech tagging (UPOS), read with ``conllu``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import conllu
+import torch
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_only
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from attnmm.data._root import DATA_ENV, resolve_root
+from attnmm.data.vocab import PAD, Vocabulary
+
+#: The 17 universal part-of-speech tags (https://universaldependencies.org/u/pos/), in label order.
+UPOS_TAGS = (
+    "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
+    "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X",
+)  # fmt: skip
+IGNORE_INDEX = -100
+
+__all__ = ["UPOS_TAGS", "Sentence", "UDPOSDataModule", "read_conllu"]
+
+
+@dataclass(frozen=True)
+class Sentence:
+    r"""One sentence: its word forms and their UPOS tags."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...]
+
+
+def read_conllu(path: str | Path) -> list[Sentence]:
+    r"""The sentences of a CoNLL-U file, words and UPOS tags only.
+
+    Multiword-token lines (ID ``3-4``) and empty nodes (ID ``8.1``) are skipped: one tag per
+    syntactic word, as the UPOS column defines it.
+
+    Args:
+        path (str or Path): a ``.conllu`` file.
+
+    Raises:
+        ValueError: a word has a tag outside :data:`UPOS_TAGS` (the message names file and sentence).
+    """
+    sentences: list[Sentence] = []
+    with open(path, encoding="utf-8") as handle:
+        for sent in conllu.parse_incr(handle):
+            words = [t for t in sent if isinstance(t["id"], int)]
+            if not words:
+                continue
+            tags = tuple(t["upos"] for t in words)
+            bad = [tag for tag in tags if tag not in UPOS_TAGS]
+            if bad:
+                raise ValueError(
+                    f"{path}: sentence {sent.metadata.get('sent_id', len(sentences))} has UPOS tags {bad} "
+                    f"outside the 17 universal tags {UPOS_TAGS}"
+                )
+            sentences.append(Sentence(tuple(t["form"] for t in words), tags))
+    return sentences
+
+
+def _clip_word(word: str, max_len: int) -> str:
+    """The word, or its first and last ``max_len // 2`` characters when it is longer (suffixes tag)."""
+    if len(word) <= max_len:
+        return word
+    head = max_len // 2
+    return word[:head] + word[len(word) - (max_len - head) :]
+
+
+class TaggedSentences(Dataset):
+    r"""Encoded sentences: items ``(word_ids (L,), char_ids (L, C), tag_ids (L,))``."""
+
+    def __init__(self, items: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+        self.items = items
+        self.lengths = [len(w) for w, _, _ in items]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, Tensor]:
+        return self.items[i]
+
+
+def collate_tagged(items: Sequence[tuple[Tensor, Tensor, Tensor]]) -> dict[str, Tensor]:
+    r"""Pad encoded sentences into a batch: ``tokens`` (B, L), ``chars`` (B, L, C), ``lengths`` (B,)
+    and ``tags`` (B, L) with -100 after each sentence's end."""
+    B = len(items)
+    L = max(len(w) for w, _, _ in items)
+    C = max(c.size(1) for _, c, _ in items)
+    tokens = torch.full((B, L), PAD, dtype=torch.long)
+    chars = torch.full((B, L, C), PAD, dtype=torch.long)
+    tags = torch.full((B, L), IGNORE_INDEX, dtype=torch.long)
+    for b, (w, c, t) in enumerate(items):
+        tokens[b, : len(w)] = w
+        chars[b, : len(w), : c.size(1)] = c
+        tags[b, : len(t)] = t
+    lengths = torch.tensor([len(w) for w, _, _ in items], dtype=torch.long)
+    return {"tokens": tokens, "chars": chars, "lengths": lengths, "tags": tags}
+
+
+class BucketSampler(Sampler[list[int]]):
+    r"""Batches of sentences of similar length: shuffle, sort pools of ``pool`` batches by length,
+    cut them into batches and shuffle the batches (less padding, still random)."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, pool: int = 50, seed: int = 0) -> None:
+        self.lengths, self.batch_size, self.pool, self.seed = list(lengths), batch_size, pool, seed
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        span = self.batch_size * self.pool
+        batches = []
+        for start in range(0, len(order), span):
+            chunk = sorted(order[start : start + span], key=self.lengths.__getitem__)
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        for i in torch.randperm(len(batches), generator=generator).tolist():
+            yield batches[i]
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+
+class UDPOSDataModule(LightningDataModule):
+    r"""Universal part-of-speech tagging (17 UPOS tags) on a Universal Dependencies treebank,
+    by default the English Web Treebank (UD_English-EWT).
+
+    Files ``<prefix>-ud-{train,dev,test}.conllu`` are read from ``<root>/<treebank>``, ``root``
+    resolved by :func:`~attnmm.data.resolve_root` (``$ATTNMM_DATA``, then ``~/.cache/attnmm``).
+    The train file is trained on and the dev file validates. The test set is the test file when it
+    is there, else the dev file; :attr:`test_split` says which, and :meth:`setup` prints it.
+
+    Vocabularies (:class:`~attnmm.data.Vocabulary`) are built from the training split only: words
+    (lower-cased by default) and characters (case kept), each with padding (0) and unknown (1)
+    ids, capped at ``max_words`` and ``max_chars`` ids so that an adapter built with those sizes
+    always fits. They are saved in checkpoints (:meth:`state_dict`).
+
+    Batches: ``tokens`` (B, L) word ids, ``chars`` (B, L, C) character ids, ``lengths`` (B,) and
+    ``tags`` (B, L) with -100 after each sentence. Training batches group sentences of similar
+    length.
+
+    Args:
+        root (str or Path, optional): the base data folder. (default: :obj:`None`)
+        treebank (str, optional): the treebank's folder under the root. (default: :obj:`"ud_english_ewt"`)
+        prefix (str, optional): the file-name prefix. (default: :obj:`"en_ewt"`)
+        batch_size (int, optional): sentences per batch. (default: ``32``)
+        num_workers (int, optional): DataLoader worker processes. (default: ``0``)
+        max_words (int, optional): most word ids, specials included. (default: ``20000``)
+        min_word_freq (int, optional): fewest training occurrences of a kept word. (default: ``1``)
+        max_chars (int, optional): most character ids, specials included. (default: ``200``)
+        max_word_len (int, optional): characters kept per word (the first and the last halves).
+            (default: ``20``)
+        lowercase (bool, optional): lower-case the words (not the characters). (default: :obj:`True`)
+        seed (int, optional): seed of the batch order. (default: ``0``)
+
+    Examples:
+        >>> dm = UDPOSDataModule(root="/data")
+        >>> dm
+        UDPOSDataModule(root='/data/ud_english_ewt', batch_size=32)
+        >>> dm.num_classes
+        17
+    """
+
+    num_classes: int = len(UPOS_TAGS)
+    class_names: tuple[str, ...] = UPOS_TAGS
+
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        treebank: str = "ud_english_ewt",
+        prefix: str = "en_ewt",
+        batch_size: int = 32,
+        num_workers: int = 0,
+        max_words: int = 20000,
+        min_word_freq: int = 1,
+        max_chars: int = 200,
+        max_word_len: int = 20,
+        lowercase: bool = True,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1 or num_workers < 0:
+            raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
+        if max_word_len < 2:
+            raise ValueError(f"max_word_len must be >= 2, got {max_word_len}")
+        self.root, self.treebank, self.prefix = root, treebank, prefix
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.max_words, self.min_word_freq, self.max_chars = max_words, min_word_freq, max_chars
+        self.max_word_len, self.lowercase, self.seed = max_word_len, lowercase, seed
+        self.words: Vocabulary | None = None
+        self.chars: Vocabulary | None = None
+        self.test_split: str | None = None
+        self.datasets: dict[str, TaggedSentences] = {}
+
+    @property
+    def dataset_dir(self) -> Path:
+        r"""``<root>/<treebank>``."""
+        return resolve_root(self.root, self.treebank)
+
+    def path(self, split: str) -> Path:
+        r"""The CoNLL-U file of ``split`` (``"train"``, ``"dev"`` or ``"test"``)."""
+        return self.dataset_dir / f"{self.prefix}-ud-{split}.conllu"
+
+    def _require(self, split: str) -> Path:
+        path = self.path(split)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} not found. Put the treebank's {self.prefix}-ud-train.conllu and "
+                f"{self.prefix}-ud-dev.conllu (e.g. from https://github.com/UniversalDependencies/UD_English-EWT) "
+                f"in {self.dataset_dir}, or point root= or ${DATA_ENV} at the folder holding {self.treebank}/"
+            )
+        return path
+
+    def prepare_data(self) -> None:
+        self._require("train")
+        self._require("dev")
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        train = read_conllu(self._require("train"))
+        if self.words is None or self.chars is None:  # not restored from a checkpoint
+            self.words = Vocabulary(
+                (self._word(w) for s in train for w in s.words), self.max_words, self.min_word_freq
+            )
+            self.chars = Vocabulary((c for s in train for w in s.words for c in w), self.max_chars)
+        self.test_split = "test" if self.path("test").is_file() else "dev"
+        dev = read_conllu(self._require("dev"))
+        test = dev if self.test_split == "dev" else read_conllu(self.path("test"))
+        self.datasets = {"train": self._encode(train), "val": self._encode(dev), "test": self._encode(test)}
+        self._say_test_split()
+
+    @rank_zero_only
+    def _say_test_split(self) -> None:
+        source = self.path(self.test_split or "dev").name
+        note = "" if self.test_split == "test" else f" ({self.path('test').name} not found: testing on dev)"
+        print(f"UD tagging: train {self.path('train').name}, validation {self.path('dev').name}, test {source}{note}")
+
+    def _word(self, word: str) -> str:
+        return word.lower() if self.lowercase else word
+
+    def _encode(self, sentences: list[Sentence]) -> TaggedSentences:
+        assert self.words is not None and self.chars is not None
+        tag_ids = {t: i for i, t in enumerate(UPOS_TAGS)}
+        items = []
+        for s in sentences:
+            words = torch.tensor(self.words.encode(self._word(w) for w in s.words), dtype=torch.long)
+            clipped = [_clip_word(w, self.max_word_len) for w in s.words]
+            chars = torch.full((len(clipped), max(map(len, clipped))), PAD, dtype=torch.long)
+            for i, w in enumerate(clipped):
+                chars[i, : len(w)] = torch.tensor(self.chars.encode(w), dtype=torch.long)
+            items.append((words, chars, torch.tensor([tag_ids[t] for t in s.tags], dtype=torch.long)))
+        return TaggedSentences(items)
+
+    def train_dataloader(self) -> DataLoader:
+        data = self.datasets["train"]
+        sampler = BucketSampler(data.lengths, self.batch_size, seed=self.seed)
+        return DataLoader(data, batch_sampler=sampler, collate_fn=collate_tagged, num_workers=self.num_workers)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        data = self.datasets[split]
+        return DataLoader(data, self.batch_size, collate_fn=collate_tagged, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.words is None or self.chars is None:
+            return {}
+        return {"words": self.words.state(), "chars": self.chars.state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict:
+            self.words = Vocabulary.from_state(state_dict["words"])
+            self.chars = Vocabulary.from_state(state_dict["chars"])
+
+    def __repr__(self) -> str:
+        sizes = "".join(f", {k}={len(v)}" for k, v in self.datasets.items())
+        return f"{type(self).__name__}(root={self.dataset_dir.as_posix()!r}, batch_size={self.batch_size}{sizes})"

@@ -1,0 +1,159 @@
+r"""Self-attention that computes a given convolution: the construction of Cordonnier et al. (2019)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnmm.attention.multihead import MultiHeadAttention
+from attnmm.attention.relative import RelativePositionBias
+from attnmm.masks import Grid
+from attnmm.masks._checks import check_nonneg_int
+
+
+class ConvAsAttention(nn.Module):
+    r"""Multi-head self-attention over pixels that reproduces a ``kernel`` x ``kernel`` convolution
+    ("On the Relationship between Self-Attention and Convolutional Layers", Cordonnier et al., 2019,
+    Theorem 1).
+
+    Every pixel is a token, attending under a :class:`~attnmm.masks.Grid` mask with the
+    convolution's kernel, and there is one head per kernel offset :math:`\Delta_h`. The query and
+    key projections are zero, so a head's scores are its relative position bias alone:
+    :math:`0` for the offset :math:`\Delta_h` and :math:`-\gamma` for every other one. For a large
+    gap :math:`\gamma` the softmax is one-hot (for :math:`\gamma = 10^4`,
+    :math:`e^{-\gamma}` is exactly 0 in floating point), so head :math:`h` returns the value of the
+    pixel at :math:`i + \Delta_h`:
+
+    .. math::
+        \mathrm{MHA}(\mathbf{X})_i = \sum_{h} \mathrm{head}_h(i)\, \mathbf{W}^O_h + \mathbf{b}^O
+        = \sum_{h} \mathbf{x}_{i + \Delta_h} \mathbf{W}^V_h \mathbf{W}^O_h + \mathbf{b}^O
+        = \sum_{\Delta} \mathbf{W}_{\Delta}\, \mathbf{x}_{i + \Delta} + \mathbf{b}
+        = \mathrm{Conv2d}(\mathbf{X})_i
+
+    with :math:`\mathbf{W}^V_h` copying the input channels into head :math:`h` and
+    :math:`\mathbf{W}^O_h = \mathbf{W}_{\Delta_h}^\top`, the kernel's tap at that offset. The
+    convolution's zero padding is a frame of zero tokens around the image (their values are zero,
+    so a head whose offset falls on the frame adds nothing, as the padded taps do), and the output
+    is read off the first ``out_channels`` features of the pixels inside the frame.
+
+    Tokens have width :math:`D = H E` with :math:`H = \mathrm{kernel}^2` heads of width
+    :math:`E = \max(C_\mathrm{in}, \lceil C_\mathrm{out} / H \rceil)`; the input channels fill the
+    first :math:`C_\mathrm{in}` features, the rest are zero.
+
+    Args:
+        in_channels (int): input channels :math:`C_\mathrm{in}`.
+        out_channels (int): output channels :math:`C_\mathrm{out}`.
+        kernel_size (int, optional): odd kernel side. (default: :obj:`3`)
+        gap (float, optional): score gap :math:`\gamma` between a head's offset and the others.
+            (default: :obj:`1e4`)
+
+    Shapes:
+        - **input:** image (B, C_in, height, width)
+        - **output:** (B, C_out, height, width), as ``conv(image)`` with ``padding=kernel_size // 2``
+
+    Examples:
+        >>> import torch
+        >>> conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        >>> attn = ConvAsAttention.from_conv(conv)
+        >>> attn.attn.num_heads  # one head per kernel offset
+        9
+        >>> x = torch.randn(2, 3, 6, 5)
+        >>> torch.allclose(attn(x), conv(x), atol=1e-5)
+        True
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, gap: float = 1e4) -> None:
+        super().__init__()
+        self.in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
+        self.out_channels = check_nonneg_int("out_channels", out_channels, minimum=1)
+        self.kernel_size = check_nonneg_int("kernel_size", kernel_size, minimum=1)
+        if self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd (a centred window), got {kernel_size}")
+        if not gap > 0:
+            raise ValueError(f"gap must be > 0, got {gap}")
+        self.gap = float(gap)
+        heads = self.kernel_size**2
+        self.head_dim = max(self.in_channels, math.ceil(self.out_channels / heads))
+        self.embed_dim = heads * self.head_dim
+        self.attn = MultiHeadAttention(
+            self.embed_dim, heads, position_bias=RelativePositionBias.for_grid(heads, self.kernel_size)
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Random kernel (as ``nn.Conv2d`` initialises one), with the attention weights that compute it."""
+        conv = nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size)
+        self.load_conv(conv.weight, conv.bias)
+
+    @classmethod
+    def from_conv(cls, conv: nn.Conv2d, gap: float = 1e4) -> ConvAsAttention:
+        """The attention layer computing ``conv``, a stride-1, undilated, ungrouped convolution with
+        an odd square kernel and ``padding = kernel // 2`` (zeros)."""
+        k = conv.kernel_size
+        if (
+            k[0] != k[1]
+            or k[0] % 2 == 0
+            or conv.stride != (1, 1)
+            or conv.dilation != (1, 1)
+            or conv.groups != 1
+            or conv.padding != (k[0] // 2, k[0] // 2)
+            or conv.padding_mode != "zeros"
+        ):
+            raise ValueError(
+                "from_conv needs an odd square kernel, stride 1, dilation 1, groups 1 and zero padding kernel // 2, "
+                f"got kernel_size={k}, stride={conv.stride}, dilation={conv.dilation}, groups={conv.groups}, "
+                f"padding={conv.padding}, padding_mode={conv.padding_mode!r}"
+            )
+        layer = cls(conv.in_channels, conv.out_channels, k[0], gap)
+        layer.load_conv(conv.weight, conv.bias)
+        return layer.to(conv.weight.device, conv.weight.dtype)
+
+    @torch.no_grad()
+    def load_conv(self, weight: Tensor, bias: Tensor | None = None) -> None:
+        r"""Set the attention weights so that the layer computes the convolution with ``weight``
+        (C_out, C_in, k, k) and ``bias`` (C_out,)."""
+        k, E = self.kernel_size, self.head_dim
+        expected = (self.out_channels, self.in_channels, k, k)
+        if tuple(weight.shape) != expected:
+            raise ValueError(f"weight must have shape (C_out, C_in, k, k) = {expected}, got {tuple(weight.shape)}")
+        attn = self.attn
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj):
+            proj.weight.zero_()
+            if proj.bias is not None:
+                proj.bias.zero_()
+        # head h = a * k + b looks at offset (a - k // 2, b - k // 2); its value is the input's channels
+        eye = torch.eye(self.in_channels, dtype=weight.dtype, device=weight.device)
+        for h in range(k * k):
+            a, b = divmod(h, k)
+            attn.v_proj.weight[h * E : h * E + self.in_channels, : self.in_channels] = eye
+            attn.out_proj.weight[: self.out_channels, h * E : h * E + self.in_channels] = weight[:, :, a, b]
+        if bias is not None and attn.out_proj.bias is not None:
+            attn.out_proj.bias[: self.out_channels] = bias
+        # the bias table's row t is the offset ((t // k) - k // 2, (t % k) - k // 2): head h prefers row h
+        table = attn.position_bias.table  # type: ignore[union-attr]  # (k*k, H)
+        table.fill_(-self.gap)
+        table.diagonal().zero_()
+
+    def forward(self, image: Tensor) -> Tensor:
+        if image.dim() != 4 or image.size(1) != self.in_channels:
+            raise ValueError(
+                f"image must be (B, C_in, height, width) with C_in = {self.in_channels}, got shape {tuple(image.shape)}"
+            )
+        B, C, height, width = image.shape
+        r = self.kernel_size // 2
+        framed = F.pad(image, (r, r, r, r))  # (B, C_in, height + 2r, width + 2r): the zero padding
+        Hp, Wp = height + 2 * r, width + 2 * r
+        x = framed.flatten(2).transpose(1, 2)  # (B, P, C_in), pixels row-major
+        x = F.pad(x, (0, self.embed_dim - C))  # (B, P, D)
+        out = self.attn(x, mask=Grid(Hp, Wp, self.kernel_size))  # (B, P, D)
+        out = out[..., : self.out_channels].transpose(1, 2).reshape(B, self.out_channels, Hp, Wp)
+        return out[:, :, r : r + height, r : r + width]  # (B, C_out, height, width)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, gap={self.gap:g}"
+
+
+__all__ = ["ConvAsAttention"]

@@ -1,0 +1,95 @@
+"""TextAdapter: embeddings, character features, positional encodings, masks and word dropout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnmm.adapters import CharFeatures, TextAdapter
+from attnmm.attention import Encoder, RotaryPE
+from attnmm.data.vocab import PAD, UNK
+from attnmm.masks import Causal, Padding, Window
+
+
+def _batch(B: int = 3, L: int = 7, C: int = 5) -> dict[str, torch.Tensor]:
+    lengths = torch.tensor([7, 4, 1])[:B]
+    real = torch.arange(L) < lengths.view(-1, 1)
+    tokens = torch.randint(2, 50, (B, L)).masked_fill(~real, PAD)
+    chars = torch.randint(1, 20, (B, L, C)).masked_fill(~real.unsqueeze(-1), PAD)
+    return {"tokens": tokens, "lengths": lengths, "chars": chars}
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "none"])
+def test_shapes_and_masks(positional: str) -> None:
+    adapter = TextAdapter(50, 16, positional=positional, max_len=8, mask=Window(2, 0), char_vocab_size=20).eval()
+    tokens = adapter(_batch())
+    assert tokens.x.shape == (3, 7, 16)
+    assert repr(tokens.mask) == "Padding(lengths=[7, 4, 1]) & Window(left=2, right=0)"
+    assert tokens.lengths.tolist() == [7, 4, 1]
+
+
+def test_no_lengths_keeps_the_plain_mask() -> None:
+    adapter = TextAdapter(50, 16, mask=Causal())
+    tokens = adapter({"tokens": torch.randint(2, 50, (2, 5))})
+    assert repr(tokens.mask) == "Causal()" and tokens.lengths is None
+    assert TextAdapter(50, 16)({"tokens": torch.randint(2, 50, (2, 5))}).mask is None
+
+
+def test_padding_only_mask() -> None:
+    tokens = TextAdapter(50, 16)(_batch())
+    assert isinstance(tokens.mask, Padding)
+
+
+def test_positions_change_tokens_unless_rotary_or_none() -> None:
+    same = {"tokens": torch.full((1, 4), 7)}
+    for positional, differs in (("sinusoidal", True), ("learned", True), ("rotary", False), ("none", False)):
+        x = TextAdapter(50, 16, positional=positional, max_len=8, dropout=0.0).eval()(same).x
+        assert (not torch.allclose(x[0, 0], x[0, 3])) == differs, positional
+
+
+def test_rotary_encoder_sees_order() -> None:
+    adapter = TextAdapter(50, 16, positional="rotary", dropout=0.0).eval()
+    encoder = Encoder(16, 2, 1, 32, dropout=0.0, rotary=RotaryPE(8)).eval()
+    x = adapter({"tokens": torch.tensor([[3, 4, 5, 3]])}).x
+    h = encoder(x)
+    assert not torch.allclose(h[0, 0], h[0, 3], atol=1e-4)  # same token, different places
+
+
+def test_char_features_ignore_padding_characters() -> None:
+    feats = CharFeatures(20, channels=8)
+    word = torch.tensor([[[3, 4, 5, 0, 0]]])
+    longer_pad = torch.tensor([[[3, 4, 5, 0, 0, 0, 0]]])
+    assert torch.allclose(feats(word), feats(longer_pad))
+    assert torch.equal(feats(torch.zeros(1, 1, 4, dtype=torch.long)), torch.zeros(1, 1, 8))
+
+
+def test_word_dropout_only_in_training() -> None:
+    adapter = TextAdapter(50, 8, positional="none", word_dropout=0.5, dropout=0.0)
+    ids = torch.randint(2, 50, (4, 64))
+    torch.manual_seed(0)
+    adapter.train()
+    x_train = adapter({"tokens": ids}).x
+    unk = adapter.embed.weight[UNK] * 8**0.5
+    replaced = (x_train == unk).all(-1).float().mean()
+    assert 0.3 < float(replaced) < 0.7
+    adapter.eval()
+    assert not (adapter({"tokens": ids}).x == unk).all(-1).any()
+
+
+def test_gradients_reach_char_features() -> None:
+    adapter = TextAdapter(50, 16, char_vocab_size=20)
+    adapter(_batch()).x.sum().backward()
+    assert adapter.chars is not None and adapter.chars.conv.weight.grad is not None
+
+
+def test_errors_name_expected_and_actual() -> None:
+    with pytest.raises(ValueError, match="token id 60 is outside the embedding of vocab_size=50"):
+        TextAdapter(50, 8)({"tokens": torch.tensor([[60]])})
+    with pytest.raises(ValueError, match="the batch needs 'chars'"):
+        TextAdapter(50, 8, char_vocab_size=10)({"tokens": torch.tensor([[3]])})
+    with pytest.raises(ValueError, match="positional must be"):
+        TextAdapter(50, 8, positional="absolute")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tokens must be \\(B, L\\) ids, got shape \\(3,\\)"):
+        TextAdapter(50, 8)({"tokens": torch.tensor([3, 4, 5])})
+    with pytest.raises(ValueError, match="LearnedPE has max_len=4 positions but the input has L=6"):
+        TextAdapter(50, 8, positional="learned", max_len=4)({"tokens": torch.full((1, 6), 3)})

@@ -1,0 +1,84 @@
+"""UD POS DataModule: CoNLL-U reading, splits, vocabularies from training only, batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnmm.data import UPOS_TAGS, UDPOSDataModule, read_conllu
+from attnmm.data.ud import BucketSampler
+
+CONLLU = """# sent_id = a
+1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_
+1\tdo\tdo\tAUX\tVBP\t_\t3\taux\t_\t_
+2\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_\t_
+3\tgo\tgo\tVERB\tVB\t_\t0\troot\t_\t_
+3.1\tgone\tgo\tVERB\tVBN\t_\t_\t_\t3:conj\t_
+
+# sent_id = b
+1\tGo\tgo\tVERB\tVB\t_\t0\troot\t_\t_
+2\tnow\tnow\tADV\tRB\t_\t1\tadvmod\t_\t_
+
+"""
+
+
+def _treebank(tmp_path: Path, dev: str = CONLLU, test: str | None = None) -> Path:
+    folder = tmp_path / "ud_english_ewt"
+    folder.mkdir()
+    (folder / "en_ewt-ud-train.conllu").write_text(CONLLU)
+    (folder / "en_ewt-ud-dev.conllu").write_text(dev.replace("go\tgo\tVERB", "went\tgo\tVERB"))
+    if test is not None:
+        (folder / "en_ewt-ud-test.conllu").write_text(test)
+    return tmp_path
+
+
+def test_read_skips_multiword_and_empty_nodes(tmp_path: Path) -> None:
+    sents = read_conllu(_treebank(tmp_path) / "ud_english_ewt" / "en_ewt-ud-train.conllu")
+    assert [s.words for s in sents] == [("do", "n't", "go"), ("Go", "now")]
+    assert sents[0].tags == ("AUX", "PART", "VERB")
+
+
+def test_vocabularies_from_training_only_and_test_falls_back_to_dev(tmp_path: Path, capsys) -> None:
+    dm = UDPOSDataModule(root=_treebank(tmp_path), batch_size=2)
+    dm.setup()
+    assert dm.test_split == "dev" and "testing on dev" in capsys.readouterr().out
+    assert "went" not in dm.words and "go" in dm.words  # lower-cased training words only
+    batch = next(iter(dm.val_dataloader()))
+    assert batch["tokens"][0, 2] == 1  # "went" is unknown
+    assert batch["tags"][0].tolist() == [UPOS_TAGS.index(t) for t in ("AUX", "PART", "VERB")]
+    assert batch["tags"][1, 2] == -100 and batch["lengths"].tolist() == [3, 2]
+    assert batch["chars"].shape == (2, 3, 4)  # the longest word, "went"
+    restored = UDPOSDataModule(root=tmp_path)
+    restored.load_state_dict(dm.state_dict())
+    assert restored.words == dm.words and restored.chars == dm.chars
+
+
+def test_test_file_is_used_when_present(tmp_path: Path) -> None:
+    dm = UDPOSDataModule(root=_treebank(tmp_path, test=CONLLU.split("\n\n")[1] + "\n\n"))
+    dm.setup()
+    assert dm.test_split == "test" and len(dm.datasets["test"]) == 1
+
+
+def test_missing_data_says_where(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="en_ewt-ud-train.conllu not found"):
+        UDPOSDataModule(root=tmp_path).prepare_data()
+
+
+def test_bucket_sampler_covers_every_sentence_once() -> None:
+    lengths = torch.randint(1, 50, (103,)).tolist()
+    batches = list(BucketSampler(lengths, 8, pool=3))
+    assert sorted(i for b in batches for i in b) == list(range(103))
+    assert len(batches) == len(BucketSampler(lengths, 8))
+
+
+@pytest.mark.data
+def test_real_ewt() -> None:
+    from _recipes import data_root
+
+    dm = UDPOSDataModule(root=data_root("ud_english_ewt"))
+    dm.setup()
+    assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 12544, "val": 2001, "test": 2001}
+    assert sum(dm.datasets["train"].lengths) == 204577 and sum(dm.datasets["val"].lengths) == 25147
+    assert len(dm.words) <= 20000 and len(dm.chars) <= 200

@@ -1,0 +1,36 @@
+"""recipes/image_patches.py on the offline MNIST test set (Grid, full attention and the CNN baseline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _recipes import RECIPES, data_root, run_recipe
+
+pytestmark = pytest.mark.data
+
+
+@pytest.mark.parametrize("config", [None, "image_patches_cnn.yaml"])
+def test_fast_dev_run(tmp_path: Path, config: str | None) -> None:
+    data_root("MNIST")
+    extra = [] if config is None else [f"--config={RECIPES / 'configs' / config}"]
+    proc = run_recipe("image_patches", ["fit", "--trainer.fast_dev_run=true", *extra], tmp_path)
+    metrics = json.loads((tmp_path / "runs" / "image_patches" / "metrics.json").read_text())
+    assert set(metrics) == {"test_acc", "test_loss"}
+    assert "first 8,000 images train/validate, the last 2,000 test" in proc.stdout
+
+
+@pytest.mark.parametrize("config", ["image_patches_full.yaml", "image_patches_cifar.yaml"])
+def test_other_configs_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str) -> None:
+    from attnmm.data import CIFAR10DataModule, MNISTDataModule
+    from attnmm.lightning import ClassificationTask, RecipeCLI
+
+    monkeypatch.chdir(tmp_path)
+    configs = RECIPES / "configs"
+    args = [f"--config={configs / 'image_patches.yaml'}", f"--config={configs / config}", "--trainer.logger=false"]
+    cli = RecipeCLI(ClassificationTask, MNISTDataModule, subclass_mode_data=True, run=False, args=args)
+    if config == "image_patches_full.yaml":
+        assert cli.model.adapter.mask is None and cli.model.encoder.position_bias.grid_size == (7, 7)
+    else:
+        assert isinstance(cli.datamodule, CIFAR10DataModule) and cli.model.adapter.in_channels == 3
