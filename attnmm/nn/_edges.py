@@ -60,10 +60,13 @@ def read_edges(edge_index: object, num_src: int, num_dst: int) -> tuple[Tensor, 
     )
 
 
-def edge_layout(edge_index: object, num_src: int, num_dst: int, extra: Mask | None) -> EdgeLayout:
-    """The edges of ``edge_index`` and the allowed pairs: the edge set united with ``extra``."""
+def edge_layout(
+    edge_index: object, num_src: int, num_dst: int, extra: Mask | None, device: torch.device | None = None
+) -> EdgeLayout:
+    """The edges of ``edge_index`` and the allowed pairs (on ``device`` when edge_index is a Mask): the
+    edge set united with ``extra``."""
     if isinstance(edge_index, Mask):
-        src = dst = torch.zeros(0, dtype=torch.long)
+        src = dst = torch.zeros(0, dtype=torch.long, device=device)
         mask: Mask = edge_index
     else:
         src, dst, num_src, num_dst = read_edges(edge_index, num_src, num_dst)

@@ -135,7 +135,7 @@ class AttentionConv(nn.Module):
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         H, C = self.heads, self.out_channels
         N_src, N_dst = x_src.size(0), x_dst.size(0)
-        layout = self._edge_layout(edge_index, N_src, N_dst, mask)
+        layout = self._edge_layout(edge_index, N_src, N_dst, mask, x_dst.device)
         q = _head_major(self.lin_query(x_dst), H, C)  # (N_dst, H, C)
         k = _head_major(self.lin_key(x_src), H, C)  # (N_src, H, C)
         v = _head_major(self.lin_value(x_src), H, C)  # (N_src, H, C)
@@ -178,16 +178,18 @@ class AttentionConv(nn.Module):
             alpha = out.new_zeros(0, H)
         return out, (edge_index, alpha)
 
-    def _edge_layout(self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None) -> EdgeLayout:
+    def _edge_layout(
+        self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
+    ) -> EdgeLayout:
         # Training calls the layer with the same graph step after step: keep the last layout (and so the
         # same mask object, whose CSR form the sparse backend can re-use), keyed by the objects (held, so
         # their ids stay unique) and the tensor's version counter (in-place edits invalidate it).
         version = edge_index._version if isinstance(edge_index, Tensor) and not edge_index.is_sparse else 0
-        key = (edge_index, mask, id(edge_index), id(mask), version, num_src, num_dst)
+        key = (edge_index, mask, id(edge_index), id(mask), version, num_src, num_dst, device)
         cached = self._layout
         if cached is not None and cached[0][2:] == key[2:]:
             return cached[1]
-        layout = edge_layout(edge_index, num_src, num_dst, mask)
+        layout = edge_layout(edge_index, num_src, num_dst, mask, device)
         self._layout = (key, layout)
         return layout
 
