@@ -5,8 +5,9 @@ run's own), and prints a Markdown table. The data comes from ``$ATTNMM_DATA/MNIS
 variants share the adapter (4 x 4 patches, 2-D sinusoidal positions), the block layout, the head
 and the schedule; only the token mixing differs.
 
-    python -m benchmarks.image_masks                 # default config (30 epochs) per variant
+    python -m benchmarks.image_masks                 # default config (12 epochs) per variant
     python -m benchmarks.image_masks --epochs 2      # quick look
+    python -m benchmarks.image_masks --cases full,cnn
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import torch
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "image_patches.py"
 CONFIGS = RECIPE.parent / "configs"
 
-CASES: dict[str, list[str]] = {
-    "Grid(7, 7, kernel=3) attention": [],
-    "Full attention": [f"--config={CONFIGS / 'image_patches_full.yaml'}"],
-    "CNN (3 x 3 convolutions)": [f"--config={CONFIGS / 'image_patches_cnn.yaml'}"],
+CASES: dict[str, tuple[str, list[str]]] = {
+    "grid": ("Grid(7, 7, kernel=3) attention", []),
+    "full": ("Full attention", [f"--config={CONFIGS / 'image_patches_full.yaml'}"]),
+    "cnn": ("CNN (3 x 3 convolutions)", [f"--config={CONFIGS / 'image_patches_cnn.yaml'}"]),
 }
 
 
@@ -57,9 +58,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=None, help="override trainer.max_epochs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cases", default="grid,full,cnn", help="comma-separated subset of grid, full, cnn")
     opts = parser.parse_args()
     rows = []
-    for name, args in CASES.items():
+    for key in opts.cases.split(","):
+        if key not in CASES:
+            parser.error(f"unknown case {key!r}; choose from {', '.join(CASES)}")
+        name, args = CASES[key]
         print(f"running {name} ...", flush=True)
         r = run_case(args, opts.epochs, opts.seed)
         rows.append(
