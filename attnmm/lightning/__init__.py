@@ -2,6 +2,7 @@
 
 from attnmm.lightning.callbacks import AttentionMapLogger
 from attnmm.lightning.cli import RecipeCLI, write_metrics
+from attnmm.lightning.generate import TextSample, generate
 from attnmm.lightning.heads import PoolingClassifier, TokenClassifier
 from attnmm.lightning.schedule import warmup_cosine
 from attnmm.lightning.task import ClassificationTask
@@ -11,7 +12,9 @@ __all__ = [
     "ClassificationTask",
     "PoolingClassifier",
     "RecipeCLI",
+    "TextSample",
     "TokenClassifier",
+    "generate",
     "warmup_cosine",
     "write_metrics",
 ]

@@ -1,9 +1,20 @@
 """PyG-facing layers built on the attention core: AttentionConv (a drop-in for PyG's TransformerConv),
-a graph attention encoder, a GPS graph transformer layer and a shortest-path score bias."""
+a graph attention encoder, a GPS graph transformer layer and a shortest-path score bias; and the
+convolution-as-attention construction with its CNN baseline."""
 
 from attnmm.nn.attention_conv import AttentionConv
+from attnmm.nn.conv_attention import ConvAsAttention
+from attnmm.nn.conv_encoder import ConvEncoder
 from attnmm.nn.gps import GPSEncoder, GPSLayer
 from attnmm.nn.graph_encoder import GraphAttentionEncoder
 from attnmm.nn.spd_bias import ShortestPathBias
 
-__all__ = ["AttentionConv", "GPSEncoder", "GPSLayer", "GraphAttentionEncoder", "ShortestPathBias"]
+__all__ = [
+    "AttentionConv",
+    "ConvAsAttention",
+    "ConvEncoder",
+    "GPSEncoder",
+    "GPSLayer",
+    "GraphAttentionEncoder",
+    "ShortestPathBias",
+]
