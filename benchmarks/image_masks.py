@@ -13,18 +13,13 @@ and the schedule; only the token mixing differs.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "image_patches.py"
-CONFIGS = RECIPE.parent / "configs"
+from benchmarks._recipe_runs import RECIPES, run_fit
+
+CONFIGS = RECIPES / "configs"
 
 CASES: dict[str, tuple[str, list[str]]] = {
     "grid": ("Grid(7, 7, kernel=3) attention", []),
@@ -33,25 +28,11 @@ CASES: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def run_case(args: list[str], epochs: int | None, seed: int) -> dict[str, float]:
-    """One recipe run in a temporary directory: test metrics, parameters, wall time and peak RSS."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, str(RECIPE), "fit", f"--seed_everything={seed}", "--trainer.enable_progress_bar=false"]
-        cmd += args + ([f"--trainer.max_epochs={epochs}"] if epochs else [])
-        log = Path(tmp) / "log.txt"
-        start = time.perf_counter()
-        with log.open("w") as sink:
-            proc = subprocess.Popen(cmd, cwd=tmp, stdout=sink, stderr=subprocess.STDOUT)
-            _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage
-        seconds = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status):
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{log.read_text()[-4000:]}")
-        (metrics_file,) = Path(tmp).glob("runs/image_patches/**/metrics.json")
-        metrics = json.loads(metrics_file.read_text())
-        (ckpt,) = Path(tmp).glob("runs/image_patches/**/last.ckpt")
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-        params = sum(v.numel() for v in state.values() if v.is_floating_point())
-    return {**metrics, "params": params, "seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024}  # Linux: KiB
+def count_parameters(run_dir: Path) -> dict[str, float]:
+    """Parameters of the trained model, from its last checkpoint."""
+    (ckpt,) = run_dir.glob("**/last.ckpt")
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    return {"params": sum(v.numel() for v in state.values() if v.is_floating_point())}
 
 
 def main() -> None:
@@ -66,7 +47,7 @@ def main() -> None:
             parser.error(f"unknown case {key!r}; choose from {', '.join(CASES)}")
         name, args = CASES[key]
         print(f"running {name} ...", flush=True)
-        r = run_case(args, opts.epochs, opts.seed)
+        r = run_fit("image_patches", args, opts.epochs, opts.seed, count_parameters)
         rows.append(
             f"| {name} | {100 * r['test_acc']:.2f} | {r['test_loss']:.3f} | {r['params'] / 1e3:.1f} K | "
             f"{r['seconds'] / 60:.1f} | {r['peak_rss_mb']:.0f} |"
