@@ -9,6 +9,7 @@ from typing import TypedDict
 import numpy as np
 import soundfile
 import torch
+from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
@@ -161,3 +162,23 @@ def audio_loader(
         collate_fn=collate_audio,
         persistent_workers=num_workers > 0,
     )
+
+
+class AudioDataModule(LightningDataModule):
+    """Base of the audio DataModules: the train/val/test loaders of :class:`AudioBatch` over the sets
+    a subclass's ``setup`` fills (``train_set``, ``val_set``, ``test_set``)."""
+
+    batch_size: int
+    num_workers: int
+    train_set: AudioClips | None = None
+    val_set: AudioClips | None = None
+    test_set: AudioClips | None = None
+
+    def train_dataloader(self) -> DataLoader:
+        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, shuffle=False)

@@ -14,10 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import torch
-from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader
 
-from attnmm.data._audio import AudioClips, audio_loader
+from attnmm.data._audio import AudioClips, AudioDataModule
 from attnmm.data._root import DATA_ENV, resolve_root
 
 FSDD_URL = "https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/tags/v1.0.10.tar.gz"
@@ -149,7 +147,7 @@ def download_fsdd(dataset_dir: str | Path, url: str = FSDD_URL, timeout: float =
     return target
 
 
-class FSDDDataModule(LightningDataModule):
+class FSDDDataModule(AudioDataModule):
     r"""The Free Spoken Digit Dataset (Jakobovski et al.): 10 spoken digits, 8 kHz mono WAV.
 
     Recordings ``{digit}_{speaker}_{index}.wav`` are read from ``<root>/fsdd/recordings``, ``root``
@@ -263,15 +261,6 @@ class FSDDDataModule(LightningDataModule):
         if self._takes is None:
             raise RuntimeError("speakers are known after setup(); call dm.setup() first")
         return sorted({t.speaker for t in self._takes})
-
-    def train_dataloader(self) -> DataLoader:
-        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, shuffle=False)
 
     def _split_name(self) -> str:
         return "own" if self.test_speakers is None else f"test_speakers={self.test_speakers}"

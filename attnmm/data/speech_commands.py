@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader
-
-from attnmm.data._audio import AudioClips, audio_loader
+from attnmm.data._audio import AudioClips, AudioDataModule
 from attnmm.data._root import DATA_ENV, resolve_root
 
 # Folder names as torchaudio's SPEECHCOMMANDS lays the data out: <root>/SpeechCommands/speech_commands_v0.02
@@ -61,7 +58,7 @@ def download_speech_commands(base: str | Path) -> None:
     SPEECHCOMMANDS(str(base), url=VERSION, folder_in_archive=FOLDER_IN_ARCHIVE, download=True)
 
 
-class SpeechCommandsDataModule(LightningDataModule):
+class SpeechCommandsDataModule(AudioDataModule):
     r"""Google Speech Commands v0.02 (Warden, 2018): keyword spotting on one-second 16 kHz clips.
 
     Data is read from ``<root>/SpeechCommands/speech_commands_v0.02/<word>/<clip>.wav``, the layout of
@@ -191,15 +188,6 @@ class SpeechCommandsDataModule(LightningDataModule):
                 paths.append(self.dataset_dir / rel)
                 targets.append(target)
         return AudioClips(paths, targets, self.sample_rate)
-
-    def train_dataloader(self) -> DataLoader:
-        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, shuffle=False)
 
     def __repr__(self) -> str:
         sets = {"train": self.train_set, "val": self.val_set, "test": self.test_set}
