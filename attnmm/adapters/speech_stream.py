@@ -6,16 +6,8 @@ import torch
 from torch import Tensor, nn
 
 from attnmm.adapters.speech import SpeechAdapter
-from attnmm.masks import Chunk, Intersection, Mask
-
-
-def _find_chunk(mask: Mask | None) -> Chunk | None:
-    if isinstance(mask, Chunk):
-        return mask
-    if isinstance(mask, Intersection):
-        chunks = [p for p in mask.parts if isinstance(p, Chunk)]
-        return chunks[0] if len(chunks) == 1 else None
-    return None
+from attnmm.masks import Chunk
+from attnmm.masks.compose import find_part
 
 
 class SpeechStream:
@@ -64,7 +56,7 @@ class SpeechStream:
     def __init__(
         self, adapter: SpeechAdapter, encoder: nn.Module, chunk: Chunk | None = None, batch_size: int = 1
     ) -> None:
-        chunk = chunk if chunk is not None else _find_chunk(adapter.mask)
+        chunk = chunk if chunk is not None else find_part(adapter.mask, Chunk)
         if chunk is None:
             raise ValueError(
                 f"streaming needs a Chunk mask (exact chunk by chunk), got adapter.mask={adapter.mask!r}; "

@@ -9,19 +9,7 @@ from torch import Tensor, nn
 
 from attnmm.masks import Full, Grid, Mask
 from attnmm.masks._checks import check_nonneg_int
-from attnmm.masks.compose import _Composite
-
-
-def _find_grid(mask: Mask) -> Grid | None:
-    """The :class:`Grid` inside ``mask`` (itself or an operand of a composition), if any."""
-    if isinstance(mask, Grid):
-        return mask
-    if isinstance(mask, _Composite):
-        for part in mask.parts:
-            found = _find_grid(part)
-            if found is not None:
-                return found
-    return None
+from attnmm.masks.compose import find_part
 
 
 def _offset_range(name: str, low: int, high: int, dilation: int) -> tuple[int, int, int]:
@@ -189,7 +177,7 @@ class RelativePositionBias(nn.Module):
         return index
 
     def _width(self, mask: Mask, num_rows: int, num_cols: int) -> int:
-        grid = _find_grid(mask)
+        grid = find_part(mask, Grid)
         size = (grid.height, grid.width) if grid is not None else self.grid_size
         if size is None:
             raise ValueError(

@@ -2,6 +2,8 @@ r"""Composition of masks: intersection ``&``, union ``|`` and complement ``~``."
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import Tensor
 
@@ -195,6 +197,28 @@ class Not(_Composite):
         return f"~({inner!r})" if isinstance(inner, _Composite) else f"~{inner!r}"
 
 
+M = TypeVar("M", bound=Mask)
+
+
+def find_part(mask: Mask | None, kind: type[M]) -> M | None:
+    """The first mask of type ``kind`` in ``mask``: itself, or an operand of a composition, searched
+    depth first; ``None`` if there is none.
+
+    Examples:
+        >>> from attnmm.masks import Chunk, Padding
+        >>> find_part(Padding([3]) & Chunk(2, 1), Chunk)
+        Chunk(size=2, left_chunks=1)
+    """
+    if isinstance(mask, kind):
+        return mask
+    if isinstance(mask, _Composite):
+        for part in mask.parts:
+            found = find_part(part, kind)
+            if found is not None:
+                return found
+    return None
+
+
 def intersect(a: Mask, b: Mask) -> Mask:
     """``a & b``: an :class:`Intersection` when both are interval masks, else an :class:`And`."""
     parts: list[Mask] = []
@@ -205,4 +229,4 @@ def intersect(a: Mask, b: Mask) -> Mask:
     return And(*parts)
 
 
-__all__ = ["And", "Intersection", "Not", "Or", "intersect"]
+__all__ = ["And", "Intersection", "Not", "Or", "find_part", "intersect"]

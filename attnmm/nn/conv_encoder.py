@@ -8,19 +8,7 @@ from torch import Tensor, nn
 
 from attnmm.masks import Grid, Mask
 from attnmm.masks._checks import check_nonneg_int
-from attnmm.masks.compose import _Composite
-
-
-def find_grid(mask: Mask | None) -> Grid | None:
-    """The :class:`~attnmm.masks.Grid` of ``mask`` (itself or an operand of a composition), if any."""
-    if isinstance(mask, Grid):
-        return mask
-    if isinstance(mask, _Composite):
-        for part in mask.parts:
-            found = find_grid(part)
-            if found is not None:
-                return found
-    return None
+from attnmm.masks.compose import find_part
 
 
 class ConvBlock(nn.Module):
@@ -132,7 +120,7 @@ class ConvEncoder(nn.Module):
         if self.grid_size is not None:
             height, width = self.grid_size
         else:
-            grid = find_grid(mask)
+            grid = find_part(mask, Grid)
             if grid is None:
                 raise ValueError(
                     f"ConvEncoder needs the patch grid: give it grid_size=(height, width) or a Grid mask, got {mask!r}"
@@ -145,4 +133,4 @@ class ConvEncoder(nn.Module):
         return self.norm(x)
 
 
-__all__ = ["ConvBlock", "ConvEncoder", "find_grid"]
+__all__ = ["ConvBlock", "ConvEncoder"]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from attnmm.masks import Grid, Padding
-from attnmm.nn.conv_encoder import ConvEncoder, find_grid
+from attnmm.masks.compose import find_part
+from attnmm.nn.conv_encoder import ConvEncoder
 
 
 def test_grid_from_mask_or_argument() -> None:
@@ -17,7 +18,7 @@ def test_grid_from_mask_or_argument() -> None:
     explicit = ConvEncoder(8, 2, dim_feedforward=16, grid_size=(3, 4)).eval()
     explicit.load_state_dict(enc.state_dict())
     torch.testing.assert_close(explicit(x), out)
-    assert repr(find_grid(Padding([12, 12]) & Grid(3, 4, 3))) == "Grid(height=3, width=4, kernel=3)"
+    assert repr(find_part(Padding([12, 12]) & Grid(3, 4, 3), Grid)) == "Grid(height=3, width=4, kernel=3)"
 
 
 def test_locality_matches_the_kernel() -> None:
