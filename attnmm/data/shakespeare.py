@@ -35,32 +35,50 @@ def split_text(text: str, train_fraction: float = 0.9) -> tuple[str, str, str]:
 class CharWindows(Dataset):
     r"""Windows of a character-id sequence with next-character targets.
 
-    With ``num_samples`` each item is a window at a uniformly random start (training); without,
-    the sequence is cut into consecutive non-overlapping windows (evaluation: every character but
-    the first is predicted exactly once, the last window may be shorter and is dropped only when
-    it has no target).
+    With ``num_samples`` each item is a window at a uniformly random start (training). Without, the
+    windows cover the sequence for evaluation so that every character but the first is predicted
+    exactly once: windows start every ``stride`` characters (default ``block_size``: consecutive,
+    non-overlapping windows), and a window after the first scores only its last ``stride`` positions,
+    the characters no earlier window predicted; the others get target -100 (ignored). A ``stride`` below
+    ``block_size`` gives every scored character at least ``block_size - stride`` characters of context
+    (the sliding-window evaluation of language models); the last window may be shorter.
 
     Items: ``{"tokens": (L,), "targets": (L,)}`` with ``targets[t] = ids[start + t + 1]``.
+
+    Examples:
+        >>> data = CharWindows(torch.arange(8), block_size=4, stride=2)
+        >>> [data[i]["targets"].tolist() for i in range(len(data))]
+        [[1, 2, 3, 4], [-100, -100, 5, 6], [-100, -100, 7]]
     """
 
-    def __init__(self, ids: Tensor, block_size: int, num_samples: int | None = None) -> None:
+    def __init__(self, ids: Tensor, block_size: int, num_samples: int | None = None, stride: int | None = None) -> None:
         if ids.dim() != 1 or ids.numel() < 2:
             raise ValueError(f"need a 1-D sequence of at least 2 ids, got shape {tuple(ids.shape)}")
-        self.ids, self.block_size, self.num_samples = ids, block_size, num_samples
+        self.ids, self.num_samples = ids, num_samples
         self.block_size = min(block_size, ids.numel() - 1)
+        self.stride = self.block_size if stride is None else min(stride, self.block_size)
+        if self.stride < 1:
+            raise ValueError(f"stride must be >= 1, got {stride}")
 
     def __len__(self) -> int:
         if self.num_samples is not None:
             return self.num_samples
-        return -(-(self.ids.numel() - 1) // self.block_size)
+        rest = self.ids.numel() - 1 - self.block_size  # targets left after the first window
+        return 1 + max(0, -(-rest // self.stride))
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         if self.num_samples is not None:
             start = int(torch.randint(0, self.ids.numel() - self.block_size, ()))
         else:
-            start = i * self.block_size
+            if not 0 <= i < len(self):
+                raise IndexError(f"window {i} of {len(self)}")
+            start = i * self.stride
         window = self.ids[start : start + self.block_size + 1]
-        return {"tokens": window[:-1], "targets": window[1:]}
+        targets = window[1:]
+        if self.num_samples is None and i > 0 and self.stride < self.block_size:
+            targets = targets.clone()
+            targets[: self.block_size - self.stride] = -100  # predicted by the window before
+        return {"tokens": window[:-1], "targets": targets}
 
 
 def _collate(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
@@ -88,7 +106,9 @@ class ShakespeareDataModule(LightningDataModule):
 
     Training items are ``block_size`` windows at random starts, ``samples_per_epoch`` of them per
     epoch; validation and test cut their text into consecutive windows, so ``val_loss`` and
-    ``test_loss`` are the mean cross-entropy in nats per character. Batches: ``tokens`` (B, L),
+    ``test_loss`` are the mean cross-entropy in nats per character, every held-out character predicted
+    once; with ``eval_stride`` below ``block_size`` the evaluation windows overlap and each character is
+    scored with at least ``block_size - eval_stride`` characters of context. Batches: ``tokens`` (B, L),
     ``targets`` (B, L) (the next characters; -100 is ignored).
 
     Args:
@@ -98,6 +118,8 @@ class ShakespeareDataModule(LightningDataModule):
         samples_per_epoch (int, optional): random training windows per epoch. (default: ``20000``)
         train_fraction (float, optional): share of the text that trains. (default: ``0.9``)
         num_workers (int, optional): DataLoader worker processes. (default: ``0``)
+        eval_stride (int, optional): characters between evaluation windows; :obj:`None` for
+            ``block_size`` (non-overlapping windows). (default: :obj:`None`)
 
     Examples:
         >>> dm = ShakespeareDataModule(root="/data", block_size=128)
@@ -113,6 +135,7 @@ class ShakespeareDataModule(LightningDataModule):
         samples_per_epoch: int = 20000,
         train_fraction: float = 0.9,
         num_workers: int = 0,
+        eval_stride: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("block_size", block_size), ("batch_size", batch_size),
@@ -121,6 +144,9 @@ class ShakespeareDataModule(LightningDataModule):
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if not 0.0 < train_fraction < 1.0:
             raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+        if eval_stride is not None and not 1 <= eval_stride <= block_size:
+            raise ValueError(f"eval_stride must be in [1, block_size={block_size}], got {eval_stride}")
+        self.eval_stride = eval_stride
         self.root, self.block_size, self.batch_size = root, block_size, batch_size
         self.samples_per_epoch, self.train_fraction, self.num_workers = samples_per_epoch, train_fraction, num_workers
         self.vocab: Vocabulary | None = None
@@ -172,7 +198,7 @@ class ShakespeareDataModule(LightningDataModule):
         return DataLoader(data, self.batch_size, collate_fn=_collate, num_workers=self.num_workers, drop_last=True)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        data = CharWindows(self.splits[split], self.block_size)
+        data = CharWindows(self.splits[split], self.block_size, stride=self.eval_stride)
         return DataLoader(data, self.batch_size, collate_fn=_collate, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:

@@ -44,3 +44,27 @@ def test_datamodule(tmp_path: Path) -> None:
 def test_missing_file_says_where(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="tinyshakespeare/input.txt not found"):
         ShakespeareDataModule(root=tmp_path).prepare_data()
+
+
+@pytest.mark.parametrize("n", [2, 3, 9, 10, 11, 17])
+@pytest.mark.parametrize(("block", "stride"), [(4, 1), (4, 2), (4, 3), (4, 4), (5, 2), (1, 1)])
+def test_strided_eval_windows_score_every_character_once_with_context(n: int, block: int, stride: int) -> None:
+    ids = torch.arange(n)
+    data = CharWindows(ids, block_size=block, stride=stride)
+    scored = []
+    for i in range(len(data)):
+        item = data[i]
+        keep = item["targets"] != -100
+        assert torch.equal(item["targets"][keep], item["tokens"][keep] + 1)  # next character
+        positions = keep.nonzero().flatten()
+        if i > 0:  # at least block - stride characters before every scored one in its window
+            assert int(positions.min()) >= min(block, n - 1) - min(stride, n - 1)
+        scored += item["targets"][keep].tolist()
+    assert scored == list(range(1, n))
+    with pytest.raises(IndexError):
+        data[len(data)]
+
+
+def test_eval_stride_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="eval_stride"):
+        ShakespeareDataModule(root=tmp_path, block_size=8, eval_stride=9)
