@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 
+from attnmm.data._resumable import ResumableDataLoader
 from attnmm.masks._checks import check_nonneg_int
 
 __all__ = ["MotifGraphsDataModule", "motif_graphs"]
@@ -119,8 +120,12 @@ class MotifGraphsDataModule(LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> Any:
         from torch_geometric.loader import DataLoader
+        from torch_geometric.loader.dataloader import Collater
 
-        return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle)
+        if shuffle:  # training: resumable mid-epoch (same batches after a crash and resume)
+            data = self.splits[split]
+            return ResumableDataLoader(data, batch_size=self.batch_size, shuffle=True, collate_fn=Collater(data))
+        return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=False)
 
     def train_dataloader(self) -> Any:
         return self._loader("train", True)

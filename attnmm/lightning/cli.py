@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from attnmm.lightning.checkpoint import find_last_checkpoint
+
 
 def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
     """Write the metrics dict as ``metrics.json`` in ``log_dir`` (atomically) and return its path."""
@@ -28,6 +30,10 @@ class RecipeCLI(LightningCLI):
     threads before anything is built: small models on a busy CPU run far faster on one thread than
     on threads that wait for each other.
 
+    ``fit --ckpt_path last`` resumes from the newest ``last*.ckpt`` of any earlier run in the
+    run directory and goes on checkpointing next to it (Lightning alone looks only in the new run's
+    ``version_N`` directory, and would forget the best checkpoint so far).
+
     After ``fit`` it tests the best checkpoint (the last weights when no checkpoint was written,
     e.g. under ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``,
     ``test_loss``, ...) as ``metrics.json`` in the run's log directory; ``test`` writes them too.
@@ -46,6 +52,26 @@ class RecipeCLI(LightningCLI):
             if threads < 1:
                 raise ValueError(f"--torch_threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
+
+    def before_fit(self) -> None:
+        config = self.config_init[str(self.subcommand)]
+        if config.get("ckpt_path") == "last":
+            # Lightning looks for ``last`` only in the new run's version directory
+            last = find_last_checkpoint(*self._run_roots())
+            if last is not None:
+                print(f"resuming from {last}")
+                config["ckpt_path"] = str(last)
+                # keep checkpointing where the run was, so the best-so-far state is restored too
+                for callback in self.trainer.checkpoint_callbacks:
+                    if getattr(callback, "dirpath", "") is None:
+                        callback.dirpath = str(last.parent)
+
+    def _run_roots(self) -> list[str]:
+        trainer = self.trainer
+        roots = [trainer.default_root_dir]
+        roots += [cb.dirpath for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)]
+        roots += [logger.save_dir for logger in trainer.loggers if logger.save_dir]
+        return roots
 
     def after_fit(self) -> None:
         trainer = self.trainer

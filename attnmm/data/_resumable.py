@@ -1,0 +1,115 @@
+"""A DataLoader that resumes mid-epoch, and the global random state it needs for that.
+
+Lightning resumes a loader mid-epoch only when it has ``state_dict``/``load_state_dict``; a plain
+``DataLoader`` restarts the epoch from a fresh shuffle, so a resumed run sees other batches than an
+uninterrupted one. :class:`ResumableDataLoader` records the random state the epoch's shuffle was
+drawn from and how many batches it handed out, and on resume replays that shuffle and skips them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+__all__ = ["ResumableDataLoader", "get_rng_state", "set_rng_state"]
+
+
+def get_rng_state() -> dict[str, Any]:
+    """The global random state of torch (CPU and CUDA), numpy and Python's ``random``, as tensors,
+    ints and tuples only, so a checkpoint holding it loads with ``torch.load(weights_only=True)``."""
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(gauss)),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore a state from :func:`get_rng_state` (the CUDA part only where CUDA is in use)."""
+    torch.set_rng_state(state["torch"])
+    keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class ResumableDataLoader(DataLoader):
+    r"""A :class:`~torch.utils.data.DataLoader` that Lightning can resume mid-epoch.
+
+    Takes the arguments of ``DataLoader`` (so Lightning can rebuild it with a ``DistributedSampler``
+    under DDP). Each epoch it records the global random state the shuffle is drawn from and counts
+    the batches it hands out; :meth:`state_dict` returns both plus the random state at save time.
+    After :meth:`load_state_dict` the next epoch replays the recorded shuffle, skips the batches
+    already trained on, and puts back the random state of the save, so a resumed run trains on
+    the same batches with the same dropout as one that was never interrupted.
+
+    Lightning fetches one batch ahead of the one it trains on (to know which batch is last), so at
+    a mid-epoch save one batch handed out has not been trained on; it is handed out again on resume.
+    Not for ``persistent_workers=True`` (the worker iterator outlives the epoch).
+
+    Examples:
+        >>> loader = ResumableDataLoader(list(range(6)), batch_size=2, shuffle=True)
+        >>> it = iter(loader)
+        >>> first, second = next(it), next(it)  # Lightning has trained on ``first``, fetched ``second``
+        >>> state = loader.state_dict()
+        >>> rest = [b.tolist() for b in it]
+        >>> loader.load_state_dict(state)
+        >>> [b.tolist() for b in loader] == [second.tolist(), *rest]
+        True
+    """
+
+    # DataLoader's own keyword arguments, passed through unchanged (Lightning re-creates the loader
+    # from them to insert its DistributedSampler)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._epoch_rng: dict[str, Any] | None = None
+        self._handed_out = 0
+        self._exhausted = True
+        self._to_resume: dict[str, Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        resume, self._to_resume = self._to_resume, None
+        mid_epoch = resume is not None and not resume["exhausted"]
+        if mid_epoch:
+            set_rng_state(resume["epoch_rng"])
+        self._epoch_rng = get_rng_state()
+        self._handed_out, self._exhausted = 0, False
+        batches = super().__iter__()
+        if mid_epoch:
+            # the last batch handed out before the save was prefetched, not trained on
+            for _ in range(max(0, resume["handed_out"] - 1)):
+                next(batches)
+                self._handed_out += 1
+            set_rng_state(resume["rng"])
+        for batch in batches:
+            self._handed_out += 1
+            yield batch
+        self._exhausted = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: this epoch's starting random state, batches handed out, and the
+        random state now."""
+        return {
+            "epoch_rng": self._epoch_rng if self._epoch_rng is not None else get_rng_state(),
+            "handed_out": self._handed_out,
+            "exhausted": self._exhausted,
+            "rng": get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` at the next ``iter()``."""
+        missing = {"epoch_rng", "handed_out", "exhausted", "rng"} - set(state)
+        if missing:
+            raise KeyError(f"ResumableDataLoader state lacks {sorted(missing)}; was it saved by this class?")
+        self._to_resume = state
