@@ -85,11 +85,12 @@ class RecipeCLI(LightningCLI):
         self._write([dict(self.trainer.callback_metrics)])
 
     def _write(self, results: list[dict[str, Any]]) -> None:
+        # every process asks: under DDP ``log_dir`` is a broadcast from rank 0
+        log_dir = self.trainer.log_dir or self.trainer.default_root_dir
         if not self.trainer.is_global_zero:
             return
         merged: dict[str, Any] = {}
         for r in results:
             merged.update({k: v for k, v in r.items() if k.startswith("test")})
-        log_dir = self.trainer.log_dir or self.trainer.default_root_dir
         path = write_metrics(merged, log_dir)
         print(f"metrics written to {path}: {json.dumps({k: round(float(v), 4) for k, v in merged.items()})}")
