@@ -1,5 +1,6 @@
 """The attention core: attend(), its backends, multi-head attention, positional encodings, encoders."""
 
+from attnmm.attention._memory import AttentionMemoryError
 from attnmm.attention.core import attend
 from attnmm.attention.encoder import Encoder, EncoderLayer
 from attnmm.attention.multihead import MultiHeadAttention
@@ -8,6 +9,7 @@ from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.weights import AttentionWeights
 
 __all__ = [
+    "AttentionMemoryError",
     "AttentionWeights",
     "Encoder",
     "EncoderLayer",

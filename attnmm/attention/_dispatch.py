@@ -9,6 +9,7 @@ interval (e.g. Causal & Padding)       ``flex`` (CUDA), ``sdpa_mask`` if dense e
 sparse (Grid, compositions)            ``flex`` (CUDA), ``sdpa_mask``/``reference`` if dense enough,
                                        else ``sparse``
 graph (packed layout)                  ``sparse``
+an empty batch (B = 0 or H = 0)        ``reference`` (nothing to compute)
 =====================================  ==============================================================
 
 "Dense enough" means a density (allowed fraction of the L x S matrix) of at least
@@ -35,6 +36,8 @@ def candidates(problem: Problem) -> list[str]:
     """Backend names to try for ``problem``, best first, from the mask's structure."""
     mask = problem.effective_mask
     kind = mask.structure.kind
+    if problem.B == 0 or problem.H == 0:
+        return ["reference"]  # an empty batch: nothing to compute, and the reference takes any shape
     if kind in ("full", "causal"):
         return ["sdpa", "reference"]
     first = ["flex"] if problem.q.is_cuda else []

@@ -8,6 +8,7 @@ from typing import Literal, overload
 from torch import Tensor
 
 from attnmm.attention._dispatch import choose_backend
+from attnmm.attention._memory import check_backend, check_pairs
 from attnmm.attention._problem import Problem
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
@@ -71,6 +72,11 @@ def attend(
         backend (str, optional): ``"auto"`` or a registered backend name, for tests and
             benchmarks. (default: :obj:`"auto"`)
 
+    Raises:
+        AttentionMemoryError: the mask's sparse form or the chosen backend's working memory would
+            not fit in the memory available on the inputs' device (checked before allocating; the
+            message gives the estimate and what to change).
+
     Shapes:
         - **input:** q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev); or packed q (N, H, E),
           k (M, H, E), v (M, H, Ev)
@@ -107,16 +113,19 @@ def attend(
         k,
         v,
         mask,
-        scale=1.0 / math.sqrt(q.size(-1)) if scale is None else float(scale),
+        scale=(1.0 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0) if scale is None else float(scale),
         dropout_p=float(dropout_p),
         score=score,
         bias=None,
         return_weights=return_weights,
         packed=packed,
     )
+    check_pairs(problem, with_bias=bias is not None)  # before anything enumerates the pairs
     if bias is not None:
         problem.bias = _check_bias(bias, problem)
-    out, values = choose_backend(problem, backend).forward(problem)
+    chosen = choose_backend(problem, backend)
+    check_backend(problem, chosen)
+    out, values = chosen.forward(problem)
     if packed:
         out = out.squeeze(0).transpose(0, 1)  # (N, H, Ev)
     if not return_weights:

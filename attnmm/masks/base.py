@@ -19,6 +19,10 @@ StructureKind = Literal["full", "causal", "band", "interval", "sparse"]
 #: Sentinel for "no upper bound" in interval masks; larger than any realistic sequence length.
 UNBOUNDED = 2**62
 
+#: Interval masks count their pairs exactly in :meth:`IntervalMask.nnz_bound` up to this many query
+#: rows (B * L); beyond it they bound the count from their band in O(1).
+EXACT_COUNT_ROWS = 1 << 22
+
 
 @dataclass(frozen=True)
 class Structure:
@@ -145,6 +149,15 @@ class Mask(ABC):
         """Number of allowed pairs (summed over the batch for a batched mask)."""
         return self.pairs(num_rows, num_cols, batch_size).nnz
 
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """An upper bound on :meth:`nnz`, computed without enumerating the pairs (O(L) time or less),
+        or ``None`` when the mask cannot bound it cheaply (the default).
+
+        :func:`~attnmm.attend` uses it to refuse, before allocating anything, an attention whose sparse
+        form would not fit in memory; a mask with a closed-form count should override it.
+        """
+        return None
+
     def density(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> float:
         """Fraction of the L x S (x B) pairs that are allowed."""
         num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
@@ -253,3 +266,14 @@ class IntervalMask(Mask):
         num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
         start, end = self._ranges(num_rows, num_cols, batch_size, torch.device("cpu"))
         return int((end - start).sum())
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The exact count in O(B * L) for up to :data:`EXACT_COUNT_ROWS` query rows, else
+        ``B * L * min(S, left + right + 1)`` from the band (``B * L * S`` without one), in O(1)."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        rows = (batch_size or 1) * num_rows
+        if rows <= EXACT_COUNT_ROWS:
+            return self.nnz(num_rows, num_cols, batch_size)
+        left, right = self.band
+        width = num_cols if left is None or right is None else min(num_cols, left + right + 1)
+        return rows * width

@@ -31,6 +31,14 @@ def _batch_size(parts: tuple[Mask, ...]) -> int | None:
     return sizes.pop() if sizes else None
 
 
+def _part_bound(part: Mask, num_rows: int, num_cols: int, batch_size: int | None) -> int | None:
+    """``part.nnz_bound`` over the whole batch: an unbatched part counts once per batch item."""
+    bound = part.nnz_bound(num_rows, num_cols, batch_size if part.batched else None)
+    if bound is None or part.batched or batch_size is None:
+        return bound
+    return bound * batch_size
+
+
 def _wrap(m: Mask, parent: type) -> str:
     return f"({m!r})" if isinstance(m, (And, Or, Intersection)) and not isinstance(m, parent) else repr(m)
 
@@ -112,9 +120,22 @@ class And(_Composite):
             out = out & p.mask_mod(b, h, q_idx, kv_idx)
         return out
 
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The smallest operand bound (an intersection has at most as many pairs as any operand)."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        bounds = [b for p in self.parts if (b := _part_bound(p, num_rows, num_cols, batch_size)) is not None]
+        return min(bounds) if bounds else None
+
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
-        # enumerate the operand with the fewest pairs (interval masks count theirs cheaply)
-        counts = [p.nnz(num_rows, num_cols, batch_size if p.batched else None) for p in self.parts]
+        # enumerate the operand with the fewest pairs, judged by the operands' cheap bounds (exact for
+        # the built-in masks but complements), counting an operand's pairs only when it has no bound
+        counts = []
+        for p in self.parts:
+            bound = _part_bound(p, num_rows, num_cols, batch_size)
+            if bound is None:
+                bound = p.nnz(num_rows, num_cols, batch_size if p.batched else None)
+                bound *= batch_size if batch_size is not None and not p.batched else 1
+            counts.append(bound)
         first = min(range(len(self.parts)), key=counts.__getitem__)
         base = self.parts[first]._pairs(
             num_rows, num_cols, batch_size if self.parts[first].batched else None, device
@@ -154,6 +175,14 @@ class Or(_Composite):
             out = out | p.mask_mod(b, h, q_idx, kv_idx)
         return out
 
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The sum of the operands' bounds, at most B * L * S; ``None`` if an operand has none."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        bounds = [_part_bound(p, num_rows, num_cols, batch_size) for p in self.parts]
+        if any(b is None for b in bounds):
+            return None
+        return min(sum(bounds), (batch_size or 1) * num_rows * num_cols)  # type: ignore[arg-type]
+
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         keys = []
         for p in self.parts:
@@ -182,6 +211,11 @@ class Not(_Composite):
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return ~self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """B * L * S: the complement's sparse form filters every pair (see :meth:`_pairs`)."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        return (batch_size or 1) * num_rows * num_cols
 
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         full = Full()._pairs(num_rows, num_cols, None, device)

@@ -99,6 +99,9 @@ class Graph(Mask):
         self._resolve(num_rows, num_cols, batch_size)
         return self.num_edges
 
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        return self.nnz(num_rows, num_cols, batch_size)
+
     def __repr__(self) -> str:
         nodes = self.num_src if self.num_src == self.num_dst else (self.num_src, self.num_dst)
         return f"Graph(num_nodes={nodes}, num_edges={self.num_edges})"

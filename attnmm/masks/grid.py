@@ -103,6 +103,19 @@ class Grid(Mask):
         rows = self._allowed_1d(q_idx // w, kv_idx // w, self.height)
         return rows & self._allowed_1d(q_idx % w, kv_idx % w, self.width)
 
+    def _taps_1d(self, n: int) -> int:
+        """Number of in-range taps summed over the ``n`` positions of one axis."""
+        pos = torch.arange(n)
+        first, _ = self._window_1d(pos, n)
+        taps = first.view(-1, 1) + torch.arange(self.kernel).view(1, -1) * self.dilation  # (n, kernel)
+        return int(((taps >= 0) & (taps < n)).sum())
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The exact count in O((height + width) * kernel): the neighbourhood is a product of a row
+        window and a column window, so the count is the product of the two axes' tap counts."""
+        self._resolve(num_rows, num_cols, batch_size)
+        return self._taps_1d(self.height) * self._taps_1d(self.width)
+
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         w, k, d = self.width, self.kernel, self.dilation
         q = torch.arange(self.num_patches, device=device)

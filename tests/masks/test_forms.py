@@ -29,6 +29,8 @@ def assert_forms_agree(mask: Mask, num_rows: int, num_cols: int, batch_size: int
     seg = pairs.segment() * max(num_cols, 1) + pairs.col
     assert torch.all(seg[1:] > seg[:-1])
     assert mask.nnz(num_rows, num_cols, batch_size) == int(dense.sum())
+    bound = mask.nnz_bound(num_rows, num_cols, batch_size)  # cheap, never below the count
+    assert bound is None or bound >= int(dense.sum())
     assert pairs.crow()[-1] == pairs.nnz
 
 

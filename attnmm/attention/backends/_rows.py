@@ -15,14 +15,15 @@ def row_counts(problem: Problem) -> Tensor:
     else from the mask's pairs (computed once per call and shared with the sparse backend)."""
     mask = problem.effective_mask
     L, S, bsz = problem.L, problem.S, problem.batch_size
+    items = 1 if bsz is None else bsz  # (an empty batch has 0 items, not 1)
     if L == 0:
-        return torch.zeros(bsz or 1, 0, dtype=torch.long)
+        return torch.zeros(items, 0, dtype=torch.long)
     if isinstance(mask, IntervalMask):
         i = torch.arange(L).view(1, -1)
         b = torch.zeros((), dtype=torch.long) if bsz is None else torch.arange(bsz).view(-1, 1)
         start, end = mask.interval(b, i)
         start, end = start.clamp(0, S), end.clamp(0, S)
-        return (end - start).clamp_min(0).expand(bsz or 1, L)
+        return (end - start).clamp_min(0).expand(items, L)
     pairs = _cache.pairs(problem)
     counts = torch.bincount(pairs.segment().cpu(), minlength=pairs.num_segments)
     return counts.view(-1, L)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from attnmm.attention._memory import compute_bytes, output_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._blocks import BandGeometry
 from attnmm.attention.backends.base import Backend
@@ -50,8 +51,21 @@ class BandBackend(Backend):
 
     name = "band"
 
+    memory_hint = "use a narrower band (smaller left + right), a smaller batch, or fewer heads"
+
     def __init__(self, block: int | None = None) -> None:
         self.block = block
+
+    def memory_bytes(self, problem: Problem) -> int:
+        left, right = problem.effective_mask.structure.left, problem.effective_mask.structure.right
+        if left is None or right is None:
+            return 0
+        geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
+        slots = geo.B * geo.H * geo.nbp * geo.T * geo.W  # scores of every block's window
+        padded = geo.B * geo.H * (geo.nbp + geo.c) * geo.T * max(problem.q.size(-1), problem.v.size(-1))
+        # weights kept for backward, their gradient, returned weights; padded q, k, v and their gradients
+        copies = 2 + problem.return_weights
+        return (slots * copies + 6 * padded) * compute_bytes(problem.q.dtype) + output_bytes(problem)
 
     def unsupported(self, problem: Problem) -> str | None:
         mask = problem.effective_mask
@@ -60,6 +74,8 @@ class BandBackend(Backend):
             return f"the mask is {kind}, not banded"
         if problem.L == 0 or problem.S == 0:
             return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
+        if problem.B == 0 or problem.H == 0:
+            return f"the batch is empty (B = {problem.B}, H = {problem.H})"
         return None
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnmm.attention._memory import dense_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._rows import row_counts
 from attnmm.attention.backends.base import Backend
@@ -49,6 +50,14 @@ class FlexBackend(Backend):
     """
 
     name = "flex"
+    memory_hint = (
+        "building the block mask evaluates mask_mod on every (L, S) position; use a smaller batch or "
+        "shorter sequences, or backend='sparse'"
+    )
+
+    def memory_bytes(self, problem: Problem) -> int:
+        # create_block_mask materialises the boolean (B, L, S) mask and an int64 index grid
+        return dense_bytes(problem, 0, 9)
 
     def unsupported(self, problem: Problem) -> str | None:
         reason = flex_available()

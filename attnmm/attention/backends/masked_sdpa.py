@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnmm.attention._memory import dense_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._rows import row_counts
 from attnmm.attention.backends.base import Backend
@@ -30,6 +31,14 @@ class MaskedSDPABackend(Backend):
     """
 
     name = "sdpa_mask"
+    memory_hint = (
+        "the fused kernel takes the mask as a dense (B, L, S) tensor; use a sparser mask (the sparse "
+        "backend), a band mask (Window, Chunk), or a smaller batch"
+    )
+
+    def memory_bytes(self, problem: Problem) -> int:
+        # the boolean mask and the additive float mask the kernel makes of it
+        return dense_bytes(problem, 0, 1 + problem.q.element_size())
 
     def unsupported(self, problem: Problem) -> str | None:
         if problem.bias is not None:

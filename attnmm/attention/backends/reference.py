@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnmm.attention._memory import compute_bytes, dense_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends.base import Backend
 
@@ -22,6 +23,15 @@ class ReferenceBackend(Backend):
     """
 
     name = "reference"
+    memory_hint = (
+        "the reference backend materialises the (B, H, L, S) scores (it is chosen for dense masks with "
+        "ReLU scores or returned weights); use softmax scores without return_weights, a band or sparser "
+        "mask, or a smaller batch"
+    )
+
+    def memory_bytes(self, problem: Problem) -> int:
+        # scores, masked scores, weights and their product with the mask, kept for backward
+        return dense_bytes(problem, 4 * compute_bytes(problem.q.dtype), 2)
 
     def unsupported(self, problem: Problem) -> str | None:
         return None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnmm.attention._memory import dense_bytes, output_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends.base import Backend
 
@@ -15,6 +17,15 @@ class SDPABackend(Backend):
     no returned weights."""
 
     name = "sdpa"
+    memory_hint = (
+        "dropout on CPU runs PyTorch's unfused kernel with (B, H, L, S) weights; use dropout_p=0, a "
+        "smaller batch, or a Window mask"
+    )
+
+    def memory_bytes(self, problem: Problem) -> int:
+        if problem.dropout_p > 0 and not problem.q.is_cuda:  # the fused CPU kernel has no dropout
+            return dense_bytes(problem, 3 * problem.q.element_size(), 0)
+        return output_bytes(problem)
 
     def unsupported(self, problem: Problem) -> str | None:
         kind = problem.effective_mask.structure.kind
@@ -32,12 +43,12 @@ class SDPABackend(Backend):
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         causal = problem.effective_mask.structure.kind == "causal"
+        q, scale = problem.q, problem.scale
+        if causal and not scale >= torch.finfo(q.dtype).tiny:
+            # PyTorch's fused CPU kernel returns NaN for a causal mask with a scale <= 0 (or one that
+            # rounds to 0 in q's dtype): it masks with -inf before scaling. Scaling q instead is exact.
+            q, scale = q * scale, 1.0
         out = F.scaled_dot_product_attention(
-            problem.q,
-            problem.k,
-            problem.v,
-            dropout_p=problem.dropout_p,
-            is_causal=causal,
-            scale=problem.scale,
+            q, problem.k, problem.v, dropout_p=problem.dropout_p, is_causal=causal, scale=scale
         )
         return out, None

@@ -1,0 +1,181 @@
+r"""Refusing, before allocating, an attention that cannot fit in memory.
+
+:func:`~attnmm.attend` asks two questions before it computes anything:
+
+1. Will the mask's sparse form (its allowed pairs, needed to dispatch a sparse mask or to place a
+   bias or returned weights) fit? :func:`check_pairs` bounds the pair count with
+   :meth:`Mask.nnz_bound <attnmm.masks.Mask.nnz_bound>`, without enumerating the pairs.
+2. Will the chosen backend's working memory fit? :func:`check_backend` asks the backend's
+   :meth:`~attnmm.attention.backends.Backend.memory_bytes`.
+
+An estimate above the memory available on the inputs' device (free CUDA memory plus PyTorch's
+cached blocks; on CPU ``MemAvailable`` and the cgroup limit) raises :class:`AttentionMemoryError`, a
+:class:`MemoryError`, with the estimate, what is available and a hint. Problems whose worst case is
+below :data:`SMALL_BYTES` skip the question, so ordinary sizes pay a few integer products.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from attnmm.attention._problem import Problem
+    from attnmm.attention.backends.base import Backend
+
+#: Estimates below this many bytes are never checked against the available memory.
+SMALL_BYTES = 1 << 28
+
+#: Bytes of one enumerated pair: row and column, and the batch item, as int64.
+PAIR_BYTES = 24
+
+__all__ = [
+    "AttentionMemoryError",
+    "available_bytes",
+    "check_backend",
+    "check_pairs",
+    "compute_bytes",
+    "dense_bytes",
+    "max_pairs",
+    "output_bytes",
+]
+
+
+class AttentionMemoryError(MemoryError):
+    """An attention whose estimated working memory exceeds the memory available on its device.
+
+    Attributes:
+        needed (int): the estimate, in bytes.
+        available (int): the memory available when it was raised, in bytes.
+    """
+
+    def __init__(self, message: str, needed: int, available: int) -> None:
+        super().__init__(message)
+        self.needed, self.available = needed, available
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cpu_available() -> int | None:
+    candidates = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                candidates.append(int(line.split()[1]) * 1024)  # reported in kB
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),  # v1
+    ):
+        cap, used = _read_int(limit), _read_int(usage)
+        if cap is not None and used is not None and cap < 1 << 60:  # v1 reports "no limit" as ~2**63
+            candidates.append(max(cap - used, 0))
+    if not candidates:
+        try:
+            candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (OSError, ValueError, AttributeError):
+            return None
+    return min(candidates)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory available for new tensors on ``device``, in bytes (``None`` when unknown).
+
+    On CUDA, the device's free memory plus what PyTorch's caching allocator holds unused; on CPU,
+    the kernel's ``MemAvailable`` or the cgroup's remaining limit, whichever is smaller.
+    """
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type == "cpu":
+        return _cpu_available()
+    return None
+
+
+def max_pairs(problem: Problem) -> int | None:
+    """An upper bound on the mask's allowed pairs, counted over the mask's batch items (B for a
+    batched mask, else 1), without enumerating them; ``None`` when the mask cannot tell."""
+    items = problem.batch_size or 1
+    ceiling = items * problem.L * problem.S
+    if ceiling * PAIR_BYTES < SMALL_BYTES:
+        return ceiling
+    return problem.effective_mask.nnz_bound(problem.L, problem.S, problem.batch_size)
+
+
+def _refuse(problem: Problem, needed: int, what: str, hint: str) -> None:
+    available = available_bytes(problem.q.device)
+    if available is None or needed <= available:
+        return
+    sizes = f"B={problem.B}, H={problem.H}, L={problem.L}, S={problem.S}"
+    raise AttentionMemoryError(
+        f"attention with mask {problem.effective_mask!r} ({sizes}) would need about {_gb(needed)} for "
+        f"{what}, more than the {_gb(available)} available on {problem.q.device}; {hint}",
+        needed,
+        available,
+    )
+
+
+def compute_bytes(dtype: torch.dtype) -> int:
+    """Bytes per element of the dtype the backends compute in (half precision is computed in float32)."""
+    return 4 if dtype in (torch.float16, torch.bfloat16) else dtype.itemsize
+
+
+def output_bytes(problem: Problem) -> int:
+    """Bytes of the output (B, H, L, Ev)."""
+    return problem.B * problem.H * problem.L * problem.v.size(-1) * problem.v.element_size()
+
+
+def dense_bytes(problem: Problem, per_score: int, per_mask: int) -> int:
+    """Bytes of ``per_score`` bytes for each of the B * H * L * S scores and ``per_mask`` bytes for each
+    entry of the (B or 1, L, S) mask, plus the output."""
+    scores = problem.B * problem.H * problem.L * problem.S
+    entries = (problem.batch_size or 1) * problem.L * problem.S
+    return scores * per_score + entries * per_mask + output_bytes(problem)
+
+
+def check_pairs(problem: Problem, with_bias: bool = False) -> None:
+    """Raise :class:`AttentionMemoryError` when enumerating the mask's allowed pairs cannot fit.
+
+    Nothing is checked when the pairs will not be enumerated (an interval mask without bias or
+    returned weights) or the mask cannot bound its pair count.
+    """
+    from attnmm.masks.base import IntervalMask
+
+    mask = problem.effective_mask
+    if isinstance(mask, IntervalMask) and not with_bias and not problem.return_weights:
+        return
+    if (problem.batch_size or 1) * problem.L * problem.S * PAIR_BYTES < SMALL_BYTES:
+        return
+    pairs = max_pairs(problem)
+    if pairs is None:
+        return
+    _refuse(
+        problem,
+        pairs * PAIR_BYTES,
+        f"the sparse form of the mask (up to {pairs:.3g} allowed pairs)",
+        "use a sparser mask (fewer allowed pairs per query), a band mask (Window, Chunk) that needs "
+        "no pair list, a smaller batch, or attend over fewer queries at a time",
+    )
+
+
+def check_backend(problem: Problem, backend: Backend) -> None:
+    """Raise :class:`AttentionMemoryError` when ``backend``'s working memory cannot fit."""
+    needed = backend.memory_bytes(problem)
+    if needed < SMALL_BYTES:
+        return
+    _refuse(problem, needed, f"backend {backend.name!r}", backend.memory_hint)

@@ -1,0 +1,337 @@
+"""Fuzzing attend(): every backend against the float64 reference on random masks, shapes and dtypes.
+
+Each backend gets at least 200 hypothesis examples in the normal run (``max(200, 2 x the profile's
+max_examples)``, so ``ATTNMM_HYPOTHESIS_PROFILE=thorough`` gives 2000). An example draws a mask of any
+kind or composition (``&``, ``|``, ``~`` over Full, Causal, Window, Chunk, Padding, Grid, and Graph in
+the packed layout), sizes (including L != S, length 0 and 1, empty allowed sets), a dtype (float64,
+float32, float16, bfloat16), the score, a bias, returned weights, and sometimes extreme logits
+(:math:`q^\\top k \\cdot \\mathrm{scale}` of order 1e4). The backend's output, weights and gradients must be
+finite and equal the reference computed in float64 on the same (rounded) inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from _oracle import loop_attend
+from hypothesis import assume, given, note, settings
+from hypothesis import strategies as st
+from torch import Tensor
+
+from attnmm import attend
+from attnmm.attention.backends import get_backend
+from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
+
+EXAMPLES = max(200, 2 * settings.default.max_examples)
+
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+
+#: (atol, rtol) for outputs, weights and gradients against the float64 reference.
+TOL: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-8),
+    torch.float32: (5e-5, 2e-4),
+    torch.float16: (8e-3, 8e-3),
+    torch.bfloat16: (4e-2, 4e-2),
+}
+
+#: Input scale giving scores of order 1e4 (q . k / sqrt(E) with unit-normal entries has variance 1).
+EXTREME = 100.0
+
+# which options each backend computes (the others refuse them and are not asked)
+OPTIONS = {
+    "reference": dict(bias=True, relu=True, weights=True, packed=True),
+    "sparse": dict(bias=True, relu=True, weights=True, packed=True),
+    "band": dict(bias=True, relu=True, weights=True, packed=False),
+    "sdpa": dict(bias=False, relu=False, weights=False, packed=False),
+    "sdpa_mask": dict(bias=False, relu=False, weights=False, packed=True),
+    "flex": dict(bias=False, relu=False, weights=False, packed=False),
+}
+
+
+@dataclass
+class Case:
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Mask | None
+    score: str
+    bias: Tensor | None
+    weights: bool
+    extreme: bool
+    scale: float | None = None
+    layout: str = "contiguous"
+    needs_grad: tuple[bool, ...] = (True, True, True, True)
+    loss_on: str = "both"
+    block: int | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.q.dtype
+
+
+def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, scale: float = 1.0) -> Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+
+# ---------------------------------------------------------------------------------------- masks
+
+
+@st.composite
+def _padding(draw: st.DrawFn, B: int, S: int) -> Mask:
+    return Padding(draw(st.lists(st.integers(0, S), min_size=B, max_size=B)))
+
+
+@st.composite
+def _grid(draw: st.DrawFn, h: int, w: int) -> Mask:
+    kernel = draw(st.sampled_from([1, 3, 5]))
+    dilation = draw(st.integers(1, 2))
+    shift = kernel * dilation <= min(h, w) and draw(st.booleans())
+    return Grid(h, w, kernel, dilation, border="shift" if shift else "truncate")
+
+
+@st.composite
+def _graph(draw: st.DrawFn, N: int, M: int) -> Mask:
+    m = draw(st.integers(0, 3 * max(N, M)))
+    src = draw(st.lists(st.integers(0, max(M - 1, 0)), min_size=m, max_size=m)) if M else []
+    dst = draw(st.lists(st.integers(0, max(N - 1, 0)), min_size=m, max_size=m)) if N and M else []
+    edges = torch.tensor([src[: len(dst)], dst], dtype=torch.long).view(2, -1)
+    return Graph(edges, N if N == M else (M, N))
+
+
+@st.composite
+def masks(draw: st.DrawFn, B: int, L: int, S: int, packed: bool, grid: tuple[int, int] | None) -> Mask | None:
+    """None, a base mask, or a composition of up to three of them with &, | and ~."""
+    base = [
+        st.just(Full()),
+        st.just(Causal()),
+        st.builds(Window, st.integers(0, 4), st.integers(0, 4)),
+        st.builds(Chunk, st.integers(1, 4), st.integers(0, 2)),
+    ]
+    if packed:
+        base.append(_graph(L, S))
+    else:
+        base.append(_padding(B, S))
+    if grid is not None:
+        base.append(_grid(*grid))
+    parts = st.one_of(*base)
+    if not packed and draw(st.integers(0, 9)) == 0:
+        return None
+    mask = draw(parts)
+    for _ in range(draw(st.integers(0, 3))):
+        op = draw(st.sampled_from("&|~"))
+        mask = ~mask if op == "~" else (mask & draw(parts) if op == "&" else mask | draw(parts))
+    return mask
+
+
+@st.composite
+def band_masks(draw: st.DrawFn, B: int, S: int) -> Mask:
+    """A banded mask: Window or Chunk, maybe & Causal, & Full, & Padding (intersections stay banded)."""
+    mask = draw(
+        st.one_of(
+            st.builds(Window, st.integers(0, 5), st.integers(0, 5)),
+            st.builds(Chunk, st.integers(1, 4), st.integers(0, 2)),
+        )
+    )
+    for extra in (st.just(Causal()), st.just(Full()), _padding(B, S)):
+        if draw(st.booleans()):
+            mask = mask & draw(extra) if draw(st.booleans()) else draw(extra) & mask
+    assert mask.structure.kind == "band", mask
+    return mask
+
+
+@st.composite
+def fused_masks(draw: st.DrawFn) -> Mask | None:
+    """What the fused SDPA kernel takes: no mask, Full, Causal and their intersections."""
+    mask = draw(st.sampled_from([None, Full(), Causal(), Full() & Causal(), Causal() & Causal()]))
+    assert mask is None or mask.structure.kind in ("full", "causal")
+    return mask
+
+
+# ---------------------------------------------------------------------------------------- cases
+
+
+@st.composite
+def cases(draw: st.DrawFn, backend: str) -> Case:
+    opts = OPTIONS[backend]
+    packed = opts["packed"] and draw(st.integers(0, 3)) == 0
+    # empty batches and heads now and then (explicitly asked, the sparse kernel cannot take them yet)
+    sizes = st.sampled_from([1, 1, 1, 2, 2, 2] + ([0] if backend != "sparse" else []))
+    B = 1 if packed else draw(sizes)
+    H = draw(sizes)
+    grid = None
+    if not packed and backend in ("reference", "sparse", "sdpa_mask") and draw(st.integers(0, 2)) == 0:
+        grid = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))  # L = S = h * w patches
+        L = S = grid[0] * grid[1]
+    else:
+        low = 0 if backend in ("reference", "sparse") else 1
+        high = 40 if draw(st.integers(0, 9)) == 0 else 8  # sometimes several band blocks
+        L, S = draw(st.integers(low, high)), draw(st.integers(low, high))
+    if backend == "band":
+        mask = draw(band_masks(B, S))
+    elif backend == "sdpa":
+        mask = draw(fused_masks())
+    else:
+        mask = draw(masks(B, L, S, packed, grid))
+    E, Ev = draw(st.sampled_from([0, 1, 2, 3, 4, 4])), draw(st.sampled_from([0, 1, 2, 3, 3]))
+    if backend == "flex":
+        E = Ev = 16
+    dtype = draw(st.sampled_from(DTYPES))
+    extreme = draw(st.integers(0, 4)) == 0
+    seed = draw(st.integers(0, 2**20))
+    scale = EXTREME if extreme else 1.0
+    if packed:
+        q = _randn((L, H, E), seed, dtype, scale)
+        k, v = _randn((S, H, E), seed + 1, dtype, scale), _randn((S, H, Ev), seed + 2, dtype)
+    else:
+        q = _randn((B, H, L, E), seed, dtype, scale)
+        k, v = _randn((B, H, S, E), seed + 1, dtype, scale), _randn((B, H, S, Ev), seed + 2, dtype)
+    score = draw(st.sampled_from(["softmax", "relu"])) if opts["relu"] else "softmax"
+    if extreme and dtype in (torch.float16, torch.bfloat16):
+        score = "softmax"  # ReLU weights are the scores themselves: 1e4-scale outputs overflow float16
+    bias = None
+    if opts["bias"] and draw(st.booleans()):
+        m = mask if mask is not None else Full()
+        P = m.pairs(L, S, B if m.batched else None).nnz
+        bias = _randn((P, draw(st.sampled_from([1, H]))), seed + 3, dtype)
+        if bias.size(1) == 1 and draw(st.booleans()):
+            bias = bias.view(-1)  # the (P,) form
+    weights = opts["weights"] and draw(st.booleans())
+    case = Case(q, k, v, mask, score, bias, weights, extreme)
+    case.scale = draw(st.sampled_from([None, None, None, 0.0, -0.7, 2.5]))
+    case.layout = draw(st.sampled_from(["contiguous", "contiguous", "heads_last", "sliced", "broadcast"]))
+    everything = (True, True, True, True)
+    some = [
+        (True, False, False, False),
+        (False, True, False, False),
+        (False, False, True, False),
+        (False, True, True, True),
+    ]
+    if bias is not None:
+        some.append((False, False, False, True))
+    case.needs_grad = draw(st.sampled_from([everything, everything, *some]))
+    case.loss_on = draw(st.sampled_from(["both", "output", "weights"])) if weights else "output"
+    if backend == "band":
+        case.block = draw(st.sampled_from([None, None, 1, 2, 3, 4]))
+    return case
+
+
+def _lay_out(x: Tensor, layout: str, packed: bool) -> Tensor:
+    """The same values in another memory layout: (B, L, H, E) memory seen as (B, H, L, E), a slice
+    of a wider tensor, or one batch item broadcast (stride 0) when all items are equal."""
+    if layout == "heads_last" and not packed:
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "sliced":
+        wide = torch.cat([x, torch.full_like(x, float("nan"))], dim=-1)
+        return wide[..., : x.size(-1)]
+    if layout == "broadcast" and not packed:
+        return x[:1].expand_as(x)
+    return x
+
+
+def _run(case: Case, backend: str, dtype: torch.dtype) -> list[Tensor]:
+    """Output, weights (if asked) and the gradients of q, k, v (and bias) of a random projection."""
+    leaves = [t.detach().to(dtype).requires_grad_(need) for t, need in zip((case.q, case.k, case.v), case.needs_grad)]
+    bias = case.bias.detach().to(dtype).requires_grad_(case.needs_grad[3]) if case.bias is not None else None
+    if bias is not None:
+        leaves.append(bias)
+    packed = case.q.dim() == 3
+    q, k, v = (_lay_out(t, case.layout, packed) for t in leaves[:3])
+    result = attend(
+        q, k, v, case.mask, scale=case.scale, score=case.score, bias=bias,  # type: ignore[arg-type]
+        return_weights=case.weights, backend=backend,
+    )
+    outs = list(result) if case.weights else [result]
+    if case.weights:
+        outs[1] = outs[1].values
+    g = torch.Generator().manual_seed(123)
+    projections = [(o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64)).sum() for o in outs]
+    loss = {"both": sum(projections), "output": projections[0], "weights": projections[-1]}[case.loss_on]
+    inputs = [x for x in leaves if x.requires_grad]
+    grads = iter(torch.autograd.grad(loss, inputs, allow_unused=True) if loss.requires_grad else [None] * len(inputs))
+    result_grads = []
+    for x in leaves:
+        d = next(grads) if x.requires_grad else None
+        result_grads.append(torch.zeros_like(x) if x.requires_grad and d is None else d)
+    return [*outs, *result_grads]
+
+
+def _tolerance(case: Case, label: str) -> tuple[float, float] | None:
+    """(atol, rtol) for one compared tensor, or None to check finiteness only."""
+    atol, rtol = TOL[case.dtype]
+    if not case.extreme:
+        return atol, rtol
+    # scores of order 1e4: float64 stays exact; in lower precision a score carries an absolute error
+    # of about 1e4 * eps, which moves near-tied weights by as much, so outputs and weights are compared
+    # with that error and the gradients (scaled by the 1e2 inputs) are only checked to be finite
+    if case.dtype == torch.float64:
+        return atol * EXTREME**2, rtol
+    if label.startswith("grad"):
+        return None
+    eps = torch.finfo(torch.float32 if case.dtype == torch.float32 else case.dtype).eps
+    return max(atol, 4 * EXTREME**2 * eps), rtol
+
+
+def _supported(case: Case, backend: str) -> bool:
+    try:
+        with torch.no_grad():
+            attend(case.q, case.k, case.v, case.mask, scale=case.scale, score=case.score,  # type: ignore[arg-type]
+                   bias=case.bias, return_weights=case.weights, backend=backend)
+    except ValueError as err:
+        if "cannot compute this attention" in str(err):
+            return False
+        raise
+    return True
+
+
+BACKENDS = ["reference", "sparse", "band", "sdpa", "sdpa_mask", "flex"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=EXAMPLES)
+@given(data=st.data())
+def test_backend_equals_reference(backend: str, data: st.DataObject) -> None:
+    if backend == "flex" and not torch.cuda.is_available():
+        pytest.skip("FlexAttention needs CUDA")
+    case = data.draw(cases(backend))
+    note(f"mask={case.mask!r} dtype={case.dtype} q={tuple(case.q.shape)} k={tuple(case.k.shape)} "
+         f"score={case.score} bias={None if case.bias is None else tuple(case.bias.shape)} "
+         f"weights={case.weights} extreme={case.extreme}")
+    assume(_supported(case, backend))
+    band = get_backend("band")
+    band.block = case.block  # type: ignore[attr-defined]
+    try:
+        got = _run(case, backend, case.dtype)
+    finally:
+        band.block = None  # type: ignore[attr-defined]
+    want = _run(case, "reference", torch.float64)
+    labels = ["output", *(["weights"] if case.weights else []), "grad q", "grad k", "grad v", "grad bias"]
+    for label, a, b in zip(labels, got, want):
+        if a is None or b is None:
+            assert a is None and b is None, f"{backend} {label}: a gradient only one side has"
+            continue
+        assert a.dtype == case.dtype, f"{backend} {label}: dtype {a.dtype}, expected {case.dtype}"
+        assert torch.isfinite(a).all(), f"{backend} {label} is not finite"
+        tol = _tolerance(case, label)
+        if tol is not None:
+            torch.testing.assert_close(
+                a.double(), b, atol=tol[0], rtol=tol[1], msg=lambda m, label=label: f"{backend} {label}: {m}"
+            )
+    if backend == "reference" and case.dtype == torch.float64 and not case.extreme and case.scale is None:
+        _check_loop_oracle(case, got[0])
+
+
+def _check_loop_oracle(case: Case, out: Tensor) -> None:
+    """The float64 reference equals the per-query loop of the definition."""
+    packed = case.q.dim() == 3
+    q, k, v = (_lay_out(t, case.layout, packed) for t in (case.q, case.k, case.v))
+    q, k, v = ((t.transpose(0, 1).unsqueeze(0) if packed else t) for t in (q, k, v))
+    bias = case.bias
+    if bias is not None:
+        bias = (bias.view(-1, 1) if bias.dim() == 1 else bias).expand(-1, q.size(1))
+    loop = loop_attend(q, k, v, case.mask, q.size(-1) ** -0.5 if q.size(-1) else 1.0, case.score, bias)
+    if packed:
+        loop = loop.squeeze(0).transpose(0, 1)
+    torch.testing.assert_close(out, loop, atol=1e-10, rtol=1e-8)

@@ -1,0 +1,108 @@
+"""attend() refuses, before allocating, an attention that cannot fit in memory, with an estimate and a hint."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import torch
+
+import attnmm.attention._memory as memory
+from attnmm import attend
+from attnmm.attention import AttentionMemoryError
+from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
+
+
+def huge(L: int, B: int = 1, H: int = 1, E: int = 8) -> torch.Tensor:
+    """A (B, H, L, E) tensor of zeros that takes no memory (one element, broadcast)."""
+    return torch.zeros(1, 1, 1, E).expand(B, H, L, E)
+
+
+def test_a_sparse_form_that_cannot_fit_fails_early() -> None:
+    mask = Grid(2**17, 2**17, kernel=31)  # 2**34 patches, about 1.6e13 allowed pairs
+    P = mask.num_patches
+    assert mask.nnz_bound(P, P) > 10**13  # counted per axis, without the pairs
+    q = huge(P)
+    start = time.perf_counter()
+    with pytest.raises(AttentionMemoryError) as info:
+        attend(q, q, q, mask)
+    assert time.perf_counter() - start < 10  # nothing was enumerated
+    err = info.value
+    assert isinstance(err, MemoryError) and err.needed > err.available > 0
+    message = str(err)
+    assert "Grid(height=131072, width=131072, kernel=31)" in message and "L=17179869184" in message
+    assert "sparse form of the mask (up to 1.65e+13 allowed pairs)" in message
+    assert " GB for " in message and " GB available on cpu" in message
+    assert "use a sparser mask" in message and "a smaller batch" in message
+
+
+@pytest.mark.parametrize(
+    "mask, kwargs, backend, hint",
+    [
+        (Full() & Padding([2**20]), {}, "sdpa_mask", "dense (B, L, S) tensor"),
+        (Window(2**19, 2**19), {}, "band", "narrower band"),
+        (Full(), {"score": "relu"}, "reference", "materialises the (B, H, L, S) scores"),
+        (~Causal(), {}, None, "sparser mask"),  # its sparse form filters every (i, j)
+    ],
+    ids=repr,
+)
+def test_dense_or_wide_working_memory_fails_early(mask: Mask, kwargs: dict, backend: str | None, hint: str) -> None:
+    q = huge(2**20)
+    with pytest.raises(AttentionMemoryError, match=re.escape(hint)) as info:
+        attend(q, q, q, mask, **kwargs)
+    if backend is not None:
+        assert f"for backend {backend!r}" in str(info.value)
+
+
+def test_explicit_backend_is_checked_too() -> None:
+    q = huge(2**20)
+    with pytest.raises(AttentionMemoryError, match="backend 'reference'"):
+        attend(q, q, q, Window(1, 1), backend="reference")
+
+
+def test_the_estimate_is_compared_with_the_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    q = torch.randn(2, 3, 40, 8)
+    mask = Grid(5, 8, 3) & Padding([40, 20])
+    monkeypatch.setattr(memory, "SMALL_BYTES", 0)  # check even tiny problems
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 10**12)
+    attend(q, q, q, mask)  # fits
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    with pytest.raises(AttentionMemoryError, match=r"would need about 0\.\d MB .* more than the 0\.0 MB available"):
+        attend(q, q, q, mask)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # unknown: nothing refused
+    attend(q, q, q, mask)
+
+
+def test_ordinary_sizes_never_ask_for_the_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(device: torch.device) -> int:
+        raise AssertionError("available memory queried for a small problem")
+
+    monkeypatch.setattr(memory, "available_bytes", forbidden)
+    x = torch.randn(2, 4, 64, 16)
+    for mask in [None, Causal(), Window(4, 4) & Padding([64, 30]), Chunk(8, 1), Grid(8, 8, 3), ~Causal()]:
+        attend(x, x, x, mask)
+        attend(x, x, x, mask, score="relu", return_weights=True)
+    nodes = torch.randn(50, 2, 8)
+    attend(nodes, nodes, nodes, Graph(torch.randint(0, 50, (2, 200)), 50), bias=None)
+
+
+def test_masks_without_a_bound_are_not_refused() -> None:
+    class Diagonal(Mask):  # a toy mask with no nnz_bound
+        def mask_mod(self, b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
+            return q_idx == kv_idx
+
+        def _pairs(self, num_rows, num_cols, batch_size, device):  # type: ignore[no-untyped-def]
+            from attnmm.masks import Pairs
+
+            i = torch.arange(min(num_rows, num_cols), device=device)
+            return Pairs(i, i, None, num_rows, num_cols)
+
+    assert Diagonal().nnz_bound(10**9) is None
+    x = torch.randn(1, 1, 6, 4)
+    torch.testing.assert_close(attend(x, x, x, Diagonal()), x)
+
+
+def test_available_memory_is_known_on_cpu() -> None:
+    available = memory.available_bytes(torch.device("cpu"))
+    assert available is not None and available > 0
