@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import platform
 import time
 import traceback
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 from benchmarks._cases import CASES, Case
-from benchmarks._measure import alternate, peak_in_subprocess, wait_for_idle
+from benchmarks._measure import THREADS_ENV, alternate, peak_in_subprocess, threads, wait_for_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = Path(__file__).with_name("header.md")
@@ -86,8 +87,15 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only, do not write docs/benchmarks.md")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-density", action="store_true", help="skip the density sweep")
+    parser.add_argument(
+        "--threads", type=int, default=None, help=f"torch threads of every process (default: ${THREADS_ENV} or 2)"
+    )
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be >= 1")
+        os.environ[THREADS_ENV] = str(args.threads)
+    torch.set_num_threads(threads())
     wanted = [c for c in CASES if not args.cases or c.key in args.cases.split(",")]
     started = time.perf_counter()
     rows = [run_case(case, memory=not args.no_memory) for case in wanted]

@@ -167,3 +167,12 @@ def peak_in_subprocess(case: str, side: str, timeout: float = 900) -> int | str:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return f"failed: {tail[0][:120]}"
     return int(json.loads(lines[-1])["peak"])
+
+
+#: Environment variable holding the torch thread count of a benchmark run and its subprocesses.
+THREADS_ENV = "ATTNMM_BENCH_THREADS"
+
+
+def threads() -> int:
+    """Torch threads of a benchmark process: ``$ATTNMM_BENCH_THREADS``, else 2."""
+    return int(os.environ.get(THREADS_ENV, "2"))

@@ -8,11 +8,11 @@ import sys
 import torch
 
 from benchmarks._cases import get_case
-from benchmarks._measure import peak_of
+from benchmarks._measure import peak_of, threads
 
 
 def main(case_key: str, side: str) -> None:
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads())
     case = get_case(case_key)
     inputs = case.build()
     run = (case.ours if side == "ours" else case.peer)(inputs)
