@@ -1,16 +1,16 @@
-# `make test` sets up .venv on first use and runs ruff, the test suite and the doctests.
+# `make test` sets up .venv on first use and runs ruff, the test suite, the doctests and the docs build.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch/torchvision/torchaudio versions known to work together (the cap of the build machines)
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1 torchaudio==2.11.0
 
-.PHONY: test lint typecheck bench demo clean
+.PHONY: test lint typecheck docs serve bench demo clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_PINS) -e ".[dev]"
+	$(PY) -m pip install -q $(TORCH_PINS) -e ".[dev,docs]"
 	touch $@
 
 lint: $(VENV)/.installed
@@ -19,14 +19,22 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(PY) -m mypy attnmm
 
-test: lint
+test: lint docs
 	$(PY) -m pytest
+
+# The documentation site (mkdocs.yml): --strict fails on a broken link, a missing page or figure, or an
+# unresolved API reference. The build first renders the missing figures (docs/hooks.py).
+docs: $(VENV)/.installed
+	MPLBACKEND=Agg $(PY) -m mkdocs build --strict
+
+serve: $(VENV)/.installed
+	$(PY) -m mkdocs serve
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache site docs/figures
 
 # The main job: train the speech recipe's default config end to end (data: $ATTNMM_DATA, else
 # ../shared/data when present, else ~/.cache/attnmm, downloaded on first use).

@@ -1,20 +1,29 @@
-"""Render the mask figures of docs/masks.md with attnmm.viz.
+"""Render the figures of the docs with attnmm.viz: every mask picture and the gallery.
 
 Usage::
 
     .venv/bin/python docs/make_figures.py            # writes docs/figures/*.png
     .venv/bin/python docs/make_figures.py --out DIR  # writes DIR/*.png
     .venv/bin/python docs/make_figures.py grid gallery  # only these two
+    .venv/bin/python docs/make_figures.py --missing-only  # only those not written yet (the docs build)
+    .venv/bin/python docs/make_figures.py --steps 2 --no-data trained_speech  # a fast smoke run
 
-The PNGs are build outputs (docs/figures/ is git-ignored); the text pictures in docs/masks.md carry
-the same information without them.
+:data:`FIGURES` are pictures of masks (a second in all). :data:`TRAINED` are attention maps of recipe
+models trained for a few deterministic steps (docs/trained_maps.py: on the real data under
+``$ATTNMM_DATA`` when present, else on generated data; about a minute in all on one core).
+
+The PNGs are build outputs (docs/figures/ is git-ignored); ``mkdocs build`` renders the missing ones
+first (docs/hooks.py). The text pictures in docs/masks.md carry the same information without them.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import re
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import matplotlib
 
@@ -28,6 +37,8 @@ from attnmm.viz import plot_grid_neighbourhood, plot_mask, plot_masks
 
 #: Sequence length of the single-mask figures.
 L = 16
+
+DOCS = Path(__file__).resolve().parent
 
 #: A directed 8-node graph: a ring 0 -> 1 -> ... -> 7 -> 0 plus two chords into node 4.
 RING = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 0, 2], [1, 2, 3, 4, 5, 6, 7, 0, 4, 4]])
@@ -45,6 +56,26 @@ def _neighbourhoods(border: str, dilation: int = 1) -> Figure:
         plot_grid_neighbourhood(mask, patch, ax=ax, title=f"patch {patch}")
     fig.suptitle(repr(mask))
     return fig
+
+
+def _tutorial_mask() -> Figure:
+    """The BigBird mask of docs/tutorials/custom_mask.md, defined by that page's first code block."""
+    page = (DOCS / "tutorials" / "custom_mask.md").read_text()
+    first = re.search(r"^```python\n(.*?)^```", page, re.DOTALL | re.MULTILINE)
+    assert first is not None, "docs/tutorials/custom_mask.md has no python block"
+    namespace: dict[str, object] = {"__name__": "custom_mask"}
+    exec(compile(first.group(1), "docs/tutorials/custom_mask.md", "exec"), namespace)
+    mask = namespace["BigBird"](num_blocks=16, block=4, window=1, num_global=1, num_random=2)  # type: ignore[operator]
+    return plot_mask(mask, 64)
+
+
+def _trained_maps() -> ModuleType:
+    """docs/trained_maps.py as a module (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("trained_maps", DOCS / "trained_maps.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods.
@@ -76,30 +107,57 @@ FIGURES: dict[str, Callable[[], Figure]] = {
         },
         L,
     ),
+    "tutorial_bigbird": _tutorial_mask,
 }
 
+#: File stem -> name of the docs/trained_maps.py function drawing it, ``fn(steps, use_data) -> Figure``:
+#: attention maps of briefly trained recipe models.
+TRAINED: dict[str, str] = {"trained_speech": "speech", "trained_image": "image"}
 
-def make_figures(out_dir: str | Path, names: list[str] | None = None, dpi: int = 110) -> list[Path]:
-    """Render the figures named ``names`` (default: all of :data:`FIGURES`) into ``out_dir``.
+
+def make_figures(
+    out_dir: str | Path,
+    names: list[str] | None = None,
+    dpi: int = 110,
+    steps: int | None = None,
+    use_data: bool = True,
+    missing_only: bool = False,
+) -> list[Path]:
+    """Render the figures named ``names`` (default: all of :data:`FIGURES` and :data:`TRAINED`).
 
     Args:
         out_dir (str or Path): output folder, created if missing.
         names (list of str, optional): file stems to render. (default: all)
         dpi (int, optional): resolution of the PNGs. (default: :obj:`110`)
+        steps (int, optional): training steps of the :data:`TRAINED` figures. (default: each
+            function's own)
+        use_data (bool, optional): train on the real data under ``$ATTNMM_DATA`` when present.
+            (default: :obj:`True`)
+        missing_only (bool, optional): skip figures whose PNG exists. (default: :obj:`False`)
 
     Returns:
         list of Path: the PNG files written.
     """
-    names = list(FIGURES) if names is None else names
-    unknown = sorted(set(names) - set(FIGURES))
+    valid = [*FIGURES, *TRAINED]
+    names = valid if names is None else names
+    unknown = sorted(set(names) - set(valid))
     if unknown:
-        raise ValueError(f"unknown figure names {unknown}; valid names: {', '.join(FIGURES)}")
+        raise ValueError(f"unknown figure names {unknown}; valid names: {', '.join(valid)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name in names:
         path = out / f"{name}.png"
-        FIGURES[name]().savefig(path, dpi=dpi)
+        if missing_only and path.exists():
+            continue
+        if name in FIGURES:
+            fig = FIGURES[name]()
+        else:
+            draw = getattr(_trained_maps(), TRAINED[name])
+            fig = draw(use_data=use_data) if steps is None else draw(steps=steps, use_data=use_data)
+        tmp = path.with_suffix(".tmp.png")
+        fig.savefig(tmp, dpi=dpi)
+        tmp.replace(path)  # a build that stops half-way leaves no truncated PNG behind
         written.append(path)
     return written
 
@@ -110,9 +168,15 @@ def main(argv: list[str] | None = None) -> None:
         "--out", type=Path, default=Path(__file__).resolve().parent / "figures", help="output folder"
     )
     parser.add_argument("--dpi", type=int, default=110, help="resolution of the PNGs (default: 110)")
-    parser.add_argument("names", nargs="*", help=f"figures to render (default: all of {', '.join(FIGURES)})")
+    parser.add_argument("--steps", type=int, default=None, help="training steps of the trained-model figures")
+    parser.add_argument("--no-data", action="store_true", help="train on generated data even when $ATTNMM_DATA has it")
+    parser.add_argument("--missing-only", action="store_true", help="render only the figures not written yet")
+    parser.add_argument(
+        "names", nargs="*", help=f"figures to render (default: all of {', '.join([*FIGURES, *TRAINED])})"
+    )
     args = parser.parse_args(argv)
-    for path in make_figures(args.out, args.names or None, args.dpi):
+    paths = make_figures(args.out, args.names or None, args.dpi, args.steps, not args.no_data, args.missing_only)
+    for path in paths:
         print(path)
 
 

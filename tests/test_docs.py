@@ -1,6 +1,7 @@
 """The user docs run: every ```python block of the pages below executes, in order, one namespace per
 page, and a ```text block right after a python block is that block's exact printed output.
-docs/make_figures.py renders every figure."""
+docs/make_figures.py renders every figure. The pages run from a scratch folder that links the
+repository's examples/, as if from the repository root."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ matplotlib.use("Agg")
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ["quickstart.md", "masks.md", "attention.md", "recipes/speech.md"]
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+TUTORIALS = ["tutorials/custom_mask.md", "tutorials/new_adapter.md", "tutorials/graph_pyg.md", "tutorials/streaming.md"]
+PAGES = ["quickstart.md", "masks.md", "attention.md", "recipes/speech.md", "concepts.md", *TUTORIALS]
 
 #: A fenced block: its language and body (fences of three backticks at line start).
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -57,7 +60,8 @@ def test_page_code_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     path = DOCS / page
     found = blocks(path.read_text())
     assert found, f"{page} has no python blocks"
-    monkeypatch.chdir(tmp_path)  # blocks may save figures
+    monkeypatch.chdir(tmp_path)  # blocks may save figures and write runs
+    (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     namespace: dict[str, object] = {"__name__": f"docs.{path.stem}"}
     for _, code, expected, line in found:
         stdout = io.StringIO()
@@ -83,25 +87,28 @@ def test_pages_link_each_other() -> None:
 def test_relative_links_resolve(page: str) -> None:
     """Links to files exist; figures/ is generated, so its links are checked against make_figures."""
     for target in re.findall(r"\]\(([^)#\s]+)\)", (DOCS / page).read_text()):
-        if "://" in target or target.startswith("figures/"):
+        if "://" in target or target.lstrip("./").startswith("figures/"):
             continue
         assert ((DOCS / page).parent / target).exists(), f"docs/{page} links {target}, which does not exist"
 
 
-def test_masks_page_links_only_rendered_figures() -> None:
+def test_pages_link_only_rendered_figures() -> None:
     module = load_make_figures()
-    linked = set(re.findall(r"\(figures/(\w+)\.png\)", (DOCS / "masks.md").read_text()))
-    assert linked, "docs/masks.md links no figures"
-    missing = linked - set(module.FIGURES)
-    assert not missing, f"docs/masks.md links figures docs/make_figures.py does not render: {missing}"
+    rendered = set(module.FIGURES) | set(module.TRAINED)
+    for path in sorted(DOCS.rglob("*.md")):
+        linked = set(re.findall(r"\((?:\.\./)*figures/(\w+)\.png\)", path.read_text()))
+        missing = linked - rendered
+        assert not missing, f"{path} links figures docs/make_figures.py does not render: {missing}"
+    assert re.search(r"\(figures/\w+\.png\)", (DOCS / "masks.md").read_text()), "docs/masks.md links no figures"
 
 
 def test_make_figures_writes_every_png(tmp_path: Path) -> None:
     module = load_make_figures()
     out = tmp_path / "figures"
-    module.main(["--out", str(out), "--dpi", "30"])  # low resolution: fast
+    module.main(["--out", str(out), "--dpi", "30", "--steps", "2", "--no-data"])  # low resolution, 2 steps: fast
     written = sorted(p.stem for p in out.glob("*.png"))
-    assert written == sorted(module.FIGURES)
+    assert written == sorted([*module.FIGURES, *module.TRAINED])
+    assert module.make_figures(out, ["full", "trained_image"], missing_only=True) == []
     for path in out.glob("*.png"):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 500
     with pytest.raises(ValueError, match="unknown figure names"):
