@@ -2,6 +2,7 @@ r"""Universal Dependencies treebanks for part-of-speech tagging (UPOS), read wit
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,23 +46,53 @@ def read_conllu(path: str | Path) -> list[Sentence]:
         path (str or Path): a ``.conllu`` file.
 
     Raises:
-        ValueError: a word has a tag outside :data:`UPOS_TAGS` (the message names file and sentence).
+        ValueError: the file is truncated or corrupt (not UTF-8, a token line without the 10
+            tab-separated fields, no blank line after the last sentence), or a word has a tag outside
+            :data:`UPOS_TAGS`; the message names the file and the line or sentence.
     """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text (bad byte at offset {err.start}): {_CORRUPT}") from err
+    _check_complete(path, text)
     sentences: list[Sentence] = []
-    with open(path, encoding="utf-8") as handle:
-        for sent in conllu.parse_incr(handle):
-            words = [t for t in sent if isinstance(t["id"], int)]
-            if not words:
-                continue
-            tags = tuple(t["upos"] for t in words)
-            bad = [tag for tag in tags if tag not in UPOS_TAGS]
-            if bad:
-                raise ValueError(
-                    f"{path}: sentence {sent.metadata.get('sent_id', len(sentences))} has UPOS tags {bad} "
-                    f"outside the 17 universal tags {UPOS_TAGS}"
-                )
-            sentences.append(Sentence(tuple(t["form"] for t in words), tags))
+    for sent in conllu.parse_incr(io.StringIO(text)):
+        words = [t for t in sent if isinstance(t["id"], int)]
+        if not words:
+            continue
+        tags = tuple(t["upos"] for t in words)
+        bad = [tag for tag in tags if tag not in UPOS_TAGS]
+        if bad:
+            raise ValueError(
+                f"{path}: sentence {sent.metadata.get('sent_id', len(sentences))} has UPOS tags {bad} "
+                f"outside the 17 universal tags {UPOS_TAGS}"
+            )
+        sentences.append(Sentence(tuple(t["form"] for t in words), tags))
     return sentences
+
+
+_CORRUPT = (
+    "the file is truncated or corrupt (an interrupted download or copy?); download it again from the "
+    "treebank's release (e.g. https://github.com/UniversalDependencies/UD_English-EWT)"
+)
+
+
+def _check_complete(path: str | Path, text: str) -> None:
+    """Raise ``ValueError`` naming the file and line when ``text`` is not complete CoNLL-U: every token
+    line has 10 tab-separated fields and every sentence, the last one too, ends with a blank line."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        line = line.rstrip("\r")
+        if line and not line.startswith("#") and line.count("\t") != 9:
+            raise ValueError(
+                f"{path}, line {number}: a token line has {line.count(chr(9)) + 1} tab-separated fields, "
+                f"CoNLL-U has 10 ({line[:60]!r}); {_CORRUPT}"
+            )
+    if text.strip() and not text.replace("\r\n", "\n").endswith("\n\n"):
+        raise ValueError(
+            f"{path} ends inside a sentence (line {len(lines) - (text.endswith(chr(10)))}: no blank line "
+            f"after the last sentence); {_CORRUPT}"
+        )
 
 
 def _clip_word(word: str, max_len: int) -> str:
@@ -134,7 +165,10 @@ class UDPOSDataModule(LightningDataModule):
     Files ``<prefix>-ud-{train,dev,test}.conllu`` are read from ``<root>/<treebank>``, ``root``
     resolved by :func:`~attnmm.data.resolve_root` (``$ATTNMM_DATA``, then ``~/.cache/attnmm``).
     The train file is trained on and the dev file validates. The test set is the test file when it
-    is there, else the dev file; :attr:`test_split` says which, and :meth:`setup` prints it.
+    is there, else the dev file; :attr:`test_split` says which, and :meth:`setup` prints it. With
+    ``holdout=n`` the last ``n`` sentences of the train file validate instead (and are left out of
+    training and of the vocabularies), so that choices can be made without looking at the dev file
+    when the dev file is the test set.
 
     Vocabularies (:class:`~attnmm.data.Vocabulary`) are built from the training split only: words
     (lower-cased by default) and characters (case kept), each with padding (0) and unknown (1)
@@ -158,6 +192,8 @@ class UDPOSDataModule(LightningDataModule):
             (default: ``20``)
         lowercase (bool, optional): lower-case the words (not the characters). (default: :obj:`True`)
         seed (int, optional): seed of the batch order. (default: ``0``)
+        holdout (int, optional): validate on the last ``holdout`` training sentences instead of the
+            dev file; ``0`` validates on dev. (default: ``0``)
 
     Examples:
         >>> dm = UDPOSDataModule(root="/data")
@@ -183,10 +219,14 @@ class UDPOSDataModule(LightningDataModule):
         max_word_len: int = 20,
         lowercase: bool = True,
         seed: int = 0,
+        holdout: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
+        if holdout < 0:
+            raise ValueError(f"holdout must be >= 0 sentences, got {holdout}")
+        self.holdout = holdout
         if max_word_len < 2:
             raise ValueError(f"max_word_len must be >= 2, got {max_word_len}")
         self.root, self.treebank, self.prefix = root, treebank, prefix
@@ -225,6 +265,13 @@ class UDPOSDataModule(LightningDataModule):
         if self.datasets:
             return
         train = read_conllu(self._require("train"))
+        held_out = None
+        if self.holdout:
+            if self.holdout >= len(train):
+                raise ValueError(
+                    f"holdout={self.holdout} leaves no training sentences: {self.path('train')} has {len(train)}"
+                )
+            train, held_out = train[: -self.holdout], train[-self.holdout :]
         if self.words is None or self.chars is None:  # not restored from a checkpoint
             self.words = Vocabulary(
                 (self._word(w) for s in train for w in s.words), self.max_words, self.min_word_freq
@@ -233,14 +280,18 @@ class UDPOSDataModule(LightningDataModule):
         self.test_split = "test" if self.path("test").is_file() else "dev"
         dev = read_conllu(self._require("dev"))
         test = dev if self.test_split == "dev" else read_conllu(self.path("test"))
-        self.datasets = {"train": self._encode(train), "val": self._encode(dev), "test": self._encode(test)}
+        val = dev if held_out is None else held_out
+        self.datasets = {"train": self._encode(train), "val": self._encode(val), "test": self._encode(test)}
         self._say_test_split()
 
     @rank_zero_only
     def _say_test_split(self) -> None:
         source = self.path(self.test_split or "dev").name
         note = "" if self.test_split == "test" else f" ({self.path('test').name} not found: testing on dev)"
-        print(f"UD tagging: train {self.path('train').name}, validation {self.path('dev').name}, test {source}{note}")
+        train, val = self.path("train").name, self.path("dev").name
+        if self.holdout:
+            train, val = f"{train} but its last {self.holdout} sentences", f"those {self.holdout} sentences"
+        print(f"UD tagging: train {train}, validation {val}, test {source}{note}")
 
     def _word(self, word: str) -> str:
         return word.lower() if self.lowercase else word

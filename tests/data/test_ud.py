@@ -61,6 +61,19 @@ def test_test_file_is_used_when_present(tmp_path: Path) -> None:
     assert dm.test_split == "test" and len(dm.datasets["test"]) == 1
 
 
+def test_holdout_validates_on_the_last_training_sentences(tmp_path: Path, capsys) -> None:
+    dm = UDPOSDataModule(root=_treebank(tmp_path), batch_size=2, holdout=1)
+    dm.setup()
+    assert "validation those 1 sentences" in capsys.readouterr().out
+    assert len(dm.datasets["train"]) == len(dm.datasets["val"]) == 1
+    assert "now" not in dm.words and "do" in dm.words  # the held-out sentence builds no vocabulary
+    assert dm.datasets["test"] is not dm.datasets["val"]  # the test set is still the dev file
+    with pytest.raises(ValueError, match="leaves no training sentences"):
+        UDPOSDataModule(root=tmp_path, holdout=2).setup()
+    with pytest.raises(ValueError, match="holdout must be >= 0"):
+        UDPOSDataModule(root=tmp_path, holdout=-1)
+
+
 def test_missing_data_says_where(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="en_ewt-ud-train.conllu not found"):
         UDPOSDataModule(root=tmp_path).prepare_data()
