@@ -2,9 +2,11 @@ r"""The attention core: :func:`attend`, one entry point for every mask and layou
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Literal, overload
 
+import torch
 from torch import Tensor
 
 from attnmm.attention._dispatch import choose_backend
@@ -91,6 +93,14 @@ def attend(
         torch.Size([2, 4, 10, 8])
     """
     packed = _check_qkv(q, k, v)
+    autocast = torch.is_autocast_enabled(q.device.type)
+    if autocast:
+        # mixed precision (bf16-mixed): compute in the autocast dtype, as autocast runs SDPA, with
+        # autocast off inside the backends so that each kernel sees one dtype
+        low = torch.get_autocast_dtype(q.device.type)
+        q, k, v = (t.to(low) for t in (q, k, v))
+        if isinstance(bias, Tensor) and bias.is_floating_point():
+            bias = bias.to(low)
     if mask is not None and not isinstance(mask, Mask):
         raise TypeError(
             f"mask must be an attnmm.masks.Mask or None, got {type(mask).__name__}; "
@@ -125,7 +135,8 @@ def attend(
         problem.bias = _check_bias(bias, problem)
     chosen = choose_backend(problem, backend)
     check_backend(problem, chosen)
-    out, values = chosen.forward(problem)
+    with torch.autocast(q.device.type, enabled=False) if autocast else contextlib.nullcontext():
+        out, values = chosen.forward(problem)
     if packed:
         out = out.squeeze(0).transpose(0, 1)  # (N, H, Ev)
     if not return_weights:
