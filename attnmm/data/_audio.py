@@ -2,6 +2,7 @@ r"""Shared plumbing of the speech DataModules: reading WAV files, a clip dataset
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypedDict
@@ -30,16 +31,22 @@ def read_audio(path: str | Path, sample_rate: int | None = None) -> np.ndarray:
         numpy.ndarray: the samples, shape ``(T,)``, dtype float32.
 
     Raises:
-        RuntimeError: the file is missing, corrupt or not audio; the message names the file.
+        RuntimeError: the file is missing, corrupt, truncated (a WAV file holding fewer samples than
+            its header declares) or not audio; the message names the file.
         ValueError: the file's sample rate is not ``sample_rate``.
     """
+    fix = "replace it with an intact copy from the dataset's release, or delete it"
     try:
         samples, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except Exception as err:  # soundfile raises LibsndfileError, TypeError or OSError depending on the fault
+        raise RuntimeError(f"could not read audio file {path}: {err}. The file is corrupt or not audio; {fix}") from err
+    truncated = _wav_truncation(path)
+    if truncated is not None:  # libsndfile reads what is there and says nothing
+        declared, present = truncated
         raise RuntimeError(
-            f"could not read audio file {path}: {err}. The file is corrupt or not audio; "
-            "replace it with an intact copy from the dataset's release, or delete it"
-        ) from err
+            f"audio file {path} is truncated: its WAV header declares {declared} bytes of samples but only "
+            f"{present} follow (an interrupted copy or download); {fix}"
+        )
     if sample_rate is not None and rate != sample_rate:
         raise ValueError(
             f"audio file {path} has sample rate {rate} Hz, expected {sample_rate} Hz; "
@@ -47,6 +54,27 @@ def read_audio(path: str | Path, sample_rate: int | None = None) -> np.ndarray:
         )
     mono = samples[:, 0] if samples.shape[1] == 1 else samples.mean(axis=1)
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def _wav_truncation(path: str | Path) -> tuple[int, int] | None:
+    """``(declared, present)`` sizes of the ``data`` chunk of a RIFF/WAVE file that holds fewer bytes than
+    its header declares, else ``None`` (also for other formats and for streamed WAVs of unknown size)."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:] != b"WAVE":
+            return None
+        size = os.fstat(f.fileno()).st_size
+        pos = 12
+        while pos + 8 <= size:
+            f.seek(pos)
+            chunk = f.read(8)
+            declared = int.from_bytes(chunk[4:], "little")
+            if chunk[:4] == b"data":
+                present = size - pos - 8
+                unknown = declared in (0, 0xFFFFFFFF)  # written by streaming encoders
+                return (declared, present) if not unknown and present < declared else None
+            pos += 8 + declared + (declared & 1)  # chunks are padded to an even size
+    return None
 
 
 class AudioClips(Dataset):

@@ -2,6 +2,10 @@ r"""The Planetoid citation graphs (Cora, CiteSeer, PubMed) for full-batch node c
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -11,6 +15,9 @@ from torch.utils.data import DataLoader
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
 
 NAMES = ("Cora", "CiteSeer", "PubMed")
+#: The raw parts of every Planetoid graph, files ``ind.<name>.<part>``.
+RAW_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+_GEOM_GCN = " and <name>_split_0.6_0.2_<i>.npz from https://github.com/graphdml-uiuc-jlu/geom-gcn (folder splits/)"
 
 __all__ = ["NAMES", "PlanetoidDataModule"]
 
@@ -28,7 +35,9 @@ class PlanetoidDataModule(LightningDataModule):
     :func:`~attnmm.data.resolve_root`: ``$ATTNMM_DATA``, then ``~/.cache/attnmm``). PyG writes processed
     files next to them, so a read-only folder is first copied to the writable cache
     (:func:`~attnmm.data.writable_copy`, ``$ATTNMM_CACHE``). Missing data is downloaded by PyG when
-    ``download=True``.
+    ``download=True``. Bad data fails early and leaves the cache clean: a missing or empty raw file is
+    named before anything is copied, PyG processes into a staging folder that is renamed into
+    ``processed/`` only when complete, and a raw file PyG cannot read is named in the error.
 
     Args:
         root (str or Path, optional): the base data folder holding ``planetoid/``. (default: :obj:`None`)
@@ -64,26 +73,116 @@ class PlanetoidDataModule(LightningDataModule):
         r"""``<root>/planetoid``."""
         return resolve_root(self.root, "planetoid")
 
+    @property
+    def _subdir(self) -> Path:
+        """Where PyG keeps ``raw/`` and ``processed/`` under ``<root>/<name>`` for this split."""
+        return Path(self.name, "geom-gcn") if self.split == "geom-gcn" else Path(self.name)
+
+    def raw_file_names(self) -> list[str]:
+        r"""The raw files this split needs in ``raw/``: Planetoid's eight ``ind.<name>.*`` files, and
+        for ``"geom-gcn"`` its ten split files."""
+        names = [f"ind.{self.name.lower()}.{part}" for part in RAW_PARTS]
+        if self.split == "geom-gcn":
+            names += [f"{self.name.lower()}_split_0.6_0.2_{i}.npz" for i in range(10)]
+        return names
+
+    def _missing(self, raw: Path) -> list[str]:
+        return [n for n in self.raw_file_names() if not (raw / n).is_file() or (raw / n).stat().st_size == 0]
+
     def _writable_root(self) -> Path:
-        raw = self.dataset_dir / self.name / "raw"
-        if raw.is_dir() and any(raw.iterdir()):
-            return writable_copy(self.dataset_dir / self.name, f"planetoid/{self.name}").parent
-        if not self.download:
+        raw = self.dataset_dir / self._subdir / "raw"
+        missing = self._missing(raw)
+        if not missing:
+            copy = writable_copy(self.dataset_dir / self.name, f"planetoid/{self.name}")
+            stale = self._missing(copy.parent / self._subdir / "raw")
+            if stale:
+                raise FileNotFoundError(
+                    f"the cached copy {copy} of Planetoid {self.name} lacks {', '.join(stale)} (it was copied "
+                    f"from an incomplete folder); delete {copy} to copy the complete {raw} again"
+                )
+            return copy.parent
+        if self.download:  # PyG fetches every raw file into <root>/planetoid/<name>/raw
+            self.dataset_dir.mkdir(parents=True, exist_ok=True)
+            return self.dataset_dir
+        where = (
+            f"from https://github.com/kimiyoung/planetoid (folder data/){_GEOM_GCN if self.split == 'geom-gcn' else ''}"
+        )
+        if len(missing) == len(self.raw_file_names()):
             raise FileNotFoundError(
                 f"Planetoid {self.name} not found: no raw files in {raw}. Put the files ind.{self.name.lower()}.* "
-                f"(x, tx, allx, y, ty, ally, graph, test.index from https://github.com/kimiyoung/planetoid, "
-                f"folder data/) there, point root= or ${DATA_ENV} at a folder holding planetoid/{self.name}/raw, "
-                "or pass download=True."
+                f"(x, tx, allx, y, ty, ally, graph, test.index {where}) there, point root= or ${DATA_ENV} at a "
+                f"folder holding planetoid/{self._subdir.as_posix()}/raw, or pass download=True."
             )
-        self.dataset_dir.mkdir(parents=True, exist_ok=True)
-        return self.dataset_dir
+        raise FileNotFoundError(
+            f"Planetoid {self.name} is incomplete: {raw} lacks {', '.join(missing)} (missing or empty). Copy "
+            f"them there {where}, or pass download=True to fetch every raw file; nothing was copied to the cache."
+        )
 
     def _dataset(self) -> Any:
         import torch_geometric.transforms as T
         from torch_geometric.datasets import Planetoid
 
+        root = self._writable_root()
+        processed = root / self._subdir / "processed"
+        if not (processed / "data.pt").is_file():
+            self._process(root)
         transform = T.NormalizeFeatures() if self.normalize_features else None
-        return Planetoid(str(self._writable_root()), self.name, split=self.split, transform=transform)
+        try:
+            return Planetoid(str(root), self.name, split=self.split, transform=transform)
+        except Exception as err:  # a processed file damaged after it was written
+            raise RuntimeError(
+                f"could not load the processed Planetoid {self.name} from {processed}: {err}; delete {processed} "
+                "to process the raw files again"
+            ) from err
+
+    def _process(self, root: Path) -> None:
+        """Let PyG read the raw files (downloading them when asked) and write ``processed/`` in a staging
+        folder next to the target, then rename it into place: a failed or interrupted run leaves nothing
+        half-written, and a corrupt raw file is named."""
+        from torch_geometric.datasets import Planetoid
+
+        raw, target = root / self._subdir / "raw", root / self._subdir / "processed"
+        raw.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{self.name}-processing-", dir=root / self.name))
+        try:
+            stage = staging / self._subdir
+            stage.mkdir(parents=True)
+            os.symlink(raw.resolve(), stage / "raw", target_is_directory=True)  # the raw files, not a copy
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # PyG's notes on processing
+                    Planetoid(str(staging), self.name, split=self.split)
+            except Exception as err:
+                raise self._unreadable(raw, err) from err
+            if target.is_dir() and not (target / "data.pt").is_file():
+                shutil.rmtree(target)  # left by an interrupted run of an older version
+            try:
+                os.rename(stage / "processed", target)
+            except OSError:
+                if not (target / "data.pt").is_file():  # not a lost race with another process
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _unreadable(self, raw: Path, err: Exception) -> Exception:
+        """The error for raw files PyG could not process, naming the first file that cannot be read."""
+        from torch_geometric.io.planetoid import read_file
+
+        for part in RAW_PARTS:
+            path = raw / f"ind.{self.name.lower()}.{part}"
+            try:
+                read_file(str(raw), self.name, part)
+            except Exception as cause:
+                return RuntimeError(
+                    f"Planetoid raw file {path} is corrupt or truncated ({type(cause).__name__}: {cause}); replace "
+                    f"it with an intact copy from https://github.com/kimiyoung/planetoid (folder data/) and run "
+                    "again (nothing was written to processed/)"
+                )
+        return RuntimeError(
+            f"could not process the Planetoid {self.name} raw files in {raw} ({type(err).__name__}: {err}); they "
+            "do not fit together (from different releases?): replace them with one intact set from "
+            "https://github.com/kimiyoung/planetoid (folder data/) (nothing was written to processed/)"
+        )
 
     def prepare_data(self) -> None:
         self._dataset()

@@ -130,6 +130,22 @@ def test_corrupt_file_is_named(tmp_path: Path) -> None:
         dm.setup()
 
 
+def test_truncated_file_is_named(tmp_path: Path) -> None:
+    # a WAV cut short still decodes (libsndfile reads what is there); its header gives it away
+    recordings = tmp_path / "fsdd" / "recordings"
+    _write_recordings(recordings, speakers=("ann",))
+    path = recordings / "7_ann_2.wav"
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) - 40])
+    declared = r"7_ann_2.wav is truncated: its WAV header declares \d+ bytes of samples but only"
+    with pytest.raises(RuntimeError, match=declared):
+        FSDDDataModule(root=tmp_path, download=False).setup()
+    with pytest.raises(RuntimeError, match="replace it with an intact copy"):
+        read_audio(path)
+    path.write_bytes(whole)
+    assert read_audio(path).shape == (_length(7, 2),)
+
+
 def test_misnamed_file_is_named(tmp_path: Path) -> None:
     recordings = tmp_path / "fsdd" / "recordings"
     recordings.mkdir(parents=True)

@@ -32,3 +32,109 @@ def test_missing_data_says_where_to_put_it(tmp_path: Path) -> None:
         dm.prepare_data()
     with pytest.raises(ValueError, match="name must be one of Cora, CiteSeer, PubMed"):
         PlanetoidDataModule(name="Reddit")
+
+
+# ------------------------------------------------------------------ bad data, on generated files
+
+def _write_planetoid(raw: Path, name: str = "Cora", train: int = 6, test: int = 10, features: int = 5) -> None:
+    """A tiny graph in Planetoid's raw format: pickled numpy arrays, an adjacency dict, test.index."""
+    import pickle
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labelled = train + 500  # PyG takes the 500 nodes after the training ones for validation
+    num_nodes = labelled + test
+
+    def onehot(n: int) -> np.ndarray:
+        return np.eye(3)[rng.integers(0, 3, n)]
+
+    parts = {
+        "x": rng.random((train, features)),
+        "allx": rng.random((labelled, features)),
+        "tx": rng.random((test, features)),
+        "y": onehot(train),
+        "ally": onehot(labelled),
+        "ty": onehot(test),
+        "graph": {i: [(i + 1) % num_nodes, (i + 7) % num_nodes] for i in range(num_nodes)},
+    }
+    raw.mkdir(parents=True)
+    for part, value in parts.items():
+        with open(raw / f"ind.{name.lower()}.{part}", "wb") as f:
+            pickle.dump(value, f)
+    test_index = list(range(labelled, num_nodes))[::-1]
+    (raw / f"ind.{name.lower()}.test.index").write_text("".join(f"{i}\n" for i in test_index))
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _leftovers(cache: Path) -> list[str]:
+    """Everything under the cache, as relative paths."""
+    return sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")) if cache.exists() else []
+
+
+def test_generated_graph_is_processed_once_in_the_cache(tmp_path: Path, cache: Path) -> None:
+    _write_planetoid(tmp_path / "data" / "planetoid" / "Cora" / "raw")
+    dm = PlanetoidDataModule(root=tmp_path / "data")
+    dm.setup()
+    assert dm.data.num_nodes == 516 and dm.num_classes == 3 and int(dm.data.val_mask.sum()) == 500
+    processed = cache / "planetoid" / "Cora" / "processed"
+    assert (processed / "data.pt").is_file()
+    assert not [p for p in _leftovers(cache) if ".Cora-processing-" in p or ".tmp-" in p]  # staging removed
+    stamp = (processed / "data.pt").stat().st_mtime_ns
+    PlanetoidDataModule(root=tmp_path / "data").setup()  # re-used, not processed again
+    assert (processed / "data.pt").stat().st_mtime_ns == stamp
+
+
+def test_a_missing_raw_file_is_named_and_nothing_is_cached(tmp_path: Path, cache: Path) -> None:
+    raw = tmp_path / "data" / "planetoid" / "Cora" / "raw"
+    _write_planetoid(raw)
+    (raw / "ind.cora.graph").unlink()
+    (raw / "ind.cora.ty").write_bytes(b"")  # an empty file counts as missing
+    dm = PlanetoidDataModule(root=tmp_path / "data")
+    with pytest.raises(FileNotFoundError) as info:
+        dm.prepare_data()
+    message = str(info.value)
+    assert f"{raw} lacks ind.cora.ty, ind.cora.graph" in message
+    assert "https://github.com/kimiyoung/planetoid" in message and "download=True" in message
+    assert _leftovers(cache) == []  # no incomplete copy that a later run would trust
+
+
+def test_a_corrupt_raw_file_is_named_and_nothing_half_written_is_left(tmp_path: Path, cache: Path) -> None:
+    raw = tmp_path / "data" / "planetoid" / "Cora" / "raw"
+    _write_planetoid(raw)
+    allx = (raw / "ind.cora.allx").read_bytes()
+    (raw / "ind.cora.allx").write_bytes(allx[: len(allx) // 2])  # truncated
+    with pytest.raises(RuntimeError, match=r"raw file .*ind\.cora\.allx is corrupt or truncated.*replace it"):
+        PlanetoidDataModule(root=tmp_path / "data").setup()
+    copy = cache / "planetoid" / "Cora"
+    assert not (copy / "processed").exists()
+    assert [p for p in _leftovers(cache) if not p.startswith("planetoid/Cora/raw")] == ["planetoid", "planetoid/Cora"]
+    # the fix the message gives works: replace the file (here in the cache copy) and run again
+    (copy / "raw" / "ind.cora.allx").write_bytes(allx)
+    dm = PlanetoidDataModule(root=tmp_path / "data")
+    dm.setup()
+    assert dm.data.num_nodes == 516
+
+
+def test_an_incomplete_cached_copy_is_not_trusted(tmp_path: Path, cache: Path) -> None:
+    _write_planetoid(tmp_path / "data" / "planetoid" / "Cora" / "raw")
+    stale = cache / "planetoid" / "Cora" / "raw"
+    stale.mkdir(parents=True)  # as an older version left it after copying an incomplete folder
+    (stale / "ind.cora.x").write_bytes(b"x")
+    match = r"cached copy .*planetoid/Cora of Planetoid Cora lacks ind\.cora\.tx.* delete"
+    with pytest.raises(FileNotFoundError, match=match):
+        PlanetoidDataModule(root=tmp_path / "data").prepare_data()
+
+
+def test_a_damaged_processed_file_is_named(tmp_path: Path, cache: Path) -> None:
+    _write_planetoid(tmp_path / "data" / "planetoid" / "Cora" / "raw")
+    PlanetoidDataModule(root=tmp_path / "data").setup()
+    data_pt = cache / "planetoid" / "Cora" / "processed" / "data.pt"
+    data_pt.write_bytes(data_pt.read_bytes()[:100])
+    with pytest.raises(RuntimeError, match=r"processed Planetoid Cora from .*processed: .*delete"):
+        PlanetoidDataModule(root=tmp_path / "data").setup()

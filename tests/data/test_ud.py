@@ -79,6 +79,32 @@ def test_missing_data_says_where(tmp_path: Path) -> None:
         UDPOSDataModule(root=tmp_path).prepare_data()
 
 
+@pytest.mark.parametrize(
+    "cut, match",
+    [
+        (-1, r"ends inside a sentence \(line 10: no blank line after the last sentence\)"),  # at a line end
+        (-14, r"line 10: a token line has 7 tab-separated fields, CoNLL-U has 10"),  # inside a line
+        (60, r"line 3: a token line has 8 tab-separated fields"),
+    ],
+)
+def test_truncated_file_is_named_with_the_fix(tmp_path: Path, cut: int, match: str) -> None:
+    root = _treebank(tmp_path)
+    train = root / "ud_english_ewt" / "en_ewt-ud-train.conllu"
+    train.write_text(CONLLU[:cut])
+    with pytest.raises(ValueError, match=match) as info:
+        UDPOSDataModule(root=root).setup()
+    message = str(info.value)
+    assert str(train) in message and "truncated or corrupt" in message and "download it again" in message
+
+
+def test_binary_file_is_named(tmp_path: Path) -> None:
+    root = _treebank(tmp_path)
+    dev = root / "ud_english_ewt" / "en_ewt-ud-dev.conllu"
+    dev.write_bytes(b"# sent_id = a\n\x89PNG\r\n")
+    with pytest.raises(ValueError, match=r"en_ewt-ud-dev.conllu is not UTF-8 text \(bad byte at offset 14\)"):
+        UDPOSDataModule(root=root).setup()
+
+
 def test_bucket_sampler_covers_every_sentence_once() -> None:
     lengths = torch.randint(1, 50, (103,)).tolist()
     batches = list(BucketSampler(lengths, 8, pool=3))
