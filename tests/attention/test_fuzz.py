@@ -195,7 +195,7 @@ def cases(draw: st.DrawFn, backend: str) -> Case:
     if opts["bias"] and draw(st.booleans()):
         m = mask if mask is not None else Full()
         P = m.pairs(L, S, B if m.batched else None).nnz
-        bias = _randn((P, draw(st.sampled_from([1, H]))), seed + 3, dtype)
+        bias = _randn((P, draw(st.sampled_from([1, H]))), seed + 3, dtype, EXTREME**2 if extreme else 1.0)
         if bias.size(1) == 1 and draw(st.booleans()):
             bias = bias.view(-1)  # the (P,) form
     weights = opts["weights"] and draw(st.booleans())
