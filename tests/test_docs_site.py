@@ -1,0 +1,69 @@
+"""The docs site: the docstring converter of the API pages and the navigation of mkdocs.yml.
+
+The site itself is built by ``make docs`` (``mkdocs build --strict``), which ``make test`` runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_math_blocks_and_roles_become_markdown() -> None:
+    pytest.importorskip("griffe")
+    markdown = load("griffe_rst").markdown
+    text = (
+        "Attention, :math:`a_{ij}` per pair.\n\n"
+        "    .. math::\n"
+        "        x &= 1 \\\\\n"
+        "        y &= 2\n\n"
+        "    See :class:`~attnmm.masks.Window`, :func:`attnmm.attend` and :obj:`None`.\n"
+    )
+    out = markdown(text)
+    assert "$a_{ij}$" in out
+    assert "    $$\n    \\begin{aligned}\n    x &= 1 \\\\\n    y &= 2\n    \\end{aligned}\n    $$" in out
+    assert '<autoref identifier="attnmm.masks.Window" optional><code>Window</code></autoref>' in out
+    assert '<autoref identifier="attnmm.attend" optional><code>attnmm.attend</code></autoref>' in out
+    assert "`None`" in out and ":obj:" not in out and ".. math::" not in out
+
+
+def test_shapes_section_becomes_a_list() -> None:
+    pytest.importorskip("griffe")
+    markdown = load("griffe_rst").markdown
+    text = "Args:\n    x (Tensor): input.\n\nShapes:\n    - **input:** (B, L, D)\n    - **output:** (B, L, D)\n"
+    assert "**Shapes:**\n\n- **input:** (B, L, D)\n- **output:** (B, L, D)\n" in markdown(text)
+
+
+def nav_pages(config: str) -> list[str]:
+    """The .md paths named in mkdocs.yml's nav."""
+    nav = config[config.index("\nnav:") : config.index("\nplugins:")]
+    return re.findall(r"([\w/]+\.md)", nav)
+
+
+def test_every_page_is_in_the_nav_and_exists() -> None:
+    pages = nav_pages((ROOT / "mkdocs.yml").read_text())
+    for page in pages:
+        assert (DOCS / page).is_file(), f"mkdocs.yml's nav names docs/{page}, which does not exist"
+    on_disk = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert not on_disk - set(pages), f"pages missing from mkdocs.yml's nav: {sorted(on_disk - set(pages))}"
+
+
+def test_make_test_builds_the_docs_strictly() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test:.*\bdocs\b", makefile, re.MULTILINE), "make test must depend on the docs target"
+    assert "mkdocs build --strict" in makefile
+    assert '".[dev,docs]"' in makefile
