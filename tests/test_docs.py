@@ -5,9 +5,7 @@ repository's examples/, as if from the repository root."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import re
 from pathlib import Path
 from types import ModuleType
@@ -23,31 +21,23 @@ DOCS = ROOT / "docs"
 TUTORIALS = ["tutorials/custom_mask.md", "tutorials/new_adapter.md", "tutorials/graph_pyg.md", "tutorials/streaming.md"]
 PAGES = ["quickstart.md", "masks.md", "attention.md", "recipes/speech.md", "concepts.md", *TUTORIALS]
 
-#: A fenced block: its language and body (fences of three backticks at line start).
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
-
-def blocks(text: str) -> list[tuple[str, str, str | None, int]]:
-    """The python blocks of a page as (language, code, expected output or None, line number)."""
-    found = [(m.group(1), m.group(2), m.start(), m.end()) for m in FENCE.finditer(text)]
-    out = []
-    for i, (lang, body, start, end) in enumerate(found):
-        if lang != "python":
-            continue
-        expected = None
-        if i + 1 < len(found) and found[i + 1][0] == "text" and not text[end : found[i + 1][2]].strip():
-            expected = found[i + 1][1]
-        out.append((lang, body, expected, text.count("\n", 0, start) + 1))
-    return out
-
-
-def load_make_figures() -> ModuleType:
-    """docs/make_figures.py as a module (docs/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("make_figures", DOCS / "make_figures.py")
+def load_docs_module(name: str) -> ModuleType:
+    """docs/<name>.py as a module (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+RUN_PAGE = load_docs_module("run_page")
+blocks = RUN_PAGE.blocks
+
+
+def load_make_figures() -> ModuleType:
+    """docs/make_figures.py as a module."""
+    return load_docs_module("make_figures")
 
 
 def test_fence_parser() -> None:
@@ -58,23 +48,10 @@ def test_fence_parser() -> None:
 @pytest.mark.parametrize("page", PAGES)
 def test_page_code_runs(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = DOCS / page
-    found = blocks(path.read_text())
-    assert found, f"{page} has no python blocks"
+    assert blocks(path.read_text()), f"{page} has no python blocks"
     monkeypatch.chdir(tmp_path)  # blocks may save figures and write runs
     (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
-    namespace: dict[str, object] = {"__name__": f"docs.{path.stem}"}
-    for _, code, expected, line in found:
-        stdout = io.StringIO()
-        with contextlib.redirect_stdout(stdout):
-            try:
-                exec(compile(code, f"{path}:{line}", "exec"), namespace)
-            except Exception as err:
-                raise AssertionError(f"the python block at {page}:{line} fails: {err!r}") from err
-        if expected is not None:
-            assert stdout.getvalue().rstrip() == expected.rstrip(), (
-                f"the text block after {page}:{line} is not that block's output; it printed:\n"
-                + stdout.getvalue()
-            )
+    RUN_PAGE.run_page(path, check=True)
 
 
 def test_pages_link_each_other() -> None:
