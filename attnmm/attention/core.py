@@ -133,6 +133,8 @@ def attend(
     check_pairs(problem, with_bias=bias is not None)  # before anything enumerates the pairs
     if bias is not None:
         problem.bias = _check_bias(bias, problem)
+    if problem.B == 0 or problem.H == 0:
+        backend = "reference"  # an empty batch: nothing to compute, whichever backend was named
     chosen = choose_backend(problem, backend)
     check_backend(problem, chosen)
     with torch.autocast(q.device.type, enabled=False) if autocast else contextlib.nullcontext():

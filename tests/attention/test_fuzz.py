@@ -157,8 +157,7 @@ def fused_masks(draw: st.DrawFn) -> Mask | None:
 def cases(draw: st.DrawFn, backend: str) -> Case:
     opts = OPTIONS[backend]
     packed = opts["packed"] and draw(st.integers(0, 3)) == 0
-    # empty batches and heads now and then (explicitly asked, the sparse kernel cannot take them yet)
-    sizes = st.sampled_from([1, 1, 1, 2, 2, 2] + ([0] if backend != "sparse" else []))
+    sizes = st.sampled_from([1, 1, 1, 2, 2, 2, 0])  # empty batches and heads now and then
     B = 1 if packed else draw(sizes)
     H = draw(sizes)
     grid = None

@@ -7,7 +7,7 @@ import torch
 from _compare import randn
 
 from attnmm import attend
-from attnmm.masks import Causal, Full, Mask
+from attnmm.masks import Causal, Full, Mask, Window
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
@@ -27,5 +27,9 @@ def test_empty_batch_and_zero_head_dim() -> None:
     # both found by fuzzing: an empty batch crashed the band and sparse kernels, E = 0 divided by zero
     x = randn(0, 2, 5, 4, seed=0)
     assert attend(x, x, x, Causal()).shape == (0, 2, 5, 4)
+    for backend in ("sparse", "band", "sdpa"):  # nothing to compute, whichever backend is named
+        assert attend(x, x, x, Window(1, 1), backend=backend).shape == (0, 2, 5, 4)
+        y = randn(1, 0, 5, 4, seed=0)  # no heads
+        assert attend(y, y, y, Window(1, 1), backend=backend).shape == (1, 0, 5, 4)
     q, k, v = randn(1, 2, 5, 0, seed=0), randn(1, 2, 5, 0, seed=1), randn(1, 2, 5, 3, seed=2)
     torch.testing.assert_close(attend(q, k, v, Causal()), attend(q, k, v, Causal(), backend="reference"))
