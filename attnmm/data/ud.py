@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from attnmm.data._root import DATA_ENV, resolve_root
 from attnmm.data.vocab import PAD, Vocabulary
@@ -134,18 +134,27 @@ def collate_tagged(items: Sequence[tuple[Tensor, Tensor, Tensor]]) -> dict[str, 
     return {"tokens": tokens, "chars": chars, "lengths": lengths, "tags": tags}
 
 
-class BucketSampler(Sampler[list[int]]):
+class BucketSampler(BatchSampler):
     r"""Batches of sentences of similar length: shuffle, sort pools of ``pool`` batches by length,
-    cut them into batches and shuffle the batches (less padding, still random)."""
+    cut them into batches and shuffle the batches (less padding, still random).
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, pool: int = 50, seed: int = 0) -> None:
-        self.lengths, self.batch_size, self.pool, self.seed = list(lengths), batch_size, pool, seed
+    A ``BatchSampler`` whose ``sampler`` argument Lightning can replace under DDP: with a
+    ``DistributedSampler`` there, each process buckets and shuffles its own share of the sentences.
+    """
+
+    def __init__(
+        self, lengths: Sequence[int], batch_size: int, pool: int = 50, seed: int = 0,
+        sampler: Sampler[int] | None = None,
+    ) -> None:
+        super().__init__(sampler if sampler is not None else range(len(lengths)), batch_size, drop_last=False)
+        self.lengths, self.pool, self.seed = list(lengths), pool, seed
         self.epoch = 0
 
     def __iter__(self) -> Iterator[list[int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         self.epoch += 1
-        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        indices = list(self.sampler)  # every sentence, or under DDP this process's share
+        order = [indices[i] for i in torch.randperm(len(indices), generator=generator).tolist()]
         span = self.batch_size * self.pool
         batches = []
         for start in range(0, len(order), span):
@@ -155,7 +164,7 @@ class BucketSampler(Sampler[list[int]]):
             yield batches[i]
 
     def __len__(self) -> int:
-        return -(-len(self.lengths) // self.batch_size)
+        return -(-len(self.sampler) // self.batch_size)  # type: ignore[arg-type]
 
 
 class UDPOSDataModule(LightningDataModule):

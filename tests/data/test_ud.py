@@ -121,3 +121,18 @@ def test_real_ewt() -> None:
     assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 12544, "val": 2001, "test": 2001}
     assert sum(dm.datasets["train"].lengths) == 204577 and sum(dm.datasets["val"].lengths) == 25147
     assert len(dm.words) <= 20000 and len(dm.chars) <= 200
+
+
+
+def test_bucket_sampler_shares_sentences_among_ddp_processes() -> None:
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    lengths = torch.randint(1, 50, (103,)).tolist()
+    assert isinstance(BucketSampler(lengths, 8), BatchSampler)  # so Lightning can swap its ``sampler``
+    shares = []
+    for rank in range(2):  # what Lightning builds in each of two DDP processes
+        share = DistributedSampler(range(103), num_replicas=2, rank=rank, shuffle=False)
+        batches = list(BucketSampler(lengths, 8, pool=3, sampler=share))
+        assert len(batches) == len(BucketSampler(lengths, 8, sampler=share)) == 7  # 52 sentences (one padded)
+        shares.append({i for b in batches for i in b})
+    assert shares[0] | shares[1] == set(range(103))
