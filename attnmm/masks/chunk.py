@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm.masks._checks import check_nonneg_int
-from attnmm.masks.base import IntervalMask
+from attnmm.masks.base import UNBOUNDED, IntervalMask
 
 
 class Chunk(IntervalMask):
@@ -36,12 +36,16 @@ class Chunk(IntervalMask):
         self.left_chunks = check_nonneg_int("left_chunks", left_chunks)
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
-        c = q_idx // self.size
-        return (c - self.left_chunks) * self.size, (c + 1) * self.size
+        # sizes past any sequence length are capped, and chunks before the first are empty, so that
+        # (c - left_chunks) * size stays within int64
+        size, left_chunks = min(self.size, UNBOUNDED), min(self.left_chunks, UNBOUNDED)
+        c = q_idx // size
+        return (c - left_chunks).clamp(min=0) * size, (c + 1) * size
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        cq, ck = q_idx // self.size, kv_idx // self.size
-        return (ck <= cq) & (ck >= cq - self.left_chunks)
+        size = min(self.size, UNBOUNDED)
+        cq, ck = q_idx // size, kv_idx // size
+        return (ck <= cq) & (ck >= cq - min(self.left_chunks, UNBOUNDED))
 
     @property
     def band(self) -> tuple[int | None, int | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm.masks._checks import check_nonneg_int
-from attnmm.masks.base import IntervalMask
+from attnmm.masks.base import UNBOUNDED, IntervalMask
 
 
 class Window(IntervalMask):
@@ -34,10 +34,11 @@ class Window(IntervalMask):
         self.right = check_nonneg_int("right", right)
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
-        return q_idx - self.left, q_idx + self.right + 1
+        # widths past any sequence length are capped, so that q_idx + right cannot overflow int64
+        return q_idx - min(self.left, UNBOUNDED), q_idx + min(self.right, UNBOUNDED) + 1
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (kv_idx >= q_idx - self.left) & (kv_idx <= q_idx + self.right)
+        return (kv_idx >= q_idx - min(self.left, UNBOUNDED)) & (kv_idx <= q_idx + min(self.right, UNBOUNDED))
 
     @property
     def band(self) -> tuple[int | None, int | None]:

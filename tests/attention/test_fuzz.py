@@ -79,6 +79,11 @@ def _randn(shape: tuple[int, ...], seed: int, dtype: torch.dtype, scale: float =
 # ---------------------------------------------------------------------------------------- masks
 
 
+def _width(low: int, high: int) -> st.SearchStrategy[int]:
+    """A window or chunk size, now and then one far past any length (int64 overflow once hid there)."""
+    return st.sampled_from([*range(low, high + 1)] * 3 + [2**62, 2**63 - 1, 10**30])
+
+
 @st.composite
 def _padding(draw: st.DrawFn, B: int, S: int) -> Mask:
     return Padding(draw(st.lists(st.integers(0, S), min_size=B, max_size=B)))
@@ -107,8 +112,8 @@ def masks(draw: st.DrawFn, B: int, L: int, S: int, packed: bool, grid: tuple[int
     base = [
         st.just(Full()),
         st.just(Causal()),
-        st.builds(Window, st.integers(0, 4), st.integers(0, 4)),
-        st.builds(Chunk, st.integers(1, 4), st.integers(0, 2)),
+        st.builds(Window, _width(0, 4), _width(0, 4)),
+        st.builds(Chunk, _width(1, 4), _width(0, 2)),
     ]
     if packed:
         base.append(_graph(L, S))
@@ -131,8 +136,8 @@ def band_masks(draw: st.DrawFn, B: int, S: int) -> Mask:
     """A banded mask: Window or Chunk, maybe & Causal, & Full, & Padding (intersections stay banded)."""
     mask = draw(
         st.one_of(
-            st.builds(Window, st.integers(0, 5), st.integers(0, 5)),
-            st.builds(Chunk, st.integers(1, 4), st.integers(0, 2)),
+            st.builds(Window, _width(0, 5), _width(0, 5)),
+            st.builds(Chunk, _width(1, 4), _width(0, 2)),
         )
     )
     for extra in (st.just(Causal()), st.just(Full()), _padding(B, S)):

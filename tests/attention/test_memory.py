@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import re
 import time
+from unittest import mock
 
 import pytest
 import torch
+from _strategies import sequence_masks
+from hypothesis import given
+from hypothesis import strategies as st
 
 import attnmm.attention._memory as memory
 from attnmm import attend
 from attnmm.attention import AttentionMemoryError
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
+from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window, base
 
 
 def huge(L: int, B: int = 1, H: int = 1, E: int = 8) -> torch.Tensor:
@@ -106,3 +110,13 @@ def test_masks_without_a_bound_are_not_refused() -> None:
 def test_available_memory_is_known_on_cpu() -> None:
     available = memory.available_bytes(torch.device("cpu"))
     assert available is not None and available > 0
+
+
+@given(st.data(), st.integers(1, 3), st.integers(0, 9), st.integers(0, 9))
+def test_bounds_from_the_band_hold(data: st.DataObject, B: int, L: int, S: int) -> None:
+    # past EXACT_COUNT_ROWS query rows, interval masks bound their count from the band in O(1)
+    mask = data.draw(sequence_masks(B, S, depth=3))
+    batch = B if mask.batched else None
+    with mock.patch.object(base, "EXACT_COUNT_ROWS", 0):
+        bound = mask.nnz_bound(L, S, batch)
+    assert bound is None or bound >= mask.nnz(L, S, batch)

@@ -66,3 +66,12 @@ def test_pairs_cost_follows_nnz() -> None:
     mask = Window(3, 3) & Padding([10**6])
     pairs = mask.pairs(10**6, 10**6)
     assert pairs.nnz == 7 * 10**6 - 12
+
+
+def test_huge_widths_do_not_overflow() -> None:
+    # widths past int64 once wrapped around in the interval arithmetic: the sparse form lost pairs
+    from attnmm.masks import Chunk, Padding, Window
+
+    for mask in [Window(10**30, 2**63 - 1), Window(0, 2**63 - 1), Chunk(10**30, 10**30), Chunk(3, 2**63 - 1)]:
+        assert_forms_agree(mask, 5, 6, None)
+        assert_forms_agree(mask & Padding([6, 2]), 5, 6, 2)
