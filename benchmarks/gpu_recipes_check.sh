@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The prepared GPU check (issue 7): every recipe's smoke run on CUDA under bf16-mixed, then
+# `python -m benchmarks.gpu_check` (every backend against the reference on CUDA, then the timings).
+#
+#   bash benchmarks/gpu_recipes_check.sh            # from the repository root, on a CUDA machine
+#
+# Needs a Python with attnmm's dependencies and a CUDA build of torch ($PYTHON, else .venv/bin/python,
+# else python3). Recipes whose data is not under $ATTNMM_DATA (default: shared/data or ../shared/data)
+# are reported as skipped; graph_graph generates its data. Logs go to $OUT (default: a new temporary
+# folder). Each step has its own time limit and the whole check stops starting steps after
+# $DEADLINE seconds (default 420), so it ends within about 8 minutes on one GPU. Exit code: 0 when
+# every step that ran passed, 1 otherwise, 2 without CUDA. ACCELERATOR=cpu rehearses the recipe
+# steps on the CPU (autocast bf16 there) and leaves out the CUDA-only parts.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON; elif [ -x .venv/bin/python ]; then PY=$ROOT/.venv/bin/python; else PY=python3; fi
+if [ -z "${ATTNMM_DATA:-}" ]; then
+  for d in shared/data ../shared/data; do
+    if [ -d "$d" ]; then ATTNMM_DATA=$(cd "$d" && pwd); export ATTNMM_DATA; break; fi
+  done
+fi
+OUT=${OUT:-$(mktemp -d)}
+DEADLINE=${DEADLINE:-420}
+ACCELERATOR=${ACCELERATOR:-gpu}
+export MPLBACKEND=Agg PYTHONWARNINGS=ignore PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$OUT/runs"
+
+ACCELERATOR=$ACCELERATOR "$PY" - <<'PY' || exit 2
+import os
+import torch
+assert os.environ["ACCELERATOR"] == "cpu" or torch.cuda.is_available(), \
+    f"no CUDA device visible to torch {torch.__version__}"
+if torch.cuda.is_available():
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, bf16: {torch.cuda.is_bf16_supported()}")
+import attnmm, lightning, torch_geometric  # noqa: E401,F401  (fail here, not in every recipe)
+PY
+
+failed=()
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2; shift 2
+  local left=$((DEADLINE - SECONDS))
+  if [ "$left" -lt 20 ]; then echo "== $name: not started (deadline of $DEADLINE s reached)"; failed+=("$name (not run)"); return; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (limit $limit s)"
+  local start=$SECONDS
+  if timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; then
+    echo "   ok in $((SECONDS - start)) s. $(grep -h 'metrics written' "$OUT/$name.log" | tail -1)"
+  else
+    echo "   FAILED (exit $?) after $((SECONDS - start)) s; the end of $OUT/$name.log:"
+    tail -25 "$OUT/$name.log" | sed 's/^/   | /'
+    failed+=("$name")
+  fi
+}
+
+declare -A DATA=([graph_graph]="" [graph_node]=planetoid [speech_truncated]=fsdd [image_patches]=MNIST
+                 [text_pos]=ud_english_ewt [text_lm]=tinyshakespeare)
+declare -A EXTRA=([graph_graph]="--data.num_graphs=64 --data.batch_size=16"
+                  [text_lm]="--data.block_size=64 --data.eval_stride=64")
+for recipe in graph_graph graph_node speech_truncated image_patches text_pos text_lm; do
+  folder=${DATA[$recipe]}
+  if [ -n "$folder" ] && [ ! -d "${ATTNMM_DATA:-/nonexistent}/$folder" ]; then
+    echo "== $recipe: skipped, no data at \$ATTNMM_DATA/$folder"; continue
+  fi
+  mkdir -p "$OUT/runs/$recipe"
+  # shellcheck disable=SC2086
+  step "$recipe" 90 bash -c "cd '$OUT/runs/$recipe' && exec '$PY' '$ROOT/recipes/$recipe.py' fit \
+    --trainer.fast_dev_run=true --trainer.accelerator=$ACCELERATOR --trainer.devices=1 \
+    --trainer.precision=bf16-mixed ${EXTRA[$recipe]:-}"
+done
+if [ "$ACCELERATOR" = gpu ]; then
+  step gpu_check 300 "$PY" -m benchmarks.gpu_check
+  sed -n '/^== done/,$p' "$OUT/gpu_check.log" 2>/dev/null
+fi
+
+echo "== finished in $SECONDS s; logs in $OUT"
+if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
+echo "all steps passed"
