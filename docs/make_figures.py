@@ -112,7 +112,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
 
 #: File stem -> name of the docs/trained_maps.py function drawing it, ``fn(steps, use_data) -> Figure``:
 #: attention maps of briefly trained recipe models.
-TRAINED: dict[str, str] = {"trained_speech": "speech", "trained_image": "image"}
+TRAINED: dict[str, str] = {"trained_speech": "speech", "trained_image": "image", "trained_text": "text"}
 
 
 def make_figures(

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from attnmm.data import FSDDDataModule, MNISTDataModule, collate_audio
+from attnmm.data import FSDDDataModule, MNISTDataModule, ShakespeareDataModule, collate_audio
 from attnmm.lightning import ClassificationTask, RecipeCLI
 from attnmm.viz import plot_attention, plot_mask
 
@@ -133,7 +133,7 @@ def _stack(items: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
     return {"image": torch.stack([x for x, _ in items]), "label": torch.stack([y for _, y in items])}
 
 
-def image(steps: int = 50, use_data: bool = True) -> Figure:
+def image(steps: int = 40, use_data: bool = True) -> Figure:
     """recipes/image_patches.py's model (Grid(7, 7, kernel=3)): the digit, a layer map, one patch's weights."""
     L.seed_everything(0, verbose=False)
     root = _data_root()
@@ -164,3 +164,59 @@ def image(steps: int = 50, use_data: bool = True) -> Figure:
     fig.colorbar(shown, ax=axes[3])
     fig.suptitle(f"image recipe after {steps} steps on {source}")
     return fig
+
+
+# --------------------------------------------------------------------------------------- text
+
+WORDS = ["to ", "be ", "or ", "not ", "that ", "is ", "the ", "question, ", "whether ", "tis ", "nobler "]
+
+
+def _words(num: int, length: int, seed: int) -> tuple[list[dict[str, Tensor]], str]:
+    """Generated stand-in for Tiny Shakespeare: windows of random words, as character ids."""
+    g = torch.Generator().manual_seed(seed)
+    text = "".join(WORDS[int(i)] for i in torch.randint(0, len(WORDS), (num * length // 3,), generator=g))
+    chars = sorted(set(text))
+    ids = torch.tensor([2 + chars.index(c) for c in text])  # 0 pads, 1 is unknown, as in the recipe's vocabulary
+    starts = torch.randint(0, ids.numel() - length - 1, (num,), generator=g)
+    items = [{"tokens": ids[s : s + length], "targets": ids[s + 1 : s + length + 1]} for s in starts.tolist()]
+    return items, "".join(chars)
+
+
+def text(steps: int = 50, use_data: bool = True) -> Figure:
+    """recipes/text_lm.py's model (Causal, rotary positions): weights over the first 40 characters."""
+    L.seed_everything(0, verbose=False)
+    root = _data_root()
+    real = use_data and root is not None and (root / "tinyshakespeare" / "input.txt").is_file()
+    # the recipe's model; shorter windows and smaller batches (and fp32) keep these steps to seconds
+    small = ["--trainer.precision=32-true", "--data.block_size=64", "--data.batch_size=16", "--data.eval_stride=64"]
+    cli = _recipe_model("text_lm.yaml", ShakespeareDataModule, small + ([f"--data.root={root}"] if real else []))
+    task = cli.model
+    if real:
+        _train(task, cli.datamodule, steps)
+        batch = next(iter(cli.datamodule.val_dataloader()))
+        decode = cli.datamodule.decode
+        source = "Tiny Shakespeare"
+    else:
+        items, chars = _words(512, 64, 0)
+        _train(task, DataLoader(items, batch_size=16, shuffle=True, collate_fn=_stack_text), steps)
+        batch = _stack_text(_words(1, 64, 1)[0])
+
+        def decode(ids: Tensor) -> str:
+            return "".join(chars[i - 2] if i >= 2 else "?" for i in ids.tolist())
+
+        source = "generated words (no Tiny Shakespeare under $ATTNMM_DATA)"
+    _, dense = _weights(task, batch)
+    n = 40
+    labels = [c if c.strip() else "\u2423" for c in decode(batch["tokens"][0, :n])]  # a visible space
+    fig = Figure(figsize=(16, 5.6), layout="constrained")
+    panels = [(0, 0), (0, 1), (len(dense) - 1, 0)]
+    for ax, (layer, head) in zip(fig.subplots(1, 3), panels, strict=True):
+        plot_attention(dense[layer][0, head, :n, :n], ax=ax, title=f"layer {layer + 1}, head {head + 1}")
+        ax.set_xticks(range(n), labels, fontsize=6, family="monospace")
+        ax.set_yticks(range(n), labels, fontsize=6, family="monospace")
+    fig.suptitle(f"text LM recipe (Causal) after {steps} steps on {source}: the first {n} characters of a window")
+    return fig
+
+
+def _stack_text(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    return {k: torch.stack([it[k] for it in items]) for k in ("tokens", "targets")}
