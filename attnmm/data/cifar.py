@@ -24,11 +24,21 @@ def read_cifar_batch(path: str | Path) -> tuple[Tensor, Tensor]:
     r"""One pickled CIFAR-10 batch file: uint8 images (N, 3, 32, 32) and labels (N,).
 
     The files are Python pickles (the format CIFAR-10 is distributed in); read only files you trust.
+
+    Raises:
+        ValueError: the file is truncated or is not a CIFAR-10 batch; the message names it and the fix.
     """
-    with open(path, "rb") as handle:
-        entry = pickle.load(handle, encoding="latin1")
-    images = torch.from_numpy(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).copy())
-    return images, torch.as_tensor(entry["labels"], dtype=torch.long)
+    try:
+        with open(path, "rb") as handle:
+            entry = pickle.load(handle, encoding="latin1")
+        images = torch.from_numpy(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).copy())
+        labels = torch.as_tensor(entry["labels"], dtype=torch.long)
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"{path} is not an intact CIFAR-10 batch ({type(err).__name__}: {err}); the file is truncated or "
+            "corrupt: download it again (torchvision.datasets.CIFAR10(root, download=True))"
+        ) from err
+    return images, labels
 
 
 class CIFAR10DataModule(MNISTDataModule):

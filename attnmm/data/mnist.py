@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +32,24 @@ def read_idx(path: str | Path) -> Tensor:
     (N,) labels.
 
     Raises:
-        ValueError: the header is not that of a uint8 IDX file, or the size does not match it.
+        ValueError: the file is a damaged gzip stream, its header is not that of a uint8 IDX file, or
+            its size does not match the header; the message names the file and the fix.
     """
     path = Path(path)
-    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as handle:
-        data = handle.read()
+    fix = "the file is truncated or corrupt: download it again (torchvision.datasets.MNIST(root, download=True))"
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as handle:
+            data = handle.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # a cut or damaged gzip stream
+        raise ValueError(f"{path} could not be decompressed ({err}); {fix}") from err
     magic = int.from_bytes(data[:4], "big")
     ndim = magic & 0xFF
     if magic != _MAGIC.get(ndim):
-        raise ValueError(f"{path} is not a uint8 IDX file: magic number {magic}, expected 2051 or 2049")
+        raise ValueError(f"{path} is not a uint8 IDX file: magic number {magic}, expected 2051 or 2049; {fix}")
     dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    body = np.frombuffer(data, dtype=np.uint8, offset=min(4 + 4 * ndim, len(data)))
     if body.size != math.prod(dims):
-        raise ValueError(f"{path} holds {body.size} values, its header says {dims} = {math.prod(dims)}")
+        raise ValueError(f"{path} holds {body.size} values, its header says {dims} = {math.prod(dims)}; {fix}")
     return torch.from_numpy(body.copy()).view(*dims)
 
 

@@ -38,6 +38,18 @@ def test_read_idx_round_trip(tmp_path: Path) -> None:
         read_idx(tmp_path / "bad")
 
 
+def test_truncated_files_are_named_with_the_fix(tmp_path: Path) -> None:
+    _write_idx(tmp_path / "x.gz", np.arange(600).reshape(6, 10, 10) % 256)
+    whole = (tmp_path / "x.gz").read_bytes()
+    (tmp_path / "cut.gz").write_bytes(whole[: len(whole) // 2])  # an interrupted download
+    with pytest.raises(ValueError, match=r"cut.gz could not be decompressed .* download it again"):
+        read_idx(tmp_path / "cut.gz")
+    raw = gzip.decompress(whole)
+    (tmp_path / "cut").write_bytes(raw[:-7])  # decompressed, then cut
+    with pytest.raises(ValueError, match=r"cut holds 593 values, its header says \[6, 10, 10\] = 600; .*download"):
+        read_idx(tmp_path / "cut")
+
+
 def test_test_set_only_split(tmp_path: Path, capsys) -> None:
     dm = MNISTDataModule(root=_mnist(tmp_path, ("t10k",), 10000), val_size=500)
     dm.setup()
@@ -86,3 +98,7 @@ def test_cifar10_from_torchvision_batches(tmp_path: Path) -> None:
     assert next(iter(dm.test_dataloader()))["image"].shape == (20, 3, 32, 32)
     with pytest.raises(FileNotFoundError, match="CIFAR-10 not found"):
         CIFAR10DataModule(root=tmp_path / "nowhere").prepare_data()
+    batch = (folder / "test_batch").read_bytes()
+    (folder / "test_batch").write_bytes(batch[: len(batch) // 2])  # truncated
+    with pytest.raises(ValueError, match=r"test_batch is not an intact CIFAR-10 batch .* download it again"):
+        CIFAR10DataModule(root=tmp_path, val_size=10).setup()
