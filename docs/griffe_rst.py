@@ -7,8 +7,9 @@ before the docstrings are parsed this extension rewrites
 - ``.. math::`` blocks and ``:math:`...``` to ``$$ ... $$`` and ``$...$`` (rendered by arithmatex and
   MathJax);
 - ``:class:``, ``:func:``, ``:meth:``, ``:attr:``, ``:mod:``, ``:data:``, ``:obj:``, ``:exc:`` roles to
-  links to the API pages when the target is documented, else to plain code (optional cross-references:
-  an undocumented target never breaks the strict build);
+  links to the API pages when the target is documented there, else to plain code; a target that does
+  not exist at all (a typo, a renamed class) stays a required cross-reference, so the strict build
+  fails on it;
 - a ``Shapes:`` section to a bold heading and its list.
 
 The docstrings in the source stay as they are (they also serve ``help()`` and the doctests).
@@ -16,8 +17,10 @@ The docstrings in the source stay as they are (they also serve ``help()`` and th
 
 from __future__ import annotations
 
+import importlib
 import re
 import textwrap
+from functools import cache
 from typing import Any
 
 from griffe import Extension, Object
@@ -26,13 +29,35 @@ ROLE = re.compile(r":(?:py:)?(class|func|meth|attr|mod|data|obj|exc):`(~?)([^`]+
 MATH_ROLE = re.compile(r":math:`([^`]+)`")
 
 
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+@cache
+def exists(target: str) -> bool:
+    """Whether ``target`` (``package.module.Class.attr``) names an importable object."""
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except Exception:
+            continue
+        try:
+            for name in parts[i:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
 def _role(match: re.Match[str]) -> str:
     _, short, target = match.groups()
     target = target.strip()
     title = target.split(".")[-1] if short else target
-    if "." not in target:  # :obj:`None`, :obj:`0`, :class:`Tokens`: nothing to link to by full path
+    if not DOTTED.fullmatch(target):  # :obj:`None`, :obj:`0.0`, :class:`Tokens`: nothing to link by full path
         return f"`{title}`"
-    return f'<autoref identifier="{target}" optional><code>{title}</code></autoref>'
+    optional = " optional" if exists(target) else ""  # a target that does not exist fails the strict build
+    return f'<autoref identifier="{target}"{optional}><code>{title}</code></autoref>'
 
 
 def _math_blocks(text: str) -> str:

@@ -41,6 +41,16 @@ def test_math_blocks_and_roles_become_markdown() -> None:
     assert "`None`" in out and ":obj:" not in out and ".. math::" not in out
 
 
+def test_missing_targets_stay_required_references() -> None:
+    """A role naming nothing (a typo, a renamed class) must fail the strict build; numbers are code."""
+    pytest.importorskip("griffe")
+    markdown = load("griffe_rst").markdown
+    out = markdown(":class:`~attnmm.masks.Windw` and :obj:`0.5` and :func:`os.replace`")
+    assert '<autoref identifier="attnmm.masks.Windw"><code>Windw</code></autoref>' in out
+    assert "`0.5`" in out
+    assert '<autoref identifier="os.replace" optional>' in out
+
+
 def test_shapes_section_becomes_a_list() -> None:
     pytest.importorskip("griffe")
     markdown = load("griffe_rst").markdown
