@@ -35,6 +35,7 @@ PAIR_BYTES = 24
 __all__ = [
     "AttentionMemoryError",
     "available_bytes",
+    "ceiling_bytes",
     "check_backend",
     "check_pairs",
     "compute_bytes",
@@ -173,8 +174,19 @@ def check_pairs(problem: Problem, with_bias: bool = False) -> None:
     )
 
 
+def ceiling_bytes(problem: Problem) -> int:
+    """A bound on every built-in backend's estimate from the sizes alone: 1 KiB for each of
+    B * H * (L + S + 1)^2 scores and 512 bytes for each of B * H * (L + S + 1) rows of width
+    max(E, Ev). Below :data:`SMALL_BYTES`, :func:`check_backend` does not ask the backend."""
+    n = problem.L + problem.S + 1
+    width = max(problem.q.size(-1), problem.v.size(-1))
+    return max(problem.B, 1) * max(problem.H, 1) * n * (1024 * n + 512 * width)
+
+
 def check_backend(problem: Problem, backend: Backend) -> None:
     """Raise :class:`AttentionMemoryError` when ``backend``'s working memory cannot fit."""
+    if ceiling_bytes(problem) < SMALL_BYTES:
+        return
     needed = backend.memory_bytes(problem)
     if needed < SMALL_BYTES:
         return

@@ -120,3 +120,29 @@ def test_bounds_from_the_band_hold(data: st.DataObject, B: int, L: int, S: int) 
     with mock.patch.object(base, "EXACT_COUNT_ROWS", 0):
         bound = mask.nnz_bound(L, S, batch)
     assert bound is None or bound >= mask.nnz(L, S, batch)
+
+
+@given(st.data(), st.integers(0, 3), st.integers(0, 3), st.integers(0, 300), st.integers(0, 300))
+def test_the_quick_ceiling_bounds_every_estimate(data: st.DataObject, B: int, H: int, L: int, S: int) -> None:
+    # check_backend skips problems whose ceiling is small: it must bound every built-in backend's estimate
+    from attnmm.attention._problem import Problem
+    from attnmm.attention.backends import get_backend, list_backends
+
+    mask = data.draw(st.sampled_from([None, Window(3, 1), Chunk(16, 2), Window(L, S)]))
+    E, Ev = data.draw(st.integers(0, 64)), data.draw(st.integers(0, 64))
+    dtype = data.draw(st.sampled_from([torch.float64, torch.float16]))
+    q, k, v = huge(L, B, H, E).to(dtype), huge(S, B, H, E).to(dtype), huge(S, B, H, Ev).to(dtype)
+    problem = Problem(q, k, v, mask, scale=1.0, dropout_p=data.draw(st.sampled_from([0.0, 0.5])), score="softmax",
+                      bias=None, return_weights=data.draw(st.booleans()), packed=False)
+    block = data.draw(st.sampled_from([None, 1, 3, 64]))
+    ceiling = memory.ceiling_bytes(problem)
+    for name in list_backends():
+        backend = get_backend(name)
+        if name == "band" and (mask is None or backend.unsupported(problem) is not None):
+            continue
+        backend.block = block if name == "band" else getattr(backend, "block", None)  # type: ignore[attr-defined]
+        try:
+            assert backend.memory_bytes(problem) <= ceiling, name
+        finally:
+            if name == "band":
+                backend.block = None  # type: ignore[attr-defined]

@@ -39,6 +39,8 @@ class Backend(ABC):
         The default is the sparse kernel's cost, O(nnz * H): the allowed pairs repeated over the
         batch, their CSR pattern per head (three indices) and about eight per-pair values per head
         (scores, weights and their gradients); 0 when the mask cannot bound its pair count.
+        Problems whose :func:`~attnmm.attention._memory.ceiling_bytes` (1 KiB per score) is small are
+        not asked.
         """
         pairs = max_pairs(problem)
         if pairs is None:
