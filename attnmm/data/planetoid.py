@@ -46,6 +46,12 @@ class PlanetoidDataModule(LightningDataModule):
             ``"geom-gcn"`` split. (default: :obj:`"public"`)
         normalize_features (bool, optional): row-normalise the bag-of-words features. (default: :obj:`True`)
         download (bool, optional): let PyG download missing raw files. (default: :obj:`False`)
+        num_neighbors (list[int], optional): instead of the full batch, mini-batches of
+            ``batch_size`` seed nodes with this many neighbours sampled per node and hop, as PyG's
+            ``NeighborLoader`` does (:func:`~attnmm.data.neighbors.neighbor_loader`); validation and
+            testing take every neighbour over as many hops. For graphs too large for one batch.
+            (default: :obj:`None`)
+        batch_size (int, optional): seed nodes per mini-batch with ``num_neighbors``. (default: :obj:`256`)
 
     Examples:
         >>> dm = PlanetoidDataModule(root="/data", name="CiteSeer")
@@ -60,12 +66,15 @@ class PlanetoidDataModule(LightningDataModule):
         split: Literal["public", "full", "geom-gcn"] = "public",
         normalize_features: bool = True,
         download: bool = False,
+        num_neighbors: list[int] | None = None,
+        batch_size: int = 256,
     ) -> None:
         super().__init__()
         if name not in NAMES:
             raise ValueError(f"name must be one of {', '.join(NAMES)}, got {name!r}")
         self.root, self.name, self.split = root, name, split
         self.normalize_features, self.download = normalize_features, download
+        self.num_neighbors, self.batch_size = num_neighbors, batch_size
         self.data: Any = None
 
     @property
@@ -193,17 +202,22 @@ class PlanetoidDataModule(LightningDataModule):
             self.data = dataset[0]
             self.num_features, self.num_classes = dataset.num_features, dataset.num_classes
 
-    def _loader(self) -> DataLoader:
-        return DataLoader([self.data], batch_size=1, collate_fn=_one_graph)
+    def _loader(self, stage: str | None = None) -> DataLoader:
+        if self.num_neighbors is None or stage is None:
+            return DataLoader([self.data], batch_size=1, collate_fn=_one_graph)
+        from attnmm.data.neighbors import neighbor_loader
+
+        hops = self.num_neighbors if stage == "train" else [-1] * len(self.num_neighbors)
+        return neighbor_loader(self.data, stage, hops, self.batch_size, shuffle=stage == "train")
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader()
+        return self._loader("train")
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader()
+        return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader()
+        return self._loader("test")
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader()
