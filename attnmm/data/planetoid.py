@@ -2,6 +2,7 @@ r"""The Planetoid citation graphs (Cora, CiteSeer, PubMed) for full-batch node c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -135,6 +136,11 @@ class PlanetoidDataModule(LightningDataModule):
         processed = root / self._subdir / "processed"
         if not (processed / "data.pt").is_file():
             self._process(root)
+        for meta in ("pre_transform.pt", "pre_filter.pt"):
+            # PyG unpickles these (torch.load with weights_only=False) only to warn when the
+            # pre-transform changed; attnmm uses none, and without them nothing is unpickled here
+            with contextlib.suppress(OSError):
+                (processed / meta).unlink(missing_ok=True)
         transform = T.NormalizeFeatures() if self.normalize_features else None
         try:
             return Planetoid(str(root), self.name, split=self.split, transform=transform)
