@@ -1,12 +1,13 @@
-"""Fuzzing attend(): every backend against the float64 reference on random masks, shapes and dtypes.
+"""Fuzzing attend(): every CPU backend against the float64 reference on random masks, shapes and dtypes.
 
 Each backend gets at least 200 hypothesis examples in the normal run (``max(200, 2 x the profile's
 max_examples)``, so ``ATTNMM_HYPOTHESIS_PROFILE=thorough`` gives 2000). An example draws a mask of any
 kind or composition (``&``, ``|``, ``~`` over Full, Causal, Window, Chunk, Padding, Grid, and Graph in
-the packed layout), sizes (including L != S, length 0 and 1, empty allowed sets), a dtype (float64,
-float32, float16, bfloat16), the score, a bias, returned weights, and sometimes extreme logits
-(:math:`q^\\top k \\cdot \\mathrm{scale}` of order 1e4). The backend's output, weights and gradients must be
-finite and equal the reference computed in float64 on the same (rounded) inputs.
+the packed layout), sizes (including L != S, empty batches, length 0 and 1, empty allowed sets), a dtype
+(float64, float32, float16, bfloat16), the score, the scale, a bias, returned weights, the inputs' memory
+layout, which inputs need gradients, and sometimes extreme logits (scores q . k * scale of order 1e4).
+The backend's output, weights and gradients must be finite and equal the reference computed in float64
+on the same (rounded) inputs. See docs/robustness.md.
 """
 
 from __future__ import annotations
