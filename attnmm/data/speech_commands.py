@@ -2,6 +2,8 @@ r"""Google Speech Commands v0.02: one-second spoken commands, 16 kHz mono WAV.""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from attnmm.data._audio import AudioClips, AudioDataModule
@@ -52,10 +54,42 @@ def scan_speech_commands(version_dir: str | Path) -> dict[str, list[tuple[str, s
 
 
 def download_speech_commands(base: str | Path) -> None:
-    r"""Download and extract Speech Commands v0.02 (2.3 GB) into ``<base>/SpeechCommands`` with torchaudio."""
+    r"""Download and extract Speech Commands v0.02 (2.3 GB) into ``<base>/SpeechCommands`` with torchaudio.
+
+    torchaudio extracts in place, and takes any existing folder for a complete one; here it works in a
+    staging folder inside ``<base>`` whose extracted tree is renamed into place only when complete, so an
+    interrupted download or extraction leaves no partial dataset behind. The archive is kept as
+    ``<base>/speech_commands_v0.02.tar.gz`` (torchaudio's place for it) and re-used by a retry.
+
+    Raises:
+        FileExistsError: ``<base>/SpeechCommands/speech_commands_v0.02`` exists but is incomplete
+            (left by an interrupted extraction outside this function): delete it and run again.
+    """
     from torchaudio.datasets import SPEECHCOMMANDS  # only its downloader is used; it loads no audio here
 
-    SPEECHCOMMANDS(str(base), url=VERSION, folder_in_archive=FOLDER_IN_ARCHIVE, download=True)
+    base = Path(base).expanduser()
+    target = base / FOLDER_IN_ARCHIVE / VERSION
+    if target.exists():
+        raise FileExistsError(
+            f"{target} exists but lacks validation_list.txt or testing_list.txt: an incomplete extraction. "
+            "Delete it and run again (a downloaded archive next to it is re-used)"
+        )
+    archive = base / f"{VERSION}.tar.gz"
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".speech-commands-", dir=base) as tmp:
+        staged_archive = Path(tmp, archive.name)
+        if archive.is_file():
+            try:
+                os.link(archive, staged_archive)  # a second name: a kill now leaves the archive in place
+            except OSError:
+                os.replace(archive, staged_archive)
+        try:
+            SPEECHCOMMANDS(tmp, url=VERSION, folder_in_archive=FOLDER_IN_ARCHIVE, download=True)
+        finally:
+            if staged_archive.is_file():  # keep a complete download for a retry
+                os.replace(staged_archive, archive)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(Path(tmp, FOLDER_IN_ARCHIVE, VERSION), target)
 
 
 class SpeechCommandsDataModule(AudioDataModule):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -147,3 +148,50 @@ def test_repr(root: Path) -> None:
     assert repr(dm) == f"SpeechCommandsDataModule(root='{base}', classes=10, batch_size=64)"
     dm.setup("test")
     assert repr(dm) == f"SpeechCommandsDataModule(root='{base}', classes=10, batch_size=64, test=10)"
+
+
+class _FakeTorchaudio:
+    """Stands in for torchaudio's SPEECHCOMMANDS downloader: 'downloads' the archive into its root, then
+    extracts there, failing halfway when ``fail`` is set."""
+
+    calls: ClassVar[list[Path]] = []
+    fail: ClassVar[bool] = False
+
+    def __init__(self, root: str, url: str, folder_in_archive: str, download: bool) -> None:
+        root_path = Path(root)
+        type(self).calls.append(root_path)
+        archive = root_path / f"{url}.tar.gz"
+        if not archive.is_file():
+            archive.write_bytes(b"archive")
+        version_dir = root_path / folder_in_archive / url
+        if type(self).fail:
+            (version_dir / "yes").mkdir(parents=True)
+            (version_dir / "validation_list.txt").write_text("yes/a.wav\n")
+            raise OSError("No space left on device")
+        _write_dataset(root_path)
+
+
+def test_download_never_leaves_a_partial_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchaudio.datasets
+
+    monkeypatch.setattr(torchaudio.datasets, "SPEECHCOMMANDS", _FakeTorchaudio)
+    _FakeTorchaudio.calls, _FakeTorchaudio.fail = [], True
+    with pytest.raises(FileNotFoundError, match="No space left on device"):
+        SpeechCommandsDataModule(root=tmp_path, download=True).prepare_data()
+    # the half-extracted tree went with the staging folder; the complete archive is kept for a retry
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["speech_commands_v0.02.tar.gz"]
+    _FakeTorchaudio.fail = False
+    dm = SpeechCommandsDataModule(root=tmp_path, download=True)
+    dm.prepare_data()
+    dm.setup()
+    assert len(dm.train_set) == 10 and len(_FakeTorchaudio.calls) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["SpeechCommands", "speech_commands_v0.02.tar.gz"]
+
+
+def test_an_incomplete_extraction_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchaudio.datasets
+
+    monkeypatch.setattr(torchaudio.datasets, "SPEECHCOMMANDS", _FakeTorchaudio)
+    (tmp_path / "SpeechCommands" / "speech_commands_v0.02" / "yes").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"speech_commands_v0.02 exists but lacks .* Delete it"):
+        SpeechCommandsDataModule(root=tmp_path, download=True).prepare_data()
