@@ -34,6 +34,8 @@ class RecipeCLI(LightningCLI):
     run directory and goes on checkpointing next to it (Lightning alone looks only in the new run's
     ``version_N`` directory, and would forget the best checkpoint so far).
 
+    Checkpoints are loaded with ``weights_only=True`` unless ``--weights_only=false`` is given.
+
     After ``fit`` it tests the best checkpoint (the last weights when no checkpoint was written,
     e.g. under ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``,
     ``test_loss``, ...) as ``metrics.json`` in the run's log directory; ``test`` writes them too.
@@ -53,7 +55,24 @@ class RecipeCLI(LightningCLI):
                 raise ValueError(f"--torch_threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
 
+    def _weights_only(self) -> None:
+        # checkpoints hold tensors and plain values only: load them without unpickling any code
+        # (``--weights_only=false`` still opts out, e.g. for a checkpoint of another program)
+        config = self.config_init[str(self.subcommand)]
+        if config.get("weights_only") is None:
+            config["weights_only"] = True
+
+    def before_validate(self) -> None:
+        self._weights_only()
+
+    def before_test(self) -> None:
+        self._weights_only()
+
+    def before_predict(self) -> None:
+        self._weights_only()
+
     def before_fit(self) -> None:
+        self._weights_only()
         config = self.config_init[str(self.subcommand)]
         if config.get("ckpt_path") == "last":
             # Lightning looks for ``last`` only in the new run's version directory
@@ -78,7 +97,7 @@ class RecipeCLI(LightningCLI):
         ckpt = "best" if trainer.checkpoint_callback is not None and getattr(
             trainer.checkpoint_callback, "best_model_path", ""
         ) else None
-        results = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+        results = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
         self._write(results)
 
     def after_test(self) -> None:
