@@ -146,3 +146,12 @@ def test_the_quick_ceiling_bounds_every_estimate(data: st.DataObject, B: int, H:
         finally:
             if name == "band":
                 backend.block = None  # type: ignore[attr-defined]
+
+
+def test_a_large_sparse_graph_is_not_refused() -> None:
+    # N * N pairs would not fit, but the mask bounds its pairs by its edges
+    N = 10**6
+    mask = Graph(torch.tensor([[0, 1, 2, N - 1], [1, 2, 0, 0]]), N)
+    x = torch.zeros(1, 1, 8).expand(N, 1, 8)  # (N, H, E) packed, one stored element
+    out, weights = attend(x, x, x, mask, bias=torch.zeros(4), return_weights=True)
+    assert out.shape == (N, 1, 8) and weights.values.shape == (4, 1)
