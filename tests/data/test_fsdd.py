@@ -228,6 +228,20 @@ def test_download_extracts_recordings_only(tmp_path: Path, monkeypatch: pytest.M
     assert len(calls) == 1  # present data is not fetched again
 
 
+def test_interrupted_download_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "release" / "free-spoken-digit-dataset-1.0.10" / "recordings"
+    _write_recordings(source, speakers=("ann",))
+    archive = tmp_path / "release.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source.parent, arcname=source.parent.name)
+    cut = archive.read_bytes()[: archive.stat().st_size // 2]  # the connection dropped halfway
+
+    monkeypatch.setattr(fsdd_module.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(cut))
+    with pytest.raises(FileNotFoundError, match=r"downloading .* failed"):
+        FSDDDataModule(root=tmp_path / "data").prepare_data()
+    assert os.listdir(tmp_path / "data" / "fsdd") == []  # no recordings/, no staging folder
+
+
 def test_repr_and_summary(root: Path) -> None:
     dm = FSDDDataModule(root=root, download=False)
     assert repr(dm) == f"FSDDDataModule(root='{(root / 'fsdd').as_posix()}', split=own, batch_size=32)"
