@@ -25,6 +25,7 @@ import torch
 if TYPE_CHECKING:
     from attnmm.attention._problem import Problem
     from attnmm.attention.backends.base import Backend
+    from attnmm.masks import Mask
 
 #: Estimates below this many bytes are never checked against the available memory.
 SMALL_BYTES = 1 << 28
@@ -37,6 +38,7 @@ __all__ = [
     "available_bytes",
     "ceiling_bytes",
     "check_backend",
+    "check_mask_pairs",
     "check_pairs",
     "compute_bytes",
     "dense_bytes",
@@ -118,17 +120,46 @@ def max_pairs(problem: Problem) -> int | None:
     return problem.effective_mask.nnz_bound(problem.L, problem.S, problem.batch_size)
 
 
-def _refuse(problem: Problem, needed: int, what: str, hint: str) -> None:
-    available = available_bytes(problem.q.device)
+_PAIRS_HINT = (
+    "use a sparser mask (fewer allowed pairs per query), a band mask (Window, Chunk) that needs no pair "
+    "list, a smaller batch, or attend over fewer queries at a time"
+)
+
+
+def _refuse(subject: str, needed: int, purpose: str, device: torch.device, hint: str) -> None:
+    """Raise :class:`AttentionMemoryError` when ``needed`` bytes exceed the memory available on ``device``."""
+    available = available_bytes(device)
     if available is None or needed <= available:
         return
-    sizes = f"B={problem.B}, H={problem.H}, L={problem.L}, S={problem.S}"
     raise AttentionMemoryError(
-        f"attention with mask {problem.effective_mask!r} ({sizes}) would need about {_gb(needed)} for "
-        f"{what}, more than the {_gb(available)} available on {problem.q.device}; {hint}",
+        f"{subject} would need about {_gb(needed)} for {purpose}, more than the {_gb(available)} available "
+        f"on {device}; {hint}",
         needed,
         available,
     )
+
+
+def _problem_refuse(problem: Problem, needed: int, purpose: str, hint: str) -> None:
+    sizes = f"B={problem.B}, H={problem.H}, L={problem.L}, S={problem.S}"
+    _refuse(f"attention with mask {problem.effective_mask!r} ({sizes})", needed, purpose, problem.q.device, hint)
+
+
+def check_mask_pairs(
+    mask: Mask, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device, per_pair: int = PAIR_BYTES
+) -> None:
+    """Raise :class:`AttentionMemoryError` when enumerating ``mask.pairs(L, S, B)``, at ``per_pair`` bytes
+    per pair, cannot fit on ``device``; for callers that enumerate a mask's pairs themselves (such as
+    :class:`~attnmm.attention.RelativePositionBias`). Masks without :meth:`~attnmm.masks.Mask.nnz_bound`
+    are not checked."""
+    items = (batch_size if mask.batched else None) or 1
+    if items * num_rows * num_cols * per_pair < SMALL_BYTES:
+        return
+    pairs = mask.nnz_bound(num_rows, num_cols, batch_size if mask.batched else None)
+    if pairs is None:
+        return
+    sizes = f"L={num_rows}, S={num_cols}" + (f", B={batch_size}" if mask.batched else "")
+    purpose = f"its sparse form (up to {pairs:.3g} allowed pairs)"
+    _refuse(f"mask {mask!r} ({sizes})", pairs * per_pair, purpose, device, _PAIRS_HINT)
 
 
 def compute_bytes(dtype: torch.dtype) -> int:
@@ -165,13 +196,8 @@ def check_pairs(problem: Problem, with_bias: bool = False) -> None:
     pairs = max_pairs(problem)
     if pairs is None:
         return
-    _refuse(
-        problem,
-        pairs * PAIR_BYTES,
-        f"the sparse form of the mask (up to {pairs:.3g} allowed pairs)",
-        "use a sparser mask (fewer allowed pairs per query), a band mask (Window, Chunk) that needs "
-        "no pair list, a smaller batch, or attend over fewer queries at a time",
-    )
+    _problem_refuse(problem, pairs * PAIR_BYTES, f"the sparse form of the mask (up to {pairs:.3g} allowed pairs)",
+                    _PAIRS_HINT)
 
 
 def ceiling_bytes(problem: Problem) -> int:
@@ -190,4 +216,4 @@ def check_backend(problem: Problem, backend: Backend) -> None:
     needed = backend.memory_bytes(problem)
     if needed < SMALL_BYTES:
         return
-    _refuse(problem, needed, f"backend {backend.name!r}", backend.memory_hint)
+    _problem_refuse(problem, needed, f"backend {backend.name!r}", backend.memory_hint)

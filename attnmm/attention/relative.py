@@ -7,6 +7,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm.attention._memory import PAIR_BYTES, check_mask_pairs
 from attnmm.masks import Full, Grid, Mask
 from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks.compose import find_part
@@ -198,6 +199,8 @@ class RelativePositionBias(nn.Module):
         if not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm.masks.Mask or None, got {type(mask).__name__}")
         S = L if S is None else S
+        # the pairs and the (P, H) bias: refuse early when they cannot fit
+        check_mask_pairs(mask, L, S, B, self.table.device, PAIR_BYTES + 8 * self.num_heads)
         pairs = mask.pairs(L, S, B if mask.batched else None, device=self.table.device)
         row, col = pairs.row, pairs.col
         if self.two_d:

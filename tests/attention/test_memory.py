@@ -155,3 +155,13 @@ def test_a_large_sparse_graph_is_not_refused() -> None:
     x = torch.zeros(1, 1, 8).expand(N, 1, 8)  # (N, H, E) packed, one stored element
     out, weights = attend(x, x, x, mask, bias=torch.zeros(4), return_weights=True)
     assert out.shape == (N, 1, 8) and weights.values.shape == (4, 1)
+
+
+def test_relative_position_bias_checks_the_pairs_it_enumerates() -> None:
+    from attnmm.attention import RelativePositionBias
+
+    rel = RelativePositionBias(num_heads=2, max_offset=3)
+    message = r"mask Window\(left=3, right=3\) \(L=1099511627776, S=1099511627776\) would need .* sparse form"
+    with pytest.raises(AttentionMemoryError, match=message):
+        rel(Window(3, 3), 2**40)
+    assert rel(Window(3, 3), 10).shape == (7 * 10 - 12, 2)
