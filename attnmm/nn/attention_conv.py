@@ -136,9 +136,10 @@ class AttentionConv(nn.Module):
         H, C = self.heads, self.out_channels
         N_src, N_dst = x_src.size(0), x_dst.size(0)
         layout = self._edge_layout(edge_index, N_src, N_dst, mask, x_dst.device)
-        q = _head_major(self.lin_query(x_dst), H, C)  # (N_dst, H, C)
-        k = _head_major(self.lin_key(x_src), H, C)  # (N_src, H, C)
-        v = _head_major(self.lin_value(x_src), H, C)  # (N_src, H, C)
+        # (N, H, C) views of the projections: the sparse backend works on them in place
+        q = self.lin_query(x_dst).view(-1, H, C)  # (N_dst, H, C)
+        k = self.lin_key(x_src).view(-1, H, C)  # (N_src, H, C)
+        v = self.lin_value(x_src).view(-1, H, C)  # (N_src, H, C)
         edge = edge_bias = None
         if self.lin_edge is not None:
             if edge_attr is None or edge_attr.size(0) != layout.src.numel():
@@ -169,7 +170,7 @@ class AttentionConv(nn.Module):
                 gate = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()  # (N_dst, 1)
                 out = gate * x_r + (1 - gate) * out
             else:
-                out = out + x_r
+                out = x_r.add_(out)  # in place: the projection's output is not needed for its gradient
         if not isinstance(return_attention_weights, bool):
             return out
         if isinstance(edge_index, Mask) or mask is not None:
@@ -195,12 +196,6 @@ class AttentionConv(nn.Module):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
-
-
-def _head_major(y: Tensor, heads: int, channels: int) -> Tensor:
-    """(N, H * C) -> (N, H, C) as a view of a head-major (H, N, C) tensor, the layout the sparse
-    backend computes in (so it makes no copies of its own)."""
-    return y.view(-1, heads, channels).transpose(0, 1).contiguous().transpose(0, 1)
 
 
 __all__ = ["AttentionConv"]

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Any
 
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends._csr import CSRPattern
+from attnmm.attention.backends._csr import CSRPattern, Layout
 from attnmm.masks import Pairs
 
 #: How many (mask, shape) entries to keep.
@@ -48,15 +48,15 @@ def pairs(problem: Problem) -> Pairs:
     return entry["pairs"]
 
 
-def pattern(problem: Problem) -> CSRPattern:
-    """The block-diagonal CSR pattern of the problem's pairs over its batch and heads."""
+def pattern(problem: Problem, layout: Layout = "head") -> CSRPattern:
+    """The CSR pattern of the problem's pairs over its batch and heads, in ``layout`` order."""
     p = pairs(problem)
     entry = _entry(problem)
-    key = ("pattern", problem.B, problem.H)
+    key = ("pattern", problem.B, problem.H, layout)
     if entry is not None and key in entry:
         return entry[key]
     wide = p.expand(problem.B) if problem.B > 1 else p
-    result = CSRPattern.block_diagonal(wide, problem.B, problem.H)
+    result = CSRPattern.block_diagonal(wide, problem.B, problem.H, layout)
     if entry is not None:
         entry[key] = result
     return result

@@ -11,7 +11,17 @@ from torch.autograd.function import once_differentiable
 
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends import _cache
-from attnmm.attention.backends._csr import CSRPattern, sampled, segment_max, segment_sum, spmm
+from attnmm.attention.backends._csr import (
+    CSRPattern,
+    Layout,
+    expand,
+    from_pairs,
+    sampled,
+    segment_max,
+    segment_sum,
+    spmm,
+    to_pairs,
+)
 from attnmm.attention.backends.base import Backend
 
 
@@ -52,31 +62,46 @@ class SparseBackend(Backend):
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v
-        B, H, L, S = problem.B, problem.H, problem.L, problem.S
+        B, H, L = problem.B, problem.H, problem.L
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        # flatten the operands in the order they already lie in memory: (B, L, H, E) is "token"
+        # order (packed graphs, PyG's (N, H, E)), anything else goes head by head
+        layout: Layout = "token" if H > 1 and q.transpose(1, 2).is_contiguous() else "head"
         pairs = _cache.pairs(problem)
-        pattern = _cache.pattern(problem)
+        pattern = _cache.pattern(problem, layout)
         bias = None
         if problem.bias is not None:
             bias = problem.bias.to(compute)
             if pairs.batch is None and B > 1:
                 bias = bias.repeat(B, 1)  # (B * P, H), shared over the batch
-            bias = bias.transpose(0, 1)  # (H, P)
-        q2 = q.to(compute).transpose(0, 1).reshape(H, B * L, q.size(-1))  # (H, B*L, E)
-        k2 = k.to(compute).transpose(0, 1).reshape(H, B * S, k.size(-1))  # (H, B*S, E)
-        v2 = v.to(compute).transpose(0, 1).reshape(H, B * S, v.size(-1))  # (H, B*S, Ev)
+            bias = from_pairs(pattern, bias)  # (H * P,)
+        q2, k2, v2 = (_rows(t.to(compute), layout) for t in (q, k, v))  # (H * B * L, E), ...
         out, weights = _SegmentAttention.apply(
             q2, k2, v2, bias, pattern, problem.scale, problem.score, problem.dropout_p
         )
-        out = out.view(H, B, L, v.size(-1)).transpose(0, 1).to(v.dtype)  # (B, H, L, Ev)
+        Ev = v.size(-1)
+        if layout == "token":
+            out = out.view(B, L, H, Ev).transpose(1, 2)  # (B, H, L, Ev)
+        else:
+            out = out.view(H, B, L, Ev).transpose(0, 1)  # (B, H, L, Ev)
+        out = out.to(v.dtype)
         if not problem.return_weights:
             return out, None
-        return out, weights.transpose(0, 1).to(q.dtype)  # (P, H) at problem.weight_pairs()
+        return out, to_pairs(pattern, weights).to(q.dtype)  # (P, H) at problem.weight_pairs()
+
+
+def _rows(t: Tensor, layout: Layout) -> Tensor:
+    """(B, H, n, E) -> the flat rows (H * B * n, E) of ``layout`` (a view when it matches memory)."""
+    B, H, n, E = t.shape
+    if layout == "token":
+        return t.transpose(1, 2).reshape(B * n * H, E)
+    return t.transpose(0, 1).reshape(H * B * n, E)
 
 
 class _SegmentAttention(torch.autograd.Function):
-    """Segment-softmax attention over a CSR pattern; q (H, R, E), k (H, C, E), v (H, C, Ev),
-    bias (H, P) or None -> out (H, R, Ev), weights after dropout (H, P)."""
+    """Segment-softmax attention over a CSR pattern, on flat rows: q (H * R, E), k (H * C, E),
+    v (H * C, Ev), bias (H * P,) or None -> out (H * R, Ev), weights after dropout (H * P,), values in
+    the pattern's CSR order."""
 
     @staticmethod
     def forward(
@@ -90,23 +115,24 @@ class _SegmentAttention(torch.autograd.Function):
         score: str,
         dropout_p: float,
     ) -> tuple[Tensor, Tensor]:
-        s = sampled(pattern, q, k) * scale  # (H, P)
+        s = sampled(pattern, q, k)  # (H * P,)
+        s.mul_(scale)
         if bias is not None:
-            s = s + bias
+            s.add_(bias)
         count = None
         if score == "softmax":
-            m = segment_max(pattern, s)  # (H, R)
-            e = torch.exp(s - m.index_select(1, pattern.row))
-            a = e / segment_sum(pattern, e).index_select(1, pattern.row)  # (H, P)
+            m = segment_max(pattern, s)  # (H * R,)
+            a = s.sub_(expand(pattern, m)).exp_()
+            a.div_(expand(pattern, segment_sum(pattern, a)))  # (H * P,)
         else:
-            count = torch.bincount(pattern.row, minlength=pattern.num_rows).clamp(min=1).to(s.dtype)  # (R,)
-            a = F.relu(s) / count.index_select(0, pattern.row)
+            count = pattern.counts.clamp(min=1).to(s.dtype)  # (H * R,)
+            a = F.relu(s).div_(expand(pattern, count))
         keep = None
         weights = a
         if dropout_p > 0:
             keep = torch.rand_like(a) >= dropout_p
             weights = a * keep / (1.0 - dropout_p)
-        out = spmm(pattern, weights, v)  # (H, R, Ev)
+        out = spmm(pattern, weights, v)  # (H * R, Ev)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, a, keep, count)
         ctx.pattern, ctx.scale, ctx.score, ctx.dropout_p = pattern, scale, score, dropout_p
@@ -121,22 +147,26 @@ class _SegmentAttention(torch.autograd.Function):
         p = ctx.dropout_p
         weights = a if keep is None else a * keep / (1.0 - p)
         if d_out is None:
-            d_out = v.new_zeros(v.size(0), pattern.num_rows, v.size(-1))
-        d_out = d_out.contiguous()  # (H, R, Ev)
-        d_w = sampled(pattern, d_out, v)  # dL/d weights, (H, P)
+            d_out = v.new_zeros(pattern.heads * pattern.num_rows, v.size(-1))
+        d_out = d_out.contiguous()  # (H * R, Ev)
+        d_w = sampled(pattern, d_out, v)  # dL/d weights, (H * P,)
         if d_weights is not None:
             d_w = d_w + d_weights
         d_a = d_w if keep is None else d_w * keep / (1.0 - p)
         if ctx.score == "softmax":
-            d_s = a * (d_a - segment_sum(pattern, a * d_a).index_select(1, pattern.row))  # (H, P)
+            d_s = a * (d_a - expand(pattern, segment_sum(pattern, a * d_a)))  # (H * P,)
         else:
-            d_s = torch.where(a > 0, d_a / count.index_select(0, pattern.row), torch.zeros_like(d_a))
+            d_s = torch.where(a > 0, d_a / expand(pattern, count), torch.zeros_like(d_a))
         d_q = d_k = d_v = None
-        if ctx.needs_input_grad[0]:
-            d_q = spmm(pattern, d_s, k) * ctx.scale
-        if ctx.needs_input_grad[1]:
-            d_k = spmm(pattern, d_s, q, transpose=True) * ctx.scale
+        d_bias = d_s if ctx.has_bias and ctx.needs_input_grad[3] else None
         if ctx.needs_input_grad[2]:
             d_v = spmm(pattern, weights, d_out, transpose=True)
-        d_bias = d_s if ctx.has_bias and ctx.needs_input_grad[3] else None
+        del d_out, d_w, d_a, weights
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            # the scale folded into the (H * P,) scores' gradient, not into the (H * R, E) results
+            d_s = d_s * ctx.scale if d_bias is not None else d_s.mul_(ctx.scale)
+        if ctx.needs_input_grad[0]:
+            d_q = spmm(pattern, d_s, k)
+        if ctx.needs_input_grad[1]:
+            d_k = spmm(pattern, d_s, q, transpose=True)
         return d_q, d_k, d_v, d_bias, None, None, None, None

@@ -26,6 +26,43 @@ def test_sequence_masks(data: st.DataObject, B: int, H: int, L: int, S: int, dty
     compare("sparse", q, k, v, mask, with_bias=data.draw(st.booleans()), score=score, seed=seed)
 
 
+@given(st.data(), st.integers(1, 3), st.integers(2, 3), st.integers(1, 9), st.integers(0, 9), dtypes, scores)
+def test_token_major_inputs(
+    data: st.DataObject, B: int, H: int, L: int, S: int, dtype: torch.dtype, score: str
+) -> None:
+    """Inputs lying as (B, L, H, E) in memory run in the pattern's "token" order, with no copies."""
+    mask = data.draw(sequence_masks(B, S, depth=2))
+    seed = data.draw(st.integers(0, 2**16))
+    q = randn(B, L, H, 3, dtype=dtype, seed=seed).transpose(1, 2)  # (B, H, L, E), token-major memory
+    k = randn(B, S, H, 3, dtype=dtype, seed=seed + 1).transpose(1, 2)
+    v = randn(B, S, H, 2, dtype=dtype, seed=seed + 2).transpose(1, 2)
+    compare("sparse", q, k, v, mask, with_bias=data.draw(st.booleans()), score=score, seed=seed)
+
+
+@pytest.mark.parametrize("layout", ["head", "token"])
+def test_pattern_layouts_agree(layout: str) -> None:
+    from attnmm.attention.backends._csr import CSRPattern, from_pairs, sampled, spmm, to_pairs
+
+    N, H, E = 9, 3, 4
+    pairs = Graph(torch.randint(0, N, (2, 30), generator=torch.Generator().manual_seed(0)), N).pairs(N, N, None)
+    pattern = CSRPattern.block_diagonal(pairs, 1, H, layout)  # type: ignore[arg-type]
+    x, y = randn(N, H, E, seed=1), randn(N, H, E, seed=2)  # (N, H, E)
+    rows = (lambda t: t.reshape(N * H, E)) if layout == "token" else (lambda t: t.transpose(0, 1).reshape(N * H, E))
+    scores = to_pairs(pattern, sampled(pattern, rows(x), rows(y)))  # (P, H)
+    expected = (x[pairs.row] * y[pairs.col]).sum(-1)
+    torch.testing.assert_close(scores, expected)
+    values = randn(pairs.nnz, H, seed=3)
+    assert torch.equal(to_pairs(pattern, from_pairs(pattern, values)), values)
+    dense = torch.zeros(H, N, N, dtype=values.dtype)
+    dense[:, pairs.row, pairs.col] = values.t()
+    for transpose in (False, True):
+        got = spmm(pattern, from_pairs(pattern, values), rows(y), transpose=transpose)
+        A = dense.transpose(1, 2) if transpose else dense
+        want = A @ y.transpose(0, 1)  # (H, N, E)
+        got = got.view(N, H, E).transpose(0, 1) if layout == "token" else got.view(H, N, E)
+        torch.testing.assert_close(got, want)
+
+
 @given(st.data(), st.integers(1, 2), st.integers(1, 2), dtypes, scores)
 def test_grid_masks(data: st.DataObject, B: int, H: int, dtype: torch.dtype, score: str) -> None:
     mask, P = data.draw(grid_masks(B))  # dilation, border="shift", Padding
