@@ -86,12 +86,15 @@ class ResumableDataLoader(DataLoader):
         self._epoch_rng = get_rng_state()
         self._handed_out, self._exhausted = 0, False
         batches = super().__iter__()
-        if mid_epoch:
-            # the last batch handed out before the save was prefetched, not trained on
-            for _ in range(max(0, resume["handed_out"] - 1)):
-                next(batches)
-                self._handed_out += 1
+        if mid_epoch and resume["handed_out"] > 0:
+            # fetch again what was handed out before the save (the shuffle is drawn at the first
+            # fetch), then put back the random state of the save; the last of these batches was
+            # only prefetched by Lightning, not trained on, so it is handed out again
+            for _ in range(resume["handed_out"]):
+                pending = next(batches)
+            self._handed_out = resume["handed_out"]
             set_rng_state(resume["rng"])
+            yield pending
         for batch in batches:
             self._handed_out += 1
             yield batch

@@ -1,0 +1,66 @@
+"""ResumableDataLoader: a loader restored from its state hands out the batches an uninterrupted one
+would have, and puts back the random state of the save."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnmm.data._resumable import ResumableDataLoader, get_rng_state, set_rng_state
+
+
+def epochs(loader: ResumableDataLoader, n: int) -> list[list[int]]:
+    return [b.tolist() for _ in range(n) for b in loader]
+
+
+@pytest.mark.parametrize("trained", [0, 1, 3])
+def test_resume_mid_epoch_gives_the_uninterrupted_batches(trained: int) -> None:
+    data = list(range(20))
+    torch.manual_seed(0)
+    whole = ResumableDataLoader(data, batch_size=4, shuffle=True)
+    expected = epochs(whole, 3)
+
+    torch.manual_seed(0)
+    loader = ResumableDataLoader(data, batch_size=4, shuffle=True)
+    first = [b.tolist() for b in loader]  # epoch 0
+    it = iter(loader)
+    for _ in range(trained + 1):  # Lightning has trained ``trained`` batches and prefetched one more
+        next(it, None)
+    state = loader.state_dict()
+    after_save = torch.get_rng_state()
+
+    torch.manual_seed(123)  # a new process: other random state
+    resumed = ResumableDataLoader(data, batch_size=4, shuffle=True)
+    resumed.load_state_dict(state)
+    rest = [b.tolist() for b in resumed]
+    assert torch.equal(torch.get_rng_state(), after_save)  # the random state of the save is back
+    assert first + expected[5 : 5 + trained] + rest == expected[:10]
+    assert epochs(resumed, 1) == expected[10:]
+
+
+def test_resume_at_an_epoch_end_starts_the_next_epoch() -> None:
+    torch.manual_seed(0)
+    expected = epochs(ResumableDataLoader(list(range(12)), batch_size=4, shuffle=True), 2)
+    torch.manual_seed(0)
+    loader = ResumableDataLoader(list(range(12)), batch_size=4, shuffle=True)
+    assert epochs(loader, 1) == expected[:3]
+    state = loader.state_dict()
+    torch.manual_seed(5)
+    resumed = ResumableDataLoader(list(range(12)), batch_size=4, shuffle=True)
+    resumed.load_state_dict(state)
+    set_rng_state(state["rng"])  # what RandomState does for an end-of-epoch checkpoint
+    assert epochs(resumed, 1) == expected[3:]
+
+
+def test_state_is_weights_only_safe(tmp_path) -> None:
+    loader = ResumableDataLoader(list(range(8)), batch_size=2, shuffle=True)
+    next(iter(loader))
+    torch.save({"loader": loader.state_dict(), "rng": get_rng_state()}, tmp_path / "s.pt")
+    state = torch.load(tmp_path / "s.pt", weights_only=True)
+    ResumableDataLoader(list(range(8)), batch_size=2).load_state_dict(state["loader"])
+    set_rng_state(state["rng"])
+
+
+def test_bad_state_is_refused() -> None:
+    with pytest.raises(KeyError, match="handed_out"):
+        ResumableDataLoader([1, 2]).load_state_dict({"epoch_rng": None})
