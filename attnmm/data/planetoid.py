@@ -183,15 +183,22 @@ class PlanetoidDataModule(LightningDataModule):
         """The error for raw files PyG could not process, naming the first file that cannot be read."""
         from torch_geometric.io.planetoid import read_file
 
+        source = self.dataset_dir / self._subdir / "raw"
         for part in RAW_PARTS:
-            path = raw / f"ind.{self.name.lower()}.{part}"
+            name = f"ind.{self.name.lower()}.{part}"
             try:
                 read_file(str(raw), self.name, part)
             except Exception as cause:
+                copied = ""
+                if raw.resolve() != source.resolve():  # the cache copy: the original is corrupt too
+                    copied = (
+                        f" It was copied from {source / name}: replace that one as well, or replace only it and "
+                        f"delete the cached copy {raw.parent} so that it is copied again."
+                    )
                 return RuntimeError(
-                    f"Planetoid raw file {path} is corrupt or truncated ({type(cause).__name__}: {cause}); replace "
-                    f"it with an intact copy from https://github.com/kimiyoung/planetoid (folder data/) and run "
-                    "again (nothing was written to processed/)"
+                    f"Planetoid raw file {raw / name} is corrupt or truncated ({type(cause).__name__}: {cause}); "
+                    "replace it with an intact copy from https://github.com/kimiyoung/planetoid (folder data/) and "
+                    f"run again (nothing was written to processed/).{copied}"
                 )
         return RuntimeError(
             f"could not process the Planetoid {self.name} raw files in {raw} ({type(err).__name__}: {err}); they "

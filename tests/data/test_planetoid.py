@@ -109,8 +109,9 @@ def test_a_corrupt_raw_file_is_named_and_nothing_half_written_is_left(tmp_path: 
     _write_planetoid(raw)
     allx = (raw / "ind.cora.allx").read_bytes()
     (raw / "ind.cora.allx").write_bytes(allx[: len(allx) // 2])  # truncated
-    with pytest.raises(RuntimeError, match=r"raw file .*ind\.cora\.allx is corrupt or truncated.*replace it"):
+    with pytest.raises(RuntimeError, match=r"raw file .*ind\.cora\.allx is corrupt or truncated.*replace it") as info:
         PlanetoidDataModule(root=tmp_path / "data").setup()
+    assert f"It was copied from {raw / 'ind.cora.allx'}" in str(info.value)  # the original needs fixing too
     copy = cache / "planetoid" / "Cora"
     assert not (copy / "processed").exists()
     assert [p for p in _leftovers(cache) if not p.startswith("planetoid/Cora/raw")] == ["planetoid", "planetoid/Cora"]
