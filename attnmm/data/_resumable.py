@@ -78,9 +78,10 @@ class ResumableDataLoader(DataLoader):
         self._exhausted = True
         self._to_resume: dict[str, Any] | None = None
 
-    def __iter__(self) -> Iterator[Any]:
-        resume, self._to_resume = self._to_resume, None
-        mid_epoch = resume is not None and not resume["exhausted"]
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
+        resume: dict[str, Any] = self._to_resume or {"exhausted": True}
+        self._to_resume = None
+        mid_epoch = not resume["exhausted"]
         if mid_epoch:
             set_rng_state(resume["epoch_rng"])
         self._epoch_rng = get_rng_state()

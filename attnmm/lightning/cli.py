@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from attnmm.lightning.checkpoint import find_last_checkpoint
@@ -82,13 +83,13 @@ class RecipeCLI(LightningCLI):
                 config["ckpt_path"] = str(last)
                 # keep checkpointing where the run was, so the best-so-far state is restored too
                 for callback in self.trainer.checkpoint_callbacks:
-                    if getattr(callback, "dirpath", "") is None:
+                    if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
                         callback.dirpath = str(last.parent)
 
-    def _run_roots(self) -> list[str]:
+    def _run_roots(self) -> list[str | Path]:
         trainer = self.trainer
-        roots = [trainer.default_root_dir]
-        roots += [cb.dirpath for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)]
+        roots: list[str | Path] = [trainer.default_root_dir]
+        roots += [cb.dirpath for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
         roots += [logger.save_dir for logger in trainer.loggers if logger.save_dir]
         return roots
 
