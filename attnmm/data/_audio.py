@@ -14,6 +14,8 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from attnmm.data._resumable import ResumableDataLoader
+
 __all__ = ["AudioBatch", "AudioClips", "audio_loader", "collate_audio", "read_audio"]
 
 
@@ -182,7 +184,8 @@ def audio_loader(
     if dataset is None:
         stage = "fit" if split in ("train", "val") else "test"
         raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{stage}') first")
-    return DataLoader(
+    # training: resumable mid-epoch (the same batches after a crash and resume)
+    return (ResumableDataLoader if shuffle else DataLoader)(
         dataset,
         batch_size=batch_size,
         shuffle=shuffle,

@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
+from attnmm.data._resumable import ResumableDataLoader
 from attnmm.data._root import DATA_ENV, resolve_root
 
 __all__ = ["MNISTDataModule", "random_affine", "read_idx"]
@@ -203,7 +204,8 @@ class MNISTDataModule(LightningDataModule):
         print(f"MNIST ({self.split}): {where}; {sizes}")
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(
+        # training: resumable mid-epoch (the same batches after a crash and resume)
+        return (ResumableDataLoader if shuffle else DataLoader)(
             self.datasets[split], self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
             collate_fn=_collate, drop_last=shuffle and len(self.datasets[split]) > self.batch_size,
         )

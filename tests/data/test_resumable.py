@@ -64,3 +64,31 @@ def test_state_is_weights_only_safe(tmp_path) -> None:
 def test_bad_state_is_refused() -> None:
     with pytest.raises(KeyError, match="handed_out"):
         ResumableDataLoader([1, 2]).load_state_dict({"epoch_rng": None})
+
+
+def _fingerprint(batch: dict) -> list[float]:
+    return [float(v.float().sum()) for _, v in sorted(batch.items()) if isinstance(v, torch.Tensor)]
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("name", ["fsdd", "MNIST"])
+def test_recipe_training_loaders_resume_mid_epoch(name: str) -> None:
+    from _recipes import data_root
+
+    from attnmm.data import FSDDDataModule, MNISTDataModule
+
+    root = data_root(name)
+    dm = (FSDDDataModule if name == "fsdd" else MNISTDataModule)(root=root, batch_size=256)
+    dm.setup("fit")
+    torch.manual_seed(0)
+    expected = [_fingerprint(b) for b in dm.train_dataloader()]
+    torch.manual_seed(0)
+    loader = dm.train_dataloader()
+    it = iter(loader)
+    for _ in range(3):  # two batches trained, a third prefetched
+        next(it)
+    state = loader.state_dict()
+    torch.manual_seed(7)
+    resumed = dm.train_dataloader()
+    resumed.load_state_dict(state)
+    assert [_fingerprint(b) for b in resumed] == expected[2:]
