@@ -12,6 +12,8 @@ on the same (rounded) inputs. See docs/robustness.md.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -65,6 +67,21 @@ class Case:
     needs_grad: tuple[bool, ...] = (True, True, True, True)
     loss_on: str = "both"
     block: int | None = None
+    #: float32 inputs under torch.autocast(bfloat16): False, "outside" (the backward pass outside the
+    #: autocast region) or "inside"
+    autocast: bool | str = False
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype attend computes and returns in: bfloat16 under autocast, else the inputs'."""
+        return torch.bfloat16 if self.autocast else self.dtype
+
+    def rounded(self) -> Case:
+        """The case with its inputs rounded to the dtype attend computes in (what autocast does)."""
+        if not self.autocast:
+            return self
+        low = [None if t is None else t.to(torch.bfloat16).to(t.dtype) for t in (self.q, self.k, self.v, self.bias)]
+        return dataclasses.replace(self, q=low[0], k=low[1], v=low[2], bias=low[3], autocast=False)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -217,6 +234,8 @@ def cases(draw: st.DrawFn, backend: str) -> Case:
     case.loss_on = draw(st.sampled_from(["both", "output", "weights"])) if weights else "output"
     if backend == "band":
         case.block = draw(st.sampled_from([None, None, 1, 2, 3, 4]))
+    if dtype == torch.float32 and draw(st.integers(0, 3)) == 0:
+        case.autocast = draw(st.sampled_from(["outside", "outside", "inside"]))
     return case
 
 
@@ -241,10 +260,12 @@ def _run(case: Case, backend: str, dtype: torch.dtype) -> list[Tensor]:
         leaves.append(bias)
     packed = case.q.dim() == 3
     q, k, v = (_lay_out(t, case.layout, packed) for t in leaves[:3])
-    result = attend(
-        q, k, v, case.mask, scale=case.scale, score=case.score, bias=bias,  # type: ignore[arg-type]
-        return_weights=case.weights, backend=backend,
-    )
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if case.autocast else contextlib.nullcontext()
+    with autocast:  # as bf16-mixed training runs the forward pass
+        result = attend(
+            q, k, v, case.mask, scale=case.scale, score=case.score, bias=bias,  # type: ignore[arg-type]
+            return_weights=case.weights, backend=backend,
+        )
     outs = list(result) if case.weights else [result]
     if case.weights:
         outs[1] = outs[1].values
@@ -252,7 +273,12 @@ def _run(case: Case, backend: str, dtype: torch.dtype) -> list[Tensor]:
     projections = [(o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64)).sum() for o in outs]
     loss = {"both": sum(projections), "output": projections[0], "weights": projections[-1]}[case.loss_on]
     inputs = [x for x in leaves if x.requires_grad]
-    grads = iter(torch.autograd.grad(loss, inputs, allow_unused=True) if loss.requires_grad else [None] * len(inputs))
+    # the backward pass outside autocast (as Lightning runs it) or, now and then, inside (discouraged by
+    # PyTorch but common in hand-written loops)
+    inside = torch.autocast("cpu", dtype=torch.bfloat16) if case.autocast == "inside" else contextlib.nullcontext()
+    with inside:
+        found = torch.autograd.grad(loss, inputs, allow_unused=True) if loss.requires_grad else [None] * len(inputs)
+    grads = iter(found)
     result_grads = []
     for x in leaves:
         d = next(grads) if x.requires_grad else None
@@ -262,7 +288,7 @@ def _run(case: Case, backend: str, dtype: torch.dtype) -> list[Tensor]:
 
 def _tolerance(case: Case, label: str) -> tuple[float, float] | None:
     """(atol, rtol) for one compared tensor, or None to check finiteness only."""
-    atol, rtol = TOL[case.dtype]
+    atol, rtol = TOL[case.compute_dtype]
     if not case.extreme:
         return atol, rtol
     # scores of order 1e4: float64 stays exact; in lower precision a score carries an absolute error
@@ -272,7 +298,7 @@ def _tolerance(case: Case, label: str) -> tuple[float, float] | None:
         return atol * EXTREME**2, rtol
     if label.startswith("grad"):
         return None
-    eps = torch.finfo(torch.float32 if case.dtype == torch.float32 else case.dtype).eps
+    eps = torch.finfo(case.compute_dtype).eps
     return max(atol, 4 * EXTREME**2 * eps), rtol
 
 
@@ -304,7 +330,7 @@ def test_backend_equals_reference(backend: str, data: st.DataObject) -> None:
     case = data.draw(cases(backend))
     note(f"mask={case.mask!r} dtype={case.dtype} q={tuple(case.q.shape)} k={tuple(case.k.shape)} "
          f"score={case.score} bias={None if case.bias is None else tuple(case.bias.shape)} "
-         f"weights={case.weights} extreme={case.extreme}")
+         f"weights={case.weights} extreme={case.extreme} autocast={case.autocast}")
     assume(_supported(case, backend))
     band = get_backend("band")
     band.block = case.block  # type: ignore[attr-defined]
@@ -312,13 +338,14 @@ def test_backend_equals_reference(backend: str, data: st.DataObject) -> None:
         got = _run(case, backend, case.dtype)
     finally:
         band.block = None  # type: ignore[attr-defined]
-    want = _run(case, "reference", torch.float64)
+    want = _run(case.rounded(), "reference", torch.float64)
     labels = ["output", *(["weights"] if case.weights else []), "grad q", "grad k", "grad v", "grad bias"]
     for label, a, b in zip(labels, got, want):
         if a is None or b is None:
             assert a is None and b is None, f"{backend} {label}: a gradient only one side has"
             continue
-        assert a.dtype == case.dtype, f"{backend} {label}: dtype {a.dtype}, expected {case.dtype}"
+        expected = case.dtype if label.startswith("grad") else case.compute_dtype  # gradients take the leaves'
+        assert a.dtype == expected, f"{backend} {label}: dtype {a.dtype}, expected {expected}"
         assert torch.isfinite(a).all(), f"{backend} {label} is not finite"
         tol = _tolerance(case, label)
         if tol is not None:

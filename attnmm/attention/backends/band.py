@@ -223,12 +223,20 @@ class _BandAttention(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(qb, kf, vf, saved, count, keep)
         ctx.geo, ctx.scale, ctx.score, ctx.dropout_p = geo, scale, score, dropout_p
+        ctx.device_type = q.device.type
         ctx.has_bias = bias is not None
         return geo.unpad_queries(out), weights  # a strided view: no copy
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
+        # a backward pass run inside torch.autocast would cast the products below to the autocast dtype
+        # while their out= buffers keep the forward's: run it in the forward's dtypes
+        with torch.autocast(ctx.device_type, enabled=False):
+            return _BandAttention._backward(ctx, d_out, d_weights)
+
+    @staticmethod
+    def _backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
         qb, kf, vf, saved, count, keep = ctx.saved_tensors
         geo: BandGeometry = ctx.geo
         p = ctx.dropout_p

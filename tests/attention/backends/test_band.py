@@ -117,3 +117,20 @@ def test_geometry_and_block_choice() -> None:
     assert (geo.T, geo.c, geo.W, geo.nb, geo.nbp) == (16, 1, 32, 7, 8)
     assert BandGeometry.build(1, 1, 5, 5, 1000, 1000).left == 4  # clamped to L - 1
     assert [choose_block(w) for w in (1, 129, 1000)] == [16, 32, 64]
+
+
+def test_backward_inside_autocast() -> None:
+    # found by fuzzing: a backward pass run inside torch.autocast cast the kernel's products to bfloat16
+    # while their out= buffers stayed float32 ("expected scalar type BFloat16 but found Float")
+    q, k, v = (randn(2, 2, 9, 4, dtype=torch.float32, seed=s).requires_grad_(True) for s in range(3))
+    grads = []
+    for inside in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = attend(q, k, v, Window(2, 1), backend="band")
+            if inside:
+                g = torch.autograd.grad(out.float().sum(), (q, k, v))
+        if not inside:
+            g = torch.autograd.grad(out.float().sum(), (q, k, v))
+        grads.append(g)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
