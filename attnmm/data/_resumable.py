@@ -52,7 +52,9 @@ class ResumableDataLoader(DataLoader):
     the batches it hands out; :meth:`state_dict` returns both plus the random state at save time.
     After :meth:`load_state_dict` the next epoch replays the recorded shuffle, skips the batches
     already trained on, and puts back the random state of the save, so a resumed run trains on
-    the same batches with the same dropout as one that was never interrupted.
+    the same batches with the same dropout as one that was never interrupted. A sampler or batch
+    sampler with its own ``state_dict``/``load_state_dict`` (e.g. an epoch count) is saved and
+    restored along with it.
 
     Lightning fetches one batch ahead of the one it trains on (to know which batch is last), so at
     a mid-epoch save one batch handed out has not been trained on; it is handed out again on resume.
@@ -77,14 +79,26 @@ class ResumableDataLoader(DataLoader):
         self._handed_out = 0
         self._exhausted = True
         self._to_resume: dict[str, Any] | None = None
+        self._epoch_sampler: dict[str, Any] | None = None
+
+    def _stateful_sampler(self) -> Any:
+        """The (batch) sampler that keeps state of its own (e.g. an epoch count), if any."""
+        for sampler in (self.batch_sampler, self.sampler):
+            if callable(getattr(sampler, "state_dict", None)) and callable(getattr(sampler, "load_state_dict", None)):
+                return sampler
+        return None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator, not a _BaseDataLoaderIter
         resume: dict[str, Any] = self._to_resume or {"exhausted": True}
         self._to_resume = None
         mid_epoch = not resume["exhausted"]
+        sampler = self._stateful_sampler()
         if mid_epoch:
             set_rng_state(resume["epoch_rng"])
+            if sampler is not None and resume.get("epoch_sampler") is not None:
+                sampler.load_state_dict(resume["epoch_sampler"])
         self._epoch_rng = get_rng_state()
+        self._epoch_sampler = sampler.state_dict() if sampler is not None else None
         self._handed_out, self._exhausted = 0, False
         batches = super().__iter__()
         if mid_epoch and resume["handed_out"] > 0:
@@ -109,6 +123,8 @@ class ResumableDataLoader(DataLoader):
             "handed_out": self._handed_out,
             "exhausted": self._exhausted,
             "rng": get_rng_state(),
+            "epoch_sampler": self._epoch_sampler,
+            "sampler": sampler.state_dict() if (sampler := self._stateful_sampler()) is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -117,3 +133,6 @@ class ResumableDataLoader(DataLoader):
         if missing:
             raise KeyError(f"ResumableDataLoader state lacks {sorted(missing)}; was it saved by this class?")
         self._to_resume = state
+        sampler = self._stateful_sampler()
+        if state["exhausted"] and sampler is not None and state.get("sampler") is not None:
+            sampler.load_state_dict(state["sampler"])  # the next epoch goes on from the saved count

@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
+from attnmm.data._resumable import ResumableDataLoader
 from attnmm.data._root import DATA_ENV, resolve_root
 from attnmm.data.vocab import PAD, Vocabulary
 
@@ -165,6 +166,13 @@ class BucketSampler(BatchSampler):
 
     def __len__(self) -> int:
         return -(-len(self.sampler) // self.batch_size)  # type: ignore[arg-type]
+
+    def state_dict(self) -> dict[str, int]:
+        """The epoch count, which seeds the next epoch's order (saved by a ResumableDataLoader)."""
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch = int(state["epoch"])
 
 
 class UDPOSDataModule(LightningDataModule):
@@ -321,7 +329,8 @@ class UDPOSDataModule(LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         data = self.datasets["train"]
         sampler = BucketSampler(data.lengths, self.batch_size, seed=self.seed)
-        return DataLoader(data, batch_sampler=sampler, collate_fn=collate_tagged, num_workers=self.num_workers)
+        # resumable mid-epoch: the same batches after a crash and resume
+        return ResumableDataLoader(data, batch_sampler=sampler, collate_fn=collate_tagged, num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
         data = self.datasets[split]

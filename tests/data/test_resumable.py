@@ -3,6 +3,8 @@ would have, and puts back the random state of the save."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -71,24 +73,34 @@ def _fingerprint(batch: dict) -> list[float]:
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("name", ["fsdd", "MNIST"])
+@pytest.mark.parametrize("name", ["fsdd", "MNIST", "ud_english_ewt"])
 def test_recipe_training_loaders_resume_mid_epoch(name: str) -> None:
     from _recipes import data_root
 
-    from attnmm.data import FSDDDataModule, MNISTDataModule
+    from attnmm.data import FSDDDataModule, MNISTDataModule, UDPOSDataModule
 
     root = data_root(name)
-    dm = (FSDDDataModule if name == "fsdd" else MNISTDataModule)(root=root, batch_size=256)
+    make = {"fsdd": FSDDDataModule, "MNIST": MNISTDataModule, "ud_english_ewt": UDPOSDataModule}[name]
+    dm = make(root=root, batch_size=512)
     dm.setup("fit")
+
+    def epoch(loader: Any) -> list[list[float]]:
+        return [_fingerprint(b) for b in loader]
+
     torch.manual_seed(0)
-    expected = [_fingerprint(b) for b in dm.train_dataloader()]
+    whole = dm.train_dataloader()
+    expected = [epoch(whole) for _ in range(3)]
     torch.manual_seed(0)
     loader = dm.train_dataloader()
+    epoch(loader)  # epoch 0 complete: a sampler that counts epochs has moved on
     it = iter(loader)
-    for _ in range(3):  # two batches trained, a third prefetched
+    for _ in range(3):  # epoch 1: two batches trained, a third prefetched
         next(it)
     state = loader.state_dict()
-    torch.manual_seed(7)
-    resumed = dm.train_dataloader()
-    resumed.load_state_dict(state)
-    assert [_fingerprint(b) for b in resumed] == expected[2:]
+    torch.manual_seed(7)  # a new process
+    resumed = make(root=root, batch_size=512)
+    resumed.setup("fit")
+    resumed_loader = resumed.train_dataloader()
+    resumed_loader.load_state_dict(state)
+    assert epoch(resumed_loader) == expected[1][2:]
+    assert epoch(resumed_loader) == expected[2]
