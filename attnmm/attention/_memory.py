@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from attnmm.masks.base import IntervalMask
+
 if TYPE_CHECKING:
     from attnmm.attention._problem import Problem
     from attnmm.attention.backends.base import Backend
@@ -186,12 +188,10 @@ def check_pairs(problem: Problem, with_bias: bool = False) -> None:
     Nothing is checked when the pairs will not be enumerated (an interval mask without bias or
     returned weights) or the mask cannot bound its pair count.
     """
-    from attnmm.masks.base import IntervalMask
-
-    mask = problem.effective_mask
-    if isinstance(mask, IntervalMask) and not with_bias and not problem.return_weights:
+    B, _, L, _ = problem.q.shape
+    if max(B, 1) * L * problem.k.shape[2] * PAIR_BYTES < SMALL_BYTES:  # B bounds the mask's batch items
         return
-    if (problem.batch_size or 1) * problem.L * problem.S * PAIR_BYTES < SMALL_BYTES:
+    if isinstance(problem.effective_mask, IntervalMask) and not with_bias and not problem.return_weights:
         return
     pairs = max_pairs(problem)
     if pairs is None:
@@ -204,9 +204,9 @@ def ceiling_bytes(problem: Problem) -> int:
     """A bound on every built-in backend's estimate from the sizes alone: 1 KiB for each of
     B * H * (L + S + 1)^2 scores and 512 bytes for each of B * H * (L + S + 1) rows of width
     max(E, Ev). Below :data:`SMALL_BYTES`, :func:`check_backend` does not ask the backend."""
-    n = problem.L + problem.S + 1
-    width = max(problem.q.size(-1), problem.v.size(-1))
-    return max(problem.B, 1) * max(problem.H, 1) * n * (1024 * n + 512 * width)
+    B, H, L, E = problem.q.shape
+    n = L + problem.k.shape[2] + 1
+    return max(B, 1) * max(H, 1) * n * (1024 * n + 512 * max(E, problem.v.shape[3]))
 
 
 def check_backend(problem: Problem, backend: Backend) -> None:
