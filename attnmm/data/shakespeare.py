@@ -145,7 +145,10 @@ class ShakespeareDataModule(LightningDataModule):
         if not 0.0 < train_fraction < 1.0:
             raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
         if eval_stride is not None and not 1 <= eval_stride <= block_size:
-            raise ValueError(f"eval_stride must be in [1, block_size={block_size}], got {eval_stride}")
+            raise ValueError(
+                f"eval_stride must be in [1, block_size={block_size}], got {eval_stride}; with a smaller "
+                "block_size set eval_stride as well (e.g. block_size // 2), or None for non-overlapping windows"
+            )
         self.eval_stride = eval_stride
         self.root, self.block_size, self.batch_size = root, block_size, batch_size
         self.samples_per_epoch, self.train_fraction, self.num_workers = samples_per_epoch, train_fraction, num_workers
