@@ -41,8 +41,10 @@ class SparseBackend(Backend):
     :math:`\partial s = a \odot (\partial a - \sum_{\mathrm{row}} a\,\partial a)`,
     :math:`\partial Q = \partial S\, K`, :math:`\partial K = \partial S^\top Q`,
     :math:`\partial V = A^\top \partial O`). Only (nnz, H) tensors are kept; keys and values are never
-    copied per pair. Heads and batch items are handled as one block-diagonal matrix. Half-precision
-    inputs are computed in float32.
+    copied per pair. Heads and batch items are handled as one block-diagonal matrix, over the operands
+    in the order they lie in memory: inputs laid out as (B, L, H, E), such as packed (N, H, E) node
+    features, are used as they are (the heads of each key are read together), others head by head.
+    Half-precision inputs are computed in float32.
 
     Examples:
         >>> import torch
