@@ -11,6 +11,30 @@ import pytest
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
+#: Every recipe -> (its data folder under $ATTNMM_DATA, or None for generated data; the arguments
+#: that make its smoke run small), for tests that run all of them the same way.
+SMOKE = {
+    "graph_graph": (None, ["--data.num_graphs=40", "--data.batch_size=8"]),
+    "graph_node": ("planetoid", []),
+    "speech_truncated": ("fsdd", []),
+    "image_patches": ("MNIST", []),
+    "text_pos": ("ud_english_ewt", []),
+    "text_lm": ("tinyshakespeare", ["--data.block_size=64", "--data.eval_stride=64"]),
+}
+
+
+def smoke_params(exclude: tuple[str, ...] = ()) -> list[object]:
+    """The recipes of :data:`SMOKE` as pytest params, those on real data marked ``data``."""
+    return [pytest.param(r, marks=[pytest.mark.data] if SMOKE[r][0] else []) for r in sorted(SMOKE) if r not in exclude]
+
+
+def smoke_args(recipe: str) -> list[str]:
+    """The recipe's small-run arguments, after skipping the test when its data is absent."""
+    folder, extra = SMOKE[recipe]
+    if folder is not None:
+        data_root(folder)
+    return list(extra)
+
 
 def data_root(name: str) -> Path:
     """``$ATTNMM_DATA/name``, or skip the test when the real data is not there."""

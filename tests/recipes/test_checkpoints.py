@@ -7,19 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from _recipes import data_root, run_recipe
+from _recipes import run_recipe, smoke_args, smoke_params
 
 from attnmm.lightning import ClassificationTask
 
 # recipe -> (data folder under $ATTNMM_DATA or None, extra arguments for a two-step run)
-RECIPES = {
-    "graph_graph": (None, ["--data.num_graphs=40", "--data.batch_size=8"]),
-    "graph_node": ("planetoid", []),
-    "speech_truncated": ("fsdd", []),
-    "image_patches": ("MNIST", []),
-    "text_pos": ("ud_english_ewt", []),
-    "text_lm": ("tinyshakespeare", ["--data.block_size=64", "--data.eval_stride=64", "--trainer.val_check_interval=2"]),
-}
 SHORT = [
     "--trainer.max_epochs=1", "--trainer.max_steps=2", "--trainer.limit_train_batches=2",
     "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1", "--torch_threads=1",
@@ -27,13 +19,9 @@ SHORT = [
 ]
 
 
-@pytest.mark.parametrize(
-    "recipe", [pytest.param(r, marks=[pytest.mark.data] if RECIPES[r][0] else []) for r in sorted(RECIPES)]
-)
+@pytest.mark.parametrize("recipe", smoke_params())
 def test_checkpoints_load_weights_only(recipe: str, tmp_path: Path) -> None:
-    folder, extra = RECIPES[recipe]
-    if folder is not None:
-        data_root(folder)
+    extra = smoke_args(recipe) + (["--trainer.val_check_interval=2"] if recipe == "text_lm" else [])
     run_recipe(recipe, ["fit", *SHORT, *extra], tmp_path)
     paths = sorted(tmp_path.glob("runs/**/*.ckpt"))
     assert {p.name.split("-")[0].removesuffix(".ckpt") for p in paths} == {"best", "last"}

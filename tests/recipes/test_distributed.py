@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import data_root, run_recipe
+from _recipes import run_recipe, smoke_args, smoke_params
 
 # graph_graph, tiny: 64 training graphs, 8 validation and 8 test graphs (4 per process: the
 # DistributedSampler pads nothing, so each graph is counted exactly once)
@@ -36,21 +36,11 @@ def test_ddp_two_processes_reduce_test_metrics_like_one(tmp_path: Path) -> None:
     assert one == pytest.approx(distributed, rel=1e-6, abs=1e-7)
 
 
-# recipe -> (data folder under $ATTNMM_DATA, extra arguments); graph_graph is covered above
-RECIPES = {
-    "graph_node": ("planetoid", []),
-    "speech_truncated": ("fsdd", []),
-    "image_patches": ("MNIST", []),
-    "text_pos": ("ud_english_ewt", []),
-    "text_lm": ("tinyshakespeare", ["--data.block_size=64", "--data.eval_stride=64"]),
-}
 
 
-@pytest.mark.data
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("recipe", smoke_params(exclude=("graph_graph",)))  # graph_graph: above
 def test_every_recipe_runs_under_ddp(recipe: str, tmp_path: Path) -> None:
-    folder, extra = RECIPES[recipe]
-    data_root(folder)
+    extra = smoke_args(recipe)
     args = ["fit", "--trainer.fast_dev_run=true", "--trainer.strategy=ddp", "--trainer.devices=2",
             "--trainer.accelerator=cpu", "--torch_threads=1", *extra]
     proc = run_recipe(recipe, args, tmp_path)

@@ -8,26 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import data_root, run_recipe
-
-# recipe -> (data folder under $ATTNMM_DATA or None, extra arguments)
-RECIPES = {
-    "graph_graph": (None, ["--data.num_graphs=40", "--data.batch_size=8"]),
-    "graph_node": ("planetoid", []),
-    "speech_truncated": ("fsdd", []),
-    "image_patches": ("MNIST", []),
-    "text_pos": ("ud_english_ewt", []),
-    "text_lm": ("tinyshakespeare", ["--data.block_size=64", "--data.eval_stride=64"]),
-}
+from _recipes import run_recipe, smoke_args, smoke_params
 
 
-@pytest.mark.parametrize(
-    "recipe", [pytest.param(r, marks=[pytest.mark.data] if RECIPES[r][0] else []) for r in sorted(RECIPES)]
-)
+@pytest.mark.parametrize("recipe", smoke_params())
 def test_bf16_mixed_smoke_run(recipe: str, tmp_path: Path) -> None:
-    folder, extra = RECIPES[recipe]
-    if folder is not None:
-        data_root(folder)
+    extra = smoke_args(recipe)
     args = ["fit", "--trainer.fast_dev_run=true", "--trainer.precision=bf16-mixed", "--torch_threads=1", *extra]
     run_recipe(recipe, args, tmp_path)
     (path,) = tmp_path.glob("runs/**/metrics.json")
