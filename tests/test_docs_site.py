@@ -4,28 +4,19 @@ The site itself is built by ``make docs`` (``mkdocs build --strict``), which ``m
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from test_docs import load_docs_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_math_blocks_and_roles_become_markdown() -> None:
     pytest.importorskip("griffe")
-    markdown = load("griffe_rst").markdown
+    markdown = load_docs_module("griffe_rst").markdown
     text = (
         "Attention, :math:`a_{ij}` per pair.\n\n"
         "    .. math::\n"
@@ -44,7 +35,7 @@ def test_math_blocks_and_roles_become_markdown() -> None:
 def test_missing_targets_stay_required_references() -> None:
     """A role naming nothing (a typo, a renamed class) must fail the strict build; numbers are code."""
     pytest.importorskip("griffe")
-    markdown = load("griffe_rst").markdown
+    markdown = load_docs_module("griffe_rst").markdown
     out = markdown(":class:`~attnmm.masks.Windw` and :obj:`0.5` and :func:`os.replace`")
     assert '<autoref identifier="attnmm.masks.Windw"><code>Windw</code></autoref>' in out
     assert "`0.5`" in out
@@ -53,7 +44,7 @@ def test_missing_targets_stay_required_references() -> None:
 
 def test_shapes_section_becomes_a_list() -> None:
     pytest.importorskip("griffe")
-    markdown = load("griffe_rst").markdown
+    markdown = load_docs_module("griffe_rst").markdown
     text = "Args:\n    x (Tensor): input.\n\nShapes:\n    - **input:** (B, L, D)\n    - **output:** (B, L, D)\n"
     assert "**Shapes:**\n\n- **input:** (B, L, D)\n- **output:** (B, L, D)\n" in markdown(text)
 

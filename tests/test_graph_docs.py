@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
-from test_docs import blocks
+from test_docs import RUN_PAGE, blocks
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
 
@@ -16,10 +14,4 @@ def test_graphs_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.chdir(tmp_path)
     found = blocks(PAGE.read_text())
     assert len(found) == 3
-    namespace: dict[str, object] = {"__name__": "docs.graphs"}
-    for _, code, expected, line in found:
-        stdout = io.StringIO()
-        with contextlib.redirect_stdout(stdout):
-            exec(compile(code, f"{PAGE}:{line}", "exec"), namespace)
-        if expected is not None:
-            assert stdout.getvalue().rstrip() == expected.rstrip(), f"graphs.md:{line} printed:\n{stdout.getvalue()}"
+    RUN_PAGE.run_page(PAGE, check=True)  # every block runs and prints its text block
