@@ -42,6 +42,16 @@ class RecipeCLI(LightningCLI):
     ``test_loss``, ...) as ``metrics.json`` in the run's log directory; ``test`` writes them too.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A process group left for interpreter teardown lets gloo's worker threads die inside
+        # C++ destructors ("terminate called without an active exception", exit code 134) now
+        # and then. Tear it down here, after a clean run only: after an exception the other
+        # ranks may still be inside a collective and the teardown could hang.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--torch_threads", type=int | None, default=None,
