@@ -1,14 +1,17 @@
 """Node classification on a Planetoid citation graph (Cora by default) with graph attention.
 
 Runs a LightningCLI (fit, validate, test, predict) with ``configs/graph_node.yaml`` as default: node
-features -> two AttentionConv layers attending along the edges (and self loops), GAT-style -> class
-logits per node, trained full-batch on the public split. ``fit`` ends by testing the checkpoint with the
-best validation accuracy and writes ``metrics.json`` in the run's log directory.
+features -> an MLP's class predictions -> ten rounds of attention along the edges (and self loops)
+that propagate them (predict, then propagate), trained full-batch on the public split;
+``--config configs/graph_node_gat.yaml`` trains two GAT-style AttentionConv layers instead. ``fit``
+ends by testing the checkpoint with the lowest validation loss and writes ``metrics.json`` in the
+run's log directory.
 
     python recipes/graph_node.py fit                                   # Cora
     python recipes/graph_node.py fit --trainer.fast_dev_run=true       # smoke run
     python recipes/graph_node.py fit --data.name=CiteSeer --model.num_classes=6 \\
-        --model.adapter.init_args.in_channels=3703 --model.head.init_args.d_model=6 ...
+        --model.adapter.init_args.in_channels=3703 --model.encoder.init_args.in_channels=3703 \\
+        --model.encoder.init_args.out_channels=6
 """
 
 from pathlib import Path
