@@ -3,7 +3,9 @@ r"""The task LightningModule shared by every recipe: adapter -> encoder -> head,
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
+from copy import deepcopy
 from typing import Any, Literal
 
 import lightning as L
@@ -31,6 +33,13 @@ class ClassificationTask(L.LightningModule):
     ``{stage}_acc``. Optimiser: AdamW (or Adam with an L2 penalty) with linear warm-up and cosine decay
     over the run.
 
+    With ``ensemble=n > 1`` the task holds ``n`` independently initialised copies of the adapter,
+    encoder and head (``members``; the first is ``adapter``/``encoder``/``head``). They train side by
+    side on the same batches, each on its own loss (the mean of their losses is minimised), and
+    predict together: the logits are the log of the members' mean probabilities, on which the
+    validation and test losses and accuracies are computed. It costs ``n`` times the compute and is the
+    simplest way to buy accuracy with time (a few tenths of a point in tagging).
+
     Args:
         adapter (Adapter): raw batch -> :class:`~attnmm.adapters.Tokens`.
         encoder (nn.Module): ``encoder(x, mask) -> h``, e.g. :class:`~attnmm.attention.Encoder`; an
@@ -47,6 +56,8 @@ class ClassificationTask(L.LightningModule):
         target_key (str, optional): key of the targets in the batch. (default: :obj:`"label"`)
         optimizer (str, optional): ``"adamw"`` (decoupled weight decay) or ``"adam"`` (weight decay as
             an L2 penalty in the gradient, as GAT trains on Cora). (default: :obj:`"adamw"`)
+        ensemble (int, optional): number of independently initialised models averaged, >= 1.
+            (default: :obj:`1`)
 
     Examples:
         >>> import torch
@@ -71,12 +82,19 @@ class ClassificationTask(L.LightningModule):
         label_smoothing: float = 0.0,
         target_key: str = "label",
         optimizer: Literal["adamw", "adam"] = "adamw",
+        ensemble: int = 1,
     ) -> None:
         super().__init__()
         self._save_config()
         self.adapter = adapter
         self.encoder = encoder
         self.head = head
+        self.ensemble = check_nonneg_int("ensemble", ensemble, minimum=1)
+        # the other members: deep copies, each initialised afresh (reset_parameters of every module)
+        self.extra_members = nn.ModuleList(
+            _reinitialised(nn.ModuleDict({"adapter": adapter, "encoder": encoder, "head": head}))
+            for _ in range(self.ensemble - 1)
+        )
         self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=2)
         if not 0.0 <= warmup_fraction < 1.0:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
@@ -107,23 +125,58 @@ class ClassificationTask(L.LightningModule):
             for key in [k for k, v in store.items() if isinstance(v, nn.Module)]:
                 del store[key]
 
-    def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
-        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""
-        tokens = self.adapter(batch)
+    @property
+    def members(self) -> list[tuple[Adapter, nn.Module, nn.Module | None]]:
+        """The ``(adapter, encoder, head)`` of every ensemble member, the task's own first."""
+        own = [(self.adapter, self.encoder, self.head)]
+        return own + [(m["adapter"], m["encoder"], m["head"]) for m in self.extra_members]  # type: ignore[misc]
+
+    def encode(self, batch: Any, return_weights: bool = False, member: int = 0) -> tuple[Tensor, Tokens, Any]:
+        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer
+        (of ensemble member ``member``)."""
+        adapter, encoder, _ = self.members[member]
+        tokens = adapter(batch)
         # encoders that need more than (x, mask), e.g. the edges of a graph batch, declare ``tokens``
-        extra = {"tokens": tokens} if "tokens" in inspect.signature(self.encoder.forward).parameters else {}
+        extra = {"tokens": tokens} if "tokens" in inspect.signature(encoder.forward).parameters else {}
         if return_weights:
-            h, weights = self.encoder(tokens.x, tokens.mask, return_weights=True, **extra)
+            h, weights = encoder(tokens.x, tokens.mask, return_weights=True, **extra)
             return h, tokens, weights
-        return self.encoder(tokens.x, tokens.mask, **extra), tokens, None
+        return encoder(tokens.x, tokens.mask, **extra), tokens, None
+
+    def member_logits(self, batch: Any, member: int = 0) -> Tensor:
+        """The logits of one ensemble member."""
+        h, tokens, _ = self.encode(batch, member=member)
+        head = self.members[member][2]
+        return h if head is None else head(h, tokens)
 
     def forward(self, batch: Any) -> Tensor:
-        h, tokens, _ = self.encode(batch)
-        return h if self.head is None else self.head(h, tokens)
+        """The logits; for an ensemble, the log of the members' mean probabilities."""
+        if self.ensemble == 1:
+            return self.member_logits(batch)
+        return _mean_probs_log([self.member_logits(batch, i) for i in range(self.ensemble)])
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
-        logits = self(batch)
         target = batch[self.target_key]
+        member_losses: list[Tensor] = []
+        if self.ensemble > 1 and stage == "train":
+            per_member = [self.member_logits(batch, i) for i in range(self.ensemble)]
+            logits = _mean_probs_log([m.detach() for m in per_member])  # for the accuracy only
+            member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
+        else:
+            logits = self(batch)
+        loss, flat_logits, flat_target = self._loss(logits, target, batch, stage)
+        if member_losses:
+            loss = torch.stack(member_losses).mean()
+        acc = self.accuracy[f"{stage}_acc"]
+        acc(flat_logits.detach(), flat_target)
+        n = int((flat_target != IGNORE_INDEX).sum())
+        on_step = stage == "train"
+        self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
+        self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        return loss
+
+    def _loss(self, logits: Tensor, target: Tensor, batch: Any, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:
+        """Cross-entropy over the targets the stage scores, with the flat logits and targets used."""
         if logits.dim() == 3 and target.dim() == 2 and target.size(1) != logits.size(1):
             raise ValueError(f"per-token targets {tuple(target.shape)} do not match logits {tuple(logits.shape)}")
         flat_logits, flat_target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
@@ -134,13 +187,7 @@ class ClassificationTask(L.LightningModule):
         loss = F.cross_entropy(
             flat_logits.float(), flat_target, ignore_index=IGNORE_INDEX, label_smoothing=self.label_smoothing
         )
-        acc = self.accuracy[f"{stage}_acc"]
-        acc(flat_logits.detach(), flat_target)
-        n = int((flat_target != IGNORE_INDEX).sum())
-        on_step = stage == "train"
-        self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
-        self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        return loss
+        return loss, flat_logits, flat_target
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._shared_step(batch, "train")
@@ -169,3 +216,19 @@ class ClassificationTask(L.LightningModule):
             optimizer, lambda step: warmup_cosine(step, warmup, total, self.min_lr_ratio)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _reinitialised(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` with every submodule's ``reset_parameters`` called (a fresh draw)."""
+    copy = deepcopy(module)
+    for sub in copy.modules():
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    return copy
+
+
+def _mean_probs_log(logits: list[Tensor]) -> Tensor:
+    """``log(mean_i softmax(logits_i))``, computed stably in float32."""
+    logp = torch.stack([x.float().log_softmax(-1) for x in logits])
+    return torch.logsumexp(logp, 0) - math.log(len(logits))

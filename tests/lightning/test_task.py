@@ -5,6 +5,7 @@ import itertools
 import lightning as L
 import pytest
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 
 from attnmm.adapters import Adapter, SpeechAdapter, Tokens
@@ -114,3 +115,60 @@ def test_per_token_targets_with_ignore_index() -> None:
     expected = torch.nn.functional.cross_entropy(logits[keep], batch["label"][keep])
     task.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
     torch.testing.assert_close(task._shared_step(batch, "val"), expected)
+
+
+def make_ensemble(n: int) -> ClassificationTask:
+    return ClassificationTask(
+        SpeechAdapter(d_model=16, channels=4, mask=Window(4, 1)),
+        Encoder(16, 2, 1, 32, dropout=0.0),
+        PoolingClassifier(16, 2),
+        num_classes=2,
+        lr=3e-3,
+        ensemble=n,
+    )
+
+
+def test_ensemble_members_are_fresh_and_averaged_in_probability() -> None:
+    torch.manual_seed(0)
+    task = make_ensemble(3).eval()
+    assert len(task.members) == 3 and task.members[0][0] is task.adapter
+    first, second = (dict(m.named_parameters()) for m in task.extra_members)
+    own = dict(nn.ModuleDict({"adapter": task.adapter, "encoder": task.encoder, "head": task.head}).named_parameters())
+    assert own.keys() == first.keys()
+    # every weight matrix is drawn afresh (norm scales and zero biases may coincide by design)
+    for name, p in own.items():
+        if p.dim() >= 2:
+            assert not torch.equal(p, first[name]) and not torch.equal(first[name], second[name]), name
+    batch = SpeechAdapter.example_batch(2)
+    probs = torch.stack([task.member_logits(batch, i).softmax(-1) for i in range(3)]).mean(0)
+    torch.testing.assert_close(task(batch).exp(), probs)
+    assert task(batch).exp().sum(-1).sub(1).abs().max() < 1e-5
+
+
+def test_ensemble_trains_every_member_and_round_trips(tmp_path) -> None:
+    torch.manual_seed(0)
+    task = make_ensemble(2)
+    before = [p.detach().clone() for p in task.extra_members.parameters()]
+    trainer = L.Trainer(
+        max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        default_root_dir=tmp_path, enable_model_summary=False,
+    )
+    trainer.fit(task, datamodule=ToyAudio())
+    assert any(not torch.equal(a, b) for a, b in zip(before, task.extra_members.parameters(), strict=True))
+    (res,) = trainer.test(task, datamodule=ToyAudio(), verbose=False)
+    assert res["test_acc"] == 1.0
+    path = tmp_path / "ensemble.ckpt"
+    trainer.save_checkpoint(path)
+    fresh = make_ensemble(2)
+    loaded = ClassificationTask.load_from_checkpoint(
+        path, adapter=fresh.adapter, encoder=fresh.encoder, head=fresh.head, weights_only=True
+    )
+    batch = SpeechAdapter.example_batch(2)
+    task.eval(), loaded.eval()
+    torch.testing.assert_close(loaded(batch), task(batch))
+
+
+def test_single_model_state_dict_is_unchanged_and_bad_sizes_fail() -> None:
+    assert not any(k.startswith("extra_members") for k in make_task().state_dict())
+    with pytest.raises(ValueError, match="ensemble"):
+        make_ensemble(0)
