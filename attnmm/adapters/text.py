@@ -36,6 +36,10 @@ class CharFeatures(nn.Module):
         channels (int, optional): convolution channels, the width of the feature.
             (default: :obj:`64`)
         kernel (int, optional): odd convolution width in characters. (default: :obj:`3`)
+        encoder (str, optional): ``"cnn"``, the convolution above, or ``"lstm"``: a bidirectional
+            LSTM over the marked characters whose two final states (``channels // 2`` each) are the
+            feature, reading a whole prefix or suffix rather than ``kernel``-character pieces
+            (Lample et al., 2016). (default: :obj:`"cnn"`)
 
     Shapes:
         - **input:** chars (B, L, C), character ids of each word, 0 after its end
@@ -48,8 +52,16 @@ class CharFeatures(nn.Module):
         torch.Size([2, 5, 16])
     """
 
-    def __init__(self, num_chars: int, char_dim: int = 32, channels: int = 64, kernel: int = 3) -> None:
+    def __init__(
+        self, num_chars: int, char_dim: int = 32, channels: int = 64, kernel: int = 3,
+        encoder: Literal["cnn", "lstm"] = "cnn",
+    ) -> None:
         super().__init__()
+        if encoder not in ("cnn", "lstm"):
+            raise ValueError(f"encoder must be 'cnn' or 'lstm', got {encoder!r}")
+        if encoder == "lstm" and channels % 2:
+            raise ValueError(f"channels must be even for the bidirectional LSTM (half per direction), got {channels}")
+        self.encoder = encoder
         self.num_chars = check_nonneg_int("num_chars", num_chars, minimum=2)
         kernel = check_nonneg_int("kernel", kernel, minimum=1)
         if kernel % 2 == 0:
@@ -58,12 +70,19 @@ class CharFeatures(nn.Module):
         # rows num_chars and num_chars + 1 are the begin and end markers
         char_dim = check_nonneg_int("char_dim", char_dim, minimum=1)
         self.embed = nn.Embedding(self.num_chars + 2, char_dim, padding_idx=PAD)
-        self.conv = nn.Conv1d(char_dim, channels, kernel, padding=kernel // 2)
+        self.conv: nn.Conv1d | None = None
+        self.lstm: nn.LSTM | None = None
+        if encoder == "cnn":
+            self.conv = nn.Conv1d(char_dim, channels, kernel, padding=kernel // 2)
+        else:
+            self.lstm = nn.LSTM(char_dim, channels // 2, batch_first=True, bidirectional=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         self.embed.reset_parameters()
-        self.conv.reset_parameters()
+        for part in (self.conv, self.lstm):
+            if part is not None:
+                part.reset_parameters()
 
     def forward(self, chars: Tensor) -> Tensor:
         if chars.dim() != 3:
@@ -74,10 +93,26 @@ class CharFeatures(nn.Module):
         marked = torch.cat([flat.new_full((B * L, 1), self.num_chars), flat, flat.new_zeros(B * L, 1)], 1)
         marked = marked.scatter(1, n + 1, torch.full_like(n, self.num_chars + 1))  # (B*L, C + 2)
         marked = marked.masked_fill(n == 0, PAD)  # no word, no markers
+        if self.lstm is not None:
+            return self._lstm(marked, n.squeeze(1)).view(B, L, self.out_dim)
+        assert self.conv is not None
         h = self.conv(self.embed(marked).transpose(1, 2)).relu()  # (B*L, channels, C + 2)
         real = (marked != PAD).unsqueeze(1)  # (B*L, 1, C + 2)
         h = h.masked_fill(~real, 0.0).amax(-1)  # (B*L, channels); ReLU >= 0, so 0 stands for "no word"
         return h.view(B, L, self.out_dim)
+
+    def _lstm(self, marked: Tensor, n: Tensor) -> Tensor:
+        """Final states of the BiLSTM over each real word's marked characters; zeros for no word."""
+        assert self.lstm is not None
+        out = marked.new_zeros(marked.shape[0], self.out_dim, dtype=self.embed.weight.dtype)
+        words = (n > 0).nonzero().squeeze(1)
+        if words.numel() == 0:
+            return out
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.embed(marked[words]), (n[words] + 2).cpu(), batch_first=True, enforce_sorted=False
+        )
+        _, (h, _) = self.lstm(packed)  # h: (2, words, channels // 2), forward then backward
+        return out.index_copy(0, words, torch.cat([h[0], h[1]], -1).to(out.dtype))
 
 
 @register_adapter("text")
@@ -116,6 +151,8 @@ class TextAdapter(Adapter):
         char_dim (int, optional): character embedding width. (default: :obj:`32`)
         char_channels (int, optional): width of the character features. (default: :obj:`64`)
         char_kernel (int, optional): character convolution width. (default: :obj:`3`)
+        char_encoder (str, optional): ``"cnn"`` or ``"lstm"``, see :class:`CharFeatures`.
+            (default: :obj:`"cnn"`)
         word_dropout (float, optional): share of tokens replaced by the unknown token in training.
             (default: :obj:`0.0`)
         dropout (float, optional): dropout on the tokens. (default: :obj:`0.1`)
@@ -147,6 +184,7 @@ class TextAdapter(Adapter):
         char_dim: int = 32,
         char_channels: int = 64,
         char_kernel: int = 3,
+        char_encoder: Literal["cnn", "lstm"] = "cnn",
         word_dropout: float = 0.0,
         dropout: float = 0.1,
     ) -> None:
@@ -166,7 +204,7 @@ class TextAdapter(Adapter):
         self.chars: CharFeatures | None = None
         self.proj: nn.Linear | None = None
         if check_nonneg_int("char_vocab_size", char_vocab_size):
-            self.chars = CharFeatures(char_vocab_size, char_dim, char_channels, char_kernel)
+            self.chars = CharFeatures(char_vocab_size, char_dim, char_channels, char_kernel, char_encoder)
             self.proj = nn.Linear(self.out_dim + self.chars.out_dim, self.out_dim)
         self.pos: nn.Module | None = None
         if positional == "sinusoidal":

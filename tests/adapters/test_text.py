@@ -93,3 +93,36 @@ def test_errors_name_expected_and_actual() -> None:
         TextAdapter(50, 8)({"tokens": torch.tensor([3, 4, 5])})
     with pytest.raises(ValueError, match="LearnedPE has max_len=4 positions but the input has L=6"):
         TextAdapter(50, 8, positional="learned", max_len=4)({"tokens": torch.full((1, 6), 3)})
+
+
+def test_lstm_char_features_match_a_word_by_word_bilstm() -> None:
+    torch.manual_seed(0)
+    feats = CharFeatures(20, char_dim=6, channels=8, encoder="lstm").double()
+    chars = torch.tensor([[[3, 4, 5, 0], [7, 0, 0, 0], [0, 0, 0, 0]], [[9, 8, 7, 6], [2, 2, 0, 0], [5, 0, 0, 0]]])
+    out = feats(chars)
+    assert out.shape == (2, 3, 8) and out.dtype == torch.float64
+    assert torch.equal(out[0, 2], torch.zeros(8, dtype=torch.float64))  # no word, no feature
+    for b in range(2):
+        for i in range(3):
+            word = chars[b, i][chars[b, i] != PAD]
+            if word.numel() == 0:
+                continue
+            marked = torch.cat([torch.tensor([20]), word, torch.tensor([21])])  # begin, chars, end
+            _, (h, _) = feats.lstm(feats.embed(marked).unsqueeze(0))
+            torch.testing.assert_close(out[b, i], torch.cat([h[0, 0], h[1, 0]]))
+    # padding after the word changes nothing, and gradients reach the LSTM
+    longer = torch.nn.functional.pad(chars, (0, 3))
+    torch.testing.assert_close(feats(longer), out)
+    out.sum().backward()
+    assert feats.lstm is not None and feats.lstm.weight_ih_l0.grad is not None
+
+
+def test_lstm_char_features_in_the_adapter_and_bad_options() -> None:
+    adapter = TextAdapter(50, 16, char_vocab_size=20, char_channels=12, char_encoder="lstm")
+    assert adapter(_batch()).x.shape == (3, 7, 16)
+    assert torch.equal(CharFeatures(20, channels=8, encoder="lstm")(torch.zeros(1, 2, 3, dtype=torch.long)),
+                       torch.zeros(1, 2, 8))
+    with pytest.raises(ValueError, match="even"):
+        CharFeatures(20, channels=7, encoder="lstm")
+    with pytest.raises(ValueError, match="encoder must be"):
+        CharFeatures(20, encoder="gru")  # type: ignore[arg-type]
