@@ -6,7 +6,7 @@ import inspect
 import math
 import warnings
 from copy import deepcopy
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import lightning as L
 import torch
@@ -128,8 +128,11 @@ class ClassificationTask(L.LightningModule):
     @property
     def members(self) -> list[tuple[Adapter, nn.Module, nn.Module | None]]:
         """The ``(adapter, encoder, head)`` of every ensemble member, the task's own first."""
-        own = [(self.adapter, self.encoder, self.head)]
-        return own + [(m["adapter"], m["encoder"], m["head"]) for m in self.extra_members]  # type: ignore[misc]
+        members: list[tuple[Adapter, nn.Module, nn.Module | None]] = [(self.adapter, self.encoder, self.head)]
+        for m in self.extra_members:
+            parts = cast(nn.ModuleDict, m)
+            members.append((cast(Adapter, parts["adapter"]), parts["encoder"], parts["head"]))
+        return members
 
     def encode(self, batch: Any, return_weights: bool = False, member: int = 0) -> tuple[Tensor, Tokens, Any]:
         """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer
