@@ -118,8 +118,14 @@ def test_atomic_save_keeps_old_checkpoint_when_write_fails(tmp_path: Path, monke
 
 
 WRITER = """
-import sys, torch
+import sys, time, torch
 from attnmm.lightning import AtomicCheckpointIO
+save = torch.save
+def slow_save(obj, f):  # a slow disk: most of each cycle is spent inside a write
+    save(obj, f)
+    f.flush()
+    time.sleep(0.2)
+torch.save = slow_save
 io, step = AtomicCheckpointIO(), 0
 while True:
     step += 1
@@ -130,7 +136,10 @@ while True:
 def test_sigkill_during_writes_never_leaves_a_truncated_last(tmp_path: Path) -> None:
     path = tmp_path / "last.ckpt"
     cut_off = 0  # kills that landed during a write (they leave the temporary file)
-    for delay in (0.05, 0.13, 0.29, 0.41):
+    delays = [0.05, 0.13, 0.29, 0.41, 0.07, 0.19, 0.33, 0.11]
+    for attempt, delay in enumerate(delays):
+        if attempt >= 4 and cut_off:  # four kills at least, and one of them midway through a write
+            break
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)])
         try:
             deadline = time.monotonic() + 60
