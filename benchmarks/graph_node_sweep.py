@@ -1,17 +1,18 @@
 """Validation-only sweep of the Cora recipe's hyperparameters.
 
-``python -m benchmarks.graph_node_sweep '[{}, {"lr": 0.01}]' --seeds 10`` trains the recipe's model
-(``recipes/configs/graph_node.yaml``: GraphAdapter + GraphAttentionEncoder, Adam with an L2 penalty,
-300 full-batch epochs, the first epoch of best validation accuracy kept) in a plain loop for each
+``python -m benchmarks.graph_node_sweep '[{}, {"lr": 0.01}]' --seeds 10`` trains a Cora model
+(``{}`` is the GAT-style one of ``recipes/configs/graph_node_gat.yaml``: GraphAdapter +
+GraphAttentionEncoder, Adam with an L2 penalty, 300 full-batch epochs) in a plain loop for each
 config and seed, and prints the mean and standard deviation over seeds of three validation scores: the
 best validation accuracy, and two cross-fitted accuracies (the epoch chosen on one half of the
 validation nodes by accuracy or by loss, measured on the other half). It never computes a test
 number: choose on this, then run the recipe for the test accuracy.
 
-Config keys: ``model`` (``"gat"``: GraphAttentionEncoder, the recipe's; ``"propagation"``:
-PropagationEncoder), ``lr``, ``wd``, ``hidden``, ``dropout`` (attention and hidden layers),
-``in_drop`` (the adapter's input dropout), ``epochs``; for ``"gat"`` ``heads``, ``out_heads``,
-``root_weight``; for ``"propagation"`` ``steps``, ``alpha``, ``pair_dropout``, ``scores``.
+Config keys: ``model`` (``"gat"``: GraphAttentionEncoder; ``"propagation"``: PropagationEncoder,
+the default recipe's model with ``hidden: 64, dropout: 0.5, in_drop: 0.5, lr: 0.01, pair_dropout:
+0.5``), ``lr``, ``wd``, ``hidden``, ``dropout`` (attention and hidden layers), ``in_drop`` (the
+adapter's input dropout), ``epochs``; for ``"gat"`` ``heads``, ``out_heads``, ``root_weight``; for
+``"propagation"`` ``steps``, ``alpha``, ``pair_dropout``, ``scores``.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _cross_fitted(correct: torch.Tensor, score: torch.Tensor, splits: int = 5) -
 def validation_scores(data: Any, num_features: int, num_classes: int, seed: int, **config: Any) -> dict[str, float]:
     """Validation scores of one training run (fractions in [0, 1]).
 
-    ``best``: the best validation accuracy over the epochs (what the recipe's checkpoint has);
+    ``best``: the best validation accuracy over the epochs (what a checkpoint chosen by accuracy has);
     ``cross_acc``: the cross-fitted accuracy when the epoch is chosen by validation accuracy, and
     ``cross_loss`` when it is chosen by validation loss (see :func:`_cross_fitted`).
     """
@@ -110,14 +111,11 @@ def validation_scores(data: Any, num_features: int, num_classes: int, seed: int,
     }
 
 
-def best_val_acc(data: Any, num_features: int, num_classes: int, seed: int, **config: Any) -> float:
-    """Best validation accuracy of one training run."""
-    return validation_scores(data, num_features, num_classes, seed, **config)["best"]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.graph_node_sweep", description=__doc__)
-    parser.add_argument("configs", help='JSON list of configs, e.g. \'[{}, {"lr": 0.01}]\' ({} is the recipe)')
+    parser.add_argument(
+        "configs", help='JSON list of configs, e.g. \'[{}, {"lr": 0.01}]\' ({} is the GAT-style config)'
+    )
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0..n-1 per config (default: 10)")
     parser.add_argument("--name", default="Cora", help="Planetoid dataset (default: Cora)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
@@ -138,6 +136,7 @@ def main() -> None:
             parts.append(f"{label} {accs.mean():.2f} +- {accs.std():.2f}")
         print(f"{json.dumps(config)}: {'; '.join(parts)} over {args.seeds} seeds "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
+
 
 if __name__ == "__main__":
     main()
