@@ -3,6 +3,8 @@ r"""Universal Dependencies treebanks for part-of-speech tagging (UPOS), read wit
 from __future__ import annotations
 
 import io
+import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from attnmm.data._resumable import ResumableDataLoader
 from attnmm.data._root import DATA_ENV, resolve_root
-from attnmm.data.vocab import PAD, Vocabulary
+from attnmm.data.vocab import PAD, UNK, Vocabulary
 
 #: The 17 universal part-of-speech tags (https://universaldependencies.org/u/pos/), in label order.
 UPOS_TAGS = (
@@ -31,14 +33,16 @@ __all__ = ["UPOS_TAGS", "Sentence", "UDPOSDataModule", "read_conllu"]
 
 @dataclass(frozen=True)
 class Sentence:
-    r"""One sentence: its word forms and their UPOS tags."""
+    r"""One sentence: its word forms, their UPOS tags and their language-specific XPOS tags
+    (``"_"`` where the treebank gives none)."""
 
     words: tuple[str, ...]
     tags: tuple[str, ...]
+    xpos: tuple[str, ...] = ()
 
 
 def read_conllu(path: str | Path) -> list[Sentence]:
-    r"""The sentences of a CoNLL-U file, words and UPOS tags only.
+    r"""The sentences of a CoNLL-U file: words, UPOS tags and XPOS tags.
 
     Multiword-token lines (ID ``3-4``) and empty nodes (ID ``8.1``) are skipped: one tag per
     syntactic word, as the UPOS column defines it.
@@ -68,7 +72,8 @@ def read_conllu(path: str | Path) -> list[Sentence]:
                 f"{path}: sentence {sent.metadata.get('sent_id', len(sentences))} has UPOS tags {bad} "
                 f"outside the 17 universal tags {UPOS_TAGS}"
             )
-        sentences.append(Sentence(tuple(t["form"] for t in words), tags))
+        xpos = tuple(t["xpos"] or "_" for t in words)
+        sentences.append(Sentence(tuple(t["form"] for t in words), tags, xpos))
     return sentences
 
 
@@ -105,34 +110,48 @@ def _clip_word(word: str, max_len: int) -> str:
 
 
 class TaggedSentences(Dataset):
-    r"""Encoded sentences: items ``(word_ids (L,), char_ids (L, C), tag_ids (L,))``."""
+    r"""Encoded sentences: items ``(word_ids (L,), char_ids (L, C), tag_ids (L,))``, followed by
+    ``xpos_ids (L,)`` when the XPOS tags are kept.
 
-    def __init__(self, items: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+    With ``unk_probs`` (one (L,) tensor per sentence) each word id is replaced by the unknown id
+    with its own probability every time the sentence is drawn (training-time word dropout).
+    """
+
+    def __init__(self, items: list[tuple[Tensor, ...]], unk_probs: list[Tensor] | None = None) -> None:
+        if unk_probs is not None and len(unk_probs) != len(items):
+            raise ValueError(f"need one unk_probs tensor per sentence, got {len(unk_probs)} for {len(items)}")
         self.items = items
-        self.lengths = [len(w) for w, _, _ in items]
+        self.unk_probs = unk_probs
+        self.lengths = [len(item[0]) for item in items]
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, Tensor]:
-        return self.items[i]
+    def __getitem__(self, i: int) -> tuple[Tensor, ...]:
+        if self.unk_probs is None:
+            return self.items[i]
+        words, *rest = self.items[i]
+        drop = torch.rand(words.shape) < self.unk_probs[i]  # the global generator: seeded, resumable
+        return (words.masked_fill(drop, UNK), *rest)
 
 
-def collate_tagged(items: Sequence[tuple[Tensor, Tensor, Tensor]]) -> dict[str, Tensor]:
+def collate_tagged(items: Sequence[tuple[Tensor, ...]]) -> dict[str, Tensor]:
     r"""Pad encoded sentences into a batch: ``tokens`` (B, L), ``chars`` (B, L, C), ``lengths`` (B,)
-    and ``tags`` (B, L) with -100 after each sentence's end."""
+    and ``tags`` (B, L) with -100 after each sentence's end; also ``xpos`` (B, L) when the items
+    carry XPOS ids."""
     B = len(items)
-    L = max(len(w) for w, _, _ in items)
-    C = max(c.size(1) for _, c, _ in items)
+    L = max(len(item[0]) for item in items)
+    C = max(item[1].size(1) for item in items)
     tokens = torch.full((B, L), PAD, dtype=torch.long)
     chars = torch.full((B, L, C), PAD, dtype=torch.long)
-    tags = torch.full((B, L), IGNORE_INDEX, dtype=torch.long)
-    for b, (w, c, t) in enumerate(items):
+    labels = [torch.full((B, L), IGNORE_INDEX, dtype=torch.long) for _ in items[0][2:]]  # tags (, xpos)
+    for b, (w, c, *per_word) in enumerate(items):
         tokens[b, : len(w)] = w
         chars[b, : len(w), : c.size(1)] = c
-        tags[b, : len(t)] = t
-    lengths = torch.tensor([len(w) for w, _, _ in items], dtype=torch.long)
-    return {"tokens": tokens, "chars": chars, "lengths": lengths, "tags": tags}
+        for out, ids in zip(labels, per_word, strict=True):
+            out[b, : len(ids)] = ids
+    lengths = torch.tensor([len(item[0]) for item in items], dtype=torch.long)
+    return {"tokens": tokens, "chars": chars, "lengths": lengths, **dict(zip(("tags", "xpos"), labels))}
 
 
 class BucketSampler(BatchSampler):
@@ -194,7 +213,10 @@ class UDPOSDataModule(LightningDataModule):
 
     Batches: ``tokens`` (B, L) word ids, ``chars`` (B, L, C) character ids, ``lengths`` (B,) and
     ``tags`` (B, L) with -100 after each sentence. Training batches group sentences of similar
-    length.
+    length. With ``xpos=True`` batches also hold ``xpos`` (B, L): the treebank's language-specific
+    tags (Penn Treebank tags in EWT) as ids of a training-split vocabulary, -100 for tags unseen in
+    training; they are targets for an auxiliary head (``ClassificationTask(aux_heads={"xpos": ...})``),
+    whose finer classes (``IN`` vs ``RP``, ``VBN`` vs ``JJ``) supervise the UPOS decisions.
 
     Args:
         root (str or Path, optional): the base data folder. (default: :obj:`None`)
@@ -211,6 +233,16 @@ class UDPOSDataModule(LightningDataModule):
         seed (int, optional): seed of the batch order. (default: ``0``)
         holdout (int, optional): validate on the last ``holdout`` training sentences instead of the
             dev file; ``0`` validates on dev. (default: ``0``)
+        unk_replace (float, optional): :math:`\alpha` of frequency-scaled word dropout ("Simple and
+            Accurate Dependency Parsing Using Bidirectional LSTM Feature Representations",
+            Kiperwasser and Goldberg, 2016): in training batches a word seen :math:`c` times in the
+            training split is replaced by the unknown id with probability
+            :math:`\alpha / (\alpha + c)`, so rare words, the ones most like unseen words, teach the
+            model to tag from characters and context, while frequent words keep their embeddings.
+            ``0`` turns it off. (default: ``0.0``)
+        xpos (bool, optional): add the ``xpos`` targets to the batches. (default: :obj:`False`)
+        max_xpos (int, optional): most XPOS ids, the two unused special ids included: the auxiliary
+            head's number of classes. (default: ``64``)
 
     Examples:
         >>> dm = UDPOSDataModule(root="/data")
@@ -237,8 +269,15 @@ class UDPOSDataModule(LightningDataModule):
         lowercase: bool = True,
         seed: int = 0,
         holdout: int = 0,
+        unk_replace: float = 0.0,
+        xpos: bool = False,
+        max_xpos: int = 64,
     ) -> None:
         super().__init__()
+        if not (unk_replace >= 0.0 and math.isfinite(unk_replace)):
+            raise ValueError(f"unk_replace must be a finite alpha >= 0, got {unk_replace}")
+        self.unk_replace = float(unk_replace)
+        self.xpos, self.max_xpos = xpos, max_xpos
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
         if holdout < 0:
@@ -252,6 +291,7 @@ class UDPOSDataModule(LightningDataModule):
         self.max_word_len, self.lowercase, self.seed = max_word_len, lowercase, seed
         self.words: Vocabulary | None = None
         self.chars: Vocabulary | None = None
+        self.xpos_tags: Vocabulary | None = None
         self.test_split: str | None = None
         self.datasets: dict[str, TaggedSentences] = {}
 
@@ -294,11 +334,22 @@ class UDPOSDataModule(LightningDataModule):
                 (self._word(w) for s in train for w in s.words), self.max_words, self.min_word_freq
             )
             self.chars = Vocabulary((c for s in train for w in s.words for c in w), self.max_chars)
+        if self.xpos and self.xpos_tags is None:
+            self.xpos_tags = Vocabulary(t for s in train for t in s.xpos)
+            if len(self.xpos_tags) > self.max_xpos:
+                raise ValueError(
+                    f"the training split has {len(self.xpos_tags) - 2} XPOS tags, more than max_xpos={self.max_xpos} "
+                    "ids (two are reserved) allow: raise max_xpos and the auxiliary head's num_classes with it"
+                )
         self.test_split = "test" if self.path("test").is_file() else "dev"
         dev = read_conllu(self._require("dev"))
         test = dev if self.test_split == "dev" else read_conllu(self.path("test"))
         val = dev if held_out is None else held_out
-        self.datasets = {"train": self._encode(train), "val": self._encode(val), "test": self._encode(test)}
+        self.datasets = {
+            "train": self._encode(train, unk_replace=self.unk_replace),
+            "val": self._encode(val),
+            "test": self._encode(test),
+        }
         self._say_test_split()
 
     @rank_zero_only
@@ -313,18 +364,28 @@ class UDPOSDataModule(LightningDataModule):
     def _word(self, word: str) -> str:
         return word.lower() if self.lowercase else word
 
-    def _encode(self, sentences: list[Sentence]) -> TaggedSentences:
+    def _encode(self, sentences: list[Sentence], unk_replace: float = 0.0) -> TaggedSentences:
         assert self.words is not None and self.chars is not None
         tag_ids = {t: i for i, t in enumerate(UPOS_TAGS)}
-        items = []
+        unk_probs: list[Tensor] | None = None
+        if unk_replace > 0.0:  # counts from the sentences themselves: the training split
+            counts = Counter(self._word(w) for s in sentences for w in s.words)
+            unk_probs = [
+                torch.tensor([unk_replace / (unk_replace + counts[self._word(w)]) for w in s.words])
+                for s in sentences
+            ]
+        items: list[tuple[Tensor, ...]] = []
         for s in sentences:
             words = torch.tensor(self.words.encode(self._word(w) for w in s.words), dtype=torch.long)
             clipped = [_clip_word(w, self.max_word_len) for w in s.words]
             chars = torch.full((len(clipped), max(map(len, clipped))), PAD, dtype=torch.long)
             for i, w in enumerate(clipped):
                 chars[i, : len(w)] = torch.tensor(self.chars.encode(w), dtype=torch.long)
-            items.append((words, chars, torch.tensor([tag_ids[t] for t in s.tags], dtype=torch.long)))
-        return TaggedSentences(items)
+            item = (words, chars, torch.tensor([tag_ids[t] for t in s.tags], dtype=torch.long))
+            if self.xpos_tags is not None:  # tags unseen in training are not scored
+                item += (torch.tensor([i if i != UNK else IGNORE_INDEX for i in self.xpos_tags.encode(s.xpos)]),)
+            items.append(item)
+        return TaggedSentences(items, unk_probs)
 
     def train_dataloader(self) -> DataLoader:
         data = self.datasets["train"]
@@ -345,12 +406,17 @@ class UDPOSDataModule(LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         if self.words is None or self.chars is None:
             return {}
-        return {"words": self.words.state(), "chars": self.chars.state()}
+        state = {"words": self.words.state(), "chars": self.chars.state()}
+        if self.xpos_tags is not None:
+            state["xpos"] = self.xpos_tags.state()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict:
             self.words = Vocabulary.from_state(state_dict["words"])
             self.chars = Vocabulary.from_state(state_dict["chars"])
+            if "xpos" in state_dict:
+                self.xpos_tags = Vocabulary.from_state(state_dict["xpos"])
 
     def __repr__(self) -> str:
         sizes = "".join(f", {k}={len(v)}" for k, v in self.datasets.items())

@@ -30,8 +30,8 @@ class ClassificationTask(L.LightningModule):
     task serves speech, image, text and graph recipes. Targets are ``batch[target_key]``: (B,) for
     one label per item, (B, L) or (N,) for one per token or node, where ``-100`` marks tokens to
     ignore. Loss: cross-entropy; metric: accuracy (torchmetrics), both logged as ``{stage}_loss`` and
-    ``{stage}_acc``. Optimiser: AdamW (or Adam with an L2 penalty) with linear warm-up and cosine decay
-    over the run.
+    ``{stage}_acc``. Optimiser: AdamW (or Adam with an L2 penalty), fused where torch has the kernel,
+    with linear warm-up and cosine decay over the run.
 
     With ``ensemble=n > 1`` the task holds ``n`` independently initialised copies of the adapter,
     encoder and head (``members``; the first is ``adapter``/``encoder``/``head``). They train side by
@@ -58,6 +58,12 @@ class ClassificationTask(L.LightningModule):
             an L2 penalty in the gradient, as GAT trains on Cora). (default: :obj:`"adamw"`)
         ensemble (int, optional): number of independently initialised models averaged, >= 1.
             (default: :obj:`1`)
+        aux_heads (dict[str, nn.Module], optional): auxiliary heads, keyed by the batch key of their
+            targets: in training each reads the encoder output like ``head`` and adds
+            ``aux_weight`` times its cross-entropy to the loss (multi-task learning, e.g. XPOS tags
+            beside UPOS); logged as ``train_{key}_loss``. They are not used to predict, and every
+            ensemble member has its own. (default: :obj:`None`)
+        aux_weight (float, optional): weight of each auxiliary loss. (default: :obj:`0.5`)
 
     Examples:
         >>> import torch
@@ -83,18 +89,26 @@ class ClassificationTask(L.LightningModule):
         target_key: str = "label",
         optimizer: Literal["adamw", "adam"] = "adamw",
         ensemble: int = 1,
+        aux_heads: dict[str, nn.Module] | None = None,
+        aux_weight: float = 0.5,
     ) -> None:
         super().__init__()
         self._save_config()
         self.adapter = adapter
         self.encoder = encoder
         self.head = head
+        self.aux_heads = nn.ModuleDict(aux_heads or {})
+        if target_key in self.aux_heads:
+            raise ValueError(f"an auxiliary head is keyed by the main target {target_key!r}; key it by its own targets")
+        if not (aux_weight >= 0.0 and math.isfinite(aux_weight)):
+            raise ValueError(f"aux_weight must be a finite weight >= 0, got {aux_weight}")
+        self.aux_weight = float(aux_weight)
         self.ensemble = check_nonneg_int("ensemble", ensemble, minimum=1)
         # the other members: deep copies, each initialised afresh (reset_parameters of every module)
-        self.extra_members = nn.ModuleList(
-            _reinitialised(nn.ModuleDict({"adapter": adapter, "encoder": encoder, "head": head}))
-            for _ in range(self.ensemble - 1)
-        )
+        parts: dict[str, nn.Module | None] = {"adapter": adapter, "encoder": encoder, "head": head}
+        if self.aux_heads:
+            parts["aux_heads"] = self.aux_heads
+        self.extra_members = nn.ModuleList(_reinitialised(nn.ModuleDict(parts)) for _ in range(self.ensemble - 1))
         self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=2)
         if not 0.0 <= warmup_fraction < 1.0:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
@@ -148,9 +162,20 @@ class ClassificationTask(L.LightningModule):
 
     def member_logits(self, batch: Any, member: int = 0) -> Tensor:
         """The logits of one ensemble member."""
+        return self._member_outputs(batch, member)[0]
+
+    def _member_aux_heads(self, member: int) -> nn.ModuleDict:
+        if member == 0 or not self.aux_heads:
+            return self.aux_heads
+        return cast(nn.ModuleDict, cast(nn.ModuleDict, self.extra_members[member - 1])["aux_heads"])
+
+    def _member_outputs(self, batch: Any, member: int, aux: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
+        """One member's logits and, with ``aux``, its auxiliary heads' logits by target key."""
         h, tokens, _ = self.encode(batch, member=member)
         head = self.members[member][2]
-        return h if head is None else head(h, tokens)
+        logits = h if head is None else head(h, tokens)
+        aux_logits = {key: m(h, tokens) for key, m in self._member_aux_heads(member).items()} if aux else {}
+        return logits, aux_logits
 
     def forward(self, batch: Any) -> Tensor:
         """The logits; for an ensemble, the log of the members' mean probabilities."""
@@ -161,18 +186,28 @@ class ClassificationTask(L.LightningModule):
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
         target = batch[self.target_key]
         member_losses: list[Tensor] = []
-        if self.ensemble > 1 and stage == "train":
-            per_member = [self.member_logits(batch, i) for i in range(self.ensemble)]
-            logits = _mean_probs_log([m.detach() for m in per_member])  # for the accuracy only
+        aux_losses: dict[str, list[Tensor]] = {}
+        if stage == "train" and (self.ensemble > 1 or self.aux_heads):
+            aux_losses = {key: [] for key in self.aux_heads}
+            outputs = [self._member_outputs(batch, i, aux=True) for i in range(self.ensemble)]
+            per_member = [logits for logits, _ in outputs]
+            logits = per_member[0] if self.ensemble == 1 else _mean_probs_log([m.detach() for m in per_member])
             member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
+            for _, aux in outputs:
+                for key, aux_logits in aux.items():
+                    aux_losses[key].append(self._loss(aux_logits, batch[key], batch, stage)[0])
         else:
             logits = self(batch)
         loss, flat_logits, flat_target = self._loss(logits, target, batch, stage)
         if member_losses:
             loss = torch.stack(member_losses).mean()
+        n = int((flat_target != IGNORE_INDEX).sum())
+        for key, losses in aux_losses.items():
+            aux_loss = torch.stack(losses).mean()
+            self.log(f"train_{key}_loss", aux_loss, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
+            loss = loss + self.aux_weight * aux_loss
         acc = self.accuracy[f"{stage}_acc"]
         acc(flat_logits.detach(), flat_target)
-        n = int((flat_target != IGNORE_INDEX).sum())
         on_step = stage == "train"
         self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
@@ -209,9 +244,16 @@ class ClassificationTask(L.LightningModule):
         for name, p in self.named_parameters():
             if p.requires_grad:
                 (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
+        params = decay + no_decay
+        # the fused kernels (one pass over all parameters) where torch has them: float on CPU or CUDA;
+        # not under fp16 loss scaling with gradient clipping (a fused step unscales inside, Lightning refuses)
+        fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+        if self.trainer.gradient_clip_val and str(self.trainer.precision).startswith("16"):
+            fused = False
         optimizer = (torch.optim.AdamW if self.optimizer_name == "adamw" else torch.optim.Adam)(
             [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=self.lr,
+            fused=fused or None,
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = max(1, int(self.warmup_fraction * total))

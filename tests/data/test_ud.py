@@ -74,6 +74,25 @@ def test_holdout_validates_on_the_last_training_sentences(tmp_path: Path, capsys
         UDPOSDataModule(root=tmp_path, holdout=-1)
 
 
+def test_unk_replace_scales_with_training_counts(tmp_path: Path) -> None:
+    dm = UDPOSDataModule(root=_treebank(tmp_path), unk_replace=1.0)
+    dm.setup()
+    train = dm.datasets["train"]
+    torch.manual_seed(0)
+    draws = torch.stack([train[0][0] for _ in range(4000)])  # "do" "n't" "go": seen 1, 1 and 2 times
+    unknown = (draws == 1).float().mean(0)
+    assert torch.allclose(unknown, torch.tensor([1 / 2, 1 / 2, 1 / 3]), atol=0.03)  # alpha / (alpha + count)
+    ids = train.items[0][0].expand_as(draws)
+    assert torch.equal(draws[draws != 1], ids[draws != 1])  # kept words keep their id
+    assert all(torch.equal(dm.datasets["val"][0][0], dm.datasets["val"][0][0]) for _ in range(20))  # val untouched
+    plain = UDPOSDataModule(root=tmp_path)
+    plain.setup()
+    assert torch.equal(plain.datasets["train"][0][0], plain.datasets["train"][0][0])  # off by default
+    for bad in (-0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="unk_replace must be a finite alpha >= 0"):
+            UDPOSDataModule(root=tmp_path, unk_replace=bad)
+
+
 def test_missing_data_says_where(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="en_ewt-ud-train.conllu not found"):
         UDPOSDataModule(root=tmp_path).prepare_data()

@@ -147,3 +147,62 @@ def test_single_model_state_dict_is_unchanged_and_bad_sizes_fail() -> None:
     assert not any(k.startswith("extra_members") for k in make_task().state_dict())
     with pytest.raises(ValueError, match="ensemble"):
         make_task(0)
+
+
+def make_tagger(ensemble: int = 1, aux_weight: float = 0.5) -> ClassificationTask:
+    from attnmm.adapters import TextAdapter
+
+    return ClassificationTask(
+        TextAdapter(vocab_size=256, d_model=16, dropout=0.0),
+        Encoder(16, 2, 1, 32, dropout=0.0),
+        TokenClassifier(16, 17),
+        num_classes=17,
+        target_key="tags",
+        ensemble=ensemble,
+        aux_heads={"xpos": TokenClassifier(16, 40)},
+        aux_weight=aux_weight,
+    )
+
+
+def _tagged_batch() -> dict[str, torch.Tensor]:
+    from attnmm.adapters import TextAdapter
+
+    batch = TextAdapter.example_batch(3)
+    batch["xpos"] = torch.randint(0, 40, batch["tags"].shape).masked_fill(batch["tags"] == -100, -100)
+    return batch
+
+
+@pytest.mark.parametrize("ensemble", [1, 2])
+def test_aux_heads_add_their_weighted_loss_and_leave_predictions_alone(ensemble: int) -> None:
+    torch.manual_seed(0)
+    task, batch = make_tagger(ensemble, aux_weight=0.3), _tagged_batch()
+    ce = torch.nn.functional.cross_entropy
+    main, aux = [], []
+    for i in range(ensemble):
+        h, tokens, _ = task.encode(batch, member=i)
+        head = task.members[i][2]
+        aux_head = task.aux_heads["xpos"] if i == 0 else task.extra_members[i - 1]["aux_heads"]["xpos"]
+        main.append(ce(head(h, tokens).reshape(-1, 17), batch["tags"].reshape(-1)))
+        aux.append(ce(aux_head(h, tokens).reshape(-1, 40), batch["xpos"].reshape(-1)))
+    expected = torch.stack(main).mean() + 0.3 * torch.stack(aux).mean()
+    loss = task.training_step(batch, 0)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    heads = [task.aux_heads] + [m["aux_heads"] for m in task.extra_members]
+    assert all(h["xpos"].linear.weight.grad.abs().sum() > 0 for h in heads)  # every member's head trains
+    if ensemble == 2:  # each member has its own, freshly drawn head
+        assert not torch.equal(heads[0]["xpos"].linear.weight, heads[1]["xpos"].linear.weight)
+    plain = ClassificationTask(task.adapter, task.encoder, task.head, 17, target_key="tags")
+    torch.testing.assert_close(task.member_logits(batch), plain(batch))  # prediction ignores the aux heads
+    task.eval()
+    torch.testing.assert_close(task.validation_step(batch, 0), ce(task(batch).reshape(-1, 17), batch["tags"].reshape(-1)))
+
+
+def test_aux_heads_refuse_bad_settings() -> None:
+    with pytest.raises(ValueError, match="keyed by the main target 'tags'"):
+        ClassificationTask(
+            SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17), 17, target_key="tags",
+            aux_heads={"tags": TokenClassifier(16, 17)},
+        )
+    with pytest.raises(ValueError, match="aux_weight must be a finite weight >= 0"):
+        make_tagger(aux_weight=-1.0)
