@@ -195,7 +195,8 @@ def test_aux_heads_add_their_weighted_loss_and_leave_predictions_alone(ensemble:
     plain = ClassificationTask(task.adapter, task.encoder, task.head, 17, target_key="tags")
     torch.testing.assert_close(task.member_logits(batch), plain(batch))  # prediction ignores the aux heads
     task.eval()
-    torch.testing.assert_close(task.validation_step(batch, 0), ce(task(batch).reshape(-1, 17), batch["tags"].reshape(-1)))
+    val_loss = ce(task(batch).reshape(-1, 17), batch["tags"].reshape(-1))
+    torch.testing.assert_close(task.validation_step(batch, 0), val_loss)
 
 
 def test_aux_heads_refuse_bad_settings() -> None:
