@@ -93,6 +93,25 @@ def test_unk_replace_scales_with_training_counts(tmp_path: Path) -> None:
             UDPOSDataModule(root=tmp_path, unk_replace=bad)
 
 
+def test_xpos_targets_from_training_tags(tmp_path: Path) -> None:
+    root = _treebank(tmp_path, dev=CONLLU.replace("AUX\tVBP", "AUX\tMD"))  # MD: not a training tag
+    dm = UDPOSDataModule(root=root, batch_size=2, xpos=True)
+    dm.setup()
+    assert dm.xpos_tags is not None and dm.xpos_tags.itos[2:] == ["RB", "VB", "VBP"]  # by count
+    batch = next(iter(dm.train_dataloader()))
+    assert "xpos" in batch and batch["xpos"].shape == batch["tags"].shape
+    val = next(iter(dm.val_dataloader()))
+    assert val["xpos"][0].tolist() == [-100, 2, 3] and val["xpos"][1].tolist() == [3, 2, -100]  # MD unscored
+    restored = UDPOSDataModule(root=root, xpos=True)
+    restored.load_state_dict(dm.state_dict())
+    assert restored.xpos_tags == dm.xpos_tags
+    plain = UDPOSDataModule(root=root)
+    plain.setup()
+    assert "xpos" not in next(iter(plain.train_dataloader()))
+    with pytest.raises(ValueError, match="3 XPOS tags, more than max_xpos=4"):
+        UDPOSDataModule(root=root, xpos=True, max_xpos=4).setup()
+
+
 def test_missing_data_says_where(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="en_ewt-ud-train.conllu not found"):
         UDPOSDataModule(root=tmp_path).prepare_data()
