@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +28,28 @@ UPOS_TAGS = (
     "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X",
 )  # fmt: skip
 IGNORE_INDEX = -100
+#: The CoNLL-U columns :class:`UDPOSDataModule` can add to batches as auxiliary targets.
+AUX_COLUMNS = ("xpos", "deprel", "feats")
 
-__all__ = ["UPOS_TAGS", "Sentence", "UDPOSDataModule", "read_conllu"]
+__all__ = ["AUX_COLUMNS", "UPOS_TAGS", "Sentence", "UDPOSDataModule", "read_conllu"]
 
 
 @dataclass(frozen=True)
 class Sentence:
-    r"""One sentence: its word forms, their UPOS tags and their language-specific XPOS tags
-    (``"_"`` where the treebank gives none)."""
+    r"""One sentence: its word forms and their UPOS tags, with the other per-word columns that can
+    serve as auxiliary targets (``"_"`` where the treebank gives none): language-specific tags
+    (XPOS), dependency relations (DEPREL) and morphological features (FEATS, one string).
+    """
 
     words: tuple[str, ...]
     tags: tuple[str, ...]
     xpos: tuple[str, ...] = ()
+    deprel: tuple[str, ...] = ()
+    feats: tuple[str, ...] = ()
 
 
 def read_conllu(path: str | Path) -> list[Sentence]:
-    r"""The sentences of a CoNLL-U file: words, UPOS tags and XPOS tags.
+    r"""The sentences of a CoNLL-U file: words, UPOS tags, and the XPOS, DEPREL and FEATS columns.
 
     Multiword-token lines (ID ``3-4``) and empty nodes (ID ``8.1``) are skipped: one tag per
     syntactic word, as the UPOS column defines it.
@@ -72,8 +79,15 @@ def read_conllu(path: str | Path) -> list[Sentence]:
                 f"{path}: sentence {sent.metadata.get('sent_id', len(sentences))} has UPOS tags {bad} "
                 f"outside the 17 universal tags {UPOS_TAGS}"
             )
-        xpos = tuple(t["xpos"] or "_" for t in words)
-        sentences.append(Sentence(tuple(t["form"] for t in words), tags, xpos))
+        sentences.append(
+            Sentence(
+                tuple(t["form"] for t in words),
+                tags,
+                xpos=tuple(t["xpos"] or "_" for t in words),
+                deprel=tuple(t["deprel"] or "_" for t in words),
+                feats=tuple("|".join(f"{k}={v}" for k, v in (t["feats"] or {}).items()) or "_" for t in words),
+            )
+        )
     return sentences
 
 
@@ -111,7 +125,7 @@ def _clip_word(word: str, max_len: int) -> str:
 
 class TaggedSentences(Dataset):
     r"""Encoded sentences: items ``(word_ids (L,), char_ids (L, C), tag_ids (L,))``, followed by
-    ``xpos_ids (L,)`` when the XPOS tags are kept.
+    the ids of each auxiliary column kept (one (L,) tensor each).
 
     With ``unk_probs`` (one (L,) tensor per sentence) each word id is replaced by the unknown id
     with its own probability every time the sentence is drawn (training-time word dropout).
@@ -135,23 +149,25 @@ class TaggedSentences(Dataset):
         return (words.masked_fill(drop, UNK), *rest)
 
 
-def collate_tagged(items: Sequence[tuple[Tensor, ...]]) -> dict[str, Tensor]:
+def collate_tagged(items: Sequence[tuple[Tensor, ...]], aux_columns: Sequence[str] = ()) -> dict[str, Tensor]:
     r"""Pad encoded sentences into a batch: ``tokens`` (B, L), ``chars`` (B, L, C), ``lengths`` (B,)
-    and ``tags`` (B, L) with -100 after each sentence's end; also ``xpos`` (B, L) when the items
-    carry XPOS ids."""
+    and ``tags`` (B, L) with -100 after each sentence's end; also one (B, L) entry per auxiliary
+    column, named by ``aux_columns``, when the items carry their ids."""
+    if items and len(items[0]) != 3 + len(aux_columns):
+        raise ValueError(f"items have {len(items[0]) - 3} auxiliary columns, named {list(aux_columns)}")
     B = len(items)
     L = max(len(item[0]) for item in items)
     C = max(item[1].size(1) for item in items)
     tokens = torch.full((B, L), PAD, dtype=torch.long)
     chars = torch.full((B, L, C), PAD, dtype=torch.long)
-    labels = [torch.full((B, L), IGNORE_INDEX, dtype=torch.long) for _ in items[0][2:]]  # tags (, xpos)
+    labels = [torch.full((B, L), IGNORE_INDEX, dtype=torch.long) for _ in items[0][2:]]  # tags, aux...
     for b, (w, c, *per_word) in enumerate(items):
         tokens[b, : len(w)] = w
         chars[b, : len(w), : c.size(1)] = c
         for out, ids in zip(labels, per_word, strict=True):
             out[b, : len(ids)] = ids
     lengths = torch.tensor([len(item[0]) for item in items], dtype=torch.long)
-    return {"tokens": tokens, "chars": chars, "lengths": lengths, **dict(zip(("tags", "xpos"), labels))}
+    return {"tokens": tokens, "chars": chars, "lengths": lengths, **dict(zip(("tags", *aux_columns), labels))}
 
 
 class BucketSampler(BatchSampler):
@@ -213,10 +229,11 @@ class UDPOSDataModule(LightningDataModule):
 
     Batches: ``tokens`` (B, L) word ids, ``chars`` (B, L, C) character ids, ``lengths`` (B,) and
     ``tags`` (B, L) with -100 after each sentence. Training batches group sentences of similar
-    length. With ``xpos=True`` batches also hold ``xpos`` (B, L): the treebank's language-specific
-    tags (Penn Treebank tags in EWT) as ids of a training-split vocabulary, -100 for tags unseen in
-    training; they are targets for an auxiliary head (``ClassificationTask(aux_heads={"xpos": ...})``),
-    whose finer classes (``IN`` vs ``RP``, ``VBN`` vs ``JJ``) supervise the UPOS decisions.
+    length. Each column named in ``aux_columns`` (``"xpos"``, ``"deprel"``, ``"feats"``) adds a
+    (B, L) entry of that name: the column's labels as ids of a training-split vocabulary, -100 for
+    labels unseen in training. They are targets for auxiliary heads
+    (``ClassificationTask(aux_heads={"xpos": ...})``): the finer XPOS classes of EWT (Penn Treebank
+    tags: ``IN`` vs ``RP``, ``VBN`` vs ``JJ``) supervise the UPOS decisions.
 
     Args:
         root (str or Path, optional): the base data folder. (default: :obj:`None`)
@@ -240,9 +257,11 @@ class UDPOSDataModule(LightningDataModule):
             :math:`\alpha / (\alpha + c)`, so rare words, the ones most like unseen words, teach the
             model to tag from characters and context, while frequent words keep their embeddings.
             ``0`` turns it off. (default: ``0.0``)
-        xpos (bool, optional): add the ``xpos`` targets to the batches. (default: :obj:`False`)
-        max_xpos (int, optional): most XPOS ids, the two unused special ids included: the auxiliary
-            head's number of classes. (default: ``64``)
+        aux_columns (Sequence[str], optional): CoNLL-U columns added to the batches as auxiliary
+            targets, from ``"xpos"``, ``"deprel"`` and ``"feats"``. (default: ``()``)
+        max_aux_classes (int, optional): most ids of each auxiliary column, the two unused special
+            ids included: the auxiliary heads' number of classes (EWT has 49 XPOS tags, 51
+            relations and 230 feature strings). (default: ``64``)
 
     Examples:
         >>> dm = UDPOSDataModule(root="/data")
@@ -270,14 +289,17 @@ class UDPOSDataModule(LightningDataModule):
         seed: int = 0,
         holdout: int = 0,
         unk_replace: float = 0.0,
-        xpos: bool = False,
-        max_xpos: int = 64,
+        aux_columns: Sequence[str] = (),
+        max_aux_classes: int = 64,
     ) -> None:
         super().__init__()
         if not (unk_replace >= 0.0 and math.isfinite(unk_replace)):
             raise ValueError(f"unk_replace must be a finite alpha >= 0, got {unk_replace}")
         self.unk_replace = float(unk_replace)
-        self.xpos, self.max_xpos = xpos, max_xpos
+        bad = [c for c in aux_columns if c not in AUX_COLUMNS]
+        if bad or len(set(aux_columns)) != len(aux_columns):
+            raise ValueError(f"aux_columns must be distinct names from {AUX_COLUMNS}, got {list(aux_columns)}")
+        self.aux_columns, self.max_aux_classes = tuple(aux_columns), max_aux_classes
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
         if holdout < 0:
@@ -291,7 +313,7 @@ class UDPOSDataModule(LightningDataModule):
         self.max_word_len, self.lowercase, self.seed = max_word_len, lowercase, seed
         self.words: Vocabulary | None = None
         self.chars: Vocabulary | None = None
-        self.xpos_tags: Vocabulary | None = None
+        self.aux_vocabs: dict[str, Vocabulary] = {}
         self.test_split: str | None = None
         self.datasets: dict[str, TaggedSentences] = {}
 
@@ -334,13 +356,15 @@ class UDPOSDataModule(LightningDataModule):
                 (self._word(w) for s in train for w in s.words), self.max_words, self.min_word_freq
             )
             self.chars = Vocabulary((c for s in train for w in s.words for c in w), self.max_chars)
-        if self.xpos and self.xpos_tags is None:
-            self.xpos_tags = Vocabulary(t for s in train for t in s.xpos)
-            if len(self.xpos_tags) > self.max_xpos:
-                raise ValueError(
-                    f"the training split has {len(self.xpos_tags) - 2} XPOS tags, more than max_xpos={self.max_xpos} "
-                    "ids (two are reserved) allow: raise max_xpos and the auxiliary head's num_classes with it"
-                )
+        for column in self.aux_columns:
+            if column not in self.aux_vocabs:
+                self.aux_vocabs[column] = vocab = Vocabulary(t for s in train for t in getattr(s, column))
+                if len(vocab) > self.max_aux_classes:
+                    raise ValueError(
+                        f"the training split has {len(vocab) - 2} {column} labels, more than "
+                        f"max_aux_classes={self.max_aux_classes} ids (two are reserved) allow: raise "
+                        "max_aux_classes and the auxiliary head's num_classes with it"
+                    )
         self.test_split = "test" if self.path("test").is_file() else "dev"
         dev = read_conllu(self._require("dev"))
         test = dev if self.test_split == "dev" else read_conllu(self.path("test"))
@@ -382,20 +406,25 @@ class UDPOSDataModule(LightningDataModule):
             for i, w in enumerate(clipped):
                 chars[i, : len(w)] = torch.tensor(self.chars.encode(w), dtype=torch.long)
             item = (words, chars, torch.tensor([tag_ids[t] for t in s.tags], dtype=torch.long))
-            if self.xpos_tags is not None:  # tags unseen in training are not scored
-                item += (torch.tensor([i if i != UNK else IGNORE_INDEX for i in self.xpos_tags.encode(s.xpos)]),)
+            for column in self.aux_columns:  # labels unseen in training are not scored
+                ids = self.aux_vocabs[column].encode(getattr(s, column))
+                item += (torch.tensor([i if i != UNK else IGNORE_INDEX for i in ids], dtype=torch.long),)
             items.append(item)
         return TaggedSentences(items, unk_probs)
+
+    @property
+    def _collate(self) -> Callable[[Sequence[tuple[Tensor, ...]]], dict[str, Tensor]]:
+        return partial(collate_tagged, aux_columns=self.aux_columns)  # picklable for worker processes
 
     def train_dataloader(self) -> DataLoader:
         data = self.datasets["train"]
         sampler = BucketSampler(data.lengths, self.batch_size, seed=self.seed)
         # resumable mid-epoch: the same batches after a crash and resume
-        return ResumableDataLoader(data, batch_sampler=sampler, collate_fn=collate_tagged, num_workers=self.num_workers)
+        return ResumableDataLoader(data, batch_sampler=sampler, collate_fn=self._collate, num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
         data = self.datasets[split]
-        return DataLoader(data, self.batch_size, collate_fn=collate_tagged, num_workers=self.num_workers)
+        return DataLoader(data, self.batch_size, collate_fn=self._collate, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val")
@@ -407,16 +436,15 @@ class UDPOSDataModule(LightningDataModule):
         if self.words is None or self.chars is None:
             return {}
         state = {"words": self.words.state(), "chars": self.chars.state()}
-        if self.xpos_tags is not None:
-            state["xpos"] = self.xpos_tags.state()
+        for column, vocab in self.aux_vocabs.items():
+            state[column] = vocab.state()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict:
             self.words = Vocabulary.from_state(state_dict["words"])
             self.chars = Vocabulary.from_state(state_dict["chars"])
-            if "xpos" in state_dict:
-                self.xpos_tags = Vocabulary.from_state(state_dict["xpos"])
+            self.aux_vocabs = {c: Vocabulary.from_state(state_dict[c]) for c in AUX_COLUMNS if c in state_dict}
 
     def __repr__(self) -> str:
         sizes = "".join(f", {k}={len(v)}" for k, v in self.datasets.items())

@@ -38,6 +38,11 @@ def test_read_skips_multiword_and_empty_nodes(tmp_path: Path) -> None:
     sents = read_conllu(_treebank(tmp_path) / "ud_english_ewt" / "en_ewt-ud-train.conllu")
     assert [s.words for s in sents] == [("do", "n't", "go"), ("Go", "now")]
     assert sents[0].tags == ("AUX", "PART", "VERB")
+    assert sents[0].xpos == ("VBP", "RB", "VB") and sents[0].deprel == ("aux", "advmod", "root")
+    assert sents[0].feats == ("_", "_", "_")
+    featured = tmp_path / "feats.conllu"
+    featured.write_text(CONLLU.replace("AUX\tVBP\t_", "AUX\tVBP\tMood=Ind|Tense=Pres"))
+    assert read_conllu(featured)[0].feats == ("Mood=Ind|Tense=Pres", "_", "_")
 
 
 def test_vocabularies_from_training_only_and_test_falls_back_to_dev(tmp_path: Path, capsys) -> None:
@@ -93,23 +98,27 @@ def test_unk_replace_scales_with_training_counts(tmp_path: Path) -> None:
             UDPOSDataModule(root=tmp_path, unk_replace=bad)
 
 
-def test_xpos_targets_from_training_tags(tmp_path: Path) -> None:
+def test_auxiliary_columns_from_training_labels(tmp_path: Path) -> None:
     root = _treebank(tmp_path, dev=CONLLU.replace("AUX\tVBP", "AUX\tMD"))  # MD: not a training tag
-    dm = UDPOSDataModule(root=root, batch_size=2, xpos=True)
+    dm = UDPOSDataModule(root=root, batch_size=2, aux_columns=["xpos", "deprel"])
     dm.setup()
-    assert dm.xpos_tags is not None and dm.xpos_tags.itos[2:] == ["RB", "VB", "VBP"]  # by count
+    assert dm.aux_vocabs["xpos"].itos[2:] == ["RB", "VB", "VBP"]  # by count, ties by first appearance
+    assert dm.aux_vocabs["deprel"].itos[2:] == ["advmod", "root", "aux"]
     batch = next(iter(dm.train_dataloader()))
-    assert "xpos" in batch and batch["xpos"].shape == batch["tags"].shape
+    assert batch["xpos"].shape == batch["deprel"].shape == batch["tags"].shape
     val = next(iter(dm.val_dataloader()))
     assert val["xpos"][0].tolist() == [-100, 2, 3] and val["xpos"][1].tolist() == [3, 2, -100]  # MD unscored
-    restored = UDPOSDataModule(root=root, xpos=True)
+    assert val["deprel"][0].tolist() == [4, 2, 3]
+    restored = UDPOSDataModule(root=root, aux_columns=["xpos", "deprel"])
     restored.load_state_dict(dm.state_dict())
-    assert restored.xpos_tags == dm.xpos_tags
+    assert restored.aux_vocabs == dm.aux_vocabs
     plain = UDPOSDataModule(root=root)
     plain.setup()
     assert "xpos" not in next(iter(plain.train_dataloader()))
-    with pytest.raises(ValueError, match="3 XPOS tags, more than max_xpos=4"):
-        UDPOSDataModule(root=root, xpos=True, max_xpos=4).setup()
+    with pytest.raises(ValueError, match="3 xpos labels, more than max_aux_classes=4"):
+        UDPOSDataModule(root=root, aux_columns=["xpos"], max_aux_classes=4).setup()
+    with pytest.raises(ValueError, match="aux_columns must be distinct names from"):
+        UDPOSDataModule(root=root, aux_columns=["lemma"])
 
 
 def test_missing_data_says_where(tmp_path: Path) -> None:
