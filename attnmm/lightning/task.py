@@ -61,8 +61,9 @@ class ClassificationTask(L.LightningModule):
         aux_heads (dict[str, nn.Module], optional): auxiliary heads, keyed by the batch key of their
             targets: in training each reads the encoder output like ``head`` and adds
             ``aux_weight`` times its cross-entropy to the loss (multi-task learning, e.g. XPOS tags
-            beside UPOS); logged as ``train_{key}_loss``. They are not used to predict, and every
-            ensemble member has its own. (default: :obj:`None`)
+            beside UPOS); each is logged as ``train_{key}_loss``, and ``train_loss`` is the total
+            minimised. They are not used to predict, and every ensemble member has its own.
+            (default: :obj:`None`)
         aux_weight (float, optional): weight of each auxiliary loss. (default: :obj:`0.5`)
 
     Examples:
@@ -193,6 +194,12 @@ class ClassificationTask(L.LightningModule):
             per_member = [logits for logits, _ in outputs]
             logits = per_member[0] if self.ensemble == 1 else _mean_probs_log([m.detach() for m in per_member])
             member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
+            missing = [key for key in self.aux_heads if key not in batch]
+            if missing:
+                raise ValueError(
+                    f"the auxiliary heads {missing} need their targets in the batch, which has {sorted(batch)}; "
+                    "make the data add them (e.g. UDPOSDataModule(aux_columns=...))"
+                )
             for _, aux in outputs:
                 for key, aux_logits in aux.items():
                     aux_losses[key].append(self._loss(aux_logits, batch[key], batch, stage)[0])

@@ -207,3 +207,7 @@ def test_aux_heads_refuse_bad_settings() -> None:
         )
     with pytest.raises(ValueError, match="aux_weight must be a finite weight >= 0"):
         make_tagger(aux_weight=-1.0)
+    batch = _tagged_batch()
+    del batch["xpos"]
+    with pytest.raises(ValueError, match=r"auxiliary heads \['xpos'\] need their targets in the batch"):
+        make_tagger().training_step(batch, 0)
