@@ -405,7 +405,7 @@ class UDPOSDataModule(LightningDataModule):
             chars = torch.full((len(clipped), max(map(len, clipped))), PAD, dtype=torch.long)
             for i, w in enumerate(clipped):
                 chars[i, : len(w)] = torch.tensor(self.chars.encode(w), dtype=torch.long)
-            item = (words, chars, torch.tensor([tag_ids[t] for t in s.tags], dtype=torch.long))
+            item: tuple[Tensor, ...] = (words, chars, torch.tensor([tag_ids[t] for t in s.tags], dtype=torch.long))
             for column in self.aux_columns:  # labels unseen in training are not scored
                 ids = self.aux_vocabs[column].encode(getattr(s, column))
                 item += (torch.tensor([i if i != UNK else IGNORE_INDEX for i in ids], dtype=torch.long),)
