@@ -189,17 +189,18 @@ class ClassificationTask(L.LightningModule):
         member_losses: list[Tensor] = []
         aux_losses: dict[str, list[Tensor]] = {}
         if stage == "train" and (self.ensemble > 1 or self.aux_heads):
+            missing = [key for key in self.aux_heads if key not in batch]
+            if missing:
+                has = f", which has {sorted(batch)}" if isinstance(batch, dict) else ""
+                raise ValueError(
+                    f"the auxiliary heads {missing} need their targets in the batch{has}; "
+                    "make the data add them (e.g. UDPOSDataModule(aux_columns=...))"
+                )
             aux_losses = {key: [] for key in self.aux_heads}
             outputs = [self._member_outputs(batch, i, aux=True) for i in range(self.ensemble)]
             per_member = [logits for logits, _ in outputs]
             logits = per_member[0] if self.ensemble == 1 else _mean_probs_log([m.detach() for m in per_member])
             member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
-            missing = [key for key in self.aux_heads if key not in batch]
-            if missing:
-                raise ValueError(
-                    f"the auxiliary heads {missing} need their targets in the batch, which has {sorted(batch)}; "
-                    "make the data add them (e.g. UDPOSDataModule(aux_columns=...))"
-                )
             for _, aux in outputs:
                 for key, aux_logits in aux.items():
                     aux_losses[key].append(self._loss(aux_logits, batch[key], batch, stage)[0])
