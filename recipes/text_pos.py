@@ -3,8 +3,9 @@
 Runs a LightningCLI (fit, validate, test, predict) with ``configs/text_pos.yaml`` as default: word
 embeddings and character-CNN features (vocabularies from the training split only) -> transformer
 encoder under ``Padding`` (full attention within each sentence, rotary positions) -> one of 17 tags
-per word. Trains on the train file and validates on the dev file; tests on ``en_ewt-ud-test.conllu``
-when it is in the data root, else on the dev file (the run prints which). ``test_acc`` is the token
+per word, with auxiliary XPOS and DEPREL heads trained beside it (multi-task) and an ensemble of
+two. Trains on the train file and validates on the dev file; tests on ``en_ewt-ud-test.conllu`` when
+it is in the data root, else on the dev file (the run prints which). ``test_acc`` is the token
 accuracy; ``fit`` ends by testing the best checkpoint and writes ``metrics.json`` in the run's log
 directory.
 
