@@ -199,8 +199,11 @@ class ClassificationTask(L.LightningModule):
             aux_losses = {key: [] for key in self.aux_heads}
             outputs = [self._member_outputs(batch, i, aux=True) for i in range(self.ensemble)]
             per_member = [logits for logits, _ in outputs]
-            logits = per_member[0] if self.ensemble == 1 else _mean_probs_log([m.detach() for m in per_member])
-            member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
+            if self.ensemble == 1:  # its loss is the one computed from ``logits`` below
+                logits = per_member[0]
+            else:
+                logits = _mean_probs_log([m.detach() for m in per_member])  # for the accuracy only
+                member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
             for _, aux in outputs:
                 for key, aux_logits in aux.items():
                     aux_losses[key].append(self._loss(aux_logits, batch[key], batch, stage)[0])

@@ -211,3 +211,16 @@ def test_aux_heads_refuse_bad_settings() -> None:
     del batch["xpos"]
     with pytest.raises(ValueError, match=r"auxiliary heads \['xpos'\] need their targets in the batch"):
         make_tagger().training_step(batch, 0)
+
+
+@pytest.mark.parametrize(
+    ("clip", "precision", "fused"),
+    [(None, "32-true", True), (1.0, "bf16-mixed", True), (1.0, "16-mixed", False), (None, "16-mixed", True)],
+)
+def test_optimizer_is_fused_unless_fp16_scaling_clips(clip, precision, fused: bool) -> None:
+    from types import SimpleNamespace
+
+    task = make_task()
+    task._trainer = SimpleNamespace(gradient_clip_val=clip, precision=precision, estimated_stepping_batches=10)
+    optimizer = task.configure_optimizers()["optimizer"]
+    assert bool(optimizer.defaults["fused"]) is fused
