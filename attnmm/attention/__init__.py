@@ -6,6 +6,7 @@ from attnmm.attention.encoder import Encoder, EncoderLayer
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.positional import LearnedPE, RotaryPE, Sinusoidal2DPE, SinusoidalPE, sinusoid
 from attnmm.attention.relative import RelativePositionBias
+from attnmm.attention.state import IncrementalState
 from attnmm.attention.weights import AttentionWeights
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "AttentionWeights",
     "Encoder",
     "EncoderLayer",
+    "IncrementalState",
     "LearnedPE",
     "MultiHeadAttention",
     "RelativePositionBias",

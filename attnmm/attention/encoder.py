@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
+from attnmm.attention.state import IncrementalState
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
 from attnmm.masks._checks import check_nonneg_int
@@ -110,19 +111,21 @@ class EncoderLayer(nn.Module):
     @overload
     def forward(
         self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ...,
-        return_weights: Literal[False] = ...,
+        return_weights: Literal[False] = ..., state: IncrementalState | None = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
         self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ..., return_weights: Literal[True],
+        state: IncrementalState | None = ...,
     ) -> tuple[Tensor, AttentionWeights]: ...
 
     def forward(
-        self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False
+        self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False,
+        state: IncrementalState | None = None,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         h = self.norm1(x)  # (B, L, D)
-        result = self.attn(h, mask=mask, bias=bias, return_weights=return_weights)
+        result = self.attn(h, mask=mask, bias=bias, return_weights=return_weights, state=state)
         h, weights = result if isinstance(result, tuple) else (result, None)
         x = x + self.drop(h)
         x = x + self.drop(self.ffn(self.norm2(x)))  # (B, L, D)
@@ -138,7 +141,10 @@ class Encoder(nn.Module):
         \mathrm{Encoder}(\mathbf{X}) = \mathrm{LN}(\mathbf{X}^{(\mathrm{num\_layers})})
 
     A ``position_bias`` is shared by all layers (as in T5) and computed once per forward; a
-    ``rotary`` embedding is applied in every layer.
+    ``rotary`` embedding is applied in every layer. With ``state`` (an
+    :class:`~attnmm.attention.IncrementalState`), a causal encoder reads its input a few tokens at a
+    time from key/value caches, as :class:`~attnmm.attention.MultiHeadAttention` describes (not with
+    a ``position_bias``).
 
     Args:
         d_model (int): model width D.
@@ -217,28 +223,30 @@ class Encoder(nn.Module):
     @overload
     def forward(
         self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ...,
-        return_weights: Literal[False] = ...,
+        return_weights: Literal[False] = ..., state: IncrementalState | None = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
         self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ..., return_weights: Literal[True],
+        state: IncrementalState | None = ...,
     ) -> tuple[Tensor, list[AttentionWeights]]: ...
 
     def forward(
-        self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False
+        self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False,
+        state: IncrementalState | None = None,
     ) -> Tensor | tuple[Tensor, list[AttentionWeights]]:
-        if self.position_bias is not None:
+        if self.position_bias is not None and state is None:
             L = x.size(0) if x.dim() == 2 else x.size(1)
             rel = self.position_bias(mask, L, L, None if x.dim() == 2 else x.size(0))  # (P, H)
             bias = rel if bias is None else rel + (bias.unsqueeze(-1) if bias.dim() == 1 else bias)
         all_weights: list[AttentionWeights] = []
         for layer in self.layers:
             if return_weights:
-                x, weights = layer(x, mask, bias=bias, return_weights=True)
+                x, weights = layer(x, mask, bias=bias, return_weights=True, state=state)
                 all_weights.append(weights)
             else:
-                x = layer(x, mask, bias=bias)  # (B, L, D)
+                x = layer(x, mask, bias=bias, state=state)  # (B, L, D)
         x = self.norm(x)
         return (x, all_weights) if return_weights else x
 

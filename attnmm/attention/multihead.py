@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Literal, overload
 
+import torch
 from torch import Tensor, nn
 
 from attnmm.attention.core import attend
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
+from attnmm.attention.state import IncrementalState, causal_reach
 from attnmm.attention.weights import AttentionWeights
-from attnmm.masks import Mask
+from attnmm.masks import Mask, Window
 from attnmm.masks._checks import check_nonneg_int
 
 
@@ -50,6 +52,13 @@ class MultiHeadAttention(nn.Module):
           (N, D), key (M, kdim), value (M, vdim); ``bias`` (P,) or (P, H) per allowed pair
         - **output:** (B, L, D) or (N, D); with ``return_weights`` also
           :class:`~attnmm.attention.AttentionWeights` with values (P, H)
+
+    With ``state`` (an :class:`~attnmm.attention.IncrementalState`), self-attention reads a causal
+    sequence a few tokens at a time: the first call's tokens attend each other under the mask
+    (``Causal()`` or ``Window(left, 0)``), each later call's single token attends the cached keys and
+    values, and the cache keeps the keys the next token may attend (all of them under ``Causal()``,
+    the last ``left`` under ``Window(left, 0)``). The outputs equal those of one call on the whole
+    sequence.
 
     Examples:
         >>> import torch
@@ -121,13 +130,13 @@ class MultiHeadAttention(nn.Module):
     @overload
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., mask: Mask | None = ...,
-        *, bias: Tensor | None = ..., return_weights: Literal[False] = ...,
+        *, bias: Tensor | None = ..., return_weights: Literal[False] = ..., state: IncrementalState | None = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., mask: Mask | None = ...,
-        *, bias: Tensor | None = ..., return_weights: Literal[True],
+        *, bias: Tensor | None = ..., return_weights: Literal[True], state: IncrementalState | None = ...,
     ) -> tuple[Tensor, AttentionWeights]: ...
 
     def forward(
@@ -139,7 +148,13 @@ class MultiHeadAttention(nn.Module):
         *,
         bias: Tensor | None = None,
         return_weights: bool = False,
+        state: IncrementalState | None = None,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        if state is not None and (key is not None or value is not None or query.dim() != 3):
+            raise ValueError(
+                "state= reads a padded (B, L, D) sequence incrementally by self-attention; cross-attention "
+                "and packed inputs have no incremental form: call without state"
+            )
         key = query if key is None else key
         value = key if value is None else value
         packed = self._check_inputs(query, key, value)
@@ -149,7 +164,9 @@ class MultiHeadAttention(nn.Module):
         v = self.v_proj(value).unflatten(-1, (H, E))  # (B, S, H, E) or (M, H, E)
         if not packed:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, L|S, E)
-        if self.rotary is not None:
+        if state is not None:
+            q, k, v, mask = self._extend(q, k, v, mask, bias, state)
+        elif self.rotary is not None:
             if packed:
                 raise ValueError(
                     "rotary needs sequence positions, but the input is packed (N, D); use the padded "
@@ -176,6 +193,36 @@ class MultiHeadAttention(nn.Module):
         if weights is None:
             return out
         return out, weights
+
+    def _extend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, bias: Tensor | None, state: IncrementalState
+    ) -> tuple[Tensor, Tensor, Tensor, Mask | None]:
+        """Queries, keys and values of an incremental call, and its mask: the new tokens' keys and
+        values join the cached ones, and the cache keeps what the next query may attend."""
+        if bias is not None or self.position_bias is not None:
+            raise ValueError("state= does not support score biases (bias, position_bias): call without state")
+        reach = causal_reach(mask, "MultiHeadAttention(state=...)")
+        if state.max_keys is not None:
+            reach = state.max_keys - 1 if reach is None else min(reach, state.max_keys - 1)
+        if self.rotary is not None:
+            positions = torch.arange(state.offset, state.offset + q.size(2), device=q.device)  # (L,)
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        cached = state.get(self)
+        if cached is None:  # the first call: the new tokens attend each other under the mask
+            if state.max_keys is not None:
+                assert mask is not None  # causal_reach refuses None
+                mask = mask & Window(state.max_keys - 1, 0)
+        else:
+            if q.size(2) != 1:
+                raise ValueError(
+                    f"after the first call, state= reads one token at a time, got {q.size(2)} tokens; feed "
+                    "the prompt in the first call and then the new tokens one by one"
+                )
+            k, v = torch.cat([cached[0], k], 2), torch.cat([cached[1], v], 2)  # (B, H, S, E)
+            mask = None  # the cache holds exactly the keys the query may attend, and itself
+        keep = k.size(2) if reach is None else min(reach, k.size(2))
+        state.set(self, (k[:, :, k.size(2) - keep :], v[:, :, v.size(2) - keep :]))
+        return q, k, v, mask
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> bool:
         """Validate shapes; return whether the inputs use the packed layout."""
