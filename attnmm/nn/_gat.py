@@ -1,0 +1,305 @@
+r"""Plumbing shared by :class:`~attnmm.nn.GATConv` and :class:`~attnmm.nn.GATv2Conv`: PyG's self loops
+and edge-feature fill, additive scores per allowed pair, and the :func:`~attnmm.attend` call.
+
+Both layers compute, per head,
+
+.. math::
+    \mathbf{x}^{\prime}_i = \sum_{j \in A(i)} \alpha_{i,j} \mathbf{v}_j, \qquad
+    \alpha_{i,j} = \operatorname{softmax}_{j \in A(i)}\, s(i, j, \mathbf{e}_{ij})
+
+with an additive score :math:`s` that is not a dot product of a query and a key. The layer evaluates
+:math:`s` on the allowed pairs only, O(nnz * H) numbers, and hands them to :func:`~attnmm.attend` as
+its per-pair ``bias`` with zero-width queries and keys (head dim E = 0, so :math:`\mathbf{q}_i^\top
+\mathbf{k}_j = 0` and the score is the bias alone); the sparse backend then sums the value vectors
+:math:`\mathbf{v}_j` straight from the (N, H, C) node projections, never copied per edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from attnmm.attention.core import attend
+from attnmm.masks import Graph, Mask
+from attnmm.masks._checks import check_nonneg_int
+from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, pair_bias, read_edges
+
+#: ``score(dst, src, edge_attr)``: the score (n, H) of the n pairs ``src[k] -> dst[k]``, with the edge
+#: features (n, D) of those pairs or ``None`` for no edge term.
+ScoreFn = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
+
+#: What ``return_attention_weights`` gives back: ``(edge_index, alpha)``.
+Weights = tuple[Tensor, Tensor]
+
+
+def split_channels(in_channels: int | tuple[int, int]) -> tuple[int, int]:
+    """``(source, target)`` input widths of an int or a pair, checked."""
+    if isinstance(in_channels, int) and not isinstance(in_channels, bool):
+        width = check_nonneg_int("in_channels", in_channels, minimum=1)
+        return width, width
+    if isinstance(in_channels, (tuple, list)) and len(in_channels) == 2:
+        return (
+            check_nonneg_int("in_channels[0]", in_channels[0], minimum=1),
+            check_nonneg_int("in_channels[1]", in_channels[1], minimum=1),
+        )
+    raise TypeError(f"in_channels must be an int or (source, target) ints, got {in_channels!r}")
+
+
+def glorot_(t: Tensor) -> Tensor:
+    r"""Uniform Glorot initialisation over the last two dims, :math:`U(-b, b)` with
+    :math:`b = \sqrt{6 / (\text{fan}_\text{in} + \text{fan}_\text{out})}` (PyG's ``glorot``)."""
+    bound = (6.0 / (t.size(-2) + t.size(-1))) ** 0.5
+    with torch.no_grad():
+        return t.uniform_(-bound, bound)
+
+
+@dataclass
+class GATEdges:
+    """The edges of one call after PyG's self-loop handling, and the allowed pairs they map to.
+
+    Attributes:
+        layout (EdgeLayout): edges (self loops included) and allowed pairs.
+        num_edges (int): rows that ``edge_attr`` must have (the input's edges).
+        keep (BoolTensor, optional): which input edges are kept (not self loops); ``None`` when no
+            loops were added.
+        kept_index (LongTensor, optional): the kept edges (2, M_kept), to compute the loops' features.
+        num_loops (int): self loops added, one per node ``0 .. num_loops - 1``.
+        returned (Tensor, optional): the edge_index (or sparse adjacency) returned with the weights;
+            ``None`` when the allowed pairs are returned (a Mask adjacency or an extra mask).
+        kind (str): what the adjacency was: ``"edges"`` (a (2, M) tensor), ``"sparse"`` (a torch.sparse
+            matrix) or ``"mask"`` (an attnmm Mask, which has no edges to carry features).
+    """
+
+    layout: EdgeLayout
+    num_edges: int
+    keep: Tensor | None
+    kept_index: Tensor | None
+    num_loops: int
+    returned: Tensor | None
+    kind: Literal["edges", "sparse", "mask"]
+
+
+def gat_edges(
+    edge_index: Tensor | Mask,
+    num_src: int,
+    num_dst: int,
+    add_loops: bool,
+    extra: Mask | None,
+    device: torch.device,
+) -> GATEdges:
+    """Read ``edge_index`` as PyG's GAT layers do: with ``add_loops``, drop its self loops and add one
+    per node ``0 .. min(num_src, num_dst) - 1`` after the other edges (for a sparse adjacency, in its
+    sorted order, as PyG's ``add_self_loops`` does); then unite with ``extra``."""
+    from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
+
+    loops = min(num_src, num_dst) if add_loops else 0
+    if isinstance(edge_index, Mask):
+        mask = edge_index
+        if add_loops:
+            index = torch.arange(loops, device=device).repeat(2, 1)  # (2, N)
+            mask = mask | Graph(index, (num_src, num_dst))
+        layout = edge_layout(mask, num_src, num_dst, extra, device)
+        return GATEdges(layout, 0, None, None, loops, None, "mask")
+    if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
+        num_edges = int(edge_index._nnz())
+        adj = edge_index
+        if add_loops:
+            loops = min(int(adj.size(0)), int(adj.size(1)))
+            adj = add_self_loops(remove_self_loops(adj)[0])[0]  # PyG's own order of the edges
+        layout = edge_layout(adj, num_src, num_dst, extra, device)
+        # the edges are views of the adjacency's indices, which PyG's to_edge_index (run by the next layer
+        # reading the same adjacency) marks coalesced in place: copies keep them valid for the backward pass
+        layout = replace(layout, src=layout.src.clone(), dst=layout.dst.clone())
+        return GATEdges(layout, num_edges, None, None, loops, None if extra is not None else adj, "sparse")
+    src, dst, _, _ = read_edges(edge_index, num_src, num_dst)
+    keep = kept = None
+    full: Tensor = edge_index
+    if add_loops:
+        keep = src != dst
+        kept = torch.stack([src[keep], dst[keep]])  # (2, M_kept)
+        full = torch.cat([kept, torch.arange(loops, device=src.device).repeat(2, 1)], 1)  # (2, M_kept + N)
+    layout = edge_layout(full, num_src, num_dst, extra, device)
+    return GATEdges(layout, int(src.numel()), keep, kept, loops, None if extra is not None else full, "edges")
+
+
+def node_counts(x_src: Tensor, x_dst: Tensor | None, size: tuple[int | None, int | None] | None) -> tuple[int, int]:
+    """``(N_src, N_dst)`` from the node features and PyG's ``size`` (which must agree with them); a
+    missing target set (``x_dst=None``) has ``size[1]`` nodes, else as many as the sources."""
+    num_src = int(x_src.size(0))
+    num_dst = None if x_dst is None else int(x_dst.size(0))
+    if size is not None:
+        if len(size) != 2:
+            raise ValueError(f"size must be (N_src, N_dst), got {size!r}")
+        if (size[0] is not None and size[0] != num_src) or (
+            size[1] is not None and num_dst is not None and size[1] != num_dst
+        ):
+            raise ValueError(
+                f"size={tuple(size)} does not match the node features: (N_src, N_dst) = ({num_src}, "
+                f"{num_dst}); pass size=None or features with those many rows"
+            )
+        if num_dst is None and size[1] is not None:
+            num_dst = int(size[1])
+    return num_src, num_src if num_dst is None else num_dst
+
+
+def pair_scores(layout: EdgeLayout, score: ScoreFn, edge_attr: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """The score bias of every allowed pair (P, H) in ``mask.pairs()`` order, and, with edge features,
+    each edge's score (M, H).
+
+    Without edge features a pair's score depends on its two nodes only: it is computed once per pair
+    (plus :math:`\\log c` for an edge listed :math:`c` times, which PyG's per-edge softmax counts
+    :math:`c` times). With edge features each edge is scored and its copies merged by
+    :func:`~attnmm.nn._edges.pair_bias`; pairs that only the extra mask allows get the score without
+    edge term.
+    """
+    if edge_attr is None:
+        scores = score(layout.row, layout.col, None)  # (P, H)
+        copies = pair_bias(layout, None)  # (P, 1) log-counts, or None without repeated edges
+        return (scores if copies is None else scores + copies.to(scores.dtype)), None
+    per_edge = score(layout.dst, layout.src, edge_attr)  # (M, H)
+    bias = pair_bias(layout, per_edge)
+    assert bias is not None
+    extra = (layout.counts == 0).nonzero().squeeze(1)
+    if extra.numel():
+        bias = bias.index_copy(0, extra, score(layout.row[extra], layout.col[extra], None))
+    return bias, per_edge
+
+
+class AdditiveGraphAttention(nn.Module):
+    """Base of the GAT layers: the options and the forward pass they share.
+
+    A subclass creates its parameters, projects the node features to the values (N_src, H, C) and a
+    score function, and calls :meth:`propagate`.
+    """
+
+    def __init__(
+        self,
+        in_channels: int | tuple[int, int],
+        out_channels: int,
+        heads: int,
+        concat: bool,
+        negative_slope: float,
+        dropout: float,
+        add_self_loops: bool,
+        edge_dim: int | None,
+        fill_value: float | Tensor | str,
+        residual: bool,
+    ) -> None:
+        super().__init__()
+        self.src_channels, self.dst_channels = split_channels(in_channels)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.in_channels = in_channels
+        self.out_channels = check_nonneg_int("out_channels", out_channels, minimum=1)
+        self.heads = check_nonneg_int("heads", heads, minimum=1)
+        self.concat, self.negative_slope, self.dropout = concat, float(negative_slope), float(dropout)
+        self.add_self_loops, self.fill_value, self.residual = add_self_loops, fill_value, residual
+        self.edge_dim = None if edge_dim is None else check_nonneg_int("edge_dim", edge_dim, minimum=1)
+        self._edges_cache: tuple[tuple[object, ...], GATEdges] | None = None  # the last graph seen
+
+    @property
+    def total_out_channels(self) -> int:
+        """Output width: H * C with ``concat``, else C."""
+        return self.out_channels * (self.heads if self.concat else 1)
+
+    def edges(self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None) -> GATEdges:
+        """The edges and allowed pairs of this call, kept from the last call when the graph is the same
+        (the same objects, the edge_index not edited in place since), so that the pairs and their CSR
+        form are built once for a training run on one graph."""
+        if mask is not None and not isinstance(mask, Mask):
+            raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
+        device = edge_index.device if isinstance(edge_index, Tensor) else torch.device("cpu")
+        version = edge_index._version if isinstance(edge_index, Tensor) and not edge_index.is_sparse else 0
+        key = (edge_index, mask, id(edge_index), id(mask), version, num_src, num_dst, self.add_self_loops)
+        cached = self._edges_cache
+        if cached is not None and cached[0][2:] == key[2:]:
+            return cached[1]
+        result = gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
+        self._edges_cache = (key, result)
+        return result
+
+    def edge_features(self, edges: GATEdges, edge_attr: Tensor | None) -> Tensor | None:
+        """The edge features of every edge of ``edges`` (M, D): the input's, less those of dropped self
+        loops, plus ``fill_value`` features for the added loops (as PyG's ``add_self_loops``)."""
+        from torch_geometric.utils import add_self_loops
+
+        if edge_attr is None:
+            return None
+        if edges.kind == "mask":
+            raise ValueError(
+                "edge_attr needs edges: a Mask adjacency has none; pass the edges as edge_index (2, M) and "
+                "the Mask as mask=, or leave edge_attr out"
+            )
+        if edges.kind == "sparse" and edges.num_loops:
+            raise ValueError(
+                "edge_attr with add_self_loops=True needs edge_index as a (2, M) tensor, not a sparse "
+                "adjacency (PyG's GAT layers refuse this too); convert it with "
+                "torch_geometric.utils.to_edge_index or build the layer with add_self_loops=False"
+            )
+        if edge_attr.dim() == 1:
+            edge_attr = edge_attr.view(-1, 1)  # (M, 1)
+        if edge_attr.dim() != 2 or edge_attr.size(0) != edges.num_edges or edge_attr.size(1) != self.edge_dim:
+            raise ValueError(
+                f"edge_dim={self.edge_dim} needs edge_attr of shape (M, {self.edge_dim}) = ({edges.num_edges}, "
+                f"{self.edge_dim}), one row per edge of edge_index, got {tuple(edge_attr.shape)}"
+            )
+        if edges.keep is None:
+            return edge_attr
+        assert edges.kept_index is not None
+        _, filled = add_self_loops(
+            edges.kept_index, edge_attr[edges.keep], fill_value=self.fill_value, num_nodes=edges.num_loops
+        )
+        return filled
+
+    def propagate(
+        self,
+        values: Tensor,
+        num_dst: int,
+        edges: GATEdges,
+        score: ScoreFn,
+        edge_attr: Tensor | None,
+        residual: Tensor | None,
+        bias: Tensor | None,
+        return_attention_weights: bool | None,
+        edge_index: Tensor | Mask,
+    ) -> Tensor | tuple[Tensor, Weights]:
+        """Attend with the additive scores, combine the heads, add the residual and the bias."""
+        H, C = self.heads, self.out_channels
+        layout = edges.layout
+        pair_bias_, edge_scores = pair_scores(layout, score, edge_attr)  # (P, H), (M, H) or None
+        q = values.new_zeros(num_dst, H, 0)  # zero-width queries and keys: the score is the bias alone
+        k = values.new_zeros(values.size(0), H, 0)
+        p = self.dropout if self.training else 0.0
+        want = bool(return_attention_weights)  # PyG returns the weights when the flag is truthy
+        if want:
+            out, w = attend(q, k, values, layout.mask, bias=pair_bias_, dropout_p=p, return_weights=True)
+        else:
+            out = attend(q, k, values, layout.mask, bias=pair_bias_, dropout_p=p)  # (N_dst, H, C)
+        out = out.reshape(num_dst, H * C) if self.concat else out.mean(1)  # (N_dst, H*C) or (N_dst, C)
+        if residual is not None:
+            out = residual.add_(out)  # in place: the projection's output is not needed for its gradient
+        if bias is not None:
+            out = out + bias
+        if not want:
+            return out
+        if edges.returned is None:  # a Mask adjacency or an extra mask: the allowed pairs
+            return out, (torch.stack([layout.col, layout.row]), w.values)
+        if layout.src.numel():
+            alpha = edge_weights(layout, w.values, edge_scores, pair_bias_ if edge_scores is not None else None)
+        else:
+            alpha = out.new_zeros(0, H)
+        if edges.kind == "sparse":
+            from torch_geometric.utils.sparse import set_sparse_value
+
+            return out, (set_sparse_value(edges.returned, alpha), alpha)
+        return out, (edges.returned, alpha)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
+
+
+__all__ = ["AdditiveGraphAttention", "GATEdges", "gat_edges", "glorot_", "node_counts", "pair_scores", "split_channels"]

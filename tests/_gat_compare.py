@@ -1,0 +1,96 @@
+"""Checks shared by the tests of GATConv and GATv2Conv: PyG's layer with the same weights as the oracle
+(outputs, attention weights, gradients of the inputs and of every parameter), and a dense reference
+of masked additive attention."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def pair(
+    ref_cls: type[nn.Module], our_cls: type[nn.Module], *args: object, **kw: object
+) -> tuple[nn.Module, nn.Module]:
+    """PyG's layer and ours, in eval mode, ours holding PyG's state dict."""
+    torch.manual_seed(0)
+    ref = ref_cls(*args, **kw).eval()
+    ours = our_cls(*args, **kw).eval()
+    assert list(ours.state_dict()) == list(ref.state_dict())  # same names, same order
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+def random_edges(num_src: int, num_dst: int, num_edges: int, seed: int, repeats: bool = True) -> Tensor:
+    """Random directed edges (2, M), some of them self loops (when num_src = num_dst); with ``repeats``
+    a third of them listed twice."""
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.stack(
+        [torch.randint(0, num_src, (num_edges,), generator=g), torch.randint(0, num_dst, (num_edges,), generator=g)]
+    )
+    if repeats:
+        edge_index = torch.cat([edge_index, edge_index[:, : num_edges // 3]], 1)
+    return edge_index
+
+
+def _close(a: Tensor | None, b: Tensor | None, what: str) -> None:
+    if b is None:
+        assert a is None or float(a.abs().max()) < 1e-6, what
+        return
+    assert a is not None, what
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m: f"{what}: {m}")
+
+
+def assert_same(
+    ref: nn.Module,
+    ours: nn.Module,
+    x: Tensor | tuple[Tensor, Tensor],
+    edge_index: Tensor,
+    edge_attr: Tensor | None = None,
+    **call: object,
+) -> tuple[Tensor, Tensor]:
+    """Same output, returned edges, attention weights and gradients (of x, edge_attr and every
+    parameter); returns our output and weights."""
+    inputs = [t for t in (x if isinstance(x, tuple) else (x,)) if t is not None]
+    if edge_attr is not None:
+        inputs.append(edge_attr)
+    for t in inputs:
+        t.requires_grad_(True)
+    names = [n for n, _ in ref.named_parameters()]
+    labels = [f"d input {i}" for i in range(len(inputs))] + [f"d {n}" for n in names]
+    results = []
+    for layer in (ref, ours):  # one after the other: PyG's to_edge_index marks a sparse input coalesced in place
+        out, (ei, alpha) = layer(x, edge_index, edge_attr, return_attention_weights=True, **call)
+        torch.manual_seed(1)
+        grad = torch.randn_like(out)
+        grads = torch.autograd.grad(out, inputs + [layer.get_parameter(n) for n in names], grad, allow_unused=True)
+        results.append((out, ei, alpha, grads))
+    (out_r, ei_r, alpha_r, g_r), (out_o, ei_o, alpha_o, g_o) = results
+    _close(out_o, out_r, "output")
+    _close(alpha_o, alpha_r, "attention weights")
+    if ei_r.layout != torch.strided:
+        assert ei_o.layout == ei_r.layout
+        _close(ei_o.to_dense(), ei_r.to_dense(), "returned adjacency")
+    else:
+        assert torch.equal(ei_o, ei_r), "returned edge_index"
+    for a, b, what in zip(g_o, g_r, labels):
+        _close(a, b, what)
+    return out_o, alpha_o
+
+
+def dense_reference(scores: Tensor, allowed: Tensor, values: Tensor, concat: bool = True) -> Tensor:
+    """Masked softmax over dense scores (N_dst, N_src, H) where ``allowed`` (N_dst, N_src), times the
+    values (N_src, H, C); rows with nothing allowed give 0."""
+    s = scores.masked_fill(~allowed.unsqueeze(-1), float("-inf"))
+    a = torch.softmax(s, dim=1).nan_to_num(0.0)  # (N_dst, N_src, H)
+    out = torch.einsum("ijh,jhc->ihc", a, values)  # (N_dst, H, C)
+    return out.flatten(1) if concat else out.mean(1)
+
+
+def allowed_of(edge_index: Tensor, num_src: int, num_dst: int, loops: bool) -> Tensor:
+    """The dense allowed set (N_dst, N_src) of the edges, with a self loop per node when ``loops``."""
+    allowed = torch.zeros(num_dst, num_src, dtype=torch.bool)
+    allowed[edge_index[1], edge_index[0]] = True
+    if loops:
+        n = min(num_src, num_dst)
+        allowed[torch.arange(n), torch.arange(n)] = True
+    return allowed
