@@ -158,8 +158,9 @@ class TextAdapter(Adapter):
         dropout (float, optional): dropout on the tokens. (default: :obj:`0.1`)
 
     Shapes:
-        - **input:** a batch with ``tokens`` (B, L); optionally ``lengths`` (B,) and ``chars``
-          (B, L, C)
+        - **input:** a batch with ``tokens`` (B, L); optionally ``lengths`` (B,), ``chars``
+          (B, L, C) and ``offset`` (int, the position of the first token when a sequence is read a
+          few tokens at a time; default 0)
         - **output:** :class:`Tokens` with x (B, L, D), mask, lengths (B,) or :obj:`None`
 
     Examples:
@@ -253,7 +254,9 @@ class TextAdapter(Adapter):
         ids = batch["tokens"]
         x = self.embed_tokens(ids, batch.get("chars"))
         if self.pos is not None:
-            x = self.pos(x)  # (B, L, D)
+            offset = int(batch.get("offset", 0))  # position of the first token (incremental reading)
+            positions = torch.arange(offset, offset + ids.size(1), device=x.device) if offset else None
+            x = self.pos(x, positions)  # (B, L, D)
         x = self.drop(x)
         lengths = batch.get("lengths")
         mask = self.mask

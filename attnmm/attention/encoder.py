@@ -236,7 +236,9 @@ class Encoder(nn.Module):
         self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False,
         state: IncrementalState | None = None,
     ) -> Tensor | tuple[Tensor, list[AttentionWeights]]:
-        if self.position_bias is not None and state is None:
+        if self.position_bias is not None and state is not None:
+            raise ValueError("state= does not support score biases (position_bias): call without state")
+        if self.position_bias is not None:
             L = x.size(0) if x.dim() == 2 else x.size(1)
             rel = self.position_bias(mask, L, L, None if x.dim() == 2 else x.size(0))  # (P, H)
             bias = rel if bias is None else rel + (bias.unsqueeze(-1) if bias.dim() == 1 else bias)

@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 
+from attnmm.attention.state import IncrementalState
 from attnmm.masks._checks import check_nonneg_int
 
 __all__ = ["TextSample", "generate"]
@@ -17,13 +18,14 @@ __all__ = ["TextSample", "generate"]
 
 @torch.no_grad()
 def generate(
-    model: Callable[[dict[str, Tensor]], Tensor],
+    model: Callable[..., Tensor],
     prompt: Tensor,
     num_tokens: int,
     context: int,
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    cache: bool = True,
 ) -> Tensor:
     r"""Extend ``prompt`` by ``num_tokens`` tokens sampled one at a time from a causal model.
 
@@ -31,13 +33,25 @@ def generate(
         w_{t+1} \sim \mathrm{softmax}\big(\mathbf{z}_t / \tau\big), \qquad
         \mathbf{z}_t = \mathrm{model}(w_{t - \mathrm{context} + 1}, \dots, w_t)_{\text{last}}
 
-    Each step runs the model on the last ``context`` tokens (the window it was trained on) and
-    samples from the last position's logits, scaled by the temperature :math:`\tau` and, with
-    ``top_k``, restricted to the ``top_k`` likeliest tokens.
+    Sampling uses the last position's logits, scaled by the temperature :math:`\tau` and, with
+    ``top_k``, restricted to the ``top_k`` likeliest tokens. Each step attends at most ``context``
+    tokens (the window the model was trained on).
+
+    With ``cache`` (the default) the model reads the prompt once and then one new token per step,
+    its attention layers keeping their keys and values in an
+    :class:`~attnmm.attention.IncrementalState` (recurrent layers their hidden state): a step costs
+    one token's pass instead of ``context`` tokens'. While prompt and output fit in ``context``
+    tokens the result equals the uncached one; past that, each layer attends its last ``context``
+    keys (the model's mask intersected with ``Window(context - 1, 0)``), where the uncached model
+    re-reads the last ``context`` tokens from scratch at every step, so the two differ. The model
+    must accept ``model(batch, state)`` with a batch ``{"tokens": ids, "offset": t}`` of the new
+    tokens and their first position, as :class:`~attnmm.lightning.ClassificationTask` does with a
+    causal :class:`~attnmm.attention.Encoder` or :class:`~attnmm.nn.RecurrentEncoder`.
 
     Args:
         model (callable): ``model({"tokens": ids}) -> logits`` with ids (B, L) and logits (B, L, V),
-            e.g. a :class:`~attnmm.lightning.ClassificationTask` whose adapter uses a causal mask.
+            e.g. a :class:`~attnmm.lightning.ClassificationTask` whose adapter uses a causal mask;
+            with ``cache``, ``model(batch, state)``.
         prompt (LongTensor): the token ids to start from, (T,) or (B, T), T >= 1.
         num_tokens (int): tokens to add.
         context (int): most tokens the model sees per step.
@@ -45,13 +59,14 @@ def generate(
             (default: :obj:`1.0`)
         top_k (int, optional): sample among the ``top_k`` likeliest tokens only. (default: :obj:`None`)
         generator (torch.Generator, optional): random source of the draws. (default: :obj:`None`)
+        cache (bool, optional): read incrementally with key/value caches. (default: :obj:`True`)
 
     Returns:
         LongTensor: the prompt and the new tokens, (T + num_tokens,) or (B, T + num_tokens).
 
     Examples:
         >>> import torch
-        >>> uniform = lambda batch: torch.zeros(*batch["tokens"].shape, 5)  # (B, L, V)
+        >>> uniform = lambda batch, state=None: torch.zeros(*batch["tokens"].shape, 5)  # (B, L, V)
         >>> generate(uniform, torch.tensor([1, 2]), 4, context=8, generator=torch.Generator().manual_seed(0)).shape
         torch.Size([6])
     """
@@ -63,8 +78,14 @@ def generate(
     ids = prompt.unsqueeze(0) if single else prompt  # (B, T)
     if ids.dim() != 2 or ids.size(1) < 1:
         raise ValueError(f"prompt must be (T,) or (B, T) token ids with T >= 1, got shape {tuple(prompt.shape)}")
+    state = IncrementalState(max_keys=context) if cache else None
+    new = ids[:, -context:]  # (B, T'): what the model has not read yet
     for _ in range(num_tokens):
-        logits = model({"tokens": ids[:, -context:]})[:, -1].float()  # (B, V)
+        if state is None:
+            logits = model({"tokens": ids[:, -context:]})[:, -1].float()  # (B, V)
+        else:
+            logits = model({"tokens": new, "offset": state.offset}, state)[:, -1].float()  # (B, V)
+            state.advance(new.size(1))
         if temperature == 0:
             nxt = logits.argmax(-1, keepdim=True)  # (B, 1)
         else:
@@ -74,7 +95,7 @@ def generate(
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             probs = logits.softmax(-1)
             nxt = torch.multinomial(probs.cpu(), 1, generator=generator).to(ids.device)  # (B, 1)
-        ids = torch.cat([ids, nxt], dim=1)  # (B, T + 1)
+        ids, new = torch.cat([ids, nxt], dim=1), nxt  # (B, T + 1)
     return ids[0] if single else ids
 
 

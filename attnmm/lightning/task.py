@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.attention.state import IncrementalState
 from attnmm.lightning.schedule import warmup_cosine
 from attnmm.masks._checks import check_nonneg_int
 
@@ -149,40 +150,57 @@ class ClassificationTask(L.LightningModule):
             members.append((cast(Adapter, parts["adapter"]), parts["encoder"], parts["head"]))
         return members
 
-    def encode(self, batch: Any, return_weights: bool = False, member: int = 0) -> tuple[Tensor, Tokens, Any]:
+    def encode(
+        self, batch: Any, return_weights: bool = False, member: int = 0, state: IncrementalState | None = None
+    ) -> tuple[Tensor, Tokens, Any]:
         """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer
-        (of ensemble member ``member``)."""
+        (of ensemble member ``member``); with ``state``, read incrementally (see :meth:`forward`)."""
         adapter, encoder, _ = self.members[member]
         tokens = adapter(batch)
         # encoders that need more than (x, mask), e.g. the edges of a graph batch, declare ``tokens``
-        extra = {"tokens": tokens} if "tokens" in inspect.signature(encoder.forward).parameters else {}
+        params = inspect.signature(encoder.forward).parameters
+        extra: dict[str, Any] = {"tokens": tokens} if "tokens" in params else {}
+        if state is not None:
+            if "state" not in params:
+                raise ValueError(
+                    f"{type(encoder).__name__} cannot read a sequence incrementally (its forward has no state "
+                    "parameter); call without state (generate(..., cache=False))"
+                )
+            extra["state"] = state
         if return_weights:
             h, weights = encoder(tokens.x, tokens.mask, return_weights=True, **extra)
             return h, tokens, weights
         return encoder(tokens.x, tokens.mask, **extra), tokens, None
 
-    def member_logits(self, batch: Any, member: int = 0) -> Tensor:
+    def member_logits(self, batch: Any, member: int = 0, state: IncrementalState | None = None) -> Tensor:
         """The logits of one ensemble member."""
-        return self._member_outputs(batch, member)[0]
+        return self._member_outputs(batch, member, state=state)[0]
 
     def _member_aux_heads(self, member: int) -> nn.ModuleDict:
         if member == 0 or not self.aux_heads:
             return self.aux_heads
         return cast(nn.ModuleDict, cast(nn.ModuleDict, self.extra_members[member - 1])["aux_heads"])
 
-    def _member_outputs(self, batch: Any, member: int, aux: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
+    def _member_outputs(
+        self, batch: Any, member: int, aux: bool = False, state: IncrementalState | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """One member's logits and, with ``aux``, its auxiliary heads' logits by target key."""
-        h, tokens, _ = self.encode(batch, member=member)
+        h, tokens, _ = self.encode(batch, member=member, state=state)
         head = self.members[member][2]
         logits = h if head is None else head(h, tokens)
         aux_logits = {key: m(h, tokens) for key, m in self._member_aux_heads(member).items()} if aux else {}
         return logits, aux_logits
 
-    def forward(self, batch: Any) -> Tensor:
-        """The logits; for an ensemble, the log of the members' mean probabilities."""
+    def forward(self, batch: Any, state: IncrementalState | None = None) -> Tensor:
+        """The logits; for an ensemble, the log of the members' mean probabilities.
+
+        With ``state`` (an :class:`~attnmm.attention.IncrementalState`), a causal model reads its
+        tokens incrementally: the batch holds only the tokens after those already read (and
+        ``offset``, their first position), and the encoder's caches carry the rest (see
+        :func:`~attnmm.lightning.generate`)."""
         if self.ensemble == 1:
-            return self.member_logits(batch)
-        return _mean_probs_log([self.member_logits(batch, i) for i in range(self.ensemble)])
+            return self.member_logits(batch, state=state)
+        return _mean_probs_log([self.member_logits(batch, i, state) for i in range(self.ensemble)])
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
         target = batch[self.target_key]
