@@ -62,6 +62,11 @@ class Problem:
         return self.mask if self.mask is not None else Full()
 
     @property
+    def layout(self) -> Literal["padded", "packed"]:
+        """``"packed"`` for packed (N, H, E) inputs or a graph mask, else ``"padded"``."""
+        return "packed" if self.packed or self.effective_mask.layout == "packed" else "padded"
+
+    @property
     def batch_size(self) -> int | None:
         """B for a batched mask, else ``None`` (the mask's pairs are shared by the batch)."""
         return self.B if self.effective_mask.batched else None

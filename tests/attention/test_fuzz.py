@@ -42,14 +42,13 @@ TOL: dict[torch.dtype, tuple[float, float]] = {
 #: Input scale giving scores of order 1e4 (q . k / sqrt(E) with unit-normal entries has variance 1).
 EXTREME = 100.0
 
-# which options each backend computes (the others refuse them and are not asked)
-OPTIONS = {
-    "reference": dict(bias=True, relu=True, weights=True, packed=True),
-    "sparse": dict(bias=True, relu=True, weights=True, packed=True),
-    "band": dict(bias=True, relu=True, weights=True, packed=False),
-    "sdpa": dict(bias=False, relu=False, weights=False, packed=False),
-    "sdpa_mask": dict(bias=False, relu=False, weights=False, packed=True),
-}
+#: The backends fuzzed here: every registered one that runs on CPU. Each is asked only what it
+#: declares (its ``supports``); FlexAttention (CUDA only) is checked on chosen masks by
+#: tests/attention/backends/test_flex.py.
+BACKENDS = [
+    name for name in list_backends()
+    if get_backend(name).supports.devices is None or "cpu" in get_backend(name).supports.devices
+]
 
 
 @dataclass
@@ -149,7 +148,7 @@ def masks(draw: st.DrawFn, B: int, L: int, S: int, packed: bool, grid: tuple[int
 
 
 @st.composite
-def band_masks(draw: st.DrawFn, B: int, S: int) -> Mask:
+def band_masks(draw: st.DrawFn, B: int, S: int, packed: bool = False) -> Mask:
     """A banded mask: Window or Chunk, maybe & Causal, & Full, & Padding (intersections stay banded)."""
     mask = draw(
         st.one_of(
@@ -157,7 +156,7 @@ def band_masks(draw: st.DrawFn, B: int, S: int) -> Mask:
             st.builds(Chunk, _width(1, 4), _width(0, 2)),
         )
     )
-    for extra in (st.just(Causal()), st.just(Full()), _padding(B, S)):
+    for extra in (st.just(Causal()), st.just(Full()), *([] if packed else [_padding(B, S)])):
         if draw(st.booleans()):
             mask = mask & draw(extra) if draw(st.booleans()) else draw(extra) & mask
     assert mask.structure.kind == "band", mask
@@ -176,26 +175,38 @@ def fused_masks(draw: st.DrawFn) -> Mask | None:
 
 
 @st.composite
+def masks_for(
+    draw: st.DrawFn, structures: frozenset[str], B: int, L: int, S: int, packed: bool, grid: tuple[int, int] | None
+) -> Mask | None:
+    """A mask of one of ``structures``: drawn from the narrowest strategy that covers them."""
+    if structures <= {"full", "causal"}:
+        mask = draw(fused_masks())
+    elif structures <= {"full", "causal", "band"}:
+        mask = draw(band_masks(B, S, packed))
+    else:
+        mask = draw(masks(B, L, S, packed, grid))
+    assume((mask or Full()).structure.kind in structures)
+    return mask
+
+
+@st.composite
 def cases(draw: st.DrawFn, backend: str, dtypes: list[torch.dtype] = DTYPES, padded_only: bool = False) -> Case:
-    opts = OPTIONS[backend]
-    packed = opts["packed"] and not padded_only and draw(st.integers(0, 3)) == 0
+    supports = get_backend(backend).supports
+    packed = "packed" in supports.layouts and not padded_only and draw(st.integers(0, 3)) == 0
+    if "padded" not in supports.layouts:
+        assume(packed)
     sizes = st.sampled_from([1, 1, 1, 2, 2, 2, 0])  # empty batches and heads now and then
     B = 1 if packed else draw(sizes)
     H = draw(sizes)
     grid = None
-    if not packed and backend in ("reference", "sparse", "sdpa_mask") and draw(st.integers(0, 2)) == 0:
+    if not packed and "sparse" in supports.structures and draw(st.integers(0, 2)) == 0:
         grid = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))  # L = S = h * w patches
         L = S = grid[0] * grid[1]
     else:
-        low = 0 if backend in ("reference", "sparse") else 1
+        low = 0 if supports.empty else 1
         high = 40 if draw(st.integers(0, 9)) == 0 else 8  # sometimes several band blocks
         L, S = draw(st.integers(low, high)), draw(st.integers(low, high))
-    if backend == "band":
-        mask = draw(band_masks(B, S))
-    elif backend == "sdpa":
-        mask = draw(fused_masks())
-    else:
-        mask = draw(masks(B, L, S, packed, grid))
+    mask = draw(masks_for(supports.structures, B, L, S, packed, grid))
     E, Ev = draw(st.sampled_from([0, 1, 2, 3, 4, 4])), draw(st.sampled_from([0, 1, 2, 3, 3]))
     dtype = draw(st.sampled_from(dtypes))
     extreme = draw(st.integers(0, 4)) == 0
@@ -207,17 +218,17 @@ def cases(draw: st.DrawFn, backend: str, dtypes: list[torch.dtype] = DTYPES, pad
     else:
         q = _randn((B, H, L, E), seed, dtype, scale)
         k, v = _randn((B, H, S, E), seed + 1, dtype, scale), _randn((B, H, S, Ev), seed + 2, dtype)
-    score = draw(st.sampled_from(["softmax", "relu"])) if opts["relu"] else "softmax"
+    score = draw(st.sampled_from(["softmax", "relu"])) if supports.relu else "softmax"
     if extreme and dtype in (torch.float16, torch.bfloat16):
         score = "softmax"  # ReLU weights are the scores themselves: 1e4-scale outputs overflow float16
     bias = None
-    if opts["bias"] and draw(st.booleans()):
+    if supports.bias and draw(st.booleans()):
         m = mask if mask is not None else Full()
         P = m.pairs(L, S, B if m.batched else None).nnz
         bias = _randn((P, draw(st.sampled_from([1, H]))), seed + 3, dtype, EXTREME**2 if extreme else 1.0)
         if bias.size(1) == 1 and draw(st.booleans()):
             bias = bias.view(-1)  # the (P,) form
-    weights = opts["weights"] and draw(st.booleans())
+    weights = supports.weights and draw(st.booleans())
     case = Case(q, k, v, mask, score, bias, weights, extreme)
     case.scale = draw(st.sampled_from([None, None, None, 0.0, -0.7, 2.5]))
     case.layout = draw(st.sampled_from(["contiguous", "contiguous", "heads_last", "sliced", "broadcast"]))
@@ -232,7 +243,7 @@ def cases(draw: st.DrawFn, backend: str, dtypes: list[torch.dtype] = DTYPES, pad
         some.append((False, False, False, True))
     case.needs_grad = draw(st.sampled_from([everything, everything, *some]))
     case.loss_on = draw(st.sampled_from(["both", "output", "weights"])) if weights else "output"
-    if backend == "band":
+    if hasattr(get_backend(backend), "block"):  # the band kernel's block size
         case.block = draw(st.sampled_from([None, None, 1, 2, 3, 4]))
     if dtype == torch.float32 and not padded_only and draw(st.integers(0, 3)) == 0:
         case.autocast = draw(st.sampled_from(["outside", "outside", "inside"]))
@@ -314,15 +325,6 @@ def _supported(case: Case, backend: str) -> bool:
     return True
 
 
-#: The CPU backends. FlexAttention (CUDA only) compiles a kernel per mask, too slow for hundreds of
-#: examples; tests/attention/backends/test_flex.py checks it on chosen masks.
-BACKENDS = ["reference", "sparse", "band", "sdpa", "sdpa_mask"]
-
-
-def test_every_cpu_backend_is_fuzzed() -> None:
-    assert set(BACKENDS) == set(list_backends()) - {"flex"}
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
@@ -332,12 +334,14 @@ def test_backend_equals_reference(backend: str, data: st.DataObject) -> None:
          f"score={case.score} bias={None if case.bias is None else tuple(case.bias.shape)} "
          f"weights={case.weights} extreme={case.extreme} autocast={case.autocast}")
     assume(_supported(case, backend))
-    band = get_backend("band")
-    band.block = case.block  # type: ignore[attr-defined]
+    chosen = get_backend(backend)
+    if case.block is not None:
+        chosen.block = case.block  # type: ignore[attr-defined]
     try:
         got = _run(case, backend, case.dtype)
     finally:
-        band.block = None  # type: ignore[attr-defined]
+        if case.block is not None:
+            chosen.block = None  # type: ignore[attr-defined]
     want = _run(case.rounded(), "reference", torch.float64)
     labels = ["output", *(["weights"] if case.weights else []), "grad q", "grad k", "grad v", "grad bias"]
     for label, a, b in zip(labels, got, want):
@@ -370,7 +374,9 @@ def _check_loop_oracle(case: Case, out: Tensor) -> None:
     torch.testing.assert_close(out, loop, atol=1e-10, rtol=1e-8)
 
 
-@pytest.mark.parametrize("backend", ["reference", "sparse", "band"])
+@pytest.mark.parametrize(
+    "backend", [name for name in BACKENDS if get_backend(name).supports.dropout and get_backend(name).supports.weights]
+)
 @settings(max_examples=max(50, settings.default.max_examples // 2))
 @given(data=st.data())
 def test_dropout_is_consistent(backend: str, data: st.DataObject) -> None:

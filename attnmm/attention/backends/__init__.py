@@ -1,9 +1,14 @@
-"""Backends of the attention core, registered by name."""
+"""Backends of the attention core, registered by name.
+
+A backend is one file: a :class:`Backend` subclass declaring what it computes (:class:`Supports`)
+and how, registered here (or by its own module) with :func:`register_backend`. Dispatch and the
+tests read the registry and the declarations; nothing else names a backend.
+"""
 
 from __future__ import annotations
 
 from attnmm.attention.backends.band import BandBackend
-from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.backends.flex import FlexBackend
 from attnmm.attention.backends.masked_sdpa import MaskedSDPABackend
 from attnmm.attention.backends.reference import ReferenceBackend
@@ -20,6 +25,13 @@ def register_backend(backend: Backend) -> Backend:
     if backend.name in _BACKENDS:
         raise ValueError(f"a backend named {backend.name!r} is already registered")
     _BACKENDS[backend.name] = backend
+    return backend
+
+
+def unregister_backend(name: str) -> Backend:
+    """Remove the backend registered as ``name`` and return it (for tests and examples)."""
+    backend = get_backend(name)
+    del _BACKENDS[name]
     return backend
 
 
@@ -51,7 +63,9 @@ __all__ = [
     "ReferenceBackend",
     "SDPABackend",
     "SparseBackend",
+    "Supports",
     "get_backend",
     "list_backends",
     "register_backend",
+    "unregister_backend",
 ]

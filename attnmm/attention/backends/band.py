@@ -11,7 +11,7 @@ from torch.autograd.function import once_differentiable
 from attnmm.attention._memory import compute_bytes, output_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._blocks import BandGeometry
-from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.base import Backend, Supports
 from attnmm.masks.base import IntervalMask
 
 
@@ -50,6 +50,8 @@ class BandBackend(Backend):
     """
 
     name = "band"
+    supports = Supports(structures=frozenset({"band"}), empty=False)
+    preference = 20
 
     memory_hint = "use a narrower band (smaller left + right), a smaller batch, or fewer heads"
 
@@ -67,13 +69,9 @@ class BandBackend(Backend):
         copies = 2 + problem.return_weights
         return (slots * copies + 6 * padded) * compute_bytes(problem.q.dtype) + output_bytes(problem)
 
-    def unsupported(self, problem: Problem) -> str | None:
-        mask = problem.effective_mask
-        kind = mask.structure.kind
-        if kind != "band" or not isinstance(mask, IntervalMask):
-            return f"the mask is {kind}, not banded"
-        if problem.L == 0 or problem.S == 0:
-            return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
+    def check(self, problem: Problem) -> str | None:
+        if not isinstance(problem.effective_mask, IntervalMask):
+            return f"the mask {type(problem.effective_mask).__name__} has a band but no per-query interval"
         if problem.B == 0 or problem.H == 0:
             return f"the batch is empty (B = {problem.B}, H = {problem.H})"
         return None

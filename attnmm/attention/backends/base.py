@@ -1,32 +1,140 @@
-"""The backend interface of the attention core."""
+"""The backend interface of the attention core: what a backend declares it supports, and how it computes."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import get_args
 
+import torch
 from torch import Tensor
 
 from attnmm.attention._memory import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends._rows import row_counts
+from attnmm.masks.base import StructureKind
+
+#: Every mask structure (:attr:`Structure.kind <attnmm.masks.base.Structure>`).
+STRUCTURES: frozenset[str] = frozenset(get_args(StructureKind))
+
+#: Both layouts: ``"padded"`` (B, H, L, E) and ``"packed"`` (PyG's (N, H, E) nodes, or a graph mask).
+LAYOUTS: frozenset[str] = frozenset({"padded", "packed"})
+
+
+@dataclass(frozen=True)
+class Supports:
+    """What a backend computes, declared once on its class and read by :meth:`Backend.unsupported`,
+    by the dispatcher and by the tests (which draw only the problems a backend declares).
+
+    Args:
+        structures (frozenset[str], optional): the mask structures it handles, among ``"full"``,
+            ``"causal"``, ``"band"``, ``"interval"`` and ``"sparse"``. (default: all)
+        layouts (frozenset[str], optional): ``"padded"`` and/or ``"packed"`` (the packed (N, H, E)
+            inputs of graphs, or a graph mask). (default: both)
+        bias (bool, optional): an additive per-pair score bias. (default: :obj:`True`)
+        relu (bool, optional): ``score="relu"``. (default: :obj:`True`)
+        weights (bool, optional): ``return_weights=True``. (default: :obj:`True`)
+        dropout (bool, optional): ``dropout_p > 0``. (default: :obj:`True`)
+        empty (bool, optional): problems without queries or keys (L = 0 or S = 0). (default: :obj:`True`)
+        empty_rows (bool, optional): queries whose allowed set is empty (which get output 0).
+            (default: :obj:`True`)
+        devices (frozenset[str], optional): the device types it runs on; ``None`` for any.
+            (default: :obj:`None`)
+        dtypes (frozenset[torch.dtype], optional): the input dtypes it takes; ``None`` for any
+            floating-point dtype. (default: :obj:`None`)
+    """
+
+    structures: frozenset[str] = STRUCTURES
+    layouts: frozenset[str] = LAYOUTS
+    bias: bool = True
+    relu: bool = True
+    weights: bool = True
+    dropout: bool = True
+    empty: bool = True
+    empty_rows: bool = True
+    devices: frozenset[str] | None = None
+    dtypes: frozenset[torch.dtype] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if not self.structures <= STRUCTURES:
+            raise ValueError(f"unknown structures {sorted(self.structures - STRUCTURES)}; valid: {sorted(STRUCTURES)}")
+        if not self.layouts <= LAYOUTS:
+            raise ValueError(f"unknown layouts {sorted(self.layouts - LAYOUTS)}; valid: {sorted(LAYOUTS)}")
+
+    def refuses(self, problem: Problem) -> str | None:
+        """``None`` when ``problem`` is within these declarations, else the first one it violates."""
+        kind = problem.effective_mask.structure.kind
+        if kind not in self.structures:
+            return f"the mask is {kind}, not {' or '.join(sorted(self.structures))}"
+        if problem.layout not in self.layouts:
+            return f"the {problem.layout} layout (graph masks or (N, H, E) inputs) is not supported"
+        device = problem.q.device.type
+        if self.devices is not None and device not in self.devices:
+            return f"the inputs are on {device}, not {' or '.join(sorted(self.devices))}"
+        if self.dtypes is not None and problem.q.dtype not in self.dtypes:
+            names = ", ".join(sorted(str(d).removeprefix("torch.") for d in self.dtypes))
+            return f"dtype {problem.q.dtype} (it takes {names})"
+        if not self.bias and problem.bias is not None:
+            return "a bias is given"
+        if not self.relu and problem.score != "softmax":
+            return f"score={problem.score!r}"
+        if not self.weights and problem.return_weights:
+            return "return_weights=True"
+        if not self.dropout and problem.dropout_p > 0:
+            return "dropout_p > 0"
+        if not self.empty and (problem.L == 0 or problem.S == 0):
+            return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
+        if not self.empty_rows and _has_empty_rows(problem):
+            return "some query has an empty allowed set"
+        return None
+
+
+def _has_empty_rows(problem: Problem) -> bool:
+    """Whether some query's allowed set is empty (never for full and causal masks with keys)."""
+    if problem.effective_mask.structure.kind in ("full", "causal") and problem.S > 0:
+        return False
+    return bool((row_counts(problem) == 0).any())
 
 
 class Backend(ABC):
     """One way to compute :func:`attnmm.attend`.
 
-    A backend says whether it can compute a problem (:meth:`unsupported`) and computes it
-    (:meth:`forward`), returning the output (B, H, L, Ev) and, when ``problem.return_weights``, the
-    weights (P, H) at ``problem.weight_pairs()``. Every backend must equal
-    :class:`~attnmm.attention.backends.reference.ReferenceBackend` in values and gradients.
+    A backend declares what it computes (:attr:`supports`) and its :attr:`preference`, computes a
+    problem (:meth:`forward`), returning the output (B, H, L, Ev) and, when
+    ``problem.return_weights``, the weights (P, H) at ``problem.weight_pairs()``, and estimates its
+    working memory (:meth:`memory_bytes`). :meth:`unsupported` derives its reasons from the
+    declarations; a backend adds machine-wide conditions in :meth:`available` and problem-specific ones
+    in :meth:`check`. Every backend must equal
+    :class:`~attnmm.attention.backends.reference.ReferenceBackend` in values and gradients; the tests
+    check each registered backend on the problems it declares.
     """
 
     name: str = ""
 
+    #: What this backend computes.
+    supports: Supports = Supports()
+
+    #: Order among the backends that support a problem (lower first).
+    preference: int = 100
+
+    #: Whether its cost is O(L * S) whatever the mask (it materialises the dense mask or scores).
+    materialises: bool = False
+
     #: What to change when :meth:`memory_bytes` exceeds the memory available.
     memory_hint: str = "use a sparser mask (fewer allowed pairs), a smaller batch, or fewer heads"
 
-    @abstractmethod
+    def available(self) -> str | None:
+        """``None`` if this backend can run on this machine, else why not (e.g. a missing compiler)."""
+        return None
+
+    def check(self, problem: Problem) -> str | None:
+        """A problem-specific refusal beyond :attr:`supports` (``None``: no objection)."""
+        return None
+
     def unsupported(self, problem: Problem) -> str | None:
-        """``None`` if this backend computes ``problem``, else the reason it does not."""
+        """``None`` if this backend computes ``problem``, else the reason it does not: from
+        :meth:`available`, then the declarations in :attr:`supports`, then :meth:`check`."""
+        return self.available() or self.supports.refuses(problem) or self.check(problem)
 
     @abstractmethod
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:

@@ -13,7 +13,7 @@ from torch import Tensor
 from attnmm.attention._memory import dense_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._rows import row_counts
-from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.base import Backend, Supports
 from attnmm.masks import Mask
 
 #: Block size of the block masks (FlexAttention's default).
@@ -50,6 +50,18 @@ class FlexBackend(Backend):
     """
 
     name = "flex"
+    supports = Supports(
+        structures=frozenset({"band", "interval", "sparse"}),
+        layouts=frozenset({"padded"}),
+        bias=False,
+        relu=False,
+        weights=False,
+        dropout=False,
+        empty=False,
+        devices=frozenset({"cuda"}),
+        dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}),
+    )
+    preference = 0
     memory_hint = (
         "building the block mask evaluates mask_mod on every (L, S) position; use a smaller batch or "
         "shorter sequences, or backend='sparse'"
@@ -59,26 +71,10 @@ class FlexBackend(Backend):
         # create_block_mask materialises the boolean (B, L, S) mask and an int64 index grid
         return dense_bytes(problem, 0, 9)
 
-    def unsupported(self, problem: Problem) -> str | None:
-        reason = flex_available()
-        if reason is not None:
-            return reason
-        if not problem.q.is_cuda:
-            return "the inputs are not on a CUDA device"
-        if problem.q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            return f"dtype {problem.q.dtype} (FlexAttention takes float16, bfloat16 or float32)"
-        if problem.effective_mask.layout == "packed":
-            return "graph masks (packed layout) go to the sparse backend"
-        if problem.bias is not None:
-            return "a bias is given"
-        if problem.score != "softmax":
-            return f"score={problem.score!r}"
-        if problem.return_weights:
-            return "return_weights=True"
-        if problem.dropout_p > 0:
-            return "dropout_p > 0"
-        if problem.L == 0 or problem.S == 0:
-            return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
+    def available(self) -> str | None:
+        return flex_available()
+
+    def check(self, problem: Problem) -> str | None:
         if problem.q.size(-1) < 16 or problem.v.size(-1) < 16:
             return "head dims below 16"
         return None

@@ -7,8 +7,7 @@ from torch import Tensor
 
 from attnmm.attention._memory import dense_bytes
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends._rows import row_counts
-from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.base import Backend, Supports
 
 
 class MaskedSDPABackend(Backend):
@@ -31,6 +30,9 @@ class MaskedSDPABackend(Backend):
     """
 
     name = "sdpa_mask"
+    supports = Supports(bias=False, relu=False, weights=False, empty=False, empty_rows=False)
+    preference = 30
+    materialises = True
     memory_hint = (
         "the fused kernel takes the mask as a dense (B, L, S) tensor; use a sparser mask (the sparse "
         "backend), a band mask (Window, Chunk), or a smaller batch"
@@ -39,19 +41,6 @@ class MaskedSDPABackend(Backend):
     def memory_bytes(self, problem: Problem) -> int:
         # the boolean mask and the additive float mask the kernel makes of it
         return dense_bytes(problem, 0, 1 + problem.q.element_size())
-
-    def unsupported(self, problem: Problem) -> str | None:
-        if problem.bias is not None:
-            return "a bias is given"
-        if problem.score != "softmax":
-            return f"score={problem.score!r}"
-        if problem.return_weights:
-            return "return_weights=True"
-        if problem.L == 0 or problem.S == 0:
-            return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
-        if bool((row_counts(problem) == 0).any()):
-            return "some query has an empty allowed set"
-        return None
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         allowed = problem.effective_mask.dense(problem.L, problem.S, problem.batch_size, device=problem.q.device)

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from attnmm.attention._memory import compute_bytes, dense_bytes
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.base import Backend, Supports
 
 
 class ReferenceBackend(Backend):
@@ -23,6 +23,9 @@ class ReferenceBackend(Backend):
     """
 
     name = "reference"
+    supports = Supports()  # everything
+    preference = 50
+    materialises = True
     memory_hint = (
         "the reference backend materialises the (B, H, L, S) scores (it is chosen for dense masks with "
         "ReLU scores or returned weights); use softmax scores without return_weights, a band or sparser "
@@ -32,9 +35,6 @@ class ReferenceBackend(Backend):
     def memory_bytes(self, problem: Problem) -> int:
         # scores, masked scores, weights and their product with the mask, kept for backward
         return dense_bytes(problem, 4 * compute_bytes(problem.q.dtype), 2)
-
-    def unsupported(self, problem: Problem) -> str | None:
-        return None
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from attnmm.attention._memory import dense_bytes, output_bytes
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.base import Backend, Supports
 
 
 class SDPABackend(Backend):
@@ -17,6 +17,10 @@ class SDPABackend(Backend):
     no returned weights."""
 
     name = "sdpa"
+    supports = Supports(
+        structures=frozenset({"full", "causal"}), bias=False, relu=False, weights=False, empty=False, empty_rows=False
+    )
+    preference = 10
     memory_hint = (
         "dropout on CPU runs PyTorch's unfused kernel with (B, H, L, S) weights; use dropout_p=0, a "
         "smaller batch, or a Window mask"
@@ -26,20 +30,6 @@ class SDPABackend(Backend):
         if problem.dropout_p > 0 and not problem.q.is_cuda:  # the fused CPU kernel has no dropout
             return dense_bytes(problem, 3 * problem.q.element_size(), 0)
         return output_bytes(problem)
-
-    def unsupported(self, problem: Problem) -> str | None:
-        kind = problem.effective_mask.structure.kind
-        if kind not in ("full", "causal"):
-            return f"the mask is {kind}, not full or causal"
-        if problem.bias is not None:
-            return "a bias is given"
-        if problem.score != "softmax":
-            return f"score={problem.score!r}"
-        if problem.return_weights:
-            return "return_weights=True"
-        if problem.S == 0:
-            return "there are no keys (S = 0)"
-        return None
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         causal = problem.effective_mask.structure.kind == "causal"

@@ -22,7 +22,7 @@ from attnmm.attention.backends._csr import (
     spmm,
     to_pairs,
 )
-from attnmm.attention.backends.base import Backend
+from attnmm.attention.backends.base import Backend, Supports
 
 
 class SparseBackend(Backend):
@@ -58,9 +58,8 @@ class SparseBackend(Backend):
     """
 
     name = "sparse"
-
-    def unsupported(self, problem: Problem) -> str | None:
-        return None
+    supports = Supports()  # every mask and option
+    preference = 60  # after the reference for dense masks (the reference ranks last for sparse ones)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v

@@ -1,15 +1,17 @@
-"""attend() picks its backend from the mask's structure; backend= overrides it."""
+"""attend() picks the most preferred backend that declares support for the problem; backend= overrides it."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from _compare import randn
 
 from attnmm import attend
-from attnmm.attention._dispatch import AUTO_ORDER, DENSE_THRESHOLD, candidates, choose_backend
+from attnmm.attention._dispatch import candidates, choose_backend
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends import list_backends
+from attnmm.attention.backends import Backend, Supports, get_backend, list_backends
 from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
 
 
@@ -30,7 +32,6 @@ def problem(mask: Mask | None, L: int = 16, B: int = 2, **kwargs: object) -> Pro
         (Window(4, 0) & Causal(), "band"),
         (Chunk(4, 1) & Padding([16, 5]), "band"),
         (Causal() & Padding([16, 9]), "sdpa_mask"),  # interval, dense, no empty row
-        (Full() & Padding([16, 0]), "sparse"),  # an empty row: not the fused kernel
         (Grid(4, 4, 5), "sdpa_mask"),  # density 0.56
         (Grid(8, 8, 3, dilation=2) & Padding([64, 30]), "sparse"),  # density ~0.1
         (Window(1, 1) | Window(5, 5), "sdpa_mask"),  # a union is sparse, but dense here
@@ -43,26 +44,89 @@ def test_padded_masks(mask: Mask | None, expected: str) -> None:
     assert choose_backend(problem(mask, L=L)).name == expected
 
 
-def test_graph_masks_always_go_sparse() -> None:
-    dense_graph = Graph(torch.cartesian_prod(torch.arange(5), torch.arange(5)).T, 5)
-    assert choose_backend(problem(dense_graph, L=5, B=1, packed=True)).name == "sparse"
+def test_sparse_graph_masks_go_sparse() -> None:
+    path = Graph(torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]), 5)
+    assert choose_backend(problem(path, L=5, B=1, packed=True)).name == "sparse"
 
 
 def test_features_the_fused_kernels_lack_fall_back() -> None:
     assert choose_backend(problem(None, score="relu")).name == "reference"
-    assert choose_backend(problem(Causal() & Padding([16, 9]), return_weights=True)).name == "sparse"
     assert choose_backend(problem(Grid(4, 4, 5), return_weights=True)).name == "reference"
     assert choose_backend(problem(Window(2, 2), return_weights=True, score="relu")).name == "band"
+    sparse = Grid(8, 8, 3, dilation=2) & Padding([64, 30])
+    assert choose_backend(problem(sparse, L=64, return_weights=True)).name == "sparse"
 
 
-def test_density_threshold_is_a_fraction() -> None:
-    assert 0.0 < DENSE_THRESHOLD < 1.0
+def test_the_choice_is_the_first_supporting_backend_by_preference() -> None:
+    # what dispatch reads is what the backends declare: every candidate supports the problem
+    for mask in (None, Window(2, 2), Grid(4, 4, 3), Causal() & Padding([3, 16]), Full() & Padding([16, 0])):
+        for options in ({}, {"score": "relu"}, {"return_weights": True}):
+            p = problem(mask, **options)
+            found = candidates(p)
+            assert found and all(b.unsupported(p) is None for b in found)
+            assert choose_backend(p) is found[0]
+            refused = [get_backend(n) for n in list_backends() if get_backend(n) not in found]
+            assert all(b.unsupported(p) is not None for b in refused)
 
 
-def test_auto_order_names_registered_backends() -> None:
-    assert set(AUTO_ORDER) <= set(list_backends())
-    for mask in (None, Window(2, 2), Grid(4, 4, 3), Causal() & Padding([3, 16])):
-        assert set(candidates(problem(mask))) <= set(AUTO_ORDER)
+class _Toy(Backend):
+    """A backend declaring little, to test the reasons derived from declarations."""
+
+    name = "toy"
+    supports = Supports(
+        structures=frozenset({"full"}), layouts=frozenset({"padded"}), bias=False, relu=False, weights=False,
+        dropout=False, empty=False, empty_rows=False, devices=frozenset({"meta"}), dtypes=frozenset({torch.float16}),
+    )
+
+    def forward(self, problem: Problem) -> tuple[torch.Tensor, torch.Tensor | None]:  # pragma: no cover
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"mask": Window(1, 1)}, "the mask is band, not full"),
+        ({"packed": True}, "the packed layout"),
+        ({}, "the inputs are on cpu, not meta"),
+    ],
+)
+def test_reasons_come_from_the_declarations(change: dict, reason: str) -> None:
+    p = problem(change.pop("mask", None), **change)
+    assert _Toy().unsupported(p).startswith(reason)
+
+
+@pytest.mark.parametrize(
+    "field, options, reason",
+    [
+        ("dtypes", {}, "dtype torch.float32 (it takes float16)"),
+        ("bias", {"bias": torch.zeros(1, 2)}, "a bias is given"),
+        ("relu", {"score": "relu"}, "score='relu'"),
+        ("weights", {"return_weights": True}, "return_weights=True"),
+        ("dropout", {"dropout_p": 0.1}, "dropout_p > 0"),
+    ],
+)
+def test_each_option_is_refused_only_where_undeclared(field: str, options: dict, reason: str) -> None:
+    everything = dataclasses.replace(_Toy.supports, devices=None, dtypes=None, bias=True, relu=True, weights=True,
+                                     dropout=True)
+    toy = _Toy()
+    toy.supports = everything
+    p = problem(None, **options)
+    assert toy.unsupported(p) is None
+    toy.supports = dataclasses.replace(everything, **{field: _Toy.supports.__getattribute__(field)})
+    assert toy.unsupported(p) == reason
+
+
+def test_empty_sizes_and_rows() -> None:
+    toy = _Toy()
+    toy.supports = dataclasses.replace(_Toy.supports, devices=None, dtypes=None, structures=frozenset({"interval"}))
+    assert toy.unsupported(problem(Full() & Padding([16, 0]))) == "some query has an empty allowed set"
+    assert toy.unsupported(problem(Full() & Padding([16, 3]))) is None
+    assert toy.unsupported(problem(Full() & Padding([0, 0]), L=0)).startswith("there are no queries or keys")
+
+
+def test_declarations_are_checked() -> None:
+    with pytest.raises(ValueError, match="unknown structures \\['banded'\\]"):
+        Supports(structures=frozenset({"banded"}))
 
 
 def test_override_and_its_errors() -> None:
