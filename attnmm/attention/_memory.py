@@ -11,7 +11,9 @@ r"""Refusing, before allocating, an attention that cannot fit in memory.
 An estimate above the memory available on the inputs' device (free CUDA memory plus PyTorch's
 cached blocks; on CPU ``MemAvailable`` and the cgroup limit) raises :class:`AttentionMemoryError`, a
 :class:`MemoryError`, with the estimate, what is available and a hint. Problems whose worst case is
-below :data:`SMALL_BYTES` skip the question, so ordinary sizes pay a few integer products.
+below :data:`SMALL_BYTES` skip the question, so ordinary sizes pay a few integer products. The
+estimates themselves belong to the backends (their ``memory_bytes``, on the size arithmetic of
+:mod:`attnmm.attention.backends._sizes`); this module only compares them with what is available.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from attnmm.attention.backends._sizes import PAIR_BYTES, SMALL_BYTES, max_pairs
 from attnmm.masks.base import IntervalMask
 
 if TYPE_CHECKING:
@@ -29,23 +32,15 @@ if TYPE_CHECKING:
     from attnmm.attention.backends.base import Backend
     from attnmm.masks import Mask
 
-#: Estimates below this many bytes are never checked against the available memory.
-SMALL_BYTES = 1 << 28
-
-#: Bytes of one enumerated pair: row and column, and the batch item, as int64.
-PAIR_BYTES = 24
-
 __all__ = [
+    "PAIR_BYTES",
+    "SMALL_BYTES",
     "AttentionMemoryError",
     "available_bytes",
     "ceiling_bytes",
     "check_backend",
     "check_mask_pairs",
     "check_pairs",
-    "compute_bytes",
-    "dense_bytes",
-    "max_pairs",
-    "output_bytes",
 ]
 
 
@@ -112,16 +107,6 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
-def max_pairs(problem: Problem) -> int | None:
-    """An upper bound on the mask's allowed pairs, counted over the mask's batch items (B for a
-    batched mask, else 1), without enumerating them; ``None`` when the mask cannot tell."""
-    items = problem.batch_size or 1
-    ceiling = items * problem.L * problem.S
-    if ceiling * PAIR_BYTES < SMALL_BYTES:
-        return ceiling
-    return problem.effective_mask.nnz_bound(problem.L, problem.S, problem.batch_size)
-
-
 _PAIRS_HINT = (
     "use a sparser mask (fewer allowed pairs per query), a band mask (Window, Chunk) that needs no pair "
     "list, a smaller batch, or attend over fewer queries at a time"
@@ -162,24 +147,6 @@ def check_mask_pairs(
     sizes = f"L={num_rows}, S={num_cols}" + (f", B={batch_size}" if mask.batched else "")
     purpose = f"its sparse form (up to {pairs:.3g} allowed pairs)"
     _refuse(f"mask {mask!r} ({sizes})", pairs * per_pair, purpose, device, _PAIRS_HINT)
-
-
-def compute_bytes(dtype: torch.dtype) -> int:
-    """Bytes per element of the dtype the backends compute in (half precision is computed in float32)."""
-    return 4 if dtype in (torch.float16, torch.bfloat16) else dtype.itemsize
-
-
-def output_bytes(problem: Problem) -> int:
-    """Bytes of the output (B, H, L, Ev)."""
-    return problem.B * problem.H * problem.L * problem.v.size(-1) * problem.v.element_size()
-
-
-def dense_bytes(problem: Problem, per_score: int, per_mask: int) -> int:
-    """Bytes of ``per_score`` bytes for each of the B * H * L * S scores and ``per_mask`` bytes for each
-    entry of the (B or 1, L, S) mask, plus the output."""
-    scores = problem.B * problem.H * problem.L * problem.S
-    entries = (problem.batch_size or 1) * problem.L * problem.S
-    return scores * per_score + entries * per_mask + output_bytes(problem)
 
 
 def check_pairs(problem: Problem, with_bias: bool = False) -> None:

@@ -9,7 +9,6 @@ from typing import get_args
 import torch
 from torch import Tensor
 
-from attnmm.attention._memory import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._rows import row_counts
 from attnmm.masks.base import StructureKind
@@ -142,18 +141,9 @@ class Backend(ABC):
 
     def memory_bytes(self, problem: Problem) -> int:
         """Estimated bytes this backend allocates for ``problem`` (working memory and the output),
-        checked by :func:`~attnmm.attend` against the memory available before anything is computed.
-
-        The default is the sparse kernel's cost, O(nnz * H): the allowed pairs repeated over the
-        batch, their CSR pattern per head (three indices) and about eight per-pair values per head
-        (scores, weights and their gradients); 0 when the mask cannot bound its pair count.
-        Problems whose :func:`~attnmm.attention._memory.ceiling_bytes` (1 KiB per score) is small are
-        not asked.
+        checked by :func:`~attnmm.attend` against the memory available before anything is computed
+        (:mod:`attnmm.attention._memory`). Problems whose
+        :func:`~attnmm.attention._memory.ceiling_bytes` (1 KiB per score) is small are not asked.
+        The default, 0, claims nothing: override it with the backend's own working memory.
         """
-        pairs = max_pairs(problem)
-        if pairs is None:
-            return 0
-        if problem.batch_size is None:
-            pairs *= problem.B  # the pattern repeats an unbatched mask's pairs for every batch item
-        per_pair = PAIR_BYTES + 8 + problem.H * (16 + 8 * compute_bytes(problem.q.dtype))
-        return pairs * per_pair + output_bytes(problem)
+        return 0

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnmm.attention._memory import dense_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._rows import row_counts
+from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.masks import Mask
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmm.attention._memory import dense_bytes
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 
 

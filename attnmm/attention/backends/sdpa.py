@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmm.attention._memory import dense_bytes, output_bytes
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends._sizes import dense_bytes, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
 
 

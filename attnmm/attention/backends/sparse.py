@@ -22,6 +22,7 @@ from attnmm.attention.backends._csr import (
     spmm,
     to_pairs,
 )
+from attnmm.attention.backends._sizes import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
 
 
@@ -60,6 +61,18 @@ class SparseBackend(Backend):
     name = "sparse"
     supports = Supports()  # every mask and option
     preference = 60  # after the reference for dense masks (the reference ranks last for sparse ones)
+
+    def memory_bytes(self, problem: Problem) -> int:
+        """O(nnz * H): the allowed pairs repeated over the batch, their CSR pattern per head (three
+        indices) and about eight per-pair values per head (scores, weights and their gradients); 0 when
+        the mask cannot bound its pair count."""
+        pairs = max_pairs(problem)
+        if pairs is None:
+            return 0
+        if problem.batch_size is None:
+            pairs *= problem.B  # the pattern repeats an unbatched mask's pairs for every batch item
+        per_pair = PAIR_BYTES + 8 + problem.H * (16 + 8 * compute_bytes(problem.q.dtype))
+        return pairs * per_pair + output_bytes(problem)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v
