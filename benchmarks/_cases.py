@@ -13,7 +13,7 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.masks import Graph, Grid, Mask, Window
-from benchmarks import graph_conv
+from benchmarks import gat_conv, graph_conv
 
 Inputs = dict[str, Any]
 Runner = Callable[[], object]
@@ -298,6 +298,30 @@ CASES: list[Case] = [
         graph_conv.peer,
         graph_conv.check,
         graph_conv.verdict,
+        rounds=3,
+    ),
+    Case(
+        "gat_conv",
+        "GATConv N=100k, M=1M, 64 -> 4 heads x 64, fwd+bwd",
+        "PyG GATConv (same weights)",
+        ">= 2x faster, >= 4x less peak memory",
+        gat_conv.build_gat,
+        gat_conv.ours,
+        gat_conv.peer,
+        gat_conv.check,
+        gat_conv.verdict,
+        rounds=3,
+    ),
+    Case(
+        "gatv2_conv",
+        "GATv2Conv N=100k, M=1M, 64 -> 4 heads x 64, fwd+bwd",
+        "PyG GATv2Conv (same weights)",
+        ">= 2x faster, >= 4x less peak memory",
+        gat_conv.build_gatv2,
+        gat_conv.ours,
+        gat_conv.peer,
+        gat_conv.check,
+        gat_conv.verdict,
         rounds=3,
     ),
     Case(

@@ -206,15 +206,16 @@ class AdditiveGraphAttention(nn.Module):
         """Output width: H * C with ``concat``, else C."""
         return self.out_channels * (self.heads if self.concat else 1)
 
-    def edges(self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None) -> GATEdges:
+    def edges(
+        self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
+    ) -> GATEdges:
         """The edges and allowed pairs of this call, kept from the last call when the graph is the same
         (the same objects, the edge_index not edited in place since), so that the pairs and their CSR
-        form are built once for a training run on one graph."""
+        form are built once for a training run on one graph. A Mask's pairs are built on ``device``."""
         if mask is not None and not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
-        device = edge_index.device if isinstance(edge_index, Tensor) else torch.device("cpu")
         version = edge_index._version if isinstance(edge_index, Tensor) and not edge_index.is_sparse else 0
-        key = (edge_index, mask, id(edge_index), id(mask), version, num_src, num_dst, self.add_self_loops)
+        key = (edge_index, mask, id(edge_index), id(mask), version, num_src, num_dst, self.add_self_loops, device)
         cached = self._edges_cache
         if cached is not None and cached[0][2:] == key[2:]:
             return cached[1]

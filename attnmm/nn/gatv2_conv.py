@@ -12,8 +12,8 @@ from torch.autograd.function import once_differentiable
 from attnmm.masks import Mask
 from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_, node_counts
 
-#: Floats per (rows, H * C) working buffer of the pair scores: small enough to stay in cache.
-CHUNK_FLOATS = 2**19
+#: Floats per (rows, H * C) working buffer of the pair scores: a few MB, reused block after block.
+CHUNK_FLOATS = 2**21
 
 
 class GATv2Conv(AdditiveGraphAttention):
@@ -154,7 +154,7 @@ class GATv2Conv(AdditiveGraphAttention):
         num_src, num_dst = node_counts(x_src, x_dst, size)
         values = self.lin_l(x_src).view(-1, H, C)  # (N_src, H, C): W_s x_j
         targets = values if self.share_weights and x_dst is x_src else self.lin_r(x_dst).view(-1, H, C)
-        edges = self.edges(edge_index, num_src, num_dst, mask)
+        edges = self.edges(edge_index, num_src, num_dst, mask, x_src.device)
         if edge_attr is not None and self.lin_edge is None:
             raise ValueError(
                 f"edge_attr was given but the layer has no edge term; build it with edge_dim={edge_attr.size(-1)}"
