@@ -124,21 +124,24 @@ def parallel(opts: argparse.Namespace) -> dict[str, Any]:
     from attnmm.masks import Causal
     from benchmarks._measure import alternate
 
+    device = torch.device(opts.device)
     torch.manual_seed(opts.seed)
-    models = {"attention": _attention_encoder(), "lstm": _lstm_encoder()}
+    models = {"attention": _attention_encoder().to(device), "lstm": _lstm_encoder().to(device)}
     tokens = opts.tokens_per_step
     rows = []
-    for threads in sorted({1, opts.threads}):
+    for threads in sorted({1, opts.threads}) if device.type == "cpu" else [opts.threads]:
         torch.set_num_threads(threads)
         for length in opts.lengths:
             batch = max(1, tokens // length)
-            x = torch.randn(batch, length, WIDTH, requires_grad=True)
-            grad = torch.randn(batch, length, WIDTH)
+            x = torch.randn(batch, length, WIDTH, device=device, requires_grad=True)
+            grad = torch.randn(batch, length, WIDTH, device=device)
 
             def step(model: torch.nn.Module, x: torch.Tensor = x, grad: torch.Tensor = grad) -> Callable[[], None]:
                 def run() -> None:
                     model.zero_grad(set_to_none=True)
                     model(x, Causal()).backward(grad)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
 
                 return run
 
@@ -150,13 +153,13 @@ def parallel(opts: argparse.Namespace) -> dict[str, Any]:
                   flush=True)
     torch.set_num_threads(opts.threads)
     params = {name: _parameters(m) for name, m in models.items()}
-    return {"rows": rows, "parameters": params, "tokens_per_step": tokens}
+    return {"rows": rows, "parameters": params, "tokens_per_step": tokens, "device": device.type}
 
 
 # ---------------------------------------------------------------------------------------------------
 # long-range dependence: associative recall at distance d
 
-RECALL_KEYS, RECALL_VALUES, RECALL_NOISE = 16, 8, 16
+RECALL_KEYS, RECALL_VALUES, RECALL_NOISE = 8, 8, 16
 NOISE0 = 0  # token ids: noise, then a store per (key, value), then a query per key
 STORE0 = RECALL_NOISE
 QUERY0 = STORE0 + RECALL_KEYS * RECALL_VALUES
@@ -423,8 +426,9 @@ def _parallel_section(part: dict[str, Any]) -> list[str]:
     rows = part["rows"]
     threads = sorted({r["threads"] for r in rows})
     params = part["parameters"]
+    on_gpu = part.get("device", "cpu") != "cpu"
     out = [
-        "## Parallel training",
+        "## Parallel training" + (" on a GPU" if on_gpu else ""),
         "",
         f"Time of one training step (forward and backward) of the character LM's encoder, causal "
         f"attention ({params['attention']:,} parameters: {LAYERS} pre-norm layers of width {WIDTH}, rotary "
@@ -442,6 +446,8 @@ def _parallel_section(part: dict[str, Any]) -> list[str]:
             f"| {r['threads']} | {r['length']:,} | {r['batch']} | {_fmt_s(r['lstm_s'])} | {_fmt_s(r['attention_s'])} "
             f"| {n / r['lstm_s']:,.0f} | {n / r['attention_s']:,.0f} | {r['lstm_s'] / r['attention_s']:.2f}x |"
         )
+    if on_gpu:
+        return [*out, ""]
     out += ["", "![tokens per second against sequence length](figures/rnn_parallel.png)", ""]
     top = max(threads)
     at = {(r["threads"], r["length"]): r for r in rows}
@@ -633,6 +639,7 @@ def _generation_section(part: dict[str, Any]) -> list[str]:
 
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "parallel": _parallel_section,
+    "parallel_cuda": _parallel_section,
     "quality": _quality_section,
     "longrange": _longrange_section,
     "streaming": _streaming_section,
@@ -646,6 +653,9 @@ def render_page(store: dict[str, Any]) -> str:
     for name, section in SECTIONS.items():
         if name in store:
             lines += section(store[name])
+        elif name == "parallel_cuda":
+            lines += ["## Parallel training on a GPU", "", "Not measured yet (no GPU was available): "
+                      "`python -m benchmarks.rnn_attention --parts parallel --device cuda`.", ""]
         else:
             lines += [f"## {name}", "", f"Not measured yet: `python -m benchmarks.rnn_attention --parts {name}`.", ""]
     return "\n".join(lines).rstrip() + "\n"
@@ -718,6 +728,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stream-steps", type=int, default=21)
     parser.add_argument("--generate-tokens", type=int, default=500)
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the in-process parts")
+    parser.add_argument("--device", default="cpu", help="device of the parallel part (cuda: stored apart)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--render-only", action="store_true", help="render docs/rnn.md from the stored results")
     opts = parser.parse_args(argv)
@@ -735,7 +746,7 @@ def main(argv: list[str] | None = None) -> None:
                 "machine": _machine(),
                 "minutes": round((time.perf_counter() - started) / 60, 1),
             }
-            store[name] = result
+            store[name if opts.device == "cpu" else f"{name}_{opts.device}"] = result
             if not opts.no_write:
                 STORE.parent.mkdir(exist_ok=True)
                 STORE.write_text(json.dumps(store, indent=1) + "\n")

@@ -13,7 +13,7 @@ def _opts(**kw: object) -> argparse.Namespace:
     defaults = dict(
         seed=0, threads=1, lengths=[16, 32], tokens_per_step=64, rounds=1, recall_length=48, recall_window=4,
         recall_steps=3, recall_test=8, stream_positions=[8, 40], stream_window=16, stream_steps=3, generate_tokens=6,
-        command="python -m benchmarks.rnn_attention (test)",
+        command="python -m benchmarks.rnn_attention (test)", device="cpu",
     )
     return argparse.Namespace(**{**defaults, **kw})
 
