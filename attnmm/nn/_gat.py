@@ -284,7 +284,7 @@ class AdditiveGraphAttention(nn.Module):
         if residual is not None:
             out = residual.add_(out)  # in place: the projection's output is not needed for its gradient
         if bias is not None:
-            out = out + bias
+            out = out.add_(bias)  # in place: attend's backward needs none of its outputs
         if not want:
             return out
         if edges.returned is None:  # a Mask adjacency or an extra mask: the allowed pairs

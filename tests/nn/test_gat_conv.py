@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from _gat_compare import allowed_of, assert_same, dense_reference, pair, random_edges
 from torch import Tensor
 
+from attnmm import attend
 from attnmm.masks import Causal, Graph, Window
 from attnmm.masks.graph_helpers import k_hop
 from attnmm.nn import GATConv
@@ -193,3 +194,22 @@ def test_errors_name_expected_and_actual() -> None:
 
 def test_repr() -> None:
     assert repr(GATConv((8, 4), 16, heads=2)) == "GATConv((8, 4), 16, heads=2)"
+
+
+@pytest.mark.parametrize("backend", ["sparse", "reference"])
+def test_zero_width_queries_and_keys_score_by_the_bias_alone(backend: str) -> None:
+    """The layers' use of the core: q, k of head dim E = 0 make q_i . k_j = 0 and scale 1, so the
+    softmax runs over the per-pair bias; values and gradients as a dense softmax of the bias."""
+    n, H = 6, 2
+    edge_index = torch.unique(random_edges(n, n, 14, seed=9, repeats=False), dim=1)
+    mask = Graph(edge_index, n)
+    pairs = mask.pairs(n, n)
+    bias = torch.randn(pairs.nnz, H, requires_grad=True)
+    v = torch.randn(n, H, 3, requires_grad=True)
+    out = attend(v.new_zeros(n, H, 0), v.new_zeros(n, H, 0), v, mask, bias=bias, backend=backend)
+    scores = torch.full((n, n, H), float("-inf")).index_put((pairs.row, pairs.col), bias)
+    expected = dense_reference(scores, mask.dense(n, n), v).view(n, H, 3)
+    torch.testing.assert_close(out, expected)
+    g = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (bias, v), g), torch.autograd.grad(expected, (bias, v), g)):
+        torch.testing.assert_close(a, b)
