@@ -283,8 +283,10 @@ class AdditiveGraphAttention(nn.Module):
         out = out.reshape(num_dst, H * C) if self.concat else out.mean(1)  # (N_dst, H*C) or (N_dst, C)
         if residual is not None:
             out = residual.add_(out)  # in place: the projection's output is not needed for its gradient
-        if bias is not None:
+        if bias is not None and out.dtype == torch.promote_types(out.dtype, bias.dtype):
             out = out.add_(bias)  # in place: attend's backward needs none of its outputs
+        elif bias is not None:
+            out = out + bias  # e.g. a bf16 output under autocast: promoted, as in PyG
         if not want:
             return out
         if edges.returned is None:  # a Mask adjacency or an extra mask: the allowed pairs
