@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
+import torch
 from torch import Tensor
 
 from attnmm.masks import Full, Mask, Pairs
+from attnmm.masks.base import Structure
 
 
 @dataclass
@@ -60,6 +63,18 @@ class Problem:
     def effective_mask(self) -> Mask:
         """The mask, with ``None`` read as :class:`~attnmm.masks.Full`."""
         return self.mask if self.mask is not None else Full()
+
+    @cached_property
+    def structure(self) -> Structure:
+        """The mask's :class:`~attnmm.masks.base.Structure` (worked out once per call)."""
+        return self.effective_mask.structure
+
+    @property
+    def training(self) -> bool:
+        """Whether a gradient can flow back through this attention (forward and backward will run)."""
+        if not torch.is_grad_enabled():
+            return False
+        return any(t is not None and t.requires_grad for t in (self.q, self.k, self.v, self.bias))
 
     @property
     def layout(self) -> Literal["padded", "packed"]:

@@ -53,10 +53,11 @@ def attend(
         \cdot \mathrm{scale} + b_{ij}\right)
 
     With ``score="relu"``, :math:`a_{ij} = \mathrm{relu}(s_{ij}) / |A(i)|`. A query whose allowed set
-    is empty gets output 0 and gradient 0 (never NaN). The backend is chosen from the mask's
-    structure: fused SDPA for full and causal masks, the band kernel for windows and chunks, the
-    sparse (CSR) kernel for graphs, grids and other compositions, FlexAttention on CUDA; see
-    :mod:`attnmm.attention._dispatch`.
+    is empty gets output 0 and gradient 0 (never NaN). The backend is the cheapest of those that
+    support the call, by each backend's calibrated cost estimate for the mask and sizes: fused SDPA
+    for full and causal masks, the band kernel for windows and chunks that are narrow against the
+    length, the sparse (CSR) kernel for sparse graphs, grids and other compositions, masked dense
+    SDPA where the mask is dense or short, FlexAttention on CUDA; see :mod:`attnmm.attention._dispatch`.
 
     Args:
         q (Tensor): queries, (B, H, L, E) padded or (N, H, E) packed.

@@ -34,3 +34,10 @@ def density(problem: Problem) -> float:
     counts = row_counts(problem)
     total = counts.size(0) * problem.L * problem.S
     return float(counts.sum()) / total if total else 0.0
+
+
+def allowed_pairs(problem: Problem) -> int:
+    """Allowed (query, key) pairs over all B batch items."""
+    counts = row_counts(problem)
+    total = int(counts.sum())
+    return total * problem.B if counts.size(0) == 1 and problem.batch_size is None else total

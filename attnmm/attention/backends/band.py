@@ -59,7 +59,7 @@ class BandBackend(Backend):
         self.block = block
 
     def memory_bytes(self, problem: Problem) -> int:
-        left, right = problem.effective_mask.structure.left, problem.effective_mask.structure.right
+        left, right = problem.structure.left, problem.structure.right
         if left is None or right is None:
             return 0
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
@@ -68,6 +68,18 @@ class BandBackend(Backend):
         # weights kept for backward, their gradient, returned weights; padded q, k, v and their gradients
         copies = 2 + problem.return_weights
         return (slots * copies + 6 * padded) * compute_bytes(problem.q.dtype) + output_bytes(problem)
+
+    def cost_terms(self, problem: Problem) -> tuple[float, ...] | None:
+        # multiply-adds over every block's window of W slots, the slots themselves, and the chunks the
+        # blocks are processed in (a few kernel calls each)
+        structure = problem.structure
+        if structure.left is None or structure.right is None:
+            return None
+        left, right = structure.left, structure.right
+        geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
+        slots = geo.B * geo.H * geo.nbp * geo.T * geo.W
+        chunks = len(geo.chunks())
+        return float(slots * (problem.q.size(-1) + problem.v.size(-1))), float(slots), float(chunks)
 
     def check(self, problem: Problem) -> str | None:
         if not isinstance(problem.effective_mask, IntervalMask):

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends._cost import estimate
 from attnmm.attention.backends._rows import row_counts
 from attnmm.masks.base import StructureKind
 
@@ -62,7 +63,7 @@ class Supports:
 
     def refuses(self, problem: Problem) -> str | None:
         """``None`` when ``problem`` is within these declarations, else the first one it violates."""
-        kind = problem.effective_mask.structure.kind
+        kind = problem.structure.kind
         if kind not in self.structures:
             return f"the mask is {kind}, not {' or '.join(sorted(self.structures))}"
         if problem.layout not in self.layouts:
@@ -90,7 +91,7 @@ class Supports:
 
 def _has_empty_rows(problem: Problem) -> bool:
     """Whether some query's allowed set is empty (never for full and causal masks with keys)."""
-    if problem.effective_mask.structure.kind in ("full", "causal") and problem.S > 0:
+    if problem.structure.kind in ("full", "causal") and problem.S > 0:
         return False
     return bool((row_counts(problem) == 0).any())
 
@@ -98,7 +99,8 @@ def _has_empty_rows(problem: Problem) -> bool:
 class Backend(ABC):
     """One way to compute :func:`attnmm.attend`.
 
-    A backend declares what it computes (:attr:`supports`) and its :attr:`preference`, computes a
+    A backend declares what it computes (:attr:`supports`), its work on a problem for the cost model
+    (:meth:`cost_terms`) and its :attr:`preference`, computes a
     problem (:meth:`forward`), returning the output (B, H, L, Ev) and, when
     ``problem.return_weights``, the weights (P, H) at ``problem.weight_pairs()``, and estimates its
     working memory (:meth:`memory_bytes`). :meth:`unsupported` derives its reasons from the
@@ -113,10 +115,12 @@ class Backend(ABC):
     #: What this backend computes.
     supports: Supports = Supports()
 
-    #: Order among the backends that support a problem (lower first).
+    #: Order among the backends that support a problem (lower first) where costs are not
+    #: estimated (no calibration for the device), and among equal estimates.
     preference: int = 100
 
-    #: Whether its cost is O(L * S) whatever the mask (it materialises the dense mask or scores).
+    #: Whether its work is O(L * S) whatever the mask (it materialises the dense mask or scores): on a
+    #: device without calibrated costs, such a backend ranks after the O(nnz) ones for sparse masks.
     materialises: bool = False
 
     #: What to change when :meth:`memory_bytes` exceeds the memory available.
@@ -134,6 +138,18 @@ class Backend(ABC):
         """``None`` if this backend computes ``problem``, else the reason it does not: from
         :meth:`available`, then the declarations in :attr:`supports`, then :meth:`check`."""
         return self.available() or self.supports.refuses(problem) or self.check(problem)
+
+    def cost_terms(self, problem: Problem) -> tuple[float, ...] | None:
+        """The work this backend does on ``problem``, as the terms :math:`x_k` of the cost model
+        :math:`t = c_0 + \\sum_k c_k x_k` (see :mod:`~attnmm.attention.backends._cost`); ``None``
+        (the default) for no estimate."""
+        return None
+
+    def cost(self, problem: Problem) -> float | None:
+        """Estimated seconds for ``problem`` from the calibrated cost model, or ``None`` when this
+        backend has no terms or no constants for the device and mode."""
+        terms = self.cost_terms(problem)
+        return None if terms is None else estimate(self.name, problem, terms)
 
     @abstractmethod
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:

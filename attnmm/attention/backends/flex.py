@@ -2,6 +2,7 @@ r"""FlexAttention on CUDA: a fused block-sparse kernel built from the mask's ``m
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,6 +28,7 @@ CACHE_SIZE = 32
 _block_masks: OrderedDict[tuple[Any, ...], tuple[Mask, Any]] = OrderedDict()
 
 
+@functools.cache
 def flex_available() -> str | None:
     """``None`` when FlexAttention can run here, else the reason it cannot."""
     if not torch.cuda.is_available():

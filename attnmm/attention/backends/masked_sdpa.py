@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -15,8 +16,9 @@ class MaskedSDPABackend(Backend):
 
     The dispatcher picks it for masks that are dense enough (see
     :data:`~attnmm.attention._dispatch.DENSE_THRESHOLD`) that the fused kernel beats the sparse one.
-    It computes softmax scores without bias or returned weights, and refuses masks with an empty
-    allowed set (the fused kernel's output there is not the defined zero).
+    It computes softmax scores without bias or returned weights. A query with an empty allowed set
+    attends every key inside the kernel and gets its output replaced by the defined zero, which also
+    zeroes every gradient through it.
 
     Examples:
         >>> import torch
@@ -30,7 +32,7 @@ class MaskedSDPABackend(Backend):
     """
 
     name = "sdpa_mask"
-    supports = Supports(bias=False, relu=False, weights=False, empty=False, empty_rows=False)
+    supports = Supports(bias=False, relu=False, weights=False, empty=False)
     preference = 30
     materialises = True
     memory_hint = (
@@ -42,10 +44,21 @@ class MaskedSDPABackend(Backend):
         # the boolean mask and the additive float mask the kernel makes of it
         return dense_bytes(problem, 0, 1 + problem.q.element_size())
 
+    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+        # multiply-adds of the dense scores and output, and the (B or 1, L, S) mask built for them
+        products = problem.B * problem.H * problem.L * problem.S * (problem.q.size(-1) + problem.v.size(-1))
+        return float(products), float((problem.batch_size or 1) * problem.L * problem.S)
+
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         allowed = problem.effective_mask.dense(problem.L, problem.S, problem.batch_size, device=problem.q.device)
         allowed = allowed.view(-1, 1, problem.L, problem.S)  # (B or 1, 1, L, S)
+        nonempty = allowed.any(-1, keepdim=True)  # (B or 1, 1, L, 1)
+        some_empty = not bool(nonempty.all())
+        if some_empty:  # the fused kernel's output for an empty row is not the defined zero
+            allowed = allowed | ~nonempty
         out = F.scaled_dot_product_attention(
             problem.q, problem.k, problem.v, attn_mask=allowed, dropout_p=problem.dropout_p, scale=problem.scale
         )
+        if some_empty:
+            out = torch.where(nonempty, out, out.new_zeros(()))  # zero output, zero gradients
         return out, None

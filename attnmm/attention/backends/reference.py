@@ -36,6 +36,11 @@ class ReferenceBackend(Backend):
         # scores, masked scores, weights and their product with the mask, kept for backward
         return dense_bytes(problem, 4 * compute_bytes(problem.q.dtype), 2)
 
+    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+        # multiply-adds of the dense scores and output, and the (B, H, L, S) elementwise passes
+        scores = problem.B * problem.H * problem.L * problem.S
+        return float(scores * (problem.q.size(-1) + problem.v.size(-1))), float(scores)
+
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v
         B, L, S = problem.B, problem.L, problem.S

@@ -31,8 +31,16 @@ class SDPABackend(Backend):
             return dense_bytes(problem, 3 * problem.q.element_size(), 0)
         return output_bytes(problem)
 
+    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+        # multiply-adds of the scores and the output (half of them under a causal mask), and the rows read
+        width = problem.q.size(-1) + problem.v.size(-1)
+        products = problem.B * problem.H * problem.L * problem.S * width
+        if problem.structure.kind == "causal":
+            products //= 2
+        return float(products), float(problem.B * problem.H * (problem.L + problem.S) * width)
+
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        causal = problem.effective_mask.structure.kind == "causal"
+        causal = problem.structure.kind == "causal"
         q, scale = problem.q, problem.scale
         if causal and not scale >= torch.finfo(q.dtype).tiny:
             # PyTorch's fused CPU kernel returns NaN for a causal mask with a scale <= 0 (or one that

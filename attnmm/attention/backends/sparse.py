@@ -22,6 +22,7 @@ from attnmm.attention.backends._csr import (
     spmm,
     to_pairs,
 )
+from attnmm.attention.backends._rows import allowed_pairs
 from attnmm.attention.backends._sizes import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
 
@@ -73,6 +74,13 @@ class SparseBackend(Backend):
             pairs *= problem.B  # the pattern repeats an unbatched mask's pairs for every batch item
         per_pair = PAIR_BYTES + 8 + problem.H * (16 + 8 * compute_bytes(problem.q.dtype))
         return pairs * per_pair + output_bytes(problem)
+
+    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+        # multiply-adds per allowed pair and head, the pairs' per-head values, and the query rows
+        pairs = allowed_pairs(problem) * problem.H
+        return float(pairs * (problem.q.size(-1) + problem.v.size(-1))), float(pairs), float(
+            problem.B * problem.H * problem.L
+        )
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v

@@ -1,0 +1,51 @@
+r"""The cost model of dispatch: each backend's estimated seconds for a problem, from calibrated constants.
+
+A backend describes its work on a problem as a few terms :math:`x_1, \dots, x_n` (its
+:meth:`~attnmm.attention.backends.Backend.cost_terms`: multiply-adds, score slots, index entries,
+kernel launches); its estimated time is
+
+.. math::
+    t = c_0 + \sum_k c_k x_k
+
+with one set of non-negative constants :math:`c` per backend, device type and mode (``"train"``:
+forward and backward; ``"infer"``: forward only; either with ``"+dropout"``, which sends the fused
+CPU kernels down PyTorch's unfused path), fitted to measured times by
+``python -m benchmarks.calibrate``, which writes them into
+:mod:`attnmm.attention.backends._calibration`. Half-precision problems use the float32 constants (the
+backends compute in float32). A backend or device without constants has no estimate; dispatch then
+falls back to the backends' declared preference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends import _calibration
+
+#: Terms are counted in millions, so that the constants read as seconds per million.
+UNIT = 1e-6
+
+
+#: The modes a backend is calibrated in.
+MODES = ("train", "infer", "train+dropout", "infer+dropout")
+
+
+def mode(problem: Problem) -> str:
+    """``"train"`` when a gradient will flow back through the attention, else ``"infer"``; with
+    ``"+dropout"`` when ``dropout_p > 0``."""
+    return ("train" if problem.training else "infer") + ("+dropout" if problem.dropout_p > 0 else "")
+
+
+def constants(name: str, device: str, how: str) -> Sequence[float] | None:
+    """The calibrated constants (c_0, c_1, ...) of backend ``name`` on ``device`` in mode ``how``."""
+    return _calibration.COSTS.get(device, {}).get(name, {}).get(how)
+
+
+def estimate(name: str, problem: Problem, terms: Sequence[float]) -> float | None:
+    """Seconds estimated for backend ``name`` with work ``terms`` on ``problem``; ``None`` without
+    constants for its device and mode (or with a different number of terms)."""
+    c = constants(name, problem.q.device.type, mode(problem))
+    if c is None or len(c) != len(terms) + 1:
+        return None
+    return c[0] + sum(ck * xk * UNIT for ck, xk in zip(c[1:], terms))

@@ -1,0 +1,208 @@
+"""``python -m benchmarks.calibrate``: fit the dispatcher's cost model and write its constants.
+
+Every registered backend that describes its work (``cost_terms``) is timed through
+:func:`attnmm.attend` (``backend=`` forced) on a fixed set of problems it supports: padded batches
+from recipe sizes (B = 32, L = 20 speech clips; 7 x 7 image patches; long sequences) under Full,
+Padding, Window, Chunk and sparse compositions, and packed graphs of many small graphs, in each mode
+of the cost model (training: forward + backward; inference; both with dropout). Each backend's
+constants are the non-negative least-squares fit, in relative error, of
+
+    t = c_0 + sum_k c_k x_k
+
+to its measured times, and are written to ``attnmm/attention/backends/_calibration.py`` (the one
+place the code reads them) under the device type. Run it on an otherwise idle machine, with the
+thread count training uses (``--threads``, default 1, the recipes' setting), after changing a
+backend; it takes a few minutes on CPU.
+
+Usage::
+
+    python -m benchmarks.calibrate                 # CPU, 1 thread, writes the constants
+    python -m benchmarks.calibrate --dry-run       # print the fit only
+"""
+
+from __future__ import annotations
+
+import argparse
+import pprint
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.optimize import nnls
+
+from attnmm import attend
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends import _calibration, _cost, get_backend, list_backends
+from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
+
+OUTPUT = Path(_calibration.__file__)
+
+#: Skip a problem when a backend would handle more than this many scores (slow and uninformative).
+MAX_SCORES = 1 << 23
+
+
+def _lengths(b: int, n: int) -> list[int]:
+    """``b`` lengths spread from about a third of ``n`` to ``n`` (as in a batch of clips)."""
+    return torch.linspace(max(1, n // 3), n, b).long().tolist()
+
+
+def _blocks(sizes: list[int]) -> Graph:
+    """All pairs within each block of ``sizes`` nodes (a batch of small graphs, attention per graph)."""
+    edges, start = [], 0
+    for n in sizes:
+        idx = torch.arange(start, start + n)
+        edges.append(torch.cartesian_prod(idx, idx).T)
+        start += n
+    return Graph(torch.cat(edges, 1), start)
+
+
+MaskFactory = Callable[[int, int], "Mask | None"]
+
+#: (B, H, L, E) of the padded problems.
+SIZES = [(32, 4, 20, 24), (32, 4, 57, 24), (128, 4, 49, 24), (8, 4, 128, 32), (4, 4, 256, 16), (2, 4, 512, 64),
+         (1, 4, 2048, 64), (64, 2, 12, 8)]
+
+#: Masks of the padded problems: (batch size, length) -> mask.
+MASKS: dict[str, MaskFactory] = {
+    "none": lambda b, n: None,
+    "causal": lambda b, n: Causal(),
+    "padding": lambda b, n: Padding(_lengths(b, n)),
+    "window": lambda b, n: Window(16, 4) & Padding(_lengths(b, n)),
+    "narrow": lambda b, n: Window(2, 2),
+    "wide": lambda b, n: Window(64, 64) & Padding(_lengths(b, n)),
+    "chunk": lambda b, n: Chunk(8, 2) & Padding(_lengths(b, n)),
+    "causal-padding": lambda b, n: Causal() & Padding(_lengths(b, n)),
+    "union": lambda b, n: (Window(1, 1) | Window(n // 2, 0)) & Padding(_lengths(b, n)),
+}
+
+#: Packed graph problems: (graph sizes, H, E).
+GRAPHS = [([25] * 32, 4, 16), ([800], 4, 16), ([40] * 64, 4, 32), ([200] * 4, 8, 8)]
+
+
+def problems() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, Mask | None]]:
+    found = []
+    g = torch.Generator().manual_seed(0)
+    for B, H, L, E in SIZES:
+        # laid out as MultiHeadAttention passes them: (B, L, H, E) memory seen as (B, H, L, E)
+        q, k, v = (torch.randn(B, L, H, E, generator=g).transpose(1, 2) for _ in range(3))
+        for name, make in MASKS.items():
+            found.append((f"{name} B={B} H={H} L={L} E={E}", q, k, v, make(B, L)))
+        if L == 49:
+            found.append((f"grid B={B} L=49", q, k, v, Grid(7, 7, kernel=3)))
+    for sizes, H, E in GRAPHS:
+        N = sum(sizes)
+        q, k, v = (torch.randn(N, H, E, generator=g) for _ in range(3))
+        found.append((f"graphs {len(sizes)}x{sizes[0]} H={H} E={E}", q, k, v, _blocks(sizes)))
+        found.append((f"full packed N={N} H={H} E={E}", q, k, v, Full()))
+    return found
+
+
+def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None, how: str) -> Problem:
+    """The Problem attend builds for these inputs (padded view of packed ones)."""
+    packed = q.dim() == 3
+    if packed:
+        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+    return Problem(q, k, v, mask, scale=q.size(-1) ** -0.5, dropout_p=0.1 if "dropout" in how else 0.0,
+                   score="softmax", bias=None, return_weights=False, packed=packed)
+
+
+def _time(fn: Callable[[], object], budget: float) -> float:
+    """Median seconds of ``fn`` over calls filling about ``budget`` seconds (at least 3)."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    times = []
+    for _ in range(max(3, min(25, int(budget / max(once, 1e-6))))):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(name: str, how: str, budget: float) -> list[tuple[str, tuple[float, ...], float]]:
+    """(label, cost terms, seconds) of backend ``name`` in mode ``how`` on every problem it supports."""
+    backend = get_backend(name)
+    rows = []
+    for label, q, k, v, mask in problems():
+        training = how.startswith("train")
+        leaves = [t.detach().requires_grad_(training) for t in (q, k, v)]
+        problem = _problem(*leaves, mask, how)
+        with torch.set_grad_enabled(training):
+            if backend.unsupported(problem) is not None:
+                continue
+            terms = backend.cost_terms(problem)
+        if terms is None:
+            continue
+        scale = problem.B * problem.H * problem.L * problem.S
+        if (backend.materialises and scale > MAX_SCORES) or (name == "sparse" and scale > 4 * MAX_SCORES):
+            continue
+        dropout = problem.dropout_p
+
+        def call(
+            leaves: list[torch.Tensor] = leaves, mask: Mask | None = mask, dropout: float = dropout,
+            training: bool = training,
+        ) -> None:
+            with torch.set_grad_enabled(training):
+                out = attend(*leaves, mask, dropout_p=dropout, backend=name)
+                if training:
+                    out.sum().backward()
+
+        rows.append((label, terms, _time(call, budget)))
+    return rows
+
+
+def fit(rows: list[tuple[str, tuple[float, ...], float]]) -> tuple[tuple[float, ...], float]:
+    """Non-negative constants (c_0, c_1, ...) minimising the relative error, and the median relative error."""
+    x = np.array([[1.0, *(t * _cost.UNIT for t in terms)] for _, terms, _ in rows])
+    t = np.array([s for _, _, s in rows])
+    c, _ = nnls(x / t[:, None], np.ones_like(t))
+    error = np.abs(x @ c - t) / t
+    return tuple(float(f"{ci:.4g}") for ci in c), float(np.median(error))
+
+
+def write(costs: dict[str, dict[str, dict[str, tuple[float, ...]]]]) -> None:
+    body = pprint.pformat(costs, width=110, sort_dicts=True)
+    OUTPUT.write_text(
+        '"""Calibrated constants of the cost model (:mod:`attnmm.attention.backends._cost`).\n\n'
+        'Generated by ``python -m benchmarks.calibrate``; do not edit by hand.\n"""\n\n'
+        "#: device -> backend -> mode -> (c_0 seconds, c_1 ... seconds per million of each cost term)\n"
+        f"COSTS: dict[str, dict[str, dict[str, tuple[float, ...]]]] = {body}\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, tuple[float, ...]]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--budget", type=float, default=0.05, help="seconds of timed calls per problem")
+    parser.add_argument("--backends", nargs="*", default=None)
+    parser.add_argument("--modes", nargs="*", default=list(_cost.MODES), choices=list(_cost.MODES))
+    parser.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = "cpu"
+    fitted: dict[str, dict[str, tuple[float, ...]]] = {}
+    for name in args.backends or list_backends():
+        backend = get_backend(name)
+        if backend.available() is not None or (backend.supports.devices and device not in backend.supports.devices):
+            continue
+        for how in args.modes:
+            rows = measure(name, how, args.budget)
+            if len(rows) < 4:
+                continue
+            constants, error = fit(rows)
+            fitted.setdefault(name, {})[how] = constants
+            print(f"{name:10s} {how:14s} {len(rows):3d} problems, median error {error:.0%}: {constants}", flush=True)
+    if not args.dry_run:
+        costs = dict(_calibration.COSTS)
+        costs[device] = {**costs.get(device, {}), **fitted}
+        write(costs)
+        print(f"wrote {OUTPUT}")
+    return fitted
+
+
+if __name__ == "__main__":
+    main()
