@@ -87,9 +87,12 @@ class Problem:
         return self.B if self.effective_mask.batched else None
 
     def pairs(self) -> Pairs:
-        """The mask's allowed pairs (computed once per call)."""
+        """The mask's allowed pairs (computed once per call, and shared by calls with an equal mask
+        through :mod:`attnmm.attention.backends._cache`)."""
         if self._pairs is None:
-            self._pairs = self.effective_mask.pairs(self.L, self.S, self.batch_size, device=self.q.device)
+            from attnmm.attention.backends import _cache  # (the backends import this module)
+
+            self._pairs = _cache.pairs(self)
         return self._pairs
 
     def weight_pairs(self) -> Pairs:

@@ -3,6 +3,8 @@ r"""Graph transformer convolution (Shi et al., 2021) on attnmm's attention core.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -10,7 +12,13 @@ from torch import Tensor, nn
 from attnmm.attention.core import attend
 from attnmm.masks import Mask
 from attnmm.masks._checks import check_nonneg_int
+from attnmm.masks._key import content_key
 from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, pair_bias
+
+#: How many graph layouts the layers share (least recently used first out).
+LAYOUT_CACHE_SIZE = 8
+
+_LAYOUTS: OrderedDict[tuple[Any, ...], tuple[Any, Any, EdgeLayout]] = OrderedDict()
 
 
 class AttentionConv(nn.Module):
@@ -112,7 +120,7 @@ class AttentionConv(nn.Module):
         width = H * C if concat else C
         self.lin_skip = nn.Linear(dst_dim, width, bias=bias)  # kept when unused, as in TransformerConv
         self.lin_beta: nn.Linear | None = nn.Linear(3 * width, 1, bias=False) if self.beta else None
-        self._layout: tuple[tuple[object, ...], EdgeLayout] | None = None  # the last graph seen
+        self._layout: tuple[object, object, EdgeLayout] | None = None  # the last graph seen (shared entry)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -182,17 +190,22 @@ class AttentionConv(nn.Module):
     def _edge_layout(
         self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
     ) -> EdgeLayout:
-        # Training calls the layer with the same graph step after step: keep the last layout (and so the
-        # same mask object, whose CSR form the sparse backend can re-use), keyed by the objects (held, so
-        # their ids stay unique) and the tensor's version counter (in-place edits invalidate it).
-        version = edge_index._version if isinstance(edge_index, Tensor) and not edge_index.is_sparse else 0
-        key = (edge_index, mask, id(edge_index), id(mask), version, num_src, num_dst, device)
-        cached = self._layout
-        if cached is not None and cached[0][2:] == key[2:]:
-            return cached[1]
-        layout = edge_layout(edge_index, num_src, num_dst, mask, device)
-        self._layout = (key, layout)
-        return layout
+        # Every layer of a forward, and training step after step, sees the same graph, often as new
+        # objects: layouts are shared by all layers through a small cache keyed by the edges' and the
+        # mask's content (so an in-place edit of the edges is a new key), and the same layout gives the
+        # same mask object, whose CSR form the sparse backend re-uses.
+        key = (content_key(edge_index), content_key(mask), num_src, num_dst, str(device))
+        found = _LAYOUTS.get(key)
+        if found is None:
+            layout = edge_layout(edge_index, num_src, num_dst, mask, device)
+            # held with the layout: objects keyed by identity keep their ids unique while cached
+            _LAYOUTS[key] = found = (edge_index, mask, layout)
+            while len(_LAYOUTS) > LAYOUT_CACHE_SIZE:
+                _LAYOUTS.popitem(last=False)
+        else:
+            _LAYOUTS.move_to_end(key)
+        self._layout = found
+        return found[2]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -153,6 +153,25 @@ def test_layout_is_cached_and_refreshed_on_change() -> None:
     torch.testing.assert_close(out, ours(x, edge_index.clone()))
 
 
+def test_layers_share_one_layout_per_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every layer of a forward, and the next step's new but equal edge tensor, reuse one layout
+    import attnmm.nn.attention_conv as module
+
+    built = []
+    original = module.edge_layout
+    monkeypatch.setattr(module, "edge_layout", lambda *args: built.append(1) or original(*args))
+    layers = [AttentionConv(4, 2, heads=2) for _ in range(3)]  # concatenated heads: width 4
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    x = torch.randn(4, 4)
+    for _ in range(2):  # two training steps
+        h = x
+        for layer in layers:
+            h = layer(h, edge_index.clone())
+    assert len(built) == 1
+    layers[0](x, torch.tensor([[0, 1], [1, 2]]))  # another graph: a new layout
+    assert len(built) == 2
+
+
 def test_dropout_in_training_only() -> None:
     conv = AttentionConv(8, 4, heads=2, dropout=0.5)
     x, edge_index = torch.randn(6, 8), _graph(6, 6, 20, False, seed=5)

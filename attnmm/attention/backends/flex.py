@@ -16,6 +16,7 @@ from attnmm.attention.backends._rows import row_counts
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.masks import Mask
+from attnmm.masks._key import content_key
 
 #: Block size of the block masks (FlexAttention's default).
 BLOCK_SIZE = 128
@@ -24,7 +25,8 @@ _compiled: Callable[..., Tensor] | None = None
 #: How many block masks to keep (least recently used first out).
 CACHE_SIZE = 32
 
-# (id(mask), B, L, S, device) -> (mask, block mask); holding the mask keeps its id from being reused
+# (content key of the mask, B, L, S, device) -> (mask, block mask); holding the mask keeps the ids of
+# any objects its key names by identity from being reused
 _block_masks: OrderedDict[tuple[Any, ...], tuple[Mask, Any]] = OrderedDict()
 
 
@@ -46,7 +48,8 @@ class FlexBackend(Backend):
 
     The block mask marks which (128 x 128) tiles of the score matrix hold an allowed pair; the fused
     kernel skips the others and applies ``mask_mod`` inside partial tiles, so the cost follows the
-    mask's tiles. Block masks are cached per mask object and shape (B, L, S, device), the
+    mask's tiles. Block masks are cached per mask content (equal masks rebuilt per batch share one) and
+    shape (B, L, S, device), the
     :data:`CACHE_SIZE` most recent ones. Softmax scores
     only, without bias, returned weights or dropout; queries with an empty allowed set get zero.
     """
@@ -97,7 +100,7 @@ def block_mask_for(mask: Mask, batch_size: int | None, num_rows: int, num_cols: 
     """The FlexAttention ``BlockMask`` of ``mask`` for one shape, built once and cached."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    key = (id(mask), batch_size, num_rows, num_cols, str(device))
+    key = (content_key(mask), batch_size, num_rows, num_cols, str(device))
     if key in _block_masks:
         _block_masks.move_to_end(key)
         return _block_masks[key][1]

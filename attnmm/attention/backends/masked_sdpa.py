@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends import _cache
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 
@@ -50,7 +51,7 @@ class MaskedSDPABackend(Backend):
         return float(products), float((problem.batch_size or 1) * problem.L * problem.S)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        allowed = problem.effective_mask.dense(problem.L, problem.S, problem.batch_size, device=problem.q.device)
+        allowed = _cache.dense(problem)  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(-1, 1, problem.L, problem.S)  # (B or 1, 1, L, S)
         nonempty = allowed.any(-1, keepdim=True)  # (B or 1, 1, L, 1)
         some_empty = not bool(nonempty.all())

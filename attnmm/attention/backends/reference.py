@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends import _cache
 from attnmm.attention.backends._sizes import compute_bytes, dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 
@@ -45,8 +46,7 @@ class ReferenceBackend(Backend):
         q, k, v = problem.q, problem.k, problem.v
         B, L, S = problem.B, problem.L, problem.S
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        mask = problem.effective_mask
-        allowed = mask.dense(L, S, problem.batch_size, device=q.device)
+        allowed = _cache.dense(problem)  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(B if allowed.dim() == 3 else 1, 1, L, S)  # (B or 1, 1, L, S)
         scores = torch.matmul(q.to(compute), k.to(compute).transpose(-1, -2)) * problem.scale  # (B, H, L, S)
         if problem.bias is not None:
