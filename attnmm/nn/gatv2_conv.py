@@ -31,10 +31,10 @@ class GATv2Conv(AdditiveGraphAttention):
     \mathcal{E}\}` is the allowed set of the :class:`~attnmm.masks.Graph` mask of the edges, with a
     self loop per node when ``add_self_loops`` (and united with an extra ``mask``). The score needs the
     (H, C) vector :math:`\mathbf{W}_d \mathbf{x}_i + \mathbf{W}_s \mathbf{x}_j + \mathbf{W}_e
-    \mathbf{e}_{ij}` of every allowed pair; it is formed a cache-sized block of pairs at a time, reduced
-    to (H,) and dropped (the backward pass forms it again), and the scores enter
-    :func:`~attnmm.attend` as a per-pair bias. No (M, H, C) tensor is kept: PyG keeps several (the
-    pair sums, their LeakyReLU, the messages).
+    \mathbf{e}_{ij}` of every allowed pair; it is formed for a block of pairs at a time in reused buffers
+    of a few MB (:data:`CHUNK_FLOATS`), reduced to (H,) and dropped (the backward pass forms it again),
+    and the scores enter :func:`~attnmm.attend` as a per-pair bias. No (M, H, C) tensor is kept: PyG
+    keeps several (the pair sums, their LeakyReLU, the messages).
 
     Parameter names and shapes are those of PyG's ``GATv2Conv`` (``lin_l`` = :math:`\mathbf{W}_s`,
     ``lin_r`` = :math:`\mathbf{W}_d`, ``att``, ``lin_edge``, ``res``, ``bias``), so its state dict loads
