@@ -168,26 +168,29 @@ RECALL_VOCAB = QUERY0 + RECALL_KEYS
 
 def recall_batch(batch: int, length: int, queries: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
     """Sequences of noise in which every key is stored once with a random value (one token per
-    (key, value)) at a random position, and ``queries`` later tokens ask a stored key's value.
+    (key, value)) at a random position, and up to ``queries`` later tokens ask a stored key's value,
+    each at a distance drawn log-uniformly from 1 to ``length`` (so that short and long distances are
+    equally common on a log scale; queries falling past the end or on a taken position are dropped).
 
     Returns tokens (B, L), targets (B, L) (-100 except at queries) and distances (B, L) (query
     position minus the position of the store it asks about; 0 except at queries)."""
     tokens = torch.randint(NOISE0, NOISE0 + RECALL_NOISE, (batch, length), generator=generator)
     targets = torch.full((batch, length), -100)
     distance = torch.zeros(batch, length, dtype=torch.long)
+    log_max = torch.log(torch.tensor(float(length)))
     for b in range(batch):
-        slots = torch.randperm(length - 1, generator=generator)[: RECALL_KEYS + queries]
-        stores, asks = slots[:RECALL_KEYS], slots[RECALL_KEYS:].sort().values + 1
+        stores = torch.randperm(length - 1, generator=generator)[:RECALL_KEYS]
         values = torch.randint(0, RECALL_VALUES, (RECALL_KEYS,), generator=generator)
         tokens[b, stores] = STORE0 + torch.arange(RECALL_KEYS) * RECALL_VALUES + values
-        for t in asks.tolist():
-            stored = (stores < t).nonzero().squeeze(1)
-            if stored.numel() == 0 or tokens[b, t] >= STORE0:
+        keys = torch.randint(0, RECALL_KEYS, (queries,), generator=generator)
+        gaps = torch.exp(torch.rand(queries, generator=generator) * log_max).long().clamp(min=1)
+        for key, gap in zip(keys.tolist(), gaps.tolist()):
+            t = int(stores[key]) + gap
+            if t >= length or targets[b, t] >= 0 or tokens[b, t] >= STORE0:
                 continue
-            key = int(stored[torch.randint(0, stored.numel(), (1,), generator=generator)])
             tokens[b, t] = QUERY0 + key
             targets[b, t] = int(values[key])
-            distance[b, t] = t - int(stores[key])
+            distance[b, t] = gap
     return tokens, targets, distance
 
 
@@ -538,7 +541,8 @@ def _longrange_section(part: dict[str, Any]) -> list[str]:
         f"An associative-recall task: sequences of {part['length']} tokens of noise in which each of "
         f"{RECALL_KEYS} keys is stored once with one of {RECALL_VALUES} values (one token per key and value), "
         "at random positions; later query tokens name a stored key, and the model must answer its value. "
-        "The distance d of a query is how far back its answer was stored. Each model (2 layers of width 64, "
+        "The distance d of a query is how far back its answer was stored, drawn log-uniformly, so that "
+        "every bin below holds about as many training queries. Each model (2 layers of width 64, "
         f"about the same parameter count) is trained once on all distances for {part['steps']:,} steps of 32 "
         f"sequences; the table gives its test accuracy per distance (chance: {100 * part['chance']:.1f}%). "
         f"Two `Window({part['window']}, 0)` layers reach at most {horizon} tokens back. Run: " + _run_line(part),
