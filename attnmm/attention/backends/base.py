@@ -65,7 +65,7 @@ class Supports:
         """``None`` when ``problem`` is within these declarations, else the first one it violates."""
         kind = problem.structure.kind
         if kind not in self.structures:
-            return f"the mask is {kind}, not {' or '.join(sorted(self.structures))}"
+            return f"the mask is {kind}, not {' or '.join(k for k in get_args(StructureKind) if k in self.structures)}"
         if problem.layout not in self.layouts:
             return f"the {problem.layout} layout (graph masks or (N, H, E) inputs) is not supported"
         device = problem.q.device.type
