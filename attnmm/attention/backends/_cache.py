@@ -23,6 +23,9 @@ from attnmm.masks._key import content_key
 #: How many (mask, shape) entries to keep.
 CACHE_SIZE = 16
 
+#: Dense masks above this many entries are not kept (16 of them would hold too much memory).
+DENSE_ELEMENTS = 1 << 24
+
 _entries: OrderedDict[tuple[Any, ...], dict[Any, Any]] = OrderedDict()
 
 #: How many times each form was built (not found in the cache), for tests and benchmarks.
@@ -77,13 +80,14 @@ def pattern(problem: Problem, layout: Layout = "head") -> CSRPattern:
 
 
 def dense(problem: Problem) -> Tensor:
-    """The mask's dense form (L, S) or (B, L, S) on the inputs' device, shared like the pairs."""
+    """The mask's dense form (L, S) or (B, L, S) on the inputs' device, shared like the pairs (up to
+    :data:`DENSE_ELEMENTS` entries)."""
     entry = _entry(problem)
     if entry is not None and "dense" in entry:
         return entry["dense"]
     builds["dense"] += 1
     result = problem.effective_mask.dense(problem.L, problem.S, problem.batch_size, device=problem.q.device)
-    if entry is not None:
+    if entry is not None and result.numel() <= DENSE_ELEMENTS:
         entry["dense"] = result
     return result
 

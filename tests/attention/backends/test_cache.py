@@ -93,3 +93,12 @@ def test_cached_forms_give_the_reference_result() -> None:
         for backend in ("sparse", "sdpa_mask", "band"):
             torch.testing.assert_close(attend(q, k, v, mask, backend=backend), ref)
     assert attend(q, k, v, Full(), backend="sparse").shape == (2, 2, 9, 4)
+
+
+def test_large_dense_masks_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_cache, "DENSE_ELEMENTS", 10)  # below this mask's 2 * 8 * 8 entries
+    q = torch.randn(2, 2, 8, 4)
+    built = _cache.builds["dense"]
+    for _ in range(3):
+        attend(q, q, q, Padding([8, 5]) & Window(1, 1), backend="sdpa_mask")
+    assert _cache.builds["dense"] - built == 3
