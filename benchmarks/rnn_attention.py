@@ -58,10 +58,10 @@ def _run_summary(run_dir: Path) -> dict[str, float]:
     import csv
 
     out: dict[str, float] = {}
-    (metrics_csv,) = run_dir.parent.glob("**/csv/**/metrics.csv") or run_dir.glob("**/metrics.csv")
+    (metrics_csv,) = run_dir.parent.glob("**/csv/**/metrics.csv")  # the CSVLogger's, beside the run
     rows = list(csv.DictReader(metrics_csv.open()))
     steps = [int(r["step"]) for r in rows if r.get("step")]
-    out["steps"] = float(max(steps) + 1) if steps else 0.0
+    out["steps"] = float(max(steps)) if steps else 0.0  # validation and test rows log the steps taken
     for key in ("val_loss", "val_acc"):
         values = [float(r[key]) for r in rows if r.get(key)]
         if values:
@@ -651,6 +651,55 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 }
 
 
+def _summary_section(store: dict[str, Any]) -> list[str]:
+    """Who wins what, read off the stored numbers."""
+    bullets = []
+    if "parallel" in store:
+        rows = store["parallel"]["rows"]
+        top = max(r["threads"] for r in rows)
+        sel = [r for r in rows if r["threads"] == top]
+        attn = [r["length"] for r in sel if r["attention_s"] < r["lstm_s"]]
+        lstm = [r["length"] for r in sel if r["attention_s"] >= r["lstm_s"]]
+        where = []
+        if attn:
+            where.append(f"attention at L = {', '.join(f'{n:,}' for n in attn)}")
+        if lstm:
+            where.append(f"the LSTM at L = {', '.join(f'{n:,}' for n in lstm)}")
+        bullets.append(f"**Training speed** ({top} CPU threads, equal parameters): faster is " + "; ".join(where) + ".")
+    if "quality" in store:
+        for r_attn, r_lstm in zip(store["quality"]["rows"][::2], store["quality"]["rows"][1::2]):
+            metric, lower = r_attn["metric"], r_attn["lower_is_better"]
+            a, b = r_attn[metric], r_lstm[metric]
+            winner = "attention" if (a < b if lower else a > b) else "the LSTM"
+            bullets.append(
+                f"**Quality at equal training time**, {r_attn['recipe']}: {winner} "
+                f"({metric} {a:.4f} for attention, {b:.4f} for the LSTM)."
+            )
+    if "longrange" in store:
+        models = store["longrange"]["models"]
+        far = {n: m["accuracy"][-1]["acc"] or 0.0 for n, m in models.items()}
+        near = {n: m["accuracy"][0]["acc"] or 0.0 for n, m in models.items()}
+        best = max(far, key=lambda n: far[n])
+        bullets.append(
+            "**Long-range recall**: at the largest distances " + ", ".join(f"{n} {100 * far[n]:.0f}%" for n in far)
+            + " (nearest distances: " + ", ".join(f"{100 * near[n]:.0f}%" for n in near) + f"); best: {best}."
+        )
+    if "streaming" in store:
+        rows = store["streaming"]["rows"]
+        last = max(r["position"] for r in rows)
+        at_last = {r["model"]: r for r in rows if r["position"] == last}
+        cheapest = min(at_last, key=lambda n: at_last[n]["step_ms"])
+        smallest = min(at_last, key=lambda n: at_last[n]["state_bytes"])
+        bullets.append(
+            f"**Streaming** one more token after {last:,}: cheapest {cheapest} "
+            f"({at_last[cheapest]['step_ms']:.2f} ms), smallest state {smallest} "
+            f"({_bytes(at_last[smallest]['state_bytes'])})."
+        )
+    if not bullets:
+        return []
+    return ["## Where each wins, on this machine", "", *(f"- {b}" for b in bullets), ""]
+
+
 def render_page(store: dict[str, Any]) -> str:
     """docs/rnn.md from the stored results (a part not run yet is named as such)."""
     lines = [INTRO]
@@ -662,6 +711,7 @@ def render_page(store: dict[str, Any]) -> str:
                       "`python -m benchmarks.rnn_attention --parts parallel --device cuda`.", ""]
         else:
             lines += [f"## {name}", "", f"Not measured yet: `python -m benchmarks.rnn_attention --parts {name}`.", ""]
+    lines += _summary_section(store)
     return "\n".join(lines).rstrip() + "\n"
 
 
