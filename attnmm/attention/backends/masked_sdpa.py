@@ -46,9 +46,11 @@ class MaskedSDPABackend(Backend):
         return dense_bytes(problem, 0, 1 + problem.q.element_size())
 
     def cost_terms(self, problem: Problem) -> tuple[float, ...]:
-        # multiply-adds of the dense scores and output, and the (B or 1, L, S) mask built for them
-        products = problem.B * problem.H * problem.L * problem.S * (problem.q.size(-1) + problem.v.size(-1))
-        return float(products), float((problem.batch_size or 1) * problem.L * problem.S)
+        # multiply-adds of the dense scores and output, the (B or 1, L, S) mask built for them, and the
+        # scores (materialised by the unfused kernel PyTorch runs for dropout on CPU)
+        scores = problem.B * problem.H * problem.L * problem.S
+        products = scores * (problem.q.size(-1) + problem.v.size(-1))
+        return float(products), float((problem.batch_size or 1) * problem.L * problem.S), float(scores)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         allowed = _cache.dense(problem)  # (L, S) or (B, L, S), built once for equal masks

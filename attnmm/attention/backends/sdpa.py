@@ -32,12 +32,13 @@ class SDPABackend(Backend):
         return output_bytes(problem)
 
     def cost_terms(self, problem: Problem) -> tuple[float, ...]:
-        # multiply-adds of the scores and the output (half of them under a causal mask), and the rows read
+        # multiply-adds of the scores and the output (half of them under a causal mask), the rows read,
+        # and the scores (materialised by the unfused kernel PyTorch runs for dropout on CPU)
         width = problem.q.size(-1) + problem.v.size(-1)
-        products = problem.B * problem.H * problem.L * problem.S * width
+        scores = problem.B * problem.H * problem.L * problem.S
         if problem.structure.kind == "causal":
-            products //= 2
-        return float(products), float(problem.B * problem.H * (problem.L + problem.S) * width)
+            scores //= 2
+        return float(scores * width), float(problem.B * problem.H * (problem.L + problem.S) * width), float(scores)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         causal = problem.structure.kind == "causal"
