@@ -13,7 +13,7 @@ from attnmm.masks import Mask
 from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_, node_counts
 
 #: Floats per (rows, H * C) working buffer of the pair scores: a few MB, reused block after block.
-CHUNK_FLOATS = 2**21
+CHUNK_FLOATS = 2**20
 
 
 class GATv2Conv(AdditiveGraphAttention):
