@@ -172,9 +172,20 @@ class SpeechAdapter(Adapter):
         return int(self._conv_len(self._conv_len(torch.tensor(num_mel))))
 
     def forward(self, batch: dict[str, Any]) -> Tokens:
+        missing = [key for key in ("waveform", "lengths") if key not in batch]
+        if missing:
+            raise KeyError(
+                f"SpeechAdapter needs a batch with 'waveform' (B, T) and 'lengths' (B,) (real samples of each "
+                f"item), got keys {sorted(batch)}; the speech DataModules' collate functions add both"
+            )
         waveform, lengths = batch["waveform"], batch["lengths"]
         if waveform.dim() != 2:
             raise ValueError(f"waveform must be (B, T), got shape {tuple(waveform.shape)}")
+        if lengths.shape != (waveform.size(0),) or (lengths.numel() and int(lengths.max()) > waveform.size(1)):
+            raise ValueError(
+                f"lengths must be (B,) = ({waveform.size(0)},) sample counts of at most T = {waveform.size(1)}, "
+                f"the waveform's length; got lengths {lengths.tolist()}: pad the waveforms to the longest item"
+            )
         feats = self.features(waveform)
         if self.training:
             feats = self.augment(feats)

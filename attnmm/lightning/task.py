@@ -188,6 +188,12 @@ class ClassificationTask(L.LightningModule):
         h, tokens, _ = self.encode(batch, member=member, state=state)
         head = self.members[member][2]
         logits = h if head is None else head(h, tokens)
+        if logits.size(-1) != self.num_classes:
+            raise ValueError(
+                f"the model gives {logits.size(-1)} logits per prediction but the task has num_classes="
+                f"{self.num_classes}: make the head's num_classes (or the encoder's output width) and the "
+                "task's num_classes the same, the number of classes in the data"
+            )
         aux_logits = {key: m(h, tokens) for key, m in self._member_aux_heads(member).items()} if aux else {}
         return logits, aux_logits
 

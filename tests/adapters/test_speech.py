@@ -74,4 +74,10 @@ def test_errors() -> None:
         SpeechAdapter()({"waveform": torch.randn(8000), "lengths": torch.tensor([8000])})
     with pytest.raises(ValueError, match="d_model must be an int >= 1, got 0"):
         SpeechAdapter(d_model=0)
+    with pytest.raises(KeyError, match=r"needs a batch with 'waveform' \(B, T\) and 'lengths'.*keys \['waveform'\]"):
+        SpeechAdapter()({"waveform": torch.randn(1, 8000)})
+    with pytest.raises(ValueError, match=r"lengths must be \(B,\) = \(2,\) sample counts of at most T = 800, .*10\]"):
+        SpeechAdapter()({"waveform": torch.randn(2, 800), "lengths": torch.tensor([900, 10])})
+    with pytest.raises(ValueError, match=r"lengths must be \(B,\) = \(2,\)"):
+        SpeechAdapter()({"waveform": torch.randn(2, 800), "lengths": torch.tensor([800])})
     assert Chunk(4, 1)  # keep the import used

@@ -224,3 +224,12 @@ def test_optimizer_is_fused_unless_fp16_scaling_clips(clip, precision, fused: bo
     task._trainer = SimpleNamespace(gradient_clip_val=clip, precision=precision, estimated_stepping_batches=10)
     optimizer = task.configure_optimizers()["optimizer"]
     assert bool(optimizer.defaults["fused"]) is fused
+
+
+def test_a_head_of_another_class_count_is_named() -> None:
+    task = ClassificationTask(
+        SpeechAdapter(d_model=16, channels=4), Encoder(16, 2, 1, 32), PoolingClassifier(16, 3), num_classes=2
+    )
+    batch = {**SpeechAdapter.example_batch(2), "label": torch.tensor([0, 1])}
+    with pytest.raises(ValueError, match="gives 3 logits per prediction but the task has num_classes=2"):
+        task.training_step(batch, 0)
