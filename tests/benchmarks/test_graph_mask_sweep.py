@@ -1,0 +1,104 @@
+"""The mask sweep trains the same model under each mask on a tiny graph and reports a table and a plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+from attnmm.data.graphs import motif_graphs
+from attnmm.masks.graph_helpers import SameGraph
+from benchmarks import graph_mask_sweep as gms
+
+matplotlib.use("Agg")
+
+MASKS = ["graph", "khop2", "virtual", "expander", "full"]
+FAST = dict(epochs=15, lr=0.05, hidden=4, heads=2, dropout=0.0, in_drop=0.0)
+
+
+def _graph() -> Data:
+    """30 nodes in 3 classes, each node linked to nodes of its class; 12 train, 9 val, 9 test nodes."""
+    g = torch.Generator().manual_seed(0)
+    n = 30
+    y = torch.arange(n) % 3
+    x = torch.nn.functional.one_hot(y, 3).float() + 0.1 * torch.randn(n, 3, generator=g)
+    src = torch.arange(n).repeat(2)
+    edge_index = torch.stack([src, (src + torch.tensor([3, 6]).repeat_interleave(n)) % n])
+    split = torch.arange(n)
+    return Data(x=x, y=y, edge_index=edge_index, train_mask=split < 12, val_mask=(split >= 12) & (split < 21),
+                test_mask=split >= 21)
+
+
+def test_mask_names() -> None:
+    assert gms.parse_mask("khop3") == ("khop", 3)
+    assert gms.parse_mask("expander") == ("expander", 4) and gms.parse_mask("expander6") == ("expander", 6)
+    with pytest.raises(ValueError, match="valid: graph, khopK"):
+        gms.parse_mask("hop2")
+
+
+def test_masks_of_a_batch() -> None:
+    g = Data(edge_index=torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+    batch = Batch.from_data_list([g, g])
+    N = 6
+    graph, extra = gms.build_mask("graph", batch)
+    assert extra == 0 and graph.nnz(N) == 6 + N  # the edges and self loops
+    full, _ = gms.build_mask("full", batch)
+    assert isinstance(full, SameGraph) and full.nnz(N) == 2 * 9
+    virtual, G = gms.build_mask("virtual", batch)
+    assert G == 2 and virtual.nnz(N + G) == 6 + (N + G) + 2 * N  # edges, self loops, both ways to the hub
+    assert gms.build_mask("khop2", batch)[0].nnz(N) == 2 * 9  # a 3-cycle: two hops reach every node
+    with pytest.raises(ValueError, match="add_expander"):
+        gms.build_mask("expander", batch)
+    gen = torch.Generator().manual_seed(0)
+    with_x = Batch.from_data_list([gms.add_expander(g, "expander2", gen) for g in (g, g)])
+    mask, _ = gms.build_mask("expander2", with_x)
+    dense = mask.dense(N)
+    assert not dense[:3, 3:].any() and not dense[3:, :3].any()  # expander edges stay inside each graph
+    assert gms.add_expander(g, "graph", gen) is g
+
+
+def test_node_sweep_same_model_and_seeds(tmp_path: Path) -> None:
+    logged: list[str] = []
+    runs = gms.sweep("node", _graph(), MASKS, [0, 1], FAST, log=logged.append)
+    assert [(r["mask"], r["seed"]) for r in runs] == [(m, s) for m in MASKS for s in (0, 1)]
+    assert sum(line.startswith("[node") for line in logged) == 10  # a progress line per run
+    by_mask = {r["mask"]: r for r in runs if r["seed"] == 0}
+    assert by_mask["graph"]["val"] >= 0.9  # the graph mask separates the classes
+    assert by_mask["full"]["pairs"] == 30 * 30 and by_mask["graph"]["pairs"] == 60 + 30
+    assert all(0.0 <= r["test"] <= 1.0 and r["train_s"] > 0 and 1 <= r["best_epoch"] <= 15 for r in runs)
+    # the same seed gives the same run
+    again = gms.run_node(_graph(), "graph", 0, FAST)
+    assert (again["val"], again["test"], again["best_epoch"]) == tuple(by_mask["graph"][k] for k in ("val", "test",
+                                                                                                    "best_epoch"))
+    table = gms.markdown(runs, "node")
+    assert table.count("\n") == 2 + len(MASKS) and "| `khop2` | 150 |" in table
+    fig = gms.figure([{"task": "cora", "kind": "node", "seeds": [0, 1], "runs": runs}])
+    fig.savefig(tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+
+
+def test_graph_sweep_on_motifs() -> None:
+    graphs = motif_graphs(16, num_nodes=6)
+    splits = gms.prepare_graphs({"train": graphs[:8], "val": graphs[8:12], "test": graphs[12:]}, pe_dim=2)
+    config = dict(epochs=2, batch_size=4, d_model=8, hidden=4, heads=2)
+    runs = gms.sweep("graph", splits, ["graph", "virtual", "full"], [0], config, log=None)
+    pairs = {r["mask"]: r["pairs"] for r in runs}
+    assert pairs["graph"] < pairs["virtual"] < pairs["full"] == 11 * 11  # per graph: 6 + 5 motif nodes
+    with pytest.raises(ValueError, match="prepare_graphs"):
+        gms.run_graphs(splits, "graph", 0, {**config, "pe_dim": 4})
+
+
+def test_command_writes_table_plot_and_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gms, "load_task", lambda task, config: _graph())
+    argv = ["--task", "cora", "--masks", "graph,full", "--seeds", "0", "--out", str(tmp_path),
+            "--config", json.dumps({k: v for k, v in FAST.items() if k != "epochs"}), "--epochs", "3"]
+    store = gms.main(argv)
+    saved = json.loads((tmp_path / "graph_mask_sweep_cora.json").read_text())
+    assert saved["runs"] == store["runs"] and [r["mask"] for r in saved["runs"]] == ["graph", "full"]
+    assert saved["config"]["epochs"] == 3
+    assert (tmp_path / "graph_mask_sweep_cora.md").read_text().startswith("| mask |")
+    assert (tmp_path / "graph_mask_sweep_cora.png").exists()
