@@ -349,7 +349,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     stem = args.out / f"graph_mask_sweep_{args.task}"
     started = time.perf_counter()
     kind = TASKS[args.task]
-    store = {"task": args.task, "kind": kind, "masks": masks, "seeds": seeds, "config": config,
+    defaults = NODE_DEFAULTS if kind == "node" else GRAPH_DEFAULTS
+    store = {"task": args.task, "kind": kind, "masks": masks, "seeds": seeds, "config": _merge(defaults, config),
              "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
     def save(runs: list[dict[str, Any]]) -> None:  # after every run: a stopped sweep keeps what it measured
