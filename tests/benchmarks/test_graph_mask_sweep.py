@@ -102,3 +102,11 @@ def test_command_writes_table_plot_and_store(tmp_path: Path, monkeypatch: pytest
     assert saved["config"]["epochs"] == 3
     assert (tmp_path / "graph_mask_sweep_cora.md").read_text().startswith("| mask |")
     assert (tmp_path / "graph_mask_sweep_cora.png").exists()
+
+
+def test_stores_load_in_task_order(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="graph_mask_sweep --out"):
+        gms.load_stores(tmp_path)
+    for task in ("motifs", "cora"):
+        (tmp_path / f"graph_mask_sweep_{task}.json").write_text(json.dumps({"task": task}))
+    assert [s["task"] for s in gms.load_stores(tmp_path)] == ["cora", "motifs"]
