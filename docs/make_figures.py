@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -78,7 +79,24 @@ def _trained_maps() -> ModuleType:
     return module
 
 
-#: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods.
+def _rnn_figure(name: str) -> Callable[[], Figure]:
+    """A figure of docs/rnn.md, drawn from the results ``python -m benchmarks.rnn_attention`` stored."""
+
+    def draw() -> Figure:
+        if str(DOCS.parent) not in sys.path:
+            sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
+        from benchmarks import rnn_attention
+
+        figures = rnn_attention.figures(rnn_attention.load_store())
+        if name not in figures:
+            raise ValueError(f"{name}: no stored results to draw; run python -m benchmarks.rnn_attention first")
+        return figures[name]
+
+    return draw
+
+
+#: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the
+#: measurements of docs/rnn.md.
 FIGURES: dict[str, Callable[[], Figure]] = {
     "full": _mask(Full()),
     "causal": _mask(Causal()),
@@ -108,6 +126,9 @@ FIGURES: dict[str, Callable[[], Figure]] = {
         L,
     ),
     "tutorial_bigbird": _tutorial_mask,
+    "rnn_parallel": _rnn_figure("rnn_parallel"),
+    "rnn_longrange": _rnn_figure("rnn_longrange"),
+    "rnn_streaming": _rnn_figure("rnn_streaming"),
 }
 
 #: File stem -> name of the docs/trained_maps.py function drawing it, ``fn(steps, use_data) -> Figure``:

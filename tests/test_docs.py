@@ -19,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 TUTORIALS = ["tutorials/custom_mask.md", "tutorials/new_adapter.md", "tutorials/graph_pyg.md", "tutorials/streaming.md"]
-PAGES = ["quickstart.md", "masks.md", "attention.md", "recipes/speech.md", "concepts.md", "adapters.md", *TUTORIALS]
+PAGES = [
+    "quickstart.md", "masks.md", "attention.md", "recipes/speech.md", "concepts.md", "adapters.md", "rnn.md", *TUTORIALS
+]
 
 
 def load_docs_module(name: str) -> ModuleType:

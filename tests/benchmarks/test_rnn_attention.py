@@ -58,4 +58,4 @@ def test_quality_section_states_the_winner() -> None:
     part = {"rows": [{**row, "encoder": "attention (default)", "test_loss": 1.6},
                      {**row, "encoder": "LSTM (x.yaml)", "test_loss": 1.7}]}
     text = "\n".join(bench._quality_section(part))
-    assert "text_lm: attention is better by 0.100 nats/char on the test split" in text
+    assert "text_lm: attention is better by 0.100 nats/char on the recipe's test set" in text
