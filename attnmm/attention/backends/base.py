@@ -23,8 +23,9 @@ LAYOUTS: frozenset[str] = frozenset({"padded", "packed"})
 
 @dataclass(frozen=True)
 class Supports:
-    """What a backend computes, declared once on its class and read by :meth:`Backend.unsupported`,
-    by the dispatcher and by the tests (which draw only the problems a backend declares).
+    """What a backend computes, declared once on its class and read by
+    :meth:`~attnmm.attention.backends.Backend.unsupported`, by the dispatcher and by the tests (which
+    draw only the problems a backend declares).
 
     Args:
         structures (frozenset[str], optional): the mask structures it handles, among ``"full"``,
