@@ -256,11 +256,12 @@ def sweep(kind: str, data: Any, masks: list[str], seeds: list[int], config: dict
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per mask, in the order run: mean and sample std over seeds of the accuracies (%) and times (s)."""
+    """Per mask, in the order run: mean and sample std over seeds of the accuracies (%) and times (s), and
+    the mean number of pairs (expander edges are drawn per seed)."""
     out = []
     for name in dict.fromkeys(r["mask"] for r in runs):
         rs = [r for r in runs if r["mask"] == name]
-        row: dict[str, Any] = {"mask": name, "seeds": len(rs), "pairs": rs[0]["pairs"]}
+        row: dict[str, Any] = {"mask": name, "seeds": len(rs), "pairs": statistics.fmean(r["pairs"] for r in rs)}
         for key, scale in (("val", 100.0), ("test", 100.0), ("train_s", 1.0)):
             xs = [scale * r[key] for r in rs]
             row[key], row[f"{key}_std"] = statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0

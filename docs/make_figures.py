@@ -95,6 +95,15 @@ def _rnn_figure(name: str) -> Callable[[], Figure]:
     return draw
 
 
+def _mask_sweeps() -> Figure:
+    """The graph mask sweeps of docs/results.md, from the runs stored under benchmarks/results/."""
+    if str(DOCS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
+    from benchmarks import graph_mask_sweep
+
+    return graph_mask_sweep.figure(graph_mask_sweep.load_stores())
+
+
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the
 #: measurements of docs/rnn.md.
 FIGURES: dict[str, Callable[[], Figure]] = {
@@ -126,6 +135,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
         L,
     ),
     "tutorial_bigbird": _tutorial_mask,
+    "graph_mask_sweep": _mask_sweeps,
     "rnn_parallel": _rnn_figure("rnn_parallel"),
     "rnn_longrange": _rnn_figure("rnn_longrange"),
     "rnn_streaming": _rnn_figure("rnn_streaming"),
