@@ -4,6 +4,8 @@ of masked additive attention."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -94,3 +96,39 @@ def allowed_of(edge_index: Tensor, num_src: int, num_dst: int, loops: bool) -> T
         n = min(num_src, num_dst)
         allowed[torch.arange(n), torch.arange(n)] = True
     return allowed
+
+
+def check_extra_mask(conv: nn.Module, dense_scores: Callable[[nn.Module, Tensor], tuple[Tensor, Tensor]], n: int,
+                     loops: bool) -> None:
+    """A GAT layer's ``mask=`` (a composed mask, united with the edges) and a composed Mask given as
+    the adjacency, both against the dense reference, values and input gradients."""
+    from attnmm.masks import Causal, Graph, Window
+    from attnmm.masks.graph_helpers import k_hop
+
+    x = torch.randn(n, 6, requires_grad=True)
+    edge_index = torch.unique(random_edges(n, n, 14, seed=7, repeats=False), dim=1)  # no repeats: a set
+    scores, values = dense_scores(conv, x)
+    extra = k_hop(edge_index, n, 2) & Causal()  # a composed mask, united with the edges
+    allowed = allowed_of(edge_index, n, n, loops) | extra.dense(n, n)
+    out, (pairs, weights) = conv(x, edge_index, return_attention_weights=True, mask=extra)
+    expected = dense_reference(scores, allowed, values) + conv.bias
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    assert pairs.size(1) == int(allowed.sum()) and weights.shape == (pairs.size(1), 2)
+    g = torch.randn_like(out)
+    torch.testing.assert_close(*(torch.autograd.grad(o, x, g)[0] for o in (out, expected)), atol=1e-5, rtol=1e-4)
+    # a composed Mask as the adjacency: the edges inside a window
+    within = Graph(edge_index, n) & Window(2, 2)
+    allowed = within.dense(n, n) | allowed_of(edge_index[:, :0], n, n, loops)
+    expected = dense_reference(scores, allowed, values) + conv.bias
+    torch.testing.assert_close(conv(x, within), expected, atol=1e-5, rtol=1e-4)
+
+
+def check_dropout_in_training_only(ref: nn.Module, ours: nn.Module) -> None:
+    """Equal to PyG in eval mode (no dropout); different draws in training."""
+    x, edge_index = torch.randn(6, 8), random_edges(6, 6, 20, seed=8)
+    assert_same(ref, ours, x, edge_index)
+    ours.train()
+    torch.manual_seed(0)
+    a = ours(x, edge_index)
+    torch.manual_seed(1)
+    assert not torch.allclose(a, ours(x, edge_index))

@@ -8,11 +8,16 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from _gat_compare import allowed_of, assert_same, dense_reference, pair, random_edges
+from _gat_compare import (
+    assert_same,
+    check_dropout_in_training_only,
+    check_extra_mask,
+    pair,
+    random_edges,
+)
 from torch import Tensor
 
-from attnmm.masks import Causal, Graph, Window
-from attnmm.masks.graph_helpers import k_hop
+from attnmm.masks import Graph
 from attnmm.nn import GATv2Conv, gatv2_conv
 
 with warnings.catch_warnings():
@@ -122,35 +127,11 @@ def _dense_scores(conv: GATv2Conv, x: Tensor) -> tuple[Tensor, Tensor]:
 
 @pytest.mark.parametrize("loops", [True, False])
 def test_extra_mask_against_dense_reference(loops: bool) -> None:
-    n = 8
-    conv = GATv2Conv(6, 4, heads=2, add_self_loops=loops).eval()
-    x = torch.randn(n, 6, requires_grad=True)
-    edge_index = torch.unique(random_edges(n, n, 14, seed=7, repeats=False), dim=1)  # no repeats: a set
-    scores, values = _dense_scores(conv, x)
-    extra = k_hop(edge_index, n, 2) & Causal()  # a composed mask, united with the edges
-    allowed = allowed_of(edge_index, n, n, loops) | extra.dense(n, n)
-    out, (pairs, weights) = conv(x, edge_index, return_attention_weights=True, mask=extra)
-    expected = dense_reference(scores, allowed, values) + conv.bias
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
-    assert pairs.size(1) == int(allowed.sum()) and weights.shape == (pairs.size(1), 2)
-    g = torch.randn_like(out)
-    torch.testing.assert_close(*(torch.autograd.grad(o, x, g)[0] for o in (out, expected)), atol=1e-5, rtol=1e-4)
-    # a composed Mask as the adjacency: the edges inside a window
-    within = Graph(edge_index, n) & Window(2, 2)
-    allowed = within.dense(n, n) | allowed_of(edge_index[:, :0], n, n, loops)
-    expected = dense_reference(scores, allowed, values) + conv.bias
-    torch.testing.assert_close(conv(x, within), expected, atol=1e-5, rtol=1e-4)
+    check_extra_mask(GATv2Conv(6, 4, heads=2, add_self_loops=loops).eval(), _dense_scores, 8, loops)
 
 
 def test_dropout_acts_in_training_only() -> None:
-    ref, ours = pair(PyGGATv2Conv, GATv2Conv, 8, 4, heads=2, dropout=0.5)
-    x, edge_index = torch.randn(6, 8), random_edges(6, 6, 20, seed=8)
-    assert_same(ref, ours, x, edge_index)  # eval: no dropout, equal to PyG
-    ours.train()
-    torch.manual_seed(0)
-    a = ours(x, edge_index)
-    torch.manual_seed(1)
-    assert not torch.allclose(a, ours(x, edge_index))
+    check_dropout_in_training_only(*pair(PyGGATv2Conv, GATv2Conv, 8, 4, heads=2, dropout=0.5))
 
 
 def test_errors_name_expected_and_actual() -> None:
