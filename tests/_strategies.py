@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Segments, Window
 
 
 @st.composite
@@ -58,3 +58,75 @@ def graph_masks(draw: st.DrawFn) -> tuple[Graph, int, int]:
     edge_index = torch.tensor([src, dst], dtype=torch.long).view(2, m)
     nodes = num_dst if num_src == num_dst else (num_src, num_dst)
     return Graph(edge_index, nodes), num_dst, num_src
+
+
+@st.composite
+def documents_masks(draw: st.DrawFn, batch_size: int, num_tokens: int) -> Mask:
+    """Documents packed into at most ``num_tokens`` positions, shared by the batch (D,) or per item
+    (B, D), with empty documents, maybe composed with Causal, a Window or Padding."""
+    batched = draw(st.booleans())
+    count = draw(st.integers(0, 4))
+    table = []
+    for _ in range(batch_size if batched else 1):
+        row, total = [], 0
+        for n in draw(st.lists(st.integers(0, 4), min_size=count, max_size=count)):
+            row.append(min(n, num_tokens - total))
+            total += row[-1]
+        table.append(row)
+    mask: Mask = Documents(table if batched else table[0])
+    extra = draw(
+        st.one_of(
+            st.none(),
+            st.just(Causal()),
+            st.builds(Window, st.integers(0, 3), st.integers(0, 3)),
+            lengths(batch_size, num_tokens),
+        )
+    )
+    if extra is not None:
+        mask = mask & extra if draw(st.booleans()) else extra & mask
+    return mask
+
+
+@st.composite
+def _segment(draw: st.DrawFn, batch_size: int) -> tuple[int, Mask | None]:
+    """One segment: its size and the mask within it."""
+    kind = draw(st.sampled_from(["full", "causal", "window", "chunk", "grid", "padding", "documents"]))
+    if kind == "grid":
+        h, w = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        return h * w, Grid(h, w, draw(st.sampled_from([1, 3])))
+    size = draw(st.integers(0, 4))
+    if kind == "padding":
+        return size, draw(lengths(batch_size, size))
+    if kind == "documents":
+        return size, draw(documents_masks(batch_size, size))
+    within = {
+        "full": st.none(),
+        "causal": st.just(Causal()),
+        "window": st.builds(Window, st.integers(0, 2), st.integers(0, 2)),
+        "chunk": st.builds(Chunk, st.integers(1, 3), st.integers(0, 1)),
+    }[kind]
+    return size, draw(within)
+
+
+@st.composite
+def segments_masks(draw: st.DrawFn, batch_size: int) -> tuple[Mask, int]:
+    """A Segments mask of 1 to 3 segments (grids, windows, causal text, packed documents, ...) linked
+    by none, full or a table of links (some of them masks), maybe with per-item lengths (0: missing),
+    and its length L; now and then composed with Padding."""
+    drawn = [draw(_segment(batch_size)) for _ in range(draw(st.integers(1, 3)))]
+    sizes = [n for n, _ in drawn]
+    kind = draw(st.sampled_from(["none", "full", "table"]))
+    links: object = kind
+    if kind == "table":
+        entry = st.one_of(st.booleans(), st.just(Full()), st.builds(Window, st.integers(0, 2), st.integers(0, 2)))
+        links = [
+            [draw(st.booleans()) if a == c else draw(entry) for c in range(len(sizes))] for a in range(len(sizes))
+        ]
+    per_item = None
+    if draw(st.booleans()):
+        per_item = [[draw(st.integers(0, n)) for n in sizes] for _ in range(batch_size)]
+    mask: Mask = Segments(sizes, [m for _, m in drawn], links, per_item)  # type: ignore[arg-type]
+    total = sum(sizes)
+    if draw(st.integers(0, 4)) == 0:
+        mask = mask & draw(lengths(batch_size, total))
+    return mask, total

@@ -5,16 +5,19 @@ from attnmm.masks.base import IntervalMask, Mask, Structure
 from attnmm.masks.causal import Causal
 from attnmm.masks.chunk import Chunk
 from attnmm.masks.compose import And, Intersection, Not, Or
+from attnmm.masks.documents import Documents
 from attnmm.masks.full import Full
 from attnmm.masks.graph import Graph
 from attnmm.masks.grid import Grid
 from attnmm.masks.padding import Padding
+from attnmm.masks.segments import Segments
 from attnmm.masks.window import Window
 
 __all__ = [
     "And",
     "Causal",
     "Chunk",
+    "Documents",
     "Full",
     "Graph",
     "Grid",
@@ -25,6 +28,7 @@ __all__ = [
     "Or",
     "Padding",
     "Pairs",
+    "Segments",
     "Structure",
     "Window",
     "list_masks",
@@ -36,6 +40,6 @@ def list_masks() -> list[str]:
 
     Examples:
         >>> list_masks()
-        ['Causal', 'Chunk', 'Full', 'Graph', 'Grid', 'Padding', 'Window']
+        ['Causal', 'Chunk', 'Documents', 'Full', 'Graph', 'Grid', 'Padding', 'Segments', 'Window']
     """
-    return ["Causal", "Chunk", "Full", "Graph", "Grid", "Padding", "Window"]
+    return ["Causal", "Chunk", "Documents", "Full", "Graph", "Grid", "Padding", "Segments", "Window"]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from _oracle import grads, loop_attend, supporting_backends
-from _strategies import graph_masks, grid_masks, sequence_masks
+from _strategies import documents_masks, graph_masks, grid_masks, segments_masks, sequence_masks
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,6 +86,24 @@ def test_grid_masks(data: st.DataObject, B: int, dtype: torch.dtype, score: str)
     mask, P = data.draw(grid_masks(B))
     seed = data.draw(st.integers(0, 2**16))
     q, k, v = (rand(B, 2, P, 3, dtype=dtype, seed=seed + i) for i in range(3))
+    check_problem(q, k, v, mask, score=score, with_bias=data.draw(st.booleans()), seed=seed)
+
+
+@given(st.data(), st.integers(1, 2), st.integers(1, 9), st.integers(1, 9), dtypes, scores)
+def test_documents_masks(data: st.DataObject, B: int, L: int, S: int, dtype: torch.dtype, score: str) -> None:
+    mask = data.draw(documents_masks(B, min(L, S)))
+    seed = data.draw(st.integers(0, 2**16))
+    q, k, v = rand(B, 2, L, 3, dtype=dtype, seed=seed), rand(B, 2, S, 3, dtype=dtype, seed=seed + 1), rand(
+        B, 2, S, 2, dtype=dtype, seed=seed + 2
+    )
+    check_problem(q, k, v, mask, score=score, with_bias=data.draw(st.booleans()), seed=seed)
+
+
+@given(st.data(), st.integers(1, 2), dtypes, scores)
+def test_segments_masks(data: st.DataObject, B: int, dtype: torch.dtype, score: str) -> None:
+    mask, L = data.draw(segments_masks(B))
+    seed = data.draw(st.integers(0, 2**16))
+    q, k, v = (rand(B, 2, L, 3, dtype=dtype, seed=seed + i) for i in range(3))
     check_problem(q, k, v, mask, score=score, with_bias=data.draw(st.booleans()), seed=seed)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from _strategies import graph_masks, grid_masks, sequence_masks
+from _strategies import documents_masks, graph_masks, grid_masks, segments_masks, sequence_masks
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,6 +44,18 @@ def test_sequence_masks(data: st.DataObject, batch_size: int, num_rows: int, num
 def test_grid_masks(data: st.DataObject, batch_size: int) -> None:
     mask, p = data.draw(grid_masks(batch_size))
     assert_forms_agree(mask, p, p, batch_size)
+
+
+@given(st.data(), st.integers(1, 3), st.integers(0, 9), st.integers(0, 9))
+def test_documents_masks(data: st.DataObject, batch_size: int, num_rows: int, num_cols: int) -> None:
+    mask = data.draw(documents_masks(batch_size, min(num_rows, num_cols)))
+    assert_forms_agree(mask, num_rows, num_cols, batch_size)
+
+
+@given(st.data(), st.integers(1, 3))
+def test_segments_masks(data: st.DataObject, batch_size: int) -> None:
+    mask, length = data.draw(segments_masks(batch_size))
+    assert_forms_agree(mask, length, length, batch_size)
 
 
 @given(graph_masks())

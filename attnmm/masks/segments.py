@@ -1,0 +1,303 @@
+r"""Segmented sequences: segments of different modalities laid out one after another, each attending
+under its own mask, linked by chosen cross-segment blocks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from attnmm.masks._checks import check_nonneg_int
+from attnmm.masks._pairs import Pairs
+from attnmm.masks.base import Mask, Structure
+from attnmm.masks.full import Full
+
+#: One entry of a link table: ``False`` (no link), ``True`` (every key of the key segment) or a mask
+#: in the two segments' own coordinates (query segment rows, key segment columns).
+Link = bool | Mask
+
+
+class Segments(Mask):
+    r"""One sequence made of K segments laid out one after another (segment :math:`k` occupies the
+    positions :math:`[o_k, o_k + n_k)`, :math:`o_k = \sum_{k' < k} n_{k'}`), attending block by
+    block: for query :math:`i = o_a + i'` of segment :math:`a` and key :math:`j = o_c + j'` of segment
+    :math:`c`,
+
+    .. math::
+        j \in A_b(i) \iff j' \in A^{(a, c)}_b(i') \ \wedge\ i' < \mathrm{lengths}_{b,a}
+        \ \wedge\ j' < \mathrm{lengths}_{b,c}
+
+    where the block mask :math:`A^{(a, c)}` is, in the segments' own coordinates, ``within[a]`` on the
+    diagonal (``None``: full) and the link from :math:`a` to :math:`c` off it (none, full, or a mask of
+    its own); no link is the empty set. ``links="none"`` is late fusion (each segment alone),
+    ``links="full"`` joint attention (every query sees every key of the other segments), and a K x K
+    table of ``True`` / ``False`` / masks says which query segment attends which key segment (e.g.
+    text queries attending image keys but not the reverse); the diagonal of a table is ``True`` (the
+    segment's ``within`` mask) or ``False`` (no attention within the segment).
+
+    ``lengths`` (B, K) gives each item's real length of every segment; the rest of a segment's span is
+    padding, which attends nothing and is attended by nothing, and a length of 0 means the item lacks
+    that segment (its queries get output 0). The pairs are built block by block from each block mask's
+    own pairs, in O(nnz) per block, and merged in order without a sort; no (L, L) tensor is built.
+
+    Args:
+        sizes (list of int): the span of each segment in the padded sequence, (K,); L = S = their sum.
+        within (list of Mask or None, optional): the mask within each segment, in its own
+            coordinates (e.g. ``Grid(7, 7, kernel=3)`` on 49 image patches, ``Window(16, 4)`` on audio
+            frames, ``Causal()`` on text); ``None`` is full attention. (default: all full)
+        links (str or table, optional): ``"none"``, ``"full"``, or a K x K table of ``True``,
+            ``False`` or masks, row = query segment, column = key segment. (default: :obj:`"none"`)
+        lengths (LongTensor or list, optional): real length of every segment of every item, (B, K),
+            each between 0 and the segment's size; ``None`` when every segment is full.
+            (default: :obj:`None`)
+
+    Examples:
+        >>> from attnmm.masks import Causal, Segments, Window
+        >>> m = Segments([3, 3], within=[Window(1, 0), Causal()], links=[[True, False], [True, True]])
+        >>> m
+        Segments(sizes=[3, 3], within=[Window(left=1, right=0), Causal()], links=[[1, 0], [1, 1]])
+        >>> print(m.picture(6))
+        1 0 0 0 0 0
+        1 1 0 0 0 0
+        0 1 1 0 0 0
+        1 1 1 1 0 0
+        1 1 1 1 1 0
+        1 1 1 1 1 1
+        >>> print(Segments([2, 2], links="full", lengths=[[1, 2]]).picture(4))
+        1 0 1 1
+        0 0 0 0
+        1 0 1 1
+        1 0 1 1
+    """
+
+    layout = "padded"
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        within: Sequence[Mask | None] | None = None,
+        links: Literal["none", "full"] | Sequence[Sequence[Link]] = "none",
+        lengths: Tensor | Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        sizes = [check_nonneg_int(f"sizes[{k}]", s) for k, s in enumerate(sizes)]
+        K = len(sizes)
+        if K == 0:
+            raise ValueError("Segments needs at least one segment size, got sizes=[]")
+        within = [None] * K if within is None else list(within)
+        if len(within) != K:
+            raise ValueError(f"within must give one mask (or None) per segment: {K} segments, got {len(within)}")
+        for k, m in enumerate(within):
+            _check_part(f"within[{k}]", m)
+        table = _link_table(links, K)
+        blocks: list[list[Mask | None]] = []
+        for a in range(K):
+            row: list[Mask | None] = []
+            for c in range(K):
+                entry = table[a][c]
+                if a == c and isinstance(entry, Mask):
+                    raise ValueError(
+                        f"links[{a}][{a}] is a mask; the mask within segment {a} goes in within[{a}] "
+                        "(the diagonal of the link table is True or False)"
+                    )
+                if a == c:
+                    row.append((within[a] or Full()) if entry else None)
+                else:
+                    row.append(entry if isinstance(entry, Mask) else Full() if entry else None)
+            blocks.append(row)
+        self.sizes = tuple(sizes)
+        self.within = tuple(within)
+        self.links = links if isinstance(links, str) else tuple(tuple(r) for r in links)
+        self.blocks = tuple(tuple(r) for r in blocks)
+        self.lengths = None if lengths is None else _check_lengths(lengths, self.sizes)
+        items = {m.batch_size for r in self.blocks for m in r if m is not None and m.batch_size is not None}
+        if self.lengths is not None:
+            items.add(int(self.lengths.size(0)))
+        if len(items) > 1:
+            raise ValueError(f"the segment masks and lengths are built for different batch sizes: {sorted(items)}")
+        self._batch_size = items.pop() if items else None
+        self.batched = self.lengths is not None or any(m.batched for r in self.blocks for m in r if m is not None)
+        offsets = [0]
+        for n in self.sizes:
+            offsets.append(offsets[-1] + n)
+        self._offsets = torch.tensor(offsets, dtype=torch.long)  # (K + 1,)
+        # the segment of every position, and K for the positions past the sequence, (L + 1,)
+        self._segment_of = torch.repeat_interleave(torch.arange(K + 1), torch.tensor([*self.sizes, 1]))
+        for a, c, m in self._links():
+            try:
+                m.check(self.sizes[a], self.sizes[c], self._batch_size)
+            except ValueError as err:
+                raise ValueError(f"block ({a}, {c}) of {self!r}: {err}") from None
+
+    # ---------------------------------------------------------------- layout
+
+    @property
+    def num_segments(self) -> int:
+        """K."""
+        return len(self.sizes)
+
+    @property
+    def offsets(self) -> list[int]:
+        """First position of every segment and the total length, ``[o_0, ..., o_K]`` (K + 1,)."""
+        return self._offsets.tolist()
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    def _links(self) -> list[tuple[int, int, Mask]]:
+        """The linked blocks ``(a, c, mask)`` in (query segment, key segment) order."""
+        return [(a, c, m) for a, r in enumerate(self.blocks) for c, m in enumerate(r) if m is not None]
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        super().check(num_rows, num_cols, batch_size)
+        total = sum(self.sizes)
+        if num_rows != total or num_cols != total:
+            raise ValueError(
+                f"{self!r} lays its segments over L = S = {total} positions, got L={num_rows}, "
+                f"S={num_cols}; pad every segment to its size"
+            )
+
+    @property
+    def structure(self) -> Structure:
+        """``full`` when every block is full and every segment complete (no lengths), else ``sparse``."""
+        if not self.batched and all(isinstance(m, Full) for r in self.blocks for m in r):
+            return Structure("full")
+        return Structure("sparse", batched=self.batched)
+
+    # ---------------------------------------------------------------- the allowed set
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        segment_of, offsets = self._segment_of.to(q_idx.device), self._offsets.to(q_idx.device)
+        last = segment_of.numel() - 1
+        qs, ks = segment_of[q_idx.clamp(0, last)], segment_of[kv_idx.clamp(0, last)]
+        qi, kj = q_idx - offsets[qs], kv_idx - offsets[ks]  # positions within their segments
+        out = torch.zeros(torch.broadcast_shapes(q_idx.shape, kv_idx.shape), dtype=torch.bool, device=q_idx.device)
+        for a, c, m in self._links():
+            out = out | ((qs == a) & (ks == c) & m.mask_mod(b, h, qi, kj))
+        if self.lengths is not None:
+            lengths = self.lengths.to(q_idx.device)
+            K = self.num_segments
+            out = out & (qi < lengths[b, qs.clamp(max=K - 1)]) & (kj < lengths[b, ks.clamp(max=K - 1)])
+        return out
+
+    def block_pairs(self, a: int, c: int, batch_size: int | None, device: torch.device) -> Pairs | None:
+        """The pairs of block ``(a, c)`` in the two segments' own coordinates, without the padding of
+        ``lengths``, or ``None`` when segment ``a`` does not attend segment ``c``."""
+        m = self.blocks[a][c]
+        if m is None:
+            return None
+        return m.pairs(self.sizes[a], self.sizes[c], batch_size if m.batched else None, device=device)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        offsets = self.offsets
+        rows = (batch_size or 1) * num_rows  # softmax segments b * L + i
+        parts = []  # (segment id, column, batch) of every block's pairs, each sorted by (segment, column)
+        for a, c, _ in self._links():
+            p = self.block_pairs(a, c, batch_size, device)
+            assert p is not None
+            if batch_size is not None:
+                p = p.expand(batch_size)
+            row, col, batch = p.row, p.col, p.batch
+            if self.lengths is not None:
+                assert batch is not None
+                lengths = self.lengths.to(device)
+                keep = (row < lengths[batch, a]) & (col < lengths[batch, c])
+                row, col, batch = row[keep], col[keep], batch[keep]
+            row, col = row + offsets[a], col + offsets[c]
+            parts.append((row if batch is None else batch * num_rows + row, col, batch))
+        # merge without sorting: within a query row, blocks (a, 0), (a, 1), ... hold increasing key
+        # ranges, so a pair's place is its row's start + the pairs of that row in earlier blocks + its
+        # rank within its block's row
+        counts = [torch.bincount(seg, minlength=rows) for seg, _, _ in parts]
+        total = sum(counts, torch.zeros(rows, dtype=torch.long, device=device))
+        start = total.cumsum(0) - total
+        nnz = int(total.sum())
+        out_seg = torch.empty(nnz, dtype=torch.long, device=device)
+        out_col = torch.empty(nnz, dtype=torch.long, device=device)
+        filled = torch.zeros(rows, dtype=torch.long, device=device)
+        for (seg, col, _), count in zip(parts, counts):
+            first = count.cumsum(0) - count  # the block's first pair of every row
+            place = start[seg] + filled[seg] + torch.arange(seg.numel(), device=device) - first[seg]
+            out_seg[place], out_col[place] = seg, col
+            filled += count
+        if batch_size is None:
+            return Pairs(out_seg, out_col, None, num_rows, num_cols, None)
+        return Pairs(out_seg % num_rows, out_col, out_seg // num_rows, num_rows, num_cols, batch_size)
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The sum of the block masks' bounds (exact without ``lengths`` when theirs are), or ``None``
+        when a block has none."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        total = 0
+        for a, c, m in self._links():
+            bound = m.nnz_bound(self.sizes[a], self.sizes[c], batch_size if m.batched else None)
+            if bound is None:
+                return None
+            total += bound * (batch_size if batch_size is not None and not m.batched else 1)
+        return total
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(map(str, self.sizes))
+        text = f"Segments(sizes=[{sizes}]"
+        if any(m is not None for m in self.within):
+            text += ", within=[" + ", ".join(repr(m) for m in self.within) + "]"
+        if isinstance(self.links, str):
+            text += f", links={self.links!r}" if self.links != "none" else ""
+        else:
+            text += ", links=[" + ", ".join(
+                "[" + ", ".join(repr(x) if isinstance(x, Mask) else str(int(x)) for x in r) + "]" for r in self.links
+            ) + "]"
+        if self.lengths is not None:
+            text += f", batch={self.lengths.size(0)}"
+        return text + ")"
+
+
+def _check_part(name: str, m: object) -> None:
+    if m is None:
+        return
+    if not isinstance(m, Mask):
+        raise TypeError(f"{name} must be a Mask or None, got {type(m).__name__}")
+    if m.layout == "packed":
+        raise TypeError(f"{name} is {m!r}, a mask of the packed node layout; segments use the padded layout")
+
+
+def _link_table(links: object, K: int) -> list[list[Link]]:  # noqa: N803 - the number of segments
+    """The K x K table of ``links`` ("none", "full" or a table), checked."""
+    if isinstance(links, str):
+        if links not in ("none", "full"):
+            raise ValueError(f"links must be 'none', 'full' or a {K} x {K} table, got {links!r}")
+        return [[a == c or links == "full" for c in range(K)] for a in range(K)]
+    if not isinstance(links, Sequence) or len(links) != K or any(
+        not isinstance(r, Sequence) or len(r) != K for r in links
+    ):
+        raise ValueError(
+            f"links must be 'none', 'full' or a {K} x {K} table (one row per query segment), got {links!r}"
+        )
+    for a, r in enumerate(links):
+        for c, x in enumerate(r):
+            if not isinstance(x, (bool, Mask)):
+                raise TypeError(f"links[{a}][{c}] must be True, False or a Mask, got {type(x).__name__} {x!r}")
+            if isinstance(x, Mask):
+                _check_part(f"links[{a}][{c}]", x)
+    return [list(r) for r in links]
+
+
+def _check_lengths(lengths: Tensor | Sequence[Sequence[int]], sizes: tuple[int, ...]) -> Tensor:
+    if not isinstance(lengths, Tensor):
+        lengths = torch.as_tensor(lengths, dtype=torch.long)
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be an integer tensor of shape (B, K), got dtype {lengths.dtype}")
+    if lengths.dim() != 2 or lengths.size(1) != len(sizes):
+        raise ValueError(f"lengths must have shape (B, K) = (B, {len(sizes)}), got shape {tuple(lengths.shape)}")
+    lengths = lengths.detach().long().cpu()
+    too_long = lengths > torch.tensor(sizes, dtype=torch.long)
+    if lengths.numel() and (bool((lengths < 0).any()) or bool(too_long.any())):
+        raise ValueError(
+            f"lengths must lie between 0 and each segment's size {list(sizes)}, got {lengths.tolist()}"
+        )
+    return lengths
+
+
+__all__ = ["Link", "Segments"]
