@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from hypothesis import strategies as st
 
@@ -88,13 +90,15 @@ def documents_masks(draw: st.DrawFn, batch_size: int, num_tokens: int) -> Mask:
 
 
 @st.composite
-def _segment(draw: st.DrawFn, batch_size: int) -> tuple[int, Mask | None]:
-    """One segment: its size and the mask within it."""
-    kind = draw(st.sampled_from(["full", "causal", "window", "chunk", "grid", "padding", "documents"]))
+def _segment(draw: st.DrawFn, batch_size: int, size: int | None = None) -> tuple[int, Mask | None]:
+    """One segment: its size (drawn unless given) and the mask within it."""
+    kinds = ["full", "causal", "window", "chunk", "padding", "documents"] + (["grid"] if size is None else [])
+    kind = draw(st.sampled_from(kinds))
     if kind == "grid":
         h, w = draw(st.integers(1, 3)), draw(st.integers(1, 3))
         return h * w, Grid(h, w, draw(st.sampled_from([1, 3])))
-    size = draw(st.integers(0, 4))
+    if size is None:
+        size = draw(st.integers(0, 4))
     if kind == "padding":
         return size, draw(lengths(batch_size, size))
     if kind == "documents":
@@ -109,11 +113,18 @@ def _segment(draw: st.DrawFn, batch_size: int) -> tuple[int, Mask | None]:
 
 
 @st.composite
-def segments_masks(draw: st.DrawFn, batch_size: int) -> tuple[Mask, int]:
+def segments_masks(draw: st.DrawFn, batch_size: int, length: int | None = None) -> tuple[Mask, int]:
     """A Segments mask of 1 to 3 segments (grids, windows, causal text, packed documents, ...) linked
     by none, full or a table of links (some of them masks), maybe with per-item lengths (0: missing),
-    and its length L; now and then composed with Padding."""
-    drawn = [draw(_segment(batch_size)) for _ in range(draw(st.integers(1, 3)))]
+    and its length L (``length`` when given: the segments split it); now and then composed with
+    Padding."""
+    count = draw(st.integers(1, 3))
+    if length is None:
+        drawn = [draw(_segment(batch_size)) for _ in range(count)]
+    else:
+        cuts = sorted(draw(st.lists(st.integers(0, length), min_size=count - 1, max_size=count - 1)))
+        bounds = [0, *cuts, length]
+        drawn = [draw(_segment(batch_size, hi - lo)) for lo, hi in itertools.pairwise(bounds)]
     sizes = [n for n, _ in drawn]
     kind = draw(st.sampled_from(["none", "full", "table"]))
     links: object = kind

@@ -287,6 +287,8 @@ def _link_table(links: object, K: int) -> list[list[Link]]:  # noqa: N803 - the 
 def _check_lengths(lengths: Tensor | Sequence[Sequence[int]], sizes: tuple[int, ...]) -> Tensor:
     if not isinstance(lengths, Tensor):
         lengths = torch.as_tensor(lengths, dtype=torch.long)
+        if lengths.numel() == 0:  # an empty batch
+            lengths = lengths.view(0, len(sizes))
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must be an integer tensor of shape (B, K), got dtype {lengths.dtype}")
     if lengths.dim() != 2 or lengths.size(1) != len(sizes):

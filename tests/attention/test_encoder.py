@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from attnmm import Encoder, EncoderLayer, RelativePositionBias, RotaryPE
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Padding, Window, list_masks
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Padding, Segments, Window, list_masks
 
 D, H = 16, 4
 
@@ -16,9 +16,11 @@ def make_input(name: str):
     masks = {
         "Causal": Causal(),
         "Chunk": Chunk(3, 1),
+        "Documents": Documents([4, 0, 5]),
         "Full": Full(),
         "Grid": Grid(3, 3, kernel=3),
         "Padding": Padding([9, 5]),
+        "Segments": Segments([4, 5], within=[Causal(), Window(1, 1)], links="full", lengths=[[4, 5], [0, 3]]),
         "Window": Window(2, 1),
     }
     return masks[name], torch.randn(2, 9, D)

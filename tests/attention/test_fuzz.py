@@ -2,11 +2,12 @@
 
 Each backend gets at least 200 hypothesis examples in the normal run (``max(200, 2 x the profile's
 max_examples)``, so ``ATTNMM_HYPOTHESIS_PROFILE=thorough`` gives 2000). An example draws a mask of any
-kind or composition (``&``, ``|``, ``~`` over Full, Causal, Window, Chunk, Padding, Grid, and Graph in
-the packed layout), sizes (including L != S, empty batches, length 0 and 1, empty allowed sets), a dtype
-(float64, float32, float16, bfloat16), the score, the scale, a bias, returned weights, the inputs' memory
-layout, which inputs need gradients, and sometimes extreme logits (scores q . k * scale of order 1e4).
-The backend's output, weights and gradients must be finite and equal the reference computed in float64
+kind or composition (``&``, ``|``, ``~`` over Full, Causal, Window, Chunk, Padding, Documents, Segments,
+Grid, and Graph in the packed layout), sizes (including L != S, empty batches, length 0 and 1, empty
+allowed sets), a dtype (float64, float32, float16, bfloat16), the score, the scale, a bias, returned
+weights, the inputs' memory layout, which inputs need gradients, and sometimes extreme logits (scores
+q . k * scale of order 1e4). The backend's output, weights and gradients must be finite and equal the
+reference computed in float64
 on the same (rounded) inputs. See docs/robustness.md.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from _oracle import loop_attend
+from _strategies import documents_masks, segments_masks
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from torch import Tensor
@@ -135,6 +137,9 @@ def masks(draw: st.DrawFn, B: int, L: int, S: int, packed: bool, grid: tuple[int
         base.append(_graph(L, S))
     else:
         base.append(_padding(B, S))
+        base.append(documents_masks(B, min(L, S)))
+        if L == S:
+            base.append(segments_masks(B, L).map(lambda drawn: drawn[0]))
     if grid is not None:
         base.append(_grid(*grid))
     parts = st.one_of(*base)
@@ -148,12 +153,14 @@ def masks(draw: st.DrawFn, B: int, L: int, S: int, packed: bool, grid: tuple[int
 
 
 @st.composite
-def band_masks(draw: st.DrawFn, B: int, S: int, packed: bool = False) -> Mask:
-    """A banded mask: Window or Chunk, maybe & Causal, & Full, & Padding (intersections stay banded)."""
+def band_masks(draw: st.DrawFn, B: int, L: int, S: int, packed: bool = False) -> Mask:
+    """A banded mask: Window, Chunk or Documents, maybe & Causal, & Full, & Padding (intersections stay
+    banded)."""
     mask = draw(
         st.one_of(
             st.builds(Window, _width(0, 5), _width(0, 5)),
             st.builds(Chunk, _width(1, 4), _width(0, 2)),
+            *([] if packed else [documents_masks(B, min(L, S))]),
         )
     )
     for extra in (st.just(Causal()), st.just(Full()), *([] if packed else [_padding(B, S)])):
@@ -182,7 +189,7 @@ def masks_for(
     if structures <= {"full", "causal"}:
         mask = draw(fused_masks())
     elif structures <= {"full", "causal", "band"}:
-        mask = draw(band_masks(B, S, packed))
+        mask = draw(band_masks(B, L, S, packed))
     else:
         mask = draw(masks(B, L, S, packed, grid))
     assume((mask or Full()).structure.kind in structures)
