@@ -5,19 +5,29 @@ from attnmm.adapters.base import Adapter, Tokens
 from attnmm.adapters.graph import GraphAdapter, GraphTokens
 from attnmm.adapters.image import ImageAdapter
 from attnmm.adapters.speech import SpeechAdapter
-from attnmm.adapters.speech_stream import SpeechStream
+from attnmm.adapters.speech_stream import (
+    Emission,
+    EmissionLatency,
+    SpeechStream,
+    StreamingRecognizer,
+    emission_latency,
+)
 from attnmm.adapters.text import CharFeatures, TextAdapter
 
 __all__ = [
     "Adapter",
     "CharFeatures",
+    "Emission",
+    "EmissionLatency",
     "GraphAdapter",
     "GraphTokens",
     "ImageAdapter",
     "SpeechAdapter",
     "SpeechStream",
+    "StreamingRecognizer",
     "TextAdapter",
     "Tokens",
+    "emission_latency",
     "get_adapter",
     "list_adapters",
     "register_adapter",

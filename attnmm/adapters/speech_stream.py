@@ -1,51 +1,94 @@
-r"""Streaming inference for a speech encoder under a :class:`~attnmm.masks.Chunk` mask."""
+r"""Streaming inference for a speech encoder under a mask of bounded look-ahead, and a streaming CTC
+recogniser on top of it."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from itertools import combinations
+from operator import and_
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from attnmm.adapters.speech import SpeechAdapter
-from attnmm.masks import Chunk
-from attnmm.masks.compose import find_part
+from attnmm.masks import And, Chunk, Full, Grid, Intersection, IntervalMask, Mask, Not, Or, Padding
+from attnmm.masks._pairs import Pairs
+
+#: Mel frames between tokens: the two stride-2 convolutions of the adapter.
+_SUBSAMPLING = 4
+#: Mel frames a token reads: 4t .. 4t + 6 (two kernel-3, stride-2 convolutions).
+_RECEPTIVE_MEL = 7
 
 
 class SpeechStream:
     r"""Runs a :class:`~attnmm.adapters.SpeechAdapter` and an :class:`~attnmm.attention.Encoder`
     on audio that arrives piece by piece, with the same frame outputs as the whole-utterance forward
-    under ``Chunk(size, left_chunks)``.
+    under the adapter's mask.
 
-    Under the chunk mask, frame :math:`i` of every layer depends only on its own chunk and the
-    ``left_chunks`` chunks before it, never on a later chunk. So the stream keeps, per layer, a
-    cache of the normalised layer inputs of the last ``left_chunks`` chunks; each time ``size`` new
-    frames are complete it runs them through every layer, attending to the cache and to
-    themselves, and emits them. The front end is exact too: mel frames are whole windows (no
-    centring), the feature norm is per frame and the stride-2 convolutions are valid, so the stream
-    keeps just the samples and mel frames that the next outputs still need.
+    A frame can be emitted once every frame it depends on, through all layers, has arrived. That
+    holds after a bounded wait only if each layer's look-ahead ends at a fixed boundary: the
+    stream splits the frames into blocks of ``step`` frames and needs every query :math:`i` of
+    block :math:`k` to attend only keys :math:`j < (k + 1) \cdot \mathrm{step}`. Then, each time a
+    block is complete, its frames run through every layer attending to a per-layer cache of earlier
+    layer inputs and to themselves, under the mask itself evaluated (``mask_mod``) at the absolute
+    frame positions. The cache keeps only the frames a later query can still attend.
 
-    A ``Window(left, right)`` mask with ``right > 0`` would not stream this way: each layer looks
-    ``right`` frames ahead of its input, so the encoder's look-ahead grows to ``num_layers * right``
-    frames and every output waits for that many future frames. A chunk's look-ahead is the rest of
-    its own chunk at every layer, so the delay stays ``size`` frames whatever the depth.
+    Supported masks, and the ``step`` they give:
+
+    - ``Chunk(size, left_chunks)``: a chunk's look-ahead is the rest of the chunk at every layer,
+      so ``step = size`` and the delay stays below a chunk however deep the encoder is;
+    - ``Causal()``, ``Window(left, 0)``: no look-ahead, ``step = 1``;
+    - an intersection ``&`` is bounded as soon as one part is (``Chunk(4, 1) & Window(2, 3)``: by
+      the chunk; ``Chunk(4, 1) & Window(2, 0)``: causal, ``step = 1``), and a union ``|`` when
+      every part is (``Chunk(4, 1) | Causal()``: ``step = 4``; chunks of sizes 4 and 6 together:
+      ``step = 12``);
+    - the batch's :class:`~attnmm.masks.Padding` in an intersection (as the adapter adds it) is
+      dropped: every streamed frame is real.
+
+    Anything else is refused with the part at fault: ``Window(left, right)`` with ``right > 0``
+    outside an intersection with a chunk (each layer looks ``right`` frames past its input, so the
+    look-ahead grows to ``num_layers * right`` frames and crosses every block end), ``Full()`` or no
+    mask, complements ``~m``, :class:`~attnmm.masks.Graph` and :class:`~attnmm.masks.Grid`, and
+    masks that depend on the batch item.
+
+    The cache of a mask with bounded history (``Chunk``, ``Window``, their intersections) stays a
+    few chunks long; under ``Causal()`` (e.g. ``Chunk(4, 1) | Causal()``) a later frame may attend
+    every earlier one, so the cache grows with the stream: ``max_cache`` caps it, and the stream
+    raises rather than drop a frame the mask still needs.
+
+    The front end is exact too: mel frames are whole windows (no centring), the feature norm is per
+    frame and the stride-2 convolutions are valid, so the stream keeps just the samples and mel
+    frames that the next outputs still need. Frame :math:`t` reads mel frames :math:`4t \dots 4t+6`;
+    frames are ``4 * adapter.hop_length`` samples apart (40 ms at the default 10 ms hop), and the
+    first :math:`n` frames need :meth:`samples_for` :math:`(n) = (4n + 2) \cdot \mathrm{hop} +
+    \mathrm{win}` samples.
 
     Args:
         adapter (SpeechAdapter): the trained front end.
         encoder (nn.Module): the trained :class:`~attnmm.attention.Encoder` (pre-norm layers with
             ``norm1``, ``attn``, ``norm2``, ``ffn``; no rotary or relative bias).
-        chunk (Chunk, optional): the chunk mask; default: the one in ``adapter.mask``.
+        mask (Mask, optional): the frames' mask; default: ``adapter.mask``.
         batch_size (int, optional): number of parallel streams. (default: :obj:`1`)
+        max_cache (int, optional): most frames each layer may cache; exceeding it raises.
+            (default: :obj:`None`, whatever the mask needs)
 
     Shapes:
-        - **push:** audio (B, T_new) -> frames (B, L_new, D) of the chunks completed so far
-        - **flush:** -> frames (B, L_rest, D) of the last, partial chunk
+        - **push:** audio (B, T_new) -> frames (B, L_new, D) of the blocks completed so far
+        - **flush:** -> frames (B, L_rest, D) of the last, partial block
 
     Examples:
         >>> import torch
         >>> from attnmm.attention import Encoder
-        >>> from attnmm.masks import Chunk
-        >>> adapter = SpeechAdapter(d_model=32, mask=Chunk(4, 1)).eval()
+        >>> from attnmm.masks import Causal, Chunk
+        >>> adapter = SpeechAdapter(d_model=32, mask=Chunk(4, 1) | Causal()).eval()
         >>> encoder = Encoder(32, 4, 2, 64).eval()
         >>> stream = SpeechStream(adapter, encoder)
+        >>> stream.step
+        4
         >>> audio = torch.randn(1, 8000)
         >>> parts = [stream.push(piece) for piece in audio.split(1000, dim=1)] + [stream.flush()]
         >>> full = encoder(*(lambda t: (t.x, t.mask))(adapter({"waveform": audio, "lengths": torch.tensor([8000])})))
@@ -54,14 +97,13 @@ class SpeechStream:
     """
 
     def __init__(
-        self, adapter: SpeechAdapter, encoder: nn.Module, chunk: Chunk | None = None, batch_size: int = 1
+        self,
+        adapter: SpeechAdapter,
+        encoder: nn.Module,
+        mask: Mask | None = None,
+        batch_size: int = 1,
+        max_cache: int | None = None,
     ) -> None:
-        chunk = chunk if chunk is not None else find_part(adapter.mask, Chunk)
-        if chunk is None:
-            raise ValueError(
-                f"streaming needs a Chunk mask (exact chunk by chunk), got adapter.mask={adapter.mask!r}; "
-                "pass chunk=Chunk(size, left_chunks) or train with one"
-            )
         layers = getattr(encoder, "layers", None)
         if layers is None:
             raise TypeError(f"encoder must be an attnmm Encoder with .layers, got {type(encoder).__name__}")
@@ -70,7 +112,11 @@ class SpeechStream:
                 raise ValueError("streaming supports absolute positions only (no rotary or relative bias)")
         if getattr(encoder, "position_bias", None) is not None:
             raise ValueError("streaming supports absolute positions only (no relative position bias)")
-        self.adapter, self.encoder, self.chunk = adapter, encoder, chunk
+        if max_cache is not None and max_cache < 0:
+            raise ValueError(f"max_cache must be >= 0 or None, got {max_cache}")
+        given = mask if mask is not None else adapter.mask
+        self.mask, self.step = _stream_plan(given)
+        self.adapter, self.encoder, self.max_cache = adapter, encoder, max_cache
         self.reset(batch_size)
 
     def reset(self, batch_size: int = 1) -> None:
@@ -83,25 +129,39 @@ class SpeechStream:
         self._mel_offset = 0  # index of _mel[:, 0]
         self._mel_done = 0  # mel frames computed
         self._frames_done = 0  # subsampled frames computed
-        self._pending = torch.zeros(batch_size, 0, d)  # frames waiting for their chunk to complete
+        self._pending = torch.zeros(batch_size, 0, d)  # frames waiting for their block to complete
+        self._position = 0  # frames encoded: the position of _pending[:, 0]
+        self._cache_start = 0  # position of every layer's _cache[i][:, 0]
         self._cache = [torch.zeros(batch_size, 0, d) for _ in self.encoder.layers]
+
+    @property
+    def num_samples(self) -> int:
+        """Samples received since the last reset."""
+        return self._sample_offset + self._samples.size(1)
+
+    def samples_for(self, num_frames: int) -> int:
+        """Samples from which the front end yields ``num_frames`` frames: the last one reads mel
+        frames up to :math:`4n + 2`, whose window ends at sample :math:`(4n + 2)\\,\\mathrm{hop} +
+        \\mathrm{win}`."""
+        if num_frames <= 0:
+            return 0
+        return (_SUBSAMPLING * num_frames + 2) * self.adapter.hop_length + self.adapter.win_length
 
     @torch.no_grad()
     def push(self, audio: Tensor) -> Tensor:
-        """Feed samples (B, T_new); return the encoder outputs (B, L_new, D) of completed chunks."""
+        """Feed samples (B, T_new); return the encoder outputs (B, L_new, D) of completed blocks."""
         if audio.dim() != 2 or audio.size(0) != self.batch_size:
             raise ValueError(f"audio must be (B={self.batch_size}, T_new), got shape {tuple(audio.shape)}")
         self._samples = torch.cat([self._samples, audio.float()], 1)
         self._pending = torch.cat([self._pending, self._new_frames()], 1)
-        size = self.chunk.size
-        n_full = self._pending.size(1) // size * size
-        out = self._encode(self._pending[:, :n_full]) if n_full else self._pending[:, :0]
-        self._pending = self._pending[:, n_full:]
+        n_ready = self._pending.size(1) // self.step * self.step
+        out = self._encode(self._pending[:, :n_ready]) if n_ready else self._pending[:, :0]
+        self._pending = self._pending[:, n_ready:]
         return out
 
     @torch.no_grad()
     def flush(self) -> Tensor:
-        """End the streams: return the outputs of the last, partial chunk, then reset."""
+        """End the streams: return the outputs of the last, partial block, then reset."""
         out = self._encode(self._pending) if self._pending.size(1) else self._pending
         self.reset(self.batch_size)
         return out
@@ -109,8 +169,7 @@ class SpeechStream:
     def _new_frames(self) -> Tensor:
         """Front end: the tokens (B, n, D) that the samples received so far newly complete."""
         a = self.adapter
-        total = self._sample_offset + self._samples.size(1)
-        n_mel = int(a.num_mel_frames(torch.tensor(total)))
+        n_mel = int(a.num_mel_frames(torch.tensor(self.num_samples)))
         if n_mel > self._mel_done:
             start = self._mel_done * a.hop_length - self._sample_offset
             stop = (n_mel - 1) * a.hop_length + a.win_length - self._sample_offset
@@ -122,26 +181,378 @@ class SpeechStream:
         n_frames = a.num_frames_from_mel(self._mel_done)
         if n_frames <= self._frames_done:
             return self._pending[:, :0]
-        step = 2 * 2  # two stride-2 convolutions: token t reads mel frames 4t .. 4t + 6
-        start = step * self._frames_done - self._mel_offset
+        start = _SUBSAMPLING * self._frames_done - self._mel_offset
         positions = torch.arange(self._frames_done, n_frames)
         frames = a.frames(self._mel[:, start:], positions)  # (B, n_frames - done, D)
         self._frames_done = n_frames
-        drop = step * n_frames - self._mel_offset
+        drop = _SUBSAMPLING * n_frames - self._mel_offset
         self._mel, self._mel_offset = self._mel[:, drop:], self._mel_offset + drop
         return frames
 
     def _encode(self, x: Tensor) -> Tensor:
-        """Run whole chunks x (B, k * size, D) (or the final partial chunk) through every layer."""
-        size, keep = self.chunk.size, self.chunk.left_chunks * self.chunk.size
-        outs = []
-        for chunk in x.split(size, dim=1):
-            h = chunk
-            for i, layer in enumerate(self.encoder.layers):
-                normed = layer.norm1(h)  # (B, n, D)
-                context = torch.cat([self._cache[i], normed], 1)  # (B, cached + n, D)
-                h = h + layer.drop(layer.attn(normed, context))
-                h = h + layer.drop(layer.ffn(layer.norm2(h)))
-                self._cache[i] = context[:, context.size(1) - keep :] if keep else context[:, :0]
-            outs.append(self.encoder.norm(h))
-        return torch.cat(outs, 1)
+        """Run the frames x (B, n, D) at positions [position, position + n) through every layer,
+        attending to each layer's cache and to themselves under the mask."""
+        start, end = self._position, self._position + x.size(1)
+        first = _first_key(self.mask, end)  # no later query attends a key before it
+        keep_from = self._cache_start if first is None else min(max(self._cache_start, first), end)
+        if self.max_cache is not None and end - keep_from > self.max_cache:
+            raise ValueError(
+                f"SpeechStream(max_cache={self.max_cache}): under {self.mask!r} the frames after {end} may "
+                f"still attend {end - keep_from} earlier frames, more than the cache may hold; raise "
+                "max_cache, or train with a mask of bounded history (e.g. Chunk(size, left_chunks))"
+            )
+        mask = _Offset(self.mask, start, self._cache_start)
+        h = x
+        for i, layer in enumerate(self.encoder.layers):
+            normed = layer.norm1(h)  # (B, n, D)
+            context = torch.cat([self._cache[i], normed], 1)  # (B, cached + n, D)
+            h = h + layer.drop(layer.attn(normed, context, mask=mask))
+            h = h + layer.drop(layer.ffn(layer.norm2(h)))
+            self._cache[i] = context[:, keep_from - self._cache_start :]
+        self._position, self._cache_start = end, keep_from
+        return self.encoder.norm(h)
+
+
+# ---------------------------------------------------------------------- what a mask lets a stream do
+
+
+def _parts(mask: Mask) -> Iterator[Mask]:
+    """``mask`` and every operand of its compositions, depth first."""
+    yield mask
+    if isinstance(mask, (And, Or, Not, Intersection)):
+        for part in mask.parts:
+            yield from _parts(part)
+
+
+def _without_padding(mask: Mask | None) -> Mask | None:
+    """``mask`` less the Padding parts of a top-level intersection (every streamed frame is real)."""
+    if isinstance(mask, Padding):
+        return None
+    if isinstance(mask, (And, Intersection)):
+        kept = [p for p in mask.parts if not isinstance(p, Padding)]
+        return reduce(and_, kept) if kept else None
+    return mask
+
+
+def _look_ahead_error(mask: Mask, step: int) -> str | None:
+    """``None`` when no query of ``mask`` attends a key at or past the end of its block of ``step``
+    frames (blocks start at multiples of ``step``); else why not, naming the part at fault."""
+    if isinstance(mask, Chunk):
+        if step % mask.size == 0:
+            return None
+        return f"{mask!r} ends its chunks at multiples of {mask.size}, not of {step}"
+    if isinstance(mask, (And, Intersection)):
+        reasons = [_look_ahead_error(p, step) for p in mask.parts]
+        if any(r is None for r in reasons):
+            return None  # one bounded part bounds the intersection
+        return "; ".join(r for r in reasons if r is not None)
+    if isinstance(mask, Or):  # a union is bounded only if every part is
+        return next((r for p in mask.parts if (r := _look_ahead_error(p, step)) is not None), None)
+    if isinstance(mask, Not):
+        return f"{mask!r} is a complement, which may allow any later frame"
+    if isinstance(mask, Full):
+        return "Full() lets every frame attend the whole utterance"
+    if isinstance(mask, IntervalMask):
+        right = mask.band[1]
+        if right == 0:
+            return None
+        if right is None:
+            return f"{mask!r} has no bound on how far ahead a frame may look"
+        return (
+            f"{mask!r} lets frame i attend frame i + {right}, across chunk boundaries, and each layer adds "
+            f"that look-ahead again (num_layers x {right} frames), so it grows with depth"
+        )
+    return f"{mask!r} states no bound on how far ahead a frame may look"
+
+
+def _stream_plan(mask: Mask | None) -> tuple[Mask, int]:
+    """The mask a :class:`SpeechStream` evaluates (``mask`` less the batch's Padding) and its
+    ``step``: the smallest block length such that no frame attends past the end of its block.
+    Raise, naming the mask and the part at fault, when the look-ahead is not bounded so.
+
+    Examples:
+        >>> from attnmm.masks import Causal, Chunk, Padding, Window
+        >>> _stream_plan(Padding([9]) & Chunk(4, 1) & Window(2, 3))
+        (Chunk(size=4, left_chunks=1) & Window(left=2, right=3), 4)
+        >>> _stream_plan(Chunk(4, 1) & Window(2, 0))[1], _stream_plan(Chunk(4, 1) | Chunk(6, 0))[1]
+        (1, 12)
+    """
+    how = (
+        "; stream a mask whose look-ahead ends at a chunk boundary at every layer: Chunk(size, left_chunks), "
+        "alone, intersected (&) with Window(left, right), Causal() or Padding, or united (|) with Causal(), "
+        "or a causal mask such as Window(left, 0)"
+    )
+    stripped = _without_padding(mask)
+    if stripped is None:
+        raise ValueError(f"SpeechStream cannot stream under {mask!r}: full attention sees the whole utterance{how}")
+    for part in _parts(stripped):
+        if part.layout == "packed" or isinstance(part, Grid):
+            raise ValueError(
+                f"SpeechStream cannot stream under {mask!r}: {part!r} is not a mask over time frames "
+                f"(a {'graph' if part.layout == 'packed' else '2-D patch grid'} mask){how}"
+            )
+    if stripped.batched:
+        raise ValueError(
+            f"SpeechStream cannot stream under {mask!r}: it depends on the batch item, but a batch of streams "
+            "shares one mask (Padding is supported only intersected, as the adapter adds it)"
+        )
+    sizes = sorted({p.size for p in _parts(stripped) if isinstance(p, Chunk)})
+    reason = _look_ahead_error(stripped, math.lcm(*sizes) if sizes else 1)
+    if reason is not None:
+        raise ValueError(f"SpeechStream cannot stream under {mask!r}: {reason}{how}")
+    # the steps that work are the multiples of the lcm of some of the chunk sizes: try the smallest first
+    steps = sorted({math.lcm(*c) if c else 1 for k in range(len(sizes) + 1) for c in combinations(sizes, k)})
+    step = next(s for s in steps if _look_ahead_error(stripped, s) is None)
+    return stripped, step
+
+
+def _first_key(mask: Mask, end: int) -> int | None:
+    """The first key that a query at position ``end`` or later may attend under ``mask`` (a lower
+    bound), or ``None`` when such a query may attend any earlier key (e.g. under ``Causal()``).
+
+    Examples:
+        >>> from attnmm.masks import Causal, Chunk, Window
+        >>> _first_key(Chunk(4, 1), 12), _first_key(Chunk(4, 1) & Window(2, 0), 12)
+        (8, 10)
+        >>> _first_key(Chunk(4, 1) | Causal(), 12) is None
+        True
+    """
+    if isinstance(mask, Chunk):
+        return max(0, (end // mask.size - mask.left_chunks) * mask.size)
+    if isinstance(mask, (And, Intersection)):  # a key must be allowed by every part
+        bounds = [b for p in mask.parts if (b := _first_key(p, end)) is not None]
+        return max(bounds) if bounds else None
+    if isinstance(mask, Or):  # by any part
+        bounds = [_first_key(p, end) for p in mask.parts]
+        return None if any(b is None for b in bounds) else min(b for b in bounds if b is not None)
+    if isinstance(mask, IntervalMask) and mask.band[0] is not None:
+        return max(0, end - mask.band[0])
+    return None
+
+
+class _Offset(Mask):
+    """``inner`` between the queries at positions ``q_offset + i`` and the keys at ``kv_offset + j``:
+    the mask of one streaming step, with the stream's absolute frame positions."""
+
+    def __init__(self, inner: Mask, q_offset: int, kv_offset: int) -> None:
+        self.inner, self.q_offset, self.kv_offset = inner, q_offset, kv_offset
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return self.inner.mask_mod(b, h, q_idx + self.q_offset, kv_idx + self.kv_offset)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        # a step's queries and cached keys span a few chunks, so filtering the L x S pairs is cheap
+        row, col = self.dense(num_rows, num_cols, device=device).nonzero(as_tuple=True)
+        return Pairs(row, col, None, num_rows, num_cols, None)
+
+    def __repr__(self) -> str:
+        return f"{self.inner!r} at queries {self.q_offset}.., keys {self.kv_offset}.."
+
+
+# ---------------------------------------------------------------------- a streaming CTC recogniser
+
+
+class Emission(NamedTuple):
+    """A token emitted by :class:`StreamingRecognizer`.
+
+    Args:
+        token (int): the class index (under the digit convention, digit ``token - 1``).
+        frame (int): the frame whose greedy label starts the token.
+        chunk_end (int): frames complete when it was emitted: the end of the frame's block.
+        sample (int): samples the stream needed to emit it: ``samples_for(chunk_end)``, or the
+            whole audio for tokens emitted by ``flush``.
+    """
+
+    token: int
+    frame: int
+    chunk_end: int
+    sample: int
+
+
+class StreamingRecognizer:
+    r"""Greedy CTC decoding ("Connectionist Temporal Classification", Graves et al., 2006) of a
+    :class:`SpeechStream`, token by token as its blocks complete.
+
+    .. math::
+        \hat{y}_t = \arg\max_c \, \mathrm{head}(\mathbf{h}_t)_c, \qquad
+        \text{emit } \hat{y}_t \text{ iff } \hat{y}_t \ne \mathrm{blank} \text{ and } \hat{y}_t \ne \hat{y}_{t-1}
+
+    The previous frame's label is carried from block to block, so a label that spans a block
+    boundary is emitted once, and the hypothesis at :meth:`flush` equals the whole-utterance greedy
+    decode. Frames are ``4 * adapter.hop_length`` samples apart (the 4x subsampling of the mel hop:
+    40 ms at the defaults); each :class:`Emission` records the token's frame, the end of its block
+    and the sample at which the stream could emit it, for measuring latency
+    (:func:`emission_latency`).
+
+    Args:
+        stream (SpeechStream): the streaming adapter and encoder.
+        head (nn.Module): maps frames (B, L, D) to logits (B, L, V + 1), each frame on its own (a
+            :class:`~torch.nn.Linear`, as a CTC head).
+        blank (int, optional): the blank class. (default: :obj:`0`)
+
+    Shapes:
+        - **push:** audio (B, T_new) -> for each of the B streams, the new :class:`Emission` list
+        - **flush:** -> for each stream, the rest of its emissions
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.attention import Encoder
+        >>> from attnmm.masks import Chunk
+        >>> adapter = SpeechAdapter(d_model=32, mask=Chunk(4, 1)).eval()
+        >>> encoder, head = Encoder(32, 4, 2, 64).eval(), torch.nn.Linear(32, 11)  # 10 digits + blank
+        >>> recognizer = StreamingRecognizer(SpeechStream(adapter, encoder), head)
+        >>> audio = torch.randn(1, 8000)
+        >>> emitted = [e for piece in audio.split(800, dim=1) for e in recognizer.push(piece)[0]]
+        >>> emitted += recognizer.flush()[0]
+        >>> tokens = adapter({"waveform": audio, "lengths": torch.tensor([8000])})
+        >>> labels = head(encoder(tokens.x, tokens.mask)).argmax(-1)[0].unique_consecutive()  # (L',)
+        >>> [e.token for e in emitted] == labels[labels != 0].tolist()
+        True
+    """
+
+    def __init__(self, stream: SpeechStream, head: nn.Module, blank: int = 0) -> None:
+        self.stream, self.head, self.blank = stream, head, blank
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything: start new streams."""
+        self.stream.reset(self.stream.batch_size)
+        self._frames = 0  # frames decoded
+        self._last = [self.blank] * self.stream.batch_size  # the label of each stream's last frame
+
+    @torch.no_grad()
+    def push(self, audio: Tensor) -> list[list[Emission]]:
+        """Feed samples (B, T_new); return each stream's tokens of the blocks completed."""
+        return self._decode(self.stream.push(audio), final_sample=None)
+
+    @torch.no_grad()
+    def flush(self) -> list[list[Emission]]:
+        """End the streams: return each stream's last tokens, then reset."""
+        total = self.stream.num_samples
+        out = self._decode(self.stream.flush(), final_sample=total)
+        self.reset()
+        return out
+
+    def _decode(self, frames: Tensor, final_sample: int | None) -> list[list[Emission]]:
+        """Greedy labels of frames (B, n, D) following the ones decoded; ``final_sample`` for the end."""
+        labels = self.head(frames).argmax(-1).tolist() if frames.size(1) else [[]] * frames.size(0)  # (B, n)
+        start, step = self._frames, self.stream.step
+        self._frames += frames.size(1)
+        out: list[list[Emission]] = []
+        for b, row in enumerate(labels):
+            emitted = []
+            for t, label in enumerate(row, start):
+                if label != self.blank and label != self._last[b]:
+                    if final_sample is None:
+                        end = (t // step + 1) * step
+                        emitted.append(Emission(label, t, end, self.stream.samples_for(end)))
+                    else:
+                        emitted.append(Emission(label, t, self._frames, final_sample))
+                self._last[b] = label
+            out.append(emitted)
+        return out
+
+
+@dataclass(frozen=True)
+class EmissionLatency:
+    """Emission latency of the correctly recognised tokens (see :func:`emission_latency`).
+
+    Args:
+        latencies (Tensor): per matched reference token, emission time minus the end of its audio.
+        mean (float): their mean (NaN when none matched).
+        p95 (float): their 95th percentile (NaN when none matched).
+        num_matched (int): reference tokens matched by an emitted one.
+        num_reference (int): reference tokens in all.
+    """
+
+    latencies: Tensor
+    mean: float
+    p95: float
+    num_matched: int
+    num_reference: int
+
+
+def _matches(reference: Sequence[int], hypothesis: Sequence[int]) -> list[tuple[int, int]]:
+    """Index pairs (reference, hypothesis) of equal tokens on a minimum edit-distance alignment."""
+    n, m = len(reference), len(hypothesis)
+    cost = [[i + j if i == 0 or j == 0 else 0 for j in range(m + 1)] for i in range(n + 1)]
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            sub = cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1])
+            cost[i][j] = min(sub, cost[i - 1][j] + 1, cost[i][j - 1] + 1)
+    pairs, i, j = [], n, m
+    while i and j:
+        if cost[i][j] == cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]):
+            if reference[i - 1] == hypothesis[j - 1]:
+                pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif cost[i][j] == cost[i - 1][j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]
+
+
+def emission_latency(
+    emissions: Sequence[Sequence[Emission]],
+    ends: Sequence[Sequence[float]],
+    references: Sequence[Sequence[int]] | None = None,
+    sample_rate: int | None = None,
+) -> EmissionLatency:
+    r"""Emission latency per reference token: :math:`\mathrm{emitted}_k - \mathrm{end}_k`, the
+    time from the end of token :math:`k`'s audio to the sample at which the stream emitted it
+    (:attr:`Emission.sample`; algorithmic latency, compute time excluded), over utterances.
+
+    With ``references``, each utterance's emitted tokens are aligned to its reference tokens by
+    minimum edit distance and only equal aligned tokens count; without, the emissions and the ends
+    are paired in order and must be as many.
+
+    Args:
+        emissions (list of list of Emission): per utterance, what :class:`StreamingRecognizer` emitted.
+        ends (list of list of float): per utterance, where each reference token's audio ends: in
+            samples, or in seconds when ``sample_rate`` is given.
+        references (list of list of int, optional): per utterance, the reference tokens.
+            (default: :obj:`None`)
+        sample_rate (int, optional): samples per second; latencies are then in seconds.
+            (default: :obj:`None`, samples)
+
+    Examples:
+        >>> e = [[Emission(3, 5, 8, 2720), Emission(5, 9, 12, 3360)]]
+        >>> lat = emission_latency(e, [[0.25, 0.40]], references=[[3, 5]], sample_rate=8000)
+        >>> [round(x, 2) for x in lat.latencies.tolist()], round(lat.mean, 3), lat.num_matched
+        ([0.09, 0.02], 0.055, 2)
+    """
+    if len(emissions) != len(ends) or (references is not None and len(references) != len(ends)):
+        raise ValueError(
+            f"emissions, ends and references need one entry per utterance, got {len(emissions)}, {len(ends)} "
+            f"and {None if references is None else len(references)}"
+        )
+    scale = 1.0 if sample_rate is None else 1.0 / sample_rate
+    latencies, total = [], 0
+    for u, (emitted, end) in enumerate(zip(emissions, ends)):
+        if references is None:
+            if len(emitted) != len(end):
+                raise ValueError(
+                    f"utterance {u}: {len(emitted)} tokens emitted but {len(end)} ends given; pass references= "
+                    "to align them"
+                )
+            pairs = [(k, k) for k in range(len(end))]
+        else:
+            if len(references[u]) != len(end):
+                raise ValueError(f"utterance {u}: {len(references[u])} reference tokens but {len(end)} ends")
+            pairs = _matches(references[u], [e.token for e in emitted])
+        total += len(end)
+        latencies.extend(emitted[j].sample * scale - end[i] for i, j in pairs)
+    values = torch.tensor(latencies, dtype=torch.float64)
+    mean = float(values.mean()) if values.numel() else math.nan
+    p95 = float(torch.quantile(values, 0.95)) if values.numel() else math.nan
+    return EmissionLatency(values, mean, p95, len(latencies), total)
+
+
+__all__ = [
+    "Emission",
+    "EmissionLatency",
+    "SpeechStream",
+    "StreamingRecognizer",
+    "emission_latency",
+]
