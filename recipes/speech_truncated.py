@@ -1,28 +1,40 @@
-"""Spoken-digit recognition with truncated (windowed) self-attention.
+"""Speech recognition with truncated (windowed or chunked) self-attention.
 
 Runs a LightningCLI (fit, validate, test, predict) with ``configs/speech_truncated.yaml`` as default:
 log-mel + convolutional subsampling -> transformer encoder whose self-attention is restricted to a
-window of frames (``Padding & Window(left, right)``) -> mean pooling -> 10 digits. ``fit`` ends by
+window of frames (``Padding & Window(left, right)``) -> mean pooling -> 10 digits. The task module and
+the DataModule are chosen by ``class_path`` (``--model``, ``--data``): isolated FSDD digits with
+``ClassificationTask`` by default, connected digits with ``SequenceTask`` (CTC + attention decoder) in
+``configs/speech_truncated_strings.yaml``, any speech DataModule with ``--data``. ``fit`` ends by
 testing the best checkpoint and writes ``metrics.json`` in the run's log directory.
 
     python recipes/speech_truncated.py fit                               # default config
     python recipes/speech_truncated.py fit --trainer.fast_dev_run=true   # smoke run
     python recipes/speech_truncated.py fit --model.adapter.init_args.mask=attnmm.masks.Chunk \\
         --model.adapter.init_args.mask.init_args.size=8 --model.adapter.init_args.mask.init_args.left_chunks=2
+    python recipes/speech_truncated.py fit --data attnmm.data.SpeechCommandsDataModule \\
+        --model.adapter.init_args.sample_rate=16000                      # Speech Commands (16 kHz)
+    python recipes/speech_truncated.py fit --config recipes/configs/speech_truncated_strings.yaml
 """
 
 from pathlib import Path
 
+from lightning import LightningDataModule
+
 from attnmm.data import FSDDDataModule
-from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning import ClassificationTask, EncoderTask, RecipeCLI
 
 CONFIG = Path(__file__).parent / "configs" / "speech_truncated.yaml"
 
 
 def main(args: list[str] | None = None) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask,
-        FSDDDataModule,
+        EncoderTask,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        default_model=ClassificationTask,
+        default_data=FSDDDataModule,
         args=args,
         parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
         save_config_kwargs={"overwrite": True},

@@ -4,6 +4,7 @@ from attnmm.data._audio import AudioBatch, AudioClips, collate_audio, read_audio
 from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
 from attnmm.data.cifar import CIFAR10DataModule
 from attnmm.data.fsdd import FSDDDataModule
+from attnmm.data.fsdd_strings import DigitStringBatch, DigitStrings, FSDDStringsDataModule, collate_digit_strings
 from attnmm.data.graphs import MotifGraphsDataModule, motif_graphs
 from attnmm.data.mnist import MNISTDataModule
 from attnmm.data.planetoid import PlanetoidDataModule
@@ -16,7 +17,10 @@ __all__ = [
     "AudioBatch",
     "AudioClips",
     "CIFAR10DataModule",
+    "DigitStringBatch",
+    "DigitStrings",
     "FSDDDataModule",
+    "FSDDStringsDataModule",
     "MNISTDataModule",
     "MotifGraphsDataModule",
     "PlanetoidDataModule",
@@ -27,6 +31,7 @@ __all__ = [
     "Vocabulary",
     "cache_dir",
     "collate_audio",
+    "collate_digit_strings",
     "data_dir",
     "motif_graphs",
     "read_audio",

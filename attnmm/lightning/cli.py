@@ -37,12 +37,21 @@ class RecipeCLI(LightningCLI):
 
     Checkpoints are loaded with ``weights_only=True`` unless ``--weights_only=false`` is given.
 
+    In subclass mode (``subclass_mode_model=True`` / ``subclass_mode_data=True``) a config picks the
+    task module and the DataModule by ``class_path`` (``--model attnmm.lightning.SequenceTask``,
+    ``--data attnmm.data.SpeechCommandsDataModule``); ``default_model`` and ``default_data`` are the
+    classes used where no ``class_path`` is given, so a config written for one fixed class (a plain
+    ``model:`` block of its arguments) keeps working.
+
     After ``fit`` it tests the best checkpoint (the last weights when no checkpoint was written,
     e.g. under ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``,
     ``test_loss``, ...) as ``metrics.json`` in the run's log directory; ``test`` writes them too.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, default_model: type | None = None, default_data: type | None = None, **kwargs: Any
+    ) -> None:
+        self._default_classes = {"model": default_model, "data": default_data}
         super().__init__(*args, **kwargs)
         # A process group left for interpreter teardown lets gloo's worker threads die inside
         # C++ destructors ("terminate called without an active exception", exit code 134) now
@@ -57,6 +66,10 @@ class RecipeCLI(LightningCLI):
             "--torch_threads", type=int | None, default=None,
             help="intra-op CPU threads for PyTorch (default: PyTorch's choice, one per core)",
         )
+        # subclass mode: the class a config without ``class_path`` gets (its keys are that class's init_args)
+        for key, cls in self._default_classes.items():
+            if cls is not None:
+                parser.set_defaults({key: {"class_path": f"{cls.__module__}.{cls.__qualname__}"}})
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config

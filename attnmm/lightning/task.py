@@ -23,7 +23,124 @@ Stage = Literal["train", "val", "test"]
 IGNORE_INDEX = -100
 
 
-class ClassificationTask(L.LightningModule):
+class EncoderTask(L.LightningModule):
+    r"""Base of the task modules: an adapter and an encoder, :math:`\mathbf{H} = \mathrm{encoder}(\mathbf{X};
+    A)` with :math:`(\mathbf{X}, A) = \mathrm{adapter}(\text{batch})`, and what every task shares.
+
+    Shared: the optimiser (AdamW, or Adam with an L2 penalty; no weight decay on biases and norms; fused
+    where torch has the kernel) with linear warm-up and cosine decay over the run
+    (:meth:`configure_optimizers`); the training, validation and test steps, which all call a
+    subclass's ``_shared_step(batch, stage)``; and :meth:`_save_config`, which keeps the constructor's
+    configs as hyperparameters (so ``load_from_checkpoint`` rebuilds a LightningCLI model). A subclass
+    sets ``adapter`` and ``encoder``, calls ``_save_config()`` first in its ``__init__`` and implements
+    ``_shared_step``: :class:`ClassificationTask` (one label per item, token or node) and
+    :class:`~attnmm.lightning.SequenceTask` (label sequences, CTC and attention decoding).
+
+    Args:
+        lr (float, optional): peak learning rate. (default: :obj:`1e-3`)
+        weight_decay (float, optional): AdamW weight decay, or Adam's L2 penalty. (default: :obj:`0.01`)
+        warmup_fraction (float, optional): share of the steps spent warming up. (default: :obj:`0.05`)
+        min_lr_ratio (float, optional): final learning rate as a share of ``lr``. (default: :obj:`0.0`)
+        optimizer (str, optional): ``"adamw"`` or ``"adam"``. (default: :obj:`"adamw"`)
+    """
+
+    adapter: Adapter
+    encoder: nn.Module
+
+    def __init__(
+        self,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_fraction: float = 0.05,
+        min_lr_ratio: float = 0.0,
+        optimizer: Literal["adamw", "adam"] = "adamw",
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+        self.lr, self.weight_decay = lr, weight_decay
+        self.warmup_fraction, self.min_lr_ratio = warmup_fraction, min_lr_ratio
+        if optimizer not in ("adamw", "adam"):
+            raise ValueError(f"optimizer must be 'adamw' or 'adam', got {optimizer!r}")
+        self.optimizer_name = optimizer
+
+    def _save_config(self) -> None:
+        """Save the constructor arguments as hyperparameters, keeping only configs, never modules.
+
+        Under LightningCLI the injected parts arrive as ``class_path`` configs, so
+        ``load_from_checkpoint(path)`` rebuilds them; built in Python they are modules, which the
+        state dict already holds: pass them again to ``load_from_checkpoint``.
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`")
+            self.save_hyperparameters(logger=False, frame=inspect.currentframe().f_back)  # type: ignore[union-attr]
+        for store in (self._hparams, self._hparams_initial):
+            for key in [k for k, v in store.items() if isinstance(v, nn.Module)]:
+                del store[key]
+
+    @staticmethod
+    def _run_encoder(
+        adapter: Adapter, encoder: nn.Module, batch: Any, return_weights: bool = False,
+        state: IncrementalState | None = None,
+    ) -> tuple[Tensor, Tokens, Any]:
+        """``(h, tokens, weights)`` of ``encoder(adapter(batch))``; ``weights`` is ``None`` unless asked."""
+        tokens = adapter(batch)
+        # encoders that need more than (x, mask), e.g. the edges of a graph batch, declare ``tokens``
+        params = inspect.signature(encoder.forward).parameters
+        extra: dict[str, Any] = {"tokens": tokens} if "tokens" in params else {}
+        if state is not None:
+            if "state" not in params:
+                raise ValueError(
+                    f"{type(encoder).__name__} cannot read a sequence incrementally (its forward has no state "
+                    "parameter); call without state (generate(..., cache=False))"
+                )
+            extra["state"] = state
+        if return_weights:
+            h, weights = encoder(tokens.x, tokens.mask, return_weights=True, **extra)
+            return h, tokens, weights
+        return encoder(tokens.x, tokens.mask, **extra), tokens, None
+
+    def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
+        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""
+        return self._run_encoder(self.adapter, self.encoder, batch, return_weights)
+
+    def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must implement _shared_step(batch, stage)")
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "test")
+
+    def configure_optimizers(self) -> Any:
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if p.requires_grad:
+                (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
+        params = decay + no_decay
+        # the fused kernels (one pass over all parameters) where torch has them: float on CPU or CUDA;
+        # not under fp16 loss scaling with gradient clipping (a fused step unscales inside, Lightning refuses)
+        fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+        if self.trainer.gradient_clip_val and str(self.trainer.precision).startswith("16"):
+            fused = False
+        optimizer = (torch.optim.AdamW if self.optimizer_name == "adamw" else torch.optim.Adam)(
+            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.lr,
+            fused=fused or None,
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = max(1, int(self.warmup_fraction * total))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, warmup, total, self.min_lr_ratio)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class ClassificationTask(EncoderTask):
     r"""Classification with a masked-attention encoder: :math:`\hat{y} = \mathrm{head}(\mathrm{encoder}(
     \mathbf{X}; A))` with :math:`(\mathbf{X}, A) = \mathrm{adapter}(\text{batch})`.
 
@@ -94,7 +211,7 @@ class ClassificationTask(L.LightningModule):
         aux_heads: dict[str, nn.Module] | None = None,
         aux_weight: float = 0.5,
     ) -> None:
-        super().__init__()
+        super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer)
         self._save_config()
         self.adapter = adapter
         self.encoder = encoder
@@ -112,34 +229,13 @@ class ClassificationTask(L.LightningModule):
             parts["aux_heads"] = self.aux_heads
         self.extra_members = nn.ModuleList(_reinitialised(nn.ModuleDict(parts)) for _ in range(self.ensemble - 1))
         self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=2)
-        if not 0.0 <= warmup_fraction < 1.0:
-            raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
-        self.lr, self.weight_decay = lr, weight_decay
-        self.warmup_fraction, self.min_lr_ratio = warmup_fraction, min_lr_ratio
         self.label_smoothing, self.target_key = label_smoothing, target_key
-        if optimizer not in ("adamw", "adam"):
-            raise ValueError(f"optimizer must be 'adamw' or 'adam', got {optimizer!r}")
-        self.optimizer_name = optimizer
         self.accuracy = nn.ModuleDict(
             {
                 f"{stage}_acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
                 for stage in ("train", "val", "test")
             }
         )
-
-    def _save_config(self) -> None:
-        """Save the constructor arguments as hyperparameters, keeping only configs, never modules.
-
-        Under LightningCLI the injected parts arrive as ``class_path`` configs, so
-        ``load_from_checkpoint(path)`` rebuilds them; built in Python they are modules, which the
-        state dict already holds: pass them again to ``load_from_checkpoint``.
-        """
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`")
-            self.save_hyperparameters(logger=False, frame=inspect.currentframe().f_back)  # type: ignore[union-attr]
-        for store in (self._hparams, self._hparams_initial):
-            for key in [k for k, v in store.items() if isinstance(v, nn.Module)]:
-                del store[key]
 
     @property
     def members(self) -> list[tuple[Adapter, nn.Module, nn.Module | None]]:
@@ -156,21 +252,7 @@ class ClassificationTask(L.LightningModule):
         """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer
         (of ensemble member ``member``); with ``state``, read incrementally (see :meth:`forward`)."""
         adapter, encoder, _ = self.members[member]
-        tokens = adapter(batch)
-        # encoders that need more than (x, mask), e.g. the edges of a graph batch, declare ``tokens``
-        params = inspect.signature(encoder.forward).parameters
-        extra: dict[str, Any] = {"tokens": tokens} if "tokens" in params else {}
-        if state is not None:
-            if "state" not in params:
-                raise ValueError(
-                    f"{type(encoder).__name__} cannot read a sequence incrementally (its forward has no state "
-                    "parameter); call without state (generate(..., cache=False))"
-                )
-            extra["state"] = state
-        if return_weights:
-            h, weights = encoder(tokens.x, tokens.mask, return_weights=True, **extra)
-            return h, tokens, weights
-        return encoder(tokens.x, tokens.mask, **extra), tokens, None
+        return self._run_encoder(adapter, encoder, batch, return_weights, state)
 
     def member_logits(self, batch: Any, member: int = 0, state: IncrementalState | None = None) -> Tensor:
         """The logits of one ensemble member."""
@@ -262,40 +344,8 @@ class ClassificationTask(L.LightningModule):
         )
         return loss, flat_logits, flat_target
 
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "test")
-
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self(batch).argmax(-1)
-
-    def configure_optimizers(self) -> Any:
-        decay, no_decay = [], []
-        for name, p in self.named_parameters():
-            if p.requires_grad:
-                (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
-        params = decay + no_decay
-        # the fused kernels (one pass over all parameters) where torch has them: float on CPU or CUDA;
-        # not under fp16 loss scaling with gradient clipping (a fused step unscales inside, Lightning refuses)
-        fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-        if self.trainer.gradient_clip_val and str(self.trainer.precision).startswith("16"):
-            fused = False
-        optimizer = (torch.optim.AdamW if self.optimizer_name == "adamw" else torch.optim.Adam)(
-            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.lr,
-            fused=fused or None,
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = max(1, int(self.warmup_fraction * total))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, warmup, total, self.min_lr_ratio)
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def _reinitialised(module: nn.Module) -> nn.Module:
