@@ -20,8 +20,8 @@ from attnmm.masks._pairs import Pairs
 
 #: Mel frames between tokens: the two stride-2 convolutions of the adapter.
 _SUBSAMPLING = 4
-#: Mel frames a token reads: 4t .. 4t + 6 (two kernel-3, stride-2 convolutions).
-_RECEPTIVE_MEL = 7
+#: The CTC blank's index among a head's outputs; class c is output c + 1.
+_BLANK = 0
 
 
 class SpeechStream:
@@ -353,17 +353,17 @@ class _Offset(Mask):
 
 
 class Emission(NamedTuple):
-    """A token emitted by :class:`StreamingRecognizer`.
+    """A label emitted by :class:`StreamingRecognizer`.
 
     Args:
-        token (int): the class index (under the digit convention, digit ``token - 1``).
-        frame (int): the frame whose greedy label starts the token.
-        chunk_end (int): frames complete when it was emitted: the end of the frame's block.
-        sample (int): samples the stream needed to emit it: ``samples_for(chunk_end)``, or the
-            whole audio for tokens emitted by ``flush``.
+        label (int): the class c (head output c + 1; digit c for spoken digits).
+        frame (int): the frame whose greedy output starts the label (its CTC spike).
+        chunk_end (int): frames complete when it was emitted: the end of that frame's block.
+        sample (int): samples the stream needed to emit it: ``stream.samples_for(chunk_end)``, or
+            all the audio for labels emitted by ``flush``.
     """
 
-    token: int
+    label: int
     frame: int
     chunk_end: int
     sample: int
@@ -371,27 +371,29 @@ class Emission(NamedTuple):
 
 class StreamingRecognizer:
     r"""Greedy CTC decoding ("Connectionist Temporal Classification", Graves et al., 2006) of a
-    :class:`SpeechStream`, token by token as its blocks complete.
+    :class:`SpeechStream`, label by label as its blocks complete.
 
     .. math::
-        \hat{y}_t = \arg\max_c \, \mathrm{head}(\mathbf{h}_t)_c, \qquad
-        \text{emit } \hat{y}_t \text{ iff } \hat{y}_t \ne \mathrm{blank} \text{ and } \hat{y}_t \ne \hat{y}_{t-1}
+        k_t = \arg\max_k \, \mathrm{head}(\mathbf{h}_t)_k, \qquad
+        \text{emit class } k_t - 1 \text{ at frame } t \text{ iff } k_t \ne 0 \text{ and } k_t \ne k_{t-1}
 
-    The previous frame's label is carried from block to block, so a label that spans a block
-    boundary is emitted once, and the hypothesis at :meth:`flush` equals the whole-utterance greedy
-    decode. Frames are ``4 * adapter.hop_length`` samples apart (the 4x subsampling of the mel hop:
-    40 ms at the defaults); each :class:`Emission` records the token's frame, the end of its block
-    and the sample at which the stream could emit it, for measuring latency
-    (:func:`emission_latency`).
+    with output 0 the blank and output c + 1 class c (the CTC convention of the heads). The
+    previous frame's output is carried from block to block, so a label spanning a block boundary is
+    emitted once and the labels emitted up to :meth:`flush` are the whole-utterance greedy decode.
+
+    Frames are ``4 * adapter.hop_length`` samples apart (the 4x subsampling of the mel hop: 40 ms
+    at the default 10 ms hop) and a label is emitted when its frame's block of ``stream.step`` frames
+    is complete. Each :class:`Emission` records the label's frame, the end of its block and the
+    sample at which a stream fed sample by sample would emit it (compute time excluded), from which
+    :func:`emission_latency` measures latency.
 
     Args:
         stream (SpeechStream): the streaming adapter and encoder.
-        head (nn.Module): maps frames (B, L, D) to logits (B, L, V + 1), each frame on its own (a
-            :class:`~torch.nn.Linear`, as a CTC head).
-        blank (int, optional): the blank class. (default: :obj:`0`)
+        head (nn.Module): maps frames (B, L, D) to logits (B, L, C + 1), blank first, each frame on
+            its own (as :class:`~torch.nn.Linear` does).
 
     Shapes:
-        - **push:** audio (B, T_new) -> for each of the B streams, the new :class:`Emission` list
+        - **push:** audio (B, T_new) -> for each of the B streams, a list of new :class:`Emission`
         - **flush:** -> for each stream, the rest of its emissions
 
     Examples:
@@ -399,70 +401,70 @@ class StreamingRecognizer:
         >>> from attnmm.attention import Encoder
         >>> from attnmm.masks import Chunk
         >>> adapter = SpeechAdapter(d_model=32, mask=Chunk(4, 1)).eval()
-        >>> encoder, head = Encoder(32, 4, 2, 64).eval(), torch.nn.Linear(32, 11)  # 10 digits + blank
+        >>> encoder, head = Encoder(32, 4, 2, 64).eval(), torch.nn.Linear(32, 11)  # blank + 10 digits
         >>> recognizer = StreamingRecognizer(SpeechStream(adapter, encoder), head)
         >>> audio = torch.randn(1, 8000)
         >>> emitted = [e for piece in audio.split(800, dim=1) for e in recognizer.push(piece)[0]]
         >>> emitted += recognizer.flush()[0]
         >>> tokens = adapter({"waveform": audio, "lengths": torch.tensor([8000])})
-        >>> labels = head(encoder(tokens.x, tokens.mask)).argmax(-1)[0].unique_consecutive()  # (L',)
-        >>> [e.token for e in emitted] == labels[labels != 0].tolist()
+        >>> best = head(encoder(tokens.x, tokens.mask)).argmax(-1)[0].unique_consecutive()  # (L',)
+        >>> [e.label for e in emitted] == (best[best != 0] - 1).tolist()
         True
     """
 
-    def __init__(self, stream: SpeechStream, head: nn.Module, blank: int = 0) -> None:
-        self.stream, self.head, self.blank = stream, head, blank
+    def __init__(self, stream: SpeechStream, head: nn.Module) -> None:
+        self.stream, self.head = stream, head
         self.reset()
 
     def reset(self) -> None:
         """Forget everything: start new streams."""
         self.stream.reset(self.stream.batch_size)
         self._frames = 0  # frames decoded
-        self._last = [self.blank] * self.stream.batch_size  # the label of each stream's last frame
+        self._last = [_BLANK] * self.stream.batch_size  # each stream's output at its last frame
 
     @torch.no_grad()
     def push(self, audio: Tensor) -> list[list[Emission]]:
-        """Feed samples (B, T_new); return each stream's tokens of the blocks completed."""
+        """Feed samples (B, T_new); return each stream's labels from the blocks completed."""
         return self._decode(self.stream.push(audio), final_sample=None)
 
     @torch.no_grad()
     def flush(self) -> list[list[Emission]]:
-        """End the streams: return each stream's last tokens, then reset."""
+        """End the streams: return each stream's last labels, then reset."""
         total = self.stream.num_samples
         out = self._decode(self.stream.flush(), final_sample=total)
         self.reset()
         return out
 
     def _decode(self, frames: Tensor, final_sample: int | None) -> list[list[Emission]]:
-        """Greedy labels of frames (B, n, D) following the ones decoded; ``final_sample`` for the end."""
-        labels = self.head(frames).argmax(-1).tolist() if frames.size(1) else [[]] * frames.size(0)  # (B, n)
+        """Emissions of frames (B, n, D) following those decoded; ``final_sample`` at the end."""
+        best = self.head(frames).argmax(-1).tolist() if frames.size(1) else [[]] * frames.size(0)  # (B, n)
         start, step = self._frames, self.stream.step
         self._frames += frames.size(1)
         out: list[list[Emission]] = []
-        for b, row in enumerate(labels):
+        for b, row in enumerate(best):
             emitted = []
-            for t, label in enumerate(row, start):
-                if label != self.blank and label != self._last[b]:
-                    if final_sample is None:
+            for t, k in enumerate(row, start):
+                if k != _BLANK and k != self._last[b]:
+                    if final_sample is None:  # a complete block: emitted once its last frame arrived
                         end = (t // step + 1) * step
-                        emitted.append(Emission(label, t, end, self.stream.samples_for(end)))
+                        emitted.append(Emission(k - 1, t, end, self.stream.samples_for(end)))
                     else:
-                        emitted.append(Emission(label, t, self._frames, final_sample))
-                self._last[b] = label
+                        emitted.append(Emission(k - 1, t, self._frames, final_sample))
+                self._last[b] = k
             out.append(emitted)
         return out
 
 
 @dataclass(frozen=True)
 class EmissionLatency:
-    """Emission latency of the correctly recognised tokens (see :func:`emission_latency`).
+    """Emission latency of the correctly recognised labels (see :func:`emission_latency`).
 
     Args:
-        latencies (Tensor): per matched reference token, emission time minus the end of its audio.
+        latencies (Tensor): per matched reference label, emission time minus the end of its audio.
         mean (float): their mean (NaN when none matched).
         p95 (float): their 95th percentile (NaN when none matched).
-        num_matched (int): reference tokens matched by an emitted one.
-        num_reference (int): reference tokens in all.
+        num_matched (int): reference labels matched by an emitted one.
+        num_reference (int): reference labels in all.
     """
 
     latencies: Tensor
@@ -473,7 +475,7 @@ class EmissionLatency:
 
 
 def _matches(reference: Sequence[int], hypothesis: Sequence[int]) -> list[tuple[int, int]]:
-    """Index pairs (reference, hypothesis) of equal tokens on a minimum edit-distance alignment."""
+    """Index pairs (reference, hypothesis) of equal labels on a minimum edit-distance alignment."""
     n, m = len(reference), len(hypothesis)
     cost = [[i + j if i == 0 or j == 0 else 0 for j in range(m + 1)] for i in range(n + 1)]
     for i in range(1, n + 1):
@@ -481,13 +483,13 @@ def _matches(reference: Sequence[int], hypothesis: Sequence[int]) -> list[tuple[
             sub = cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1])
             cost[i][j] = min(sub, cost[i - 1][j] + 1, cost[i][j - 1] + 1)
     pairs, i, j = [], n, m
-    while i and j:
-        if cost[i][j] == cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]):
+    while i and j:  # from the end, missing labels first: on ties an emission matches the earlier label
+        if cost[i][j] == cost[i - 1][j] + 1:
+            i -= 1
+        elif cost[i][j] == cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]):
             if reference[i - 1] == hypothesis[j - 1]:
                 pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
-        elif cost[i][j] == cost[i - 1][j] + 1:
-            i -= 1
         else:
             j -= 1
     return pairs[::-1]
@@ -499,25 +501,26 @@ def emission_latency(
     references: Sequence[Sequence[int]] | None = None,
     sample_rate: int | None = None,
 ) -> EmissionLatency:
-    r"""Emission latency per reference token: :math:`\mathrm{emitted}_k - \mathrm{end}_k`, the
-    time from the end of token :math:`k`'s audio to the sample at which the stream emitted it
+    r"""Emission latency per reference label (e.g. digit): :math:`\mathrm{emitted}_k - \mathrm{end}_k`, the
+    time from the end of label :math:`k`'s audio to the sample at which the stream emitted it
     (:attr:`Emission.sample`; algorithmic latency, compute time excluded), over utterances.
 
-    With ``references``, each utterance's emitted tokens are aligned to its reference tokens by
-    minimum edit distance and only equal aligned tokens count; without, the emissions and the ends
+    With ``references``, each utterance's emitted labels are aligned to its reference labels by
+    minimum edit distance and only equal aligned labels count (of two equal reference labels, one
+    emission matches the earlier); without, the emissions and the ends
     are paired in order and must be as many.
 
     Args:
         emissions (list of list of Emission): per utterance, what :class:`StreamingRecognizer` emitted.
-        ends (list of list of float): per utterance, where each reference token's audio ends: in
+        ends (list of list of float): per utterance, where each reference label's audio ends: in
             samples, or in seconds when ``sample_rate`` is given.
-        references (list of list of int, optional): per utterance, the reference tokens.
+        references (list of list of int, optional): per utterance, the reference labels.
             (default: :obj:`None`)
         sample_rate (int, optional): samples per second; latencies are then in seconds.
             (default: :obj:`None`, samples)
 
     Examples:
-        >>> e = [[Emission(3, 5, 8, 2720), Emission(5, 9, 12, 3360)]]
+        >>> e = [[Emission(3, 5, 8, 2720), Emission(5, 9, 12, 3360)]]  # digits 3 and 5
         >>> lat = emission_latency(e, [[0.25, 0.40]], references=[[3, 5]], sample_rate=8000)
         >>> [round(x, 2) for x in lat.latencies.tolist()], round(lat.mean, 3), lat.num_matched
         ([0.09, 0.02], 0.055, 2)
@@ -533,14 +536,14 @@ def emission_latency(
         if references is None:
             if len(emitted) != len(end):
                 raise ValueError(
-                    f"utterance {u}: {len(emitted)} tokens emitted but {len(end)} ends given; pass references= "
+                    f"utterance {u}: {len(emitted)} labels emitted but {len(end)} ends given; pass references= "
                     "to align them"
                 )
             pairs = [(k, k) for k in range(len(end))]
         else:
             if len(references[u]) != len(end):
-                raise ValueError(f"utterance {u}: {len(references[u])} reference tokens but {len(end)} ends")
-            pairs = _matches(references[u], [e.token for e in emitted])
+                raise ValueError(f"utterance {u}: {len(references[u])} reference labels but {len(end)} ends")
+            pairs = _matches(references[u], [e.label for e in emitted])
         total += len(end)
         latencies.extend(emitted[j].sample * scale - end[i] for i, j in pairs)
     values = torch.tensor(latencies, dtype=torch.float64)
