@@ -28,7 +28,17 @@ class PropagationEncoder(nn.Module):
     With ``scores="uniform"`` the weights are :math:`a_{ij} = 1/|A(i)|` (the random-walk normalised
     adjacency of the mask, with self loops when the mask has them); with ``scores="cosine"`` they
     are a softmax over :math:`\beta \cos(\mathbf{z}_i, \mathbf{z}_j)` with a learned temperature
-    :math:`\beta` (AGNN's attention, Thekumparampil et al., 2018). Every round is one
+    :math:`\beta` (AGNN's attention, Thekumparampil et al., 2018), recomputed every round; with
+    ``scores="additive"`` they are GAT's learned attention on the MLP's hidden layer
+    :math:`\mathbf{g} = \mathrm{relu}(\mathbf{W}_1 \mathbf{x})`, computed once per forward and
+    used in every round:
+
+    .. math::
+        a_{ij} = \mathrm{softmax}_{j \in A(i)}\, \mathrm{LeakyReLU}\big(
+        \mathbf{a}_{\mathrm{dst}}^\top \mathbf{g}_i + \mathbf{a}_{\mathrm{src}}^\top \mathbf{g}_j\big)
+
+    (each pair's score goes to :func:`~attnmm.attention.attend` as a per-pair bias, so no value
+    vector is copied per pair). Every round is one
     :func:`~attnmm.attention.attend` call under the mask, so any mask works: a
     :class:`~attnmm.masks.Graph`, its k-hop neighbourhoods, a union with expander edges.
 
@@ -42,7 +52,8 @@ class PropagationEncoder(nn.Module):
             the adapter's). (default: :obj:`0.5`)
         pair_dropout (float, optional): dropout on the propagation weights (APPNP's adjacency
             dropout), in training. (default: :obj:`0.0`)
-        scores (str, optional): ``"uniform"`` or ``"cosine"``. (default: :obj:`"uniform"`)
+        scores (str, optional): ``"uniform"``, ``"cosine"`` or ``"additive"``. (default: :obj:`"uniform"`)
+        negative_slope (float, optional): LeakyReLU slope of the additive scores. (default: :obj:`0.2`)
 
     Shapes:
         - **input:** x (N, F), a packed mask over N nodes
@@ -66,7 +77,8 @@ class PropagationEncoder(nn.Module):
         alpha: float = 0.1,
         dropout: float = 0.5,
         pair_dropout: float = 0.0,
-        scores: Literal["uniform", "cosine"] = "uniform",
+        scores: Literal["uniform", "cosine", "additive"] = "uniform",
+        negative_slope: float = 0.2,
     ) -> None:
         super().__init__()
         self.steps = check_nonneg_int("steps", steps)
@@ -75,33 +87,56 @@ class PropagationEncoder(nn.Module):
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-        if scores not in ("uniform", "cosine"):
-            raise ValueError(f"scores must be 'uniform' or 'cosine', got {scores!r}")
+        if scores not in ("uniform", "cosine", "additive"):
+            raise ValueError(f"scores must be 'uniform', 'cosine' or 'additive', got {scores!r}")
         self.alpha, self.dropout, self.pair_dropout = float(alpha), float(dropout), float(pair_dropout)
         self.scores = scores
         self.lin1 = nn.Linear(in_channels, hidden_channels)
         self.lin2 = nn.Linear(hidden_channels, out_channels)
         # AGNN's temperature, learned; unused (and absent from the state dict) for uniform weights
         self.beta = nn.Parameter(torch.ones(())) if scores == "cosine" else None
+        # GAT's attention vectors on the hidden layer; absent unless the scores are additive
+        self.negative_slope = float(negative_slope)
+        self.att_dst = nn.Parameter(torch.empty(hidden_channels)) if scores == "additive" else None
+        self.att_src = nn.Parameter(torch.empty(hidden_channels)) if scores == "additive" else None
+        self._reset_attention()
+
+    def _reset_attention(self) -> None:
+        if self.att_dst is not None and self.att_src is not None:
+            bound = (6.0 / (self.att_dst.numel() + 1)) ** 0.5  # glorot of a (1, C) vector, as GAT's
+            nn.init.uniform_(self.att_dst, -bound, bound)
+            nn.init.uniform_(self.att_src, -bound, bound)
 
     def reset_parameters(self) -> None:
         self.lin1.reset_parameters()
         self.lin2.reset_parameters()
         if self.beta is not None:
             nn.init.ones_(self.beta)
+        self._reset_attention()
 
     def forward(self, x: Tensor, mask: Mask) -> Tensor:
-        h = F.relu(self.lin1(x))
-        h = self.lin2(F.dropout(h, self.dropout, self.training))
+        g = F.dropout(F.relu(self.lin1(x)), self.dropout, self.training)  # (N, hidden)
+        h = self.lin2(g)
         p = self.pair_dropout if self.training else 0.0
+        bias = self._additive_scores(g, mask) if self.att_dst is not None else None
         z = h
         for _ in range(self.steps):
             v = z.unsqueeze(1)  # (N, 1, C): one head
             if self.beta is None:
-                q = k = z.new_zeros(z.shape[0], 1, 0)  # no score: a softmax over zeros is uniform
-                out = attend(q, k, v, mask, dropout_p=p)
+                # no query or key: the score is the bias alone, and a softmax over zeros is uniform
+                q = k = z.new_zeros(z.shape[0], 1, 0)
+                out = attend(q, k, v, mask, bias=bias, dropout_p=p)
             else:
                 u = F.normalize(v, dim=-1)
                 out = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p)
             z = (1.0 - self.alpha) * out.squeeze(1) + self.alpha * h
         return z
+
+    def _additive_scores(self, g: Tensor, mask: Mask) -> Tensor:
+        """GAT's score of every allowed pair, (P, 1) in the order of ``mask.pairs``."""
+        assert self.att_dst is not None and self.att_src is not None
+        pairs = mask.pairs(g.shape[0], device=g.device)
+        if pairs.batch is not None:
+            raise ValueError("scores='additive' needs one mask for all nodes (a packed graph), not a batched mask")
+        s = (g @ self.att_dst)[pairs.row] + (g @ self.att_src)[pairs.col]  # (P,)
+        return F.leaky_relu(s, self.negative_slope).unsqueeze(-1)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnmm.masks import Graph, Mask
+from attnmm.masks import Causal, Graph, Mask, Padding
 from attnmm.masks.graph_helpers import k_hop, self_loops
 from attnmm.nn import PropagationEncoder
 
@@ -15,10 +15,13 @@ def dense_reference(enc: PropagationEncoder, x: torch.Tensor, mask: Mask) -> tor
     """The same computation with a dense (N, N) score matrix and a masked softmax."""
     n = x.shape[0]
     allowed = mask.dense(n, n)
-    h = enc.lin2(F.relu(enc.lin1(x)))
+    g = F.relu(enc.lin1(x))
+    h = enc.lin2(g)
     z = h
     for _ in range(enc.steps):
-        if enc.beta is None:
+        if enc.att_dst is not None and enc.att_src is not None:  # GAT's additive score, (N, N)
+            s = F.leaky_relu((g @ enc.att_dst)[:, None] + (g @ enc.att_src)[None, :], enc.negative_slope)
+        elif enc.beta is None:
             s = torch.zeros(n, n, dtype=x.dtype)
         else:
             u = F.normalize(z, dim=-1)
@@ -33,7 +36,7 @@ def random_graph(n: int, m: int, generator: torch.Generator) -> Graph:
     return Graph(edge_index, n)
 
 
-@pytest.mark.parametrize("scores", ["uniform", "cosine"])
+@pytest.mark.parametrize("scores", ["uniform", "cosine", "additive"])
 @pytest.mark.parametrize("n,m", [(1, 0), (1, 1), (7, 0), (9, 20), (30, 90)])
 def test_matches_dense_reference_values_and_grads(scores: str, n: int, m: int) -> None:
     g = torch.Generator().manual_seed(n * 100 + m)
@@ -65,9 +68,22 @@ def test_zero_steps_is_the_mlp_and_composed_masks_work() -> None:
     x = torch.randn(5, 4)
     ring = Graph(torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]]), 5)
     torch.testing.assert_close(enc(x, ring), enc.lin2(F.relu(enc.lin1(x))))
-    enc = PropagationEncoder(4, 6, 2, steps=2, scores="cosine").eval()
     mask = k_hop(ring.edge_index, 5, 2) | self_loops(5)
-    torch.testing.assert_close(enc(x, mask), dense_reference(enc, x, mask))
+    for scores in ("cosine", "additive"):
+        enc = PropagationEncoder(4, 6, 2, steps=2, scores=scores).eval()  # type: ignore[arg-type]
+        torch.testing.assert_close(enc(x, mask), dense_reference(enc, x, mask))
+        torch.testing.assert_close(enc(x, mask & ~self_loops(5)), dense_reference(enc, x, mask & ~self_loops(5)))
+
+
+def test_additive_scores_are_learned_and_refuse_a_batched_mask() -> None:
+    enc = PropagationEncoder(4, 6, 2, steps=2, scores="additive")
+    assert {"att_dst", "att_src"} <= set(enc.state_dict())
+    assert "att_dst" not in PropagationEncoder(4, 6, 2).state_dict()
+    ring = Graph(torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]]), 5) | self_loops(5)
+    enc(torch.randn(5, 4), ring).sum().backward()
+    assert enc.att_dst.grad is not None and enc.att_dst.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="additive"):
+        enc(torch.randn(5, 4), Causal() & Padding(torch.tensor([5])))
 
 
 def test_pair_dropout_only_in_training() -> None:
