@@ -20,7 +20,8 @@ from attnmm.masks._pairs import Pairs
 
 #: Mel frames between tokens: the two stride-2 convolutions of the adapter.
 _SUBSAMPLING = 4
-#: The CTC blank's index among a head's outputs; class c is output c + 1.
+#: The CTC blank's index among a head's outputs; class c is output c + 1 (as in attnmm.nn.ctc, which
+#: imports the adapters, so its BLANK cannot be imported here).
 _BLANK = 0
 
 
@@ -377,7 +378,7 @@ class StreamingRecognizer:
         k_t = \arg\max_k \, \mathrm{head}(\mathbf{h}_t)_k, \qquad
         \text{emit class } k_t - 1 \text{ at frame } t \text{ iff } k_t \ne 0 \text{ and } k_t \ne k_{t-1}
 
-    with output 0 the blank and output c + 1 class c (the CTC convention of the heads). The
+    with output 0 the blank and output c + 1 class c (the convention of :mod:`attnmm.nn.ctc`). The
     previous frame's output is carried from block to block, so a label spanning a block boundary is
     emitted once and the labels emitted up to :meth:`flush` are the whole-utterance greedy decode.
 
@@ -390,7 +391,7 @@ class StreamingRecognizer:
     Args:
         stream (SpeechStream): the streaming adapter and encoder.
         head (nn.Module): maps frames (B, L, D) to logits (B, L, C + 1), blank first, each frame on
-            its own (as :class:`~torch.nn.Linear` does).
+            its own, as :class:`~attnmm.nn.ctc.CTCHead` and :class:`~torch.nn.Linear` do.
 
     Shapes:
         - **push:** audio (B, T_new) -> for each of the B streams, a list of new :class:`Emission`

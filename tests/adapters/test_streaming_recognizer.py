@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from attnmm.adapters import Emission, SpeechAdapter, SpeechStream, StreamingRecognizer, emission_latency
 from attnmm.attention import Encoder
 from attnmm.masks import Causal, Chunk, Mask, Window
+from attnmm.nn.ctc import CTCHead, ctc_greedy_decode
 
 
 def greedy(logits: Tensor) -> list[list[tuple[int, int]]]:
@@ -80,6 +81,17 @@ def test_streamed_labels_equal_the_whole_utterance_greedy_decode(mask: Mask, see
         assert [[(e.label, e.frame) for e in row] for row in emitted] == expected
         decoded += sum(len(row) for row in expected)
     assert decoded >= 6  # the test decodes something
+
+
+def test_equals_ctc_greedy_decode_with_the_ctc_head() -> None:
+    adapter, encoder, _ = model(Chunk(3, 1) | Causal(), seed=7)
+    head = CTCHead(32, num_classes=10).eval()
+    with torch.no_grad():
+        head.linear.weight.mul_(4)
+    recognizer = StreamingRecognizer(SpeechStream(adapter, encoder, batch_size=2), head)
+    audio = torch.randn(2, 9000) * 0.3
+    emitted = recognise(recognizer, audio, seed=7)
+    assert [[e.label for e in row] for row in emitted] == ctc_greedy_decode(full_logits(adapter, encoder, head, audio))
 
 
 def test_a_label_spanning_a_block_boundary_is_emitted_once() -> None:
