@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import torch
 from matplotlib.figure import Figure
 
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Segments, Window
 from attnmm.viz import plot_grid_neighbourhood, plot_mask, plot_masks
 
 #: Sequence length of the single-mask figures.
@@ -43,6 +43,15 @@ DOCS = Path(__file__).resolve().parent
 
 #: A directed 8-node graph: a ring 0 -> 1 -> ... -> 7 -> 0 plus two chords into node 4.
 RING = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 0, 2], [1, 2, 3, 4, 5, 6, 7, 0, 4, 4]])
+
+
+#: 3 x 3 image patches, 4 audio frames and 3 text tokens; text attends everything, item 0 lacks audio.
+SEGMENTS = Segments(
+    [9, 4, 3],
+    within=[Grid(3, 3, kernel=3), Window(1, 0), Causal()],
+    links=[[True, False, False], [False, True, False], [True, True, True]],
+    lengths=[[9, 0, 3]],
+)
 
 
 def _mask(mask: Mask, num_rows: int = L, b: int = 0) -> Callable[[], Figure]:
@@ -118,6 +127,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "window_and_padding": _mask(Window(3, 1) & Padding([10, 16]), b=0),
     "window_or_chunk": _mask(Window(2, 0) | Chunk(4, 0)),
     "not_window": _mask(~Window(3, 1)),
+    "documents": _mask(Documents([5, 0, 3, 6]) & Causal()),
+    "segments": _mask(SEGMENTS, b=0),
     "grid_neighbourhood_truncate": lambda: _neighbourhoods("truncate"),
     "grid_neighbourhood_shift": lambda: _neighbourhoods("shift"),
     "grid_neighbourhood_dilation": lambda: _neighbourhoods("truncate", dilation=2),

@@ -7,8 +7,7 @@ Grid, and Graph in the packed layout), sizes (including L != S, empty batches, l
 allowed sets), a dtype (float64, float32, float16, bfloat16), the score, the scale, a bias, returned
 weights, the inputs' memory layout, which inputs need gradients, and sometimes extreme logits (scores
 q . k * scale of order 1e4). The backend's output, weights and gradients must be finite and equal the
-reference computed in float64
-on the same (rounded) inputs. See docs/robustness.md.
+reference computed in float64 on the same (rounded) inputs. See docs/robustness.md.
 """
 
 from __future__ import annotations
