@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from functools import reduce
 from itertools import combinations
 from operator import and_
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from attnmm.adapters.speech import SpeechAdapter
 from attnmm.masks import And, Chunk, Full, Grid, Intersection, IntervalMask, Mask, Not, Or, Padding
+from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
 
 #: Mel frames between tokens: the two stride-2 convolutions of the adapter.
@@ -113,11 +114,12 @@ class SpeechStream:
                 raise ValueError("streaming supports absolute positions only (no rotary or relative bias)")
         if getattr(encoder, "position_bias", None) is not None:
             raise ValueError("streaming supports absolute positions only (no relative position bias)")
-        if max_cache is not None and max_cache < 0:
-            raise ValueError(f"max_cache must be >= 0 or None, got {max_cache}")
+        max_cache = None if max_cache is None else check_nonneg_int("max_cache", max_cache)
         given = mask if mask is not None else adapter.mask
         self.mask, self.step = _stream_plan(given)
         self.adapter, self.encoder, self.max_cache = adapter, encoder, max_cache
+        self._layers: list[Any] = list(layers)  # pre-norm blocks: norm1, attn, drop, norm2, ffn
+        self._norm: Any = encoder.norm
         self.reset(batch_size)
 
     def reset(self, batch_size: int = 1) -> None:
@@ -133,7 +135,7 @@ class SpeechStream:
         self._pending = torch.zeros(batch_size, 0, d)  # frames waiting for their block to complete
         self._position = 0  # frames encoded: the position of _pending[:, 0]
         self._cache_start = 0  # position of every layer's _cache[i][:, 0]
-        self._cache = [torch.zeros(batch_size, 0, d) for _ in self.encoder.layers]
+        self._cache = [torch.zeros(batch_size, 0, d) for _ in self._layers]
 
     @property
     def num_samples(self) -> int:
@@ -204,14 +206,14 @@ class SpeechStream:
             )
         mask = _Offset(self.mask, start, self._cache_start)
         h = x
-        for i, layer in enumerate(self.encoder.layers):
+        for i, layer in enumerate(self._layers):
             normed = layer.norm1(h)  # (B, n, D)
             context = torch.cat([self._cache[i], normed], 1)  # (B, cached + n, D)
             h = h + layer.drop(layer.attn(normed, context, mask=mask))
             h = h + layer.drop(layer.ffn(layer.norm2(h)))
             self._cache[i] = context[:, keep_from - self._cache_start :]
         self._position, self._cache_start = end, keep_from
-        return self.encoder.norm(h)
+        return self._norm(h)
 
 
 # ---------------------------------------------------------------------- what a mask lets a stream do
@@ -321,11 +323,11 @@ def _first_key(mask: Mask, end: int) -> int | None:
     if isinstance(mask, Chunk):
         return max(0, (end // mask.size - mask.left_chunks) * mask.size)
     if isinstance(mask, (And, Intersection)):  # a key must be allowed by every part
-        bounds = [b for p in mask.parts if (b := _first_key(p, end)) is not None]
-        return max(bounds) if bounds else None
+        known = [b for p in mask.parts if (b := _first_key(p, end)) is not None]
+        return max(known) if known else None
     if isinstance(mask, Or):  # by any part
         bounds = [_first_key(p, end) for p in mask.parts]
-        return None if any(b is None for b in bounds) else min(b for b in bounds if b is not None)
+        return None if None in bounds else min(b for b in bounds if b is not None)
     if isinstance(mask, IntervalMask) and mask.band[0] is not None:
         return max(0, end - mask.band[0])
     return None
@@ -532,7 +534,8 @@ def emission_latency(
             f"and {None if references is None else len(references)}"
         )
     scale = 1.0 if sample_rate is None else 1.0 / sample_rate
-    latencies, total = [], 0
+    latencies: list[float] = []
+    total = 0
     for u, (emitted, end) in enumerate(zip(emissions, ends)):
         if references is None:
             if len(emitted) != len(end):
