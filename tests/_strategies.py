@@ -113,11 +113,13 @@ def _segment(draw: st.DrawFn, batch_size: int, size: int | None = None) -> tuple
 
 
 @st.composite
-def segments_masks(draw: st.DrawFn, batch_size: int, length: int | None = None) -> tuple[Mask, int]:
+def segments_masks(
+    draw: st.DrawFn, batch_size: int, length: int | None = None, composed: bool = True
+) -> tuple[Mask, int]:
     """A Segments mask of 1 to 3 segments (grids, windows, causal text, packed documents, ...) linked
     by none, full or a table of links (some of them masks), maybe with per-item lengths (0: missing),
     and its length L (``length`` when given: the segments split it); now and then composed with
-    Padding."""
+    Padding (unless not ``composed``)."""
     count = draw(st.integers(1, 3))
     if length is None:
         drawn = [draw(_segment(batch_size)) for _ in range(count)]
@@ -138,6 +140,6 @@ def segments_masks(draw: st.DrawFn, batch_size: int, length: int | None = None) 
         per_item = [[draw(st.integers(0, n)) for n in sizes] for _ in range(batch_size)]
     mask: Mask = Segments(sizes, [m for _, m in drawn], links, per_item)  # type: ignore[arg-type]
     total = sum(sizes)
-    if draw(st.integers(0, 4)) == 0:
+    if composed and draw(st.integers(0, 4)) == 0:
         mask = mask & draw(lengths(batch_size, total))
     return mask, total

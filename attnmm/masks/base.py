@@ -13,8 +13,9 @@ from attnmm.masks._pairs import Pairs, pairs_from_ranges
 
 #: What a dispatcher may exploit: ``full`` (every key), ``causal`` (j <= i), ``band`` (an interval
 #: of bounded width around the diagonal), ``interval`` (one contiguous key range per query, unbounded
-#: width) or ``sparse`` (anything else).
-StructureKind = Literal["full", "causal", "band", "interval", "sparse"]
+#: width), ``segments`` (a :class:`~attnmm.masks.Segments` mask: blocks of segments, each with its own
+#: mask) or ``sparse`` (anything else).
+StructureKind = Literal["full", "causal", "band", "interval", "segments", "sparse"]
 
 #: Sentinel for "no upper bound" in interval masks; larger than any realistic sequence length.
 UNBOUNDED = 2**62
@@ -29,7 +30,8 @@ class Structure:
     """Structure of a mask that backends can exploit.
 
     Args:
-        kind (str): one of ``"full"``, ``"causal"``, ``"band"``, ``"interval"``, ``"sparse"``.
+        kind (str): one of ``"full"``, ``"causal"``, ``"band"``, ``"interval"``, ``"segments"``,
+            ``"sparse"``.
         left (int, optional): for ``band``, the allowed keys satisfy ``j >= i - left``.
         right (int, optional): for ``band``, the allowed keys satisfy ``j <= i + right``.
         batched (bool): whether the allowed set depends on the batch item.

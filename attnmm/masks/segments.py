@@ -13,13 +13,158 @@ from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
 from attnmm.masks.base import Mask, Structure
 from attnmm.masks.full import Full
+from attnmm.masks.padding import Padding
 
 #: One entry of a link table: ``False`` (no link), ``True`` (every key of the key segment) or a mask
 #: in the two segments' own coordinates (query segment rows, key segment columns).
 Link = bool | Mask
 
 
-class Segments(Mask):
+class _Blocks(Mask):
+    r"""A mask made of blocks: the queries in segments of ``row_sizes``, the keys in segments of
+    ``col_sizes``, block :math:`(a, c)` a mask in the two segments' own coordinates (``None``: empty),
+    restricted to the real rows and columns of ``row_lengths`` / ``col_lengths`` (B, K) when given.
+    :class:`Segments` is the square case; the segments backend computes one query segment's row of
+    blocks with it."""
+
+    layout = "padded"
+
+    def _build(
+        self,
+        row_sizes: tuple[int, ...],
+        col_sizes: tuple[int, ...],
+        blocks: tuple[tuple[Mask | None, ...], ...],
+        row_lengths: Tensor | None,
+        col_lengths: Tensor | None,
+    ) -> None:
+        self.row_sizes, self.col_sizes, self.blocks = row_sizes, col_sizes, blocks
+        self.row_lengths, self.col_lengths = row_lengths, col_lengths
+        items = {m.batch_size for r in blocks for m in r if m is not None and m.batch_size is not None}
+        for lengths in (row_lengths, col_lengths):
+            if lengths is not None:
+                items.add(int(lengths.size(0)))
+        if len(items) > 1:
+            raise ValueError(f"the segment masks and lengths are built for different batch sizes: {sorted(items)}")
+        self._batch_size = items.pop() if items else None
+        self.batched = (
+            row_lengths is not None or col_lengths is not None or any(m.batched for r in blocks for m in r if m)
+        )
+        self._row_offsets, self._row_segment = _layout(row_sizes)
+        self._col_offsets, self._col_segment = _layout(col_sizes)
+        for a, c, m in self._links():
+            try:
+                m.check(row_sizes[a], col_sizes[c], self._batch_size)
+            except ValueError as err:
+                raise ValueError(f"block ({a}, {c}) of {self!r}: {err}") from None
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    def _links(self) -> list[tuple[int, int, Mask]]:
+        """The linked blocks ``(a, c, mask)`` in (query segment, key segment) order."""
+        return [(a, c, m) for a, r in enumerate(self.blocks) for c, m in enumerate(r) if m is not None]
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        super().check(num_rows, num_cols, batch_size)
+        rows, cols = sum(self.row_sizes), sum(self.col_sizes)
+        if num_rows != rows or num_cols != cols:
+            extent = f"L = S = {rows}" if rows == cols else f"L = {rows}, S = {cols}"
+            raise ValueError(
+                f"{self!r} lays its segments over {extent} positions, got L={num_rows}, "
+                f"S={num_cols}; pad every segment to its size"
+            )
+
+    @property
+    def structure(self) -> Structure:
+        """``full`` when every block is full and every segment complete (no lengths), else ``sparse``."""
+        if not self.batched and all(isinstance(m, Full) for r in self.blocks for m in r):
+            return Structure("full")
+        return Structure("sparse", batched=self.batched)
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        device = q_idx.device
+        row_segment, col_segment = self._row_segment.to(device), self._col_segment.to(device)
+        qs = row_segment[q_idx.clamp(0, row_segment.numel() - 1)]
+        ks = col_segment[kv_idx.clamp(0, col_segment.numel() - 1)]
+        qi = q_idx - self._row_offsets.to(device)[qs]  # positions within their segments
+        kj = kv_idx - self._col_offsets.to(device)[ks]
+        out = torch.zeros(torch.broadcast_shapes(q_idx.shape, kv_idx.shape), dtype=torch.bool, device=device)
+        for a, c, m in self._links():
+            out = out | ((qs == a) & (ks == c) & m.mask_mod(b, h, qi, kj))
+        if self.row_lengths is not None:
+            out = out & (qi < self.row_lengths.to(device)[b, qs.clamp(max=len(self.row_sizes) - 1)])
+        if self.col_lengths is not None:
+            out = out & (kj < self.col_lengths.to(device)[b, ks.clamp(max=len(self.col_sizes) - 1)])
+        return out
+
+    def block_pairs(self, a: int, c: int, batch_size: int | None, device: torch.device) -> Pairs | None:
+        """The pairs of block ``(a, c)`` in the two segments' own coordinates, without the padding of
+        the lengths, or ``None`` when segment ``a`` does not attend segment ``c``."""
+        m = self.blocks[a][c]
+        if m is None:
+            return None
+        return m.pairs(self.row_sizes[a], self.col_sizes[c], batch_size if m.batched else None, device=device)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        row_offsets, col_offsets = self._row_offsets.tolist(), self._col_offsets.tolist()
+        rows = (batch_size or 1) * num_rows  # softmax segments b * L + i
+        parts = []  # (segment id, column) of every block's pairs, each sorted by (segment, column)
+        for a, c, _ in self._links():
+            p = self.block_pairs(a, c, batch_size, device)
+            assert p is not None
+            if batch_size is not None:
+                p = p.expand(batch_size)
+            row, col, batch = p.row, p.col, p.batch
+            keep = None
+            if self.row_lengths is not None:
+                assert batch is not None
+                keep = row < self.row_lengths.to(device)[batch, a]
+            if self.col_lengths is not None:
+                assert batch is not None
+                kept = col < self.col_lengths.to(device)[batch, c]
+                keep = kept if keep is None else keep & kept
+            if keep is not None:
+                row, col, batch = row[keep], col[keep], batch[keep]  # type: ignore[index]
+            row, col = row + row_offsets[a], col + col_offsets[c]
+            parts.append((row if batch is None else batch * num_rows + row, col))
+        # merge without sorting: within a query row, blocks (a, 0), (a, 1), ... hold increasing key
+        # ranges, so a pair's place is its row's start + the pairs of that row in earlier blocks + its
+        # rank within its block's row
+        counts = [torch.bincount(seg, minlength=rows) for seg, _ in parts]
+        total = sum(counts, torch.zeros(rows, dtype=torch.long, device=device))
+        start = total.cumsum(0) - total
+        nnz = int(total.sum())
+        out_seg = torch.empty(nnz, dtype=torch.long, device=device)
+        out_col = torch.empty(nnz, dtype=torch.long, device=device)
+        filled = torch.zeros(rows, dtype=torch.long, device=device)
+        for (seg, col), count in zip(parts, counts):
+            first = count.cumsum(0) - count  # the block's first pair of every row
+            place = start[seg] + filled[seg] + torch.arange(seg.numel(), device=device) - first[seg]
+            out_seg[place], out_col[place] = seg, col
+            filled += count
+        if batch_size is None:
+            return Pairs(out_seg, out_col, None, num_rows, num_cols, None)
+        return Pairs(out_seg % num_rows, out_col, out_seg // num_rows, num_rows, num_cols, batch_size)
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The sum of the block masks' bounds (exact without lengths when theirs are), or ``None``
+        when a block has none."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        total = 0
+        for a, c, m in self._links():
+            bound = m.nnz_bound(self.row_sizes[a], self.col_sizes[c], batch_size if m.batched else None)
+            if bound is None:
+                return None
+            total += bound * (batch_size if batch_size is not None and not m.batched else 1)
+        return total
+
+    def __repr__(self) -> str:
+        blocks = ", ".join("[" + ", ".join(repr(m) for m in r) + "]" for r in self.blocks)
+        return f"_Blocks(rows={list(self.row_sizes)}, cols={list(self.col_sizes)}, blocks=[{blocks}])"
+
+
+class Segments(_Blocks):
     r"""One sequence made of K segments laid out one after another (segment :math:`k` occupies the
     positions :math:`[o_k, o_k + n_k)`, :math:`o_k = \sum_{k' < k} n_{k'}`), attending block by
     block: for query :math:`i = o_a + i'` of segment :math:`a` and key :math:`j = o_c + j'` of segment
@@ -72,8 +217,6 @@ class Segments(Mask):
         1 0 1 1
     """
 
-    layout = "padded"
-
     def __init__(
         self,
         sizes: Sequence[int],
@@ -91,7 +234,7 @@ class Segments(Mask):
         for k, m in enumerate(within):
             _check_part(f"within[{k}]", m)
         table = _link_table(links, K)
-        blocks: list[list[Mask | None]] = []
+        blocks: list[tuple[Mask | None, ...]] = []
         for a in range(K):
             row: list[Mask | None] = []
             for c in range(K):
@@ -105,32 +248,12 @@ class Segments(Mask):
                     row.append((within[a] or Full()) if entry else None)
                 else:
                     row.append(entry if isinstance(entry, Mask) else Full() if entry else None)
-            blocks.append(row)
+            blocks.append(tuple(row))
         self.sizes = tuple(sizes)
         self.within = tuple(within)
         self.links = links if isinstance(links, str) else tuple(tuple(r) for r in links)
-        self.blocks = tuple(tuple(r) for r in blocks)
         self.lengths = None if lengths is None else _check_lengths(lengths, self.sizes)
-        items = {m.batch_size for r in self.blocks for m in r if m is not None and m.batch_size is not None}
-        if self.lengths is not None:
-            items.add(int(self.lengths.size(0)))
-        if len(items) > 1:
-            raise ValueError(f"the segment masks and lengths are built for different batch sizes: {sorted(items)}")
-        self._batch_size = items.pop() if items else None
-        self.batched = self.lengths is not None or any(m.batched for r in self.blocks for m in r if m is not None)
-        offsets = [0]
-        for n in self.sizes:
-            offsets.append(offsets[-1] + n)
-        self._offsets = torch.tensor(offsets, dtype=torch.long)  # (K + 1,)
-        # the segment of every position, and K for the positions past the sequence, (L + 1,)
-        self._segment_of = torch.repeat_interleave(torch.arange(K + 1), torch.tensor([*self.sizes, 1]))
-        for a, c, m in self._links():
-            try:
-                m.check(self.sizes[a], self.sizes[c], self._batch_size)
-            except ValueError as err:
-                raise ValueError(f"block ({a}, {c}) of {self!r}: {err}") from None
-
-    # ---------------------------------------------------------------- layout
+        self._build(self.sizes, self.sizes, tuple(blocks), self.lengths, self.lengths)
 
     @property
     def num_segments(self) -> int:
@@ -140,103 +263,42 @@ class Segments(Mask):
     @property
     def offsets(self) -> list[int]:
         """First position of every segment and the total length, ``[o_0, ..., o_K]`` (K + 1,)."""
-        return self._offsets.tolist()
-
-    @property
-    def batch_size(self) -> int | None:
-        return self._batch_size
-
-    def _links(self) -> list[tuple[int, int, Mask]]:
-        """The linked blocks ``(a, c, mask)`` in (query segment, key segment) order."""
-        return [(a, c, m) for a, r in enumerate(self.blocks) for c, m in enumerate(r) if m is not None]
-
-    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
-        super().check(num_rows, num_cols, batch_size)
-        total = sum(self.sizes)
-        if num_rows != total or num_cols != total:
-            raise ValueError(
-                f"{self!r} lays its segments over L = S = {total} positions, got L={num_rows}, "
-                f"S={num_cols}; pad every segment to its size"
-            )
+        return self._row_offsets.tolist()
 
     @property
     def structure(self) -> Structure:
-        """``full`` when every block is full and every segment complete (no lengths), else ``sparse``."""
+        """``full`` when every block is full and every segment complete (no lengths), else
+        ``segments``: the segments backend computes each query segment on its own backend."""
         if not self.batched and all(isinstance(m, Full) for r in self.blocks for m in r):
             return Structure("full")
-        return Structure("sparse", batched=self.batched)
+        return Structure("segments", batched=self.batched)
 
-    # ---------------------------------------------------------------- the allowed set
+    def row(self, a: int) -> tuple[list[int], Mask | None]:
+        """The key segments query segment ``a`` attends, and the mask of its queries over those
+        segments' keys laid one after another, with the keys' padding but not the queries' (the
+        caller gives padded queries output 0); ``([], None)`` when it attends none.
 
-    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        segment_of, offsets = self._segment_of.to(q_idx.device), self._offsets.to(q_idx.device)
-        last = segment_of.numel() - 1
-        qs, ks = segment_of[q_idx.clamp(0, last)], segment_of[kv_idx.clamp(0, last)]
-        qi, kj = q_idx - offsets[qs], kv_idx - offsets[ks]  # positions within their segments
-        out = torch.zeros(torch.broadcast_shapes(q_idx.shape, kv_idx.shape), dtype=torch.bool, device=q_idx.device)
-        for a, c, m in self._links():
-            out = out | ((qs == a) & (ks == c) & m.mask_mod(b, h, qi, kj))
-        if self.lengths is not None:
-            lengths = self.lengths.to(q_idx.device)
-            K = self.num_segments
-            out = out & (qi < lengths[b, qs.clamp(max=K - 1)]) & (kj < lengths[b, ks.clamp(max=K - 1)])
-        return out
+        A single linked block is its own mask (``& Padding`` of the key segment's lengths), so it
+        keeps its structure: a band stays a band, a full block is full.
 
-    def block_pairs(self, a: int, c: int, batch_size: int | None, device: torch.device) -> Pairs | None:
-        """The pairs of block ``(a, c)`` in the two segments' own coordinates, without the padding of
-        ``lengths``, or ``None`` when segment ``a`` does not attend segment ``c``."""
-        m = self.blocks[a][c]
-        if m is None:
-            return None
-        return m.pairs(self.sizes[a], self.sizes[c], batch_size if m.batched else None, device=device)
-
-    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
-        offsets = self.offsets
-        rows = (batch_size or 1) * num_rows  # softmax segments b * L + i
-        parts = []  # (segment id, column, batch) of every block's pairs, each sorted by (segment, column)
-        for a, c, _ in self._links():
-            p = self.block_pairs(a, c, batch_size, device)
-            assert p is not None
-            if batch_size is not None:
-                p = p.expand(batch_size)
-            row, col, batch = p.row, p.col, p.batch
-            if self.lengths is not None:
-                assert batch is not None
-                lengths = self.lengths.to(device)
-                keep = (row < lengths[batch, a]) & (col < lengths[batch, c])
-                row, col, batch = row[keep], col[keep], batch[keep]
-            row, col = row + offsets[a], col + offsets[c]
-            parts.append((row if batch is None else batch * num_rows + row, col, batch))
-        # merge without sorting: within a query row, blocks (a, 0), (a, 1), ... hold increasing key
-        # ranges, so a pair's place is its row's start + the pairs of that row in earlier blocks + its
-        # rank within its block's row
-        counts = [torch.bincount(seg, minlength=rows) for seg, _, _ in parts]
-        total = sum(counts, torch.zeros(rows, dtype=torch.long, device=device))
-        start = total.cumsum(0) - total
-        nnz = int(total.sum())
-        out_seg = torch.empty(nnz, dtype=torch.long, device=device)
-        out_col = torch.empty(nnz, dtype=torch.long, device=device)
-        filled = torch.zeros(rows, dtype=torch.long, device=device)
-        for (seg, col, _), count in zip(parts, counts):
-            first = count.cumsum(0) - count  # the block's first pair of every row
-            place = start[seg] + filled[seg] + torch.arange(seg.numel(), device=device) - first[seg]
-            out_seg[place], out_col[place] = seg, col
-            filled += count
-        if batch_size is None:
-            return Pairs(out_seg, out_col, None, num_rows, num_cols, None)
-        return Pairs(out_seg % num_rows, out_col, out_seg // num_rows, num_rows, num_cols, batch_size)
-
-    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
-        """The sum of the block masks' bounds (exact without ``lengths`` when theirs are), or ``None``
-        when a block has none."""
-        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
-        total = 0
-        for a, c, m in self._links():
-            bound = m.nnz_bound(self.sizes[a], self.sizes[c], batch_size if m.batched else None)
-            if bound is None:
-                return None
-            total += bound * (batch_size if batch_size is not None and not m.batched else 1)
-        return total
+        Examples:
+            >>> from attnmm.masks import Causal, Segments, Window
+            >>> m = Segments([3, 2], within=[Window(1, 0), Causal()], links=[[True, False], [True, True]])
+            >>> m.row(0)
+            ([0], Window(left=1, right=0))
+        """
+        cs = [c for c, m in enumerate(self.blocks[a]) if m is not None]
+        if not cs:
+            return [], None
+        if len(cs) == 1:
+            m = self.blocks[a][cs[0]]
+            assert m is not None
+            return cs, m if self.lengths is None else m & Padding(self.lengths[:, cs[0]])
+        row = _Blocks()
+        col_lengths = None if self.lengths is None else self.lengths[:, cs]
+        row._build((self.sizes[a],), tuple(self.sizes[c] for c in cs), (tuple(self.blocks[a][c] for c in cs),),
+                   None, col_lengths)
+        return cs, row
 
     def __repr__(self) -> str:
         sizes = ", ".join(map(str, self.sizes))
@@ -252,6 +314,14 @@ class Segments(Mask):
         if self.lengths is not None:
             text += f", batch={self.lengths.size(0)}"
         return text + ")"
+
+
+def _layout(sizes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Offsets (K + 1,) of segments of ``sizes``, and the segment of every position (K past the
+    end), (total + 1,)."""
+    offsets = torch.tensor([0, *sizes], dtype=torch.long).cumsum(0)
+    segment = torch.repeat_interleave(torch.arange(len(sizes) + 1), torch.tensor([*sizes, 1]))
+    return offsets, segment
 
 
 def _check_part(name: str, m: object) -> None:

@@ -187,6 +187,8 @@ def masks_for(
     """A mask of one of ``structures``: drawn from the narrowest strategy that covers them."""
     if structures <= {"full", "causal"}:
         mask = draw(fused_masks())
+    elif structures <= {"segments"}:
+        mask = draw(segments_masks(B, L, composed=False))[0]
     elif structures <= {"full", "causal", "band"}:
         mask = draw(band_masks(B, L, S, packed))
     else:
@@ -212,6 +214,8 @@ def cases(draw: st.DrawFn, backend: str, dtypes: list[torch.dtype] = DTYPES, pad
         low = 0 if supports.empty else 1
         high = 40 if draw(st.integers(0, 9)) == 0 else 8  # sometimes several band blocks
         L, S = draw(st.integers(low, high)), draw(st.integers(low, high))
+        if supports.structures <= {"segments"}:
+            S = L  # segments lie over one sequence
     mask = draw(masks_for(supports.structures, B, L, S, packed, grid))
     E, Ev = draw(st.sampled_from([0, 1, 2, 3, 4, 4])), draw(st.sampled_from([0, 1, 2, 3, 3]))
     dtype = draw(st.sampled_from(dtypes))

@@ -31,7 +31,7 @@ def test_late_fusion_is_block_diagonal() -> None:
     m = Segments([4, 3, 2], within=within)
     expected = placed([4, 3, 2], [[within[0], None, None], [None, within[1], None], [None, None, within[2]]], None)
     assert torch.equal(m.dense(9), expected)
-    assert m.structure.kind == "sparse" and not m.batched
+    assert m.structure.kind == "segments" and not m.batched
 
 
 def test_joint_attention_and_link_tables() -> None:
@@ -63,7 +63,7 @@ def test_lengths_pad_each_segment() -> None:
 
 def test_all_full_is_full() -> None:
     assert Segments([2, 3], links="full").structure.kind == "full"
-    assert Segments([2, 3], links="full", lengths=[[2, 3]]).structure.kind == "sparse"
+    assert Segments([2, 3], links="full", lengths=[[2, 3]]).structure.kind == "segments"
 
 
 def test_repr() -> None:

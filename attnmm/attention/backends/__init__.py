@@ -13,6 +13,7 @@ from attnmm.attention.backends.flex import FlexBackend
 from attnmm.attention.backends.masked_sdpa import MaskedSDPABackend
 from attnmm.attention.backends.reference import ReferenceBackend
 from attnmm.attention.backends.sdpa import SDPABackend
+from attnmm.attention.backends.segments import SegmentsBackend
 from attnmm.attention.backends.sparse import SparseBackend
 
 _BACKENDS: dict[str, Backend] = {}
@@ -54,6 +55,7 @@ register_backend(SparseBackend())
 register_backend(BandBackend())
 register_backend(MaskedSDPABackend())
 register_backend(FlexBackend())
+register_backend(SegmentsBackend())
 
 __all__ = [
     "BandBackend",
@@ -62,6 +64,7 @@ __all__ = [
     "MaskedSDPABackend",
     "ReferenceBackend",
     "SDPABackend",
+    "SegmentsBackend",
     "SparseBackend",
     "Supports",
     "get_backend",

@@ -56,7 +56,7 @@ class FlexBackend(Backend):
 
     name = "flex"
     supports = Supports(
-        structures=frozenset({"band", "interval", "sparse"}),
+        structures=frozenset({"band", "interval", "segments", "sparse"}),
         layouts=frozenset({"padded"}),
         bias=False,
         relu=False,

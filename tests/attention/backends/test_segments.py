@@ -1,0 +1,106 @@
+"""The segments backend: each query segment of a Segments mask on the backend its blocks call for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from _compare import randn
+from _oracle import grads
+
+from attnmm import attend
+from attnmm.attention._dispatch import choose_backend
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends import _cache, _calibration, get_backend, list_backends
+from attnmm.masks import Causal, Chunk, Grid, Mask, Padding, Segments, Window
+
+
+def problem(mask: Mask, B: int, L: int, **kwargs: Any) -> Problem:
+    q = torch.zeros(B, 2, L, 8)
+    options: dict[str, Any] = dict(scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False)
+    options.update(kwargs)
+    return Problem(q, q, q, mask, packed=False, **options)
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    """The (backend, L, S) of every backend forward run."""
+    calls: list[tuple[str, int, int]] = []
+    for name in list_backends():
+        backend = get_backend(name)
+
+        def spy(p: Problem, backend: Any = backend, forward: Any = backend.forward) -> Any:
+            calls.append((backend.name, p.L, p.S))
+            return forward(p)
+
+        monkeypatch.setattr(backend, "forward", spy)
+    return calls
+
+
+def test_each_segment_runs_on_its_own_backend(monkeypatch: pytest.MonkeyPatch, ran: list) -> None:
+    monkeypatch.setattr(_calibration, "COSTS", {})  # the declared preference, the same on every machine
+    # an 8 x 8 image under a 3 x 3 neighbourhood, 300 audio frames under a window, 40 causal text tokens
+    mask = Segments([64, 300, 40], within=[Grid(8, 8, kernel=3), Window(8, 2), Causal()])
+    q, k, v = (randn(2, 2, 404, 8, dtype=torch.float32, seed=s) for s in range(3))
+    assert choose_backend(problem(mask, 2, 404)).name == "segments"
+    out = attend(q, k, v, mask)
+    assert ran == [("segments", 404, 404), ("sparse", 64, 64), ("band", 300, 300), ("sdpa", 40, 40)]
+    torch.testing.assert_close(out, attend(q, k, v, mask, backend="reference"), atol=3e-5, rtol=1e-4)
+
+
+def test_linked_segments_attend_their_keys_only(ran: list) -> None:
+    # text (segment 2) attends the image and itself, not the audio: its keys are segments 0 and 2
+    mask = Segments(
+        [4, 6, 3], within=[None, Chunk(2, 0), Causal()], links=[[True, False, False], [False, True, False],
+                                                                 [Window(1, 1), False, True]]
+    )
+    q, k, v = (randn(1, 2, 13, 4, seed=s) for s in range(3))
+    attend(q, k, v, mask, backend="segments")
+    assert ran[0] == ("segments", 13, 13)
+    assert sorted((L, S) for _, L, S in ran[1:]) == [(3, 7), (4, 4), (6, 6)]
+
+
+@pytest.mark.parametrize("score", ["softmax", "relu"])
+@pytest.mark.parametrize(
+    "mask",
+    [
+        Segments([4, 5, 3], within=[Grid(2, 2, kernel=3), Window(1, 0), Causal()], lengths=[[4, 0, 3], [2, 5, 0]]),
+        Segments([4, 5, 3], within=[Grid(2, 2, kernel=3), Window(1, 0), Causal()], links="full",
+                 lengths=[[4, 0, 3], [2, 5, 0]]),
+        Segments([4, 5, 3], within=[None, Padding([3, 5]), None],
+                 links=[[False, False, False], [True, True, False], [Window(0, 2), Causal(), True]]),
+        Segments([0, 5, 2], within=[None, Causal(), None], links="full"),
+    ],
+    ids=repr,
+)
+def test_equals_the_reference(mask: Mask, score: str) -> None:
+    q, k, v = (randn(2, 2, 12 if "4, 5" in repr(mask) else 7, 3, seed=s).requires_grad_(True) for s in range(3))
+    ref = attend(q, k, v, mask, backend="reference", score=score)  # type: ignore[arg-type]
+    out = attend(q, k, v, mask, backend="segments", score=score)  # type: ignore[arg-type]
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(grads(out, [q, k, v]), grads(ref, [q, k, v])):
+        torch.testing.assert_close(a, b)
+
+
+def test_no_dense_mask_of_the_whole_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 6000 positions: the (L, L) mask would hold 36M bools; only blocks of one segment are ever dense
+    dense_shapes: list[tuple[int, int]] = []
+    build = _cache.dense
+    monkeypatch.setattr(_cache, "dense", lambda p: dense_shapes.append((p.L, p.S)) or build(p))
+    mask = Segments([1000, 4800, 200], within=[Grid(25, 40, kernel=3), Window(16, 4), Causal()],
+                    lengths=[[1000, 3000, 150]])
+    q, k, v = (randn(1, 2, 6000, 8, dtype=torch.float32, seed=s).requires_grad_(True) for s in range(3))
+    out = attend(q, k, v, mask)
+    out.sum().backward()
+    assert all(shape != (6000, 6000) for shape in dense_shapes)
+    assert torch.isfinite(q.grad).all()
+
+
+def test_refuses_what_it_does_not_compute() -> None:
+    backend = get_backend("segments")
+    assert backend.unsupported(problem(Window(2, 2), 1, 8)) == "the mask is band, not segments"
+    composed = Segments([4, 4], lengths=[[4, 2]]) & Padding([8])
+    assert backend.unsupported(problem(composed, 1, 8)) == "the mask is sparse, not segments"
+    assert backend.unsupported(problem(Segments([4, 4], within=[Causal(), None]), 1, 8, return_weights=True))
+    assert backend.memory_bytes(problem(Window(2, 2), 1, 8)) == 0
