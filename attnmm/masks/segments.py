@@ -29,7 +29,7 @@ class _Blocks(Mask):
 
     layout = "padded"
 
-    def _build(
+    def __init__(
         self,
         row_sizes: tuple[int, ...],
         col_sizes: tuple[int, ...],
@@ -253,7 +253,7 @@ class Segments(_Blocks):
         self.within = tuple(within)
         self.links = links if isinstance(links, str) else tuple(tuple(r) for r in links)
         self.lengths = None if lengths is None else _check_lengths(lengths, self.sizes)
-        self._build(self.sizes, self.sizes, tuple(blocks), self.lengths, self.lengths)
+        super().__init__(self.sizes, self.sizes, tuple(blocks), self.lengths, self.lengths)
 
     @property
     def num_segments(self) -> int:
@@ -294,11 +294,9 @@ class Segments(_Blocks):
             m = self.blocks[a][cs[0]]
             assert m is not None
             return cs, m if self.lengths is None else m & Padding(self.lengths[:, cs[0]])
-        row = _Blocks()
         col_lengths = None if self.lengths is None else self.lengths[:, cs]
-        row._build((self.sizes[a],), tuple(self.sizes[c] for c in cs), (tuple(self.blocks[a][c] for c in cs),),
-                   None, col_lengths)
-        return cs, row
+        blocks = (tuple(self.blocks[a][c] for c in cs),)
+        return cs, _Blocks((self.sizes[a],), tuple(self.sizes[c] for c in cs), blocks, None, col_lengths)
 
     def __repr__(self) -> str:
         sizes = ", ".join(map(str, self.sizes))
