@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,31 @@ def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
     tmp.write_text(json.dumps(clean, indent=2) + "\n")
     tmp.replace(path)
     return path
+
+
+def _nested_nulls_as_json(args: list[str], roots: tuple[str, ...]) -> list[str]:
+    """Rewrite ``--model.a.init_args.b=null`` as ``--model.a={"init_args": {"b": null}}`` (also the
+    ``--key null`` form), for the ``roots`` parsed in subclass mode: jsonargparse (4.53) reads a
+    nested ``null`` there as the string ``"None"`` and rejects it, but takes the same value as JSON."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        key, eq, value = arg.partition("=")
+        if not eq and i + 1 < len(args) and args[i + 1] == "null" and key.startswith("--"):
+            value, i = "null", i + 1
+        parts = key[2:].split(".") if key.startswith("--") else []
+        if value == "null" and len(parts) >= 3 and parts[0] in roots:
+            nested: Any = None
+            for part in reversed(parts[2:]):
+                nested = {part: nested}
+            out.append(f"--{parts[0]}.{parts[1]}={json.dumps(nested)}")
+        elif value == "null" and not eq:
+            out += [arg, "null"]
+        else:
+            out.append(arg)
+        i += 1
+    return out
 
 
 class RecipeCLI(LightningCLI):
@@ -70,6 +96,14 @@ class RecipeCLI(LightningCLI):
         for key, cls in self._default_classes.items():
             if cls is not None:
                 parser.set_defaults({key: {"class_path": f"{cls.__module__}.{cls.__qualname__}"}})
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        if self.subclass_mode_model or self.subclass_mode_data:
+            args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
+        super().parse_arguments(parser, args)
+
+    def _subclass_roots(self) -> tuple[str, ...]:
+        return ("model",) * self.subclass_mode_model + ("data",) * self.subclass_mode_data
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config

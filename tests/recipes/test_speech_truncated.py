@@ -1,17 +1,108 @@
-"""recipes/speech_truncated.py on the real FSDD data."""
+"""recipes/speech_truncated.py on the real FSDD data, and every command of docs/recipes/speech.md on
+generated FSDD and Speech Commands folders."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile
 import torch
-from _recipes import data_root, run_recipe
+from _recipes import RECIPES, data_root, run_recipe
 
-pytestmark = pytest.mark.data
+ROOT = RECIPES.parent
+PAGE = ROOT / "docs" / "recipes" / "speech.md"
 
 
+def documented_commands() -> list[list[str]]:
+    """The arguments of every ``python recipes/speech_truncated.py`` line of the page's bash blocks."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", PAGE.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line.startswith("python recipes/speech_truncated.py"):
+                commands.append(shlex.split(line)[2:])
+    return commands
+
+
+def _write_fsdd(root: Path) -> None:
+    recordings = root / "fsdd" / "recordings"
+    recordings.mkdir(parents=True)
+    g = np.random.default_rng(0)
+    for speaker in ("ann", "bob", "theo"):
+        for digit in range(10):
+            for index in range(8):  # takes 0-4 are the test set
+                clip = (0.1 * g.standard_normal(1600)).astype(np.float32)
+                soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip, 8000, subtype="PCM_16")
+
+
+def _write_speech_commands(root: Path) -> None:
+    from attnmm.data.speech_commands import CORE_COMMANDS
+
+    version_dir = root / "SpeechCommands" / "speech_commands_v0.02"
+    g = np.random.default_rng(0)
+    for word in CORE_COMMANDS:
+        (version_dir / word).mkdir(parents=True)
+        for s in range(3):
+            clip = (0.1 * g.standard_normal(8000)).astype(np.float32)
+            soundfile.write(version_dir / word / f"spk{s}_nohash_0.wav", clip, 16000, subtype="PCM_16")
+    (version_dir / "validation_list.txt").write_text("".join(f"{w}/spk1_nohash_0.wav\n" for w in CORE_COMMANDS))
+    (version_dir / "testing_list.txt").write_text("".join(f"{w}/spk2_nohash_0.wav\n" for w in CORE_COMMANDS))
+
+
+@pytest.fixture(scope="module")
+def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    _write_fsdd(root)
+    _write_speech_commands(root)
+    return root
+
+
+def _recipe_main():
+    spec = importlib.util.spec_from_file_location("speech_truncated_recipe", RECIPES / "speech_truncated.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_the_page_documents_the_commands() -> None:
+    commands = [" ".join(c) for c in documented_commands()]
+    assert "fit --data attnmm.data.SpeechCommandsDataModule --model.adapter.init_args.sample_rate=16000" in commands
+    assert "fit --config recipes/configs/speech_truncated_strings.yaml" in commands
+    assert len(commands) >= 8
+
+
+@pytest.mark.parametrize("args", documented_commands(), ids=" ".join)
+def test_documented_command(args: list[str], generated_root: Path, tmp_path: Path, monkeypatch) -> None:
+    """Each documented command runs (one batch per stage) on generated data and writes metrics.json."""
+    monkeypatch.chdir(tmp_path)
+    main = _recipe_main()
+    args = [str(ROOT / a) if a.startswith("recipes/") else a.replace("=recipes/", f"={ROOT}/recipes/") for a in args]
+    if "--help" in args:
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 0
+        return
+    cli = main([*args, "--trainer.fast_dev_run=true", f"--data.root={generated_root}", "--data.download=false"])
+    (metrics_path,) = tmp_path.glob("runs/*/metrics.json")
+    metrics = json.loads(metrics_path.read_text())
+    if "SpeechCommandsDataModule" in args:
+        from attnmm.data import SpeechCommandsDataModule
+
+        assert isinstance(cli.datamodule, SpeechCommandsDataModule) and cli.model.adapter.sample_rate == 16000
+    if any("strings" in a for a in args):
+        assert set(metrics) == {"test_der", "test_loss", "test_string_acc"}
+    else:
+        assert set(metrics) == {"test_acc", "test_loss"}
+
+
+@pytest.mark.data
 def test_fast_dev_run(tmp_path: Path) -> None:
     data_root("fsdd")
     proc = run_recipe("speech_truncated", ["fit", "--trainer.fast_dev_run=true"], tmp_path)
@@ -21,6 +112,7 @@ def test_fast_dev_run(tmp_path: Path) -> None:
     assert "metrics written to" in proc.stdout
 
 
+@pytest.mark.data
 def test_short_fit_writes_loadable_checkpoint(tmp_path: Path) -> None:
     data_root("fsdd")
     args = [
