@@ -130,6 +130,10 @@ class AttentionDecoderLayer(nn.Module):
         \mathbf{Y}''' &= \mathbf{Y}'' + \mathbf{W}_2\, \mathrm{GELU}(\mathbf{W}_1 \mathrm{LN}(\mathbf{Y}''))
 
     (dropout on each branch). Args as :class:`AttentionDecoder`.
+
+    Shapes:
+        - **input:** y (B, U, D), memory (B, L, D), memory_mask a mask over the L frames (or ``None``)
+        - **output:** (B, U, D)
     """
 
     def __init__(self, d_model: int, num_heads: int, dim_feedforward: int, dropout: float) -> None:
