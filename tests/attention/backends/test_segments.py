@@ -104,3 +104,16 @@ def test_refuses_what_it_does_not_compute() -> None:
     assert backend.unsupported(problem(composed, 1, 8)) == "the mask is sparse, not segments"
     assert backend.unsupported(problem(Segments([4, 4], within=[Causal(), None]), 1, 8, return_weights=True))
     assert backend.memory_bytes(problem(Window(2, 2), 1, 8)) == 0
+
+
+def test_dropout_runs_per_segment() -> None:
+    # each segment's backend drops its own weights: the output changes, missing segments stay 0
+    mask = Segments([4, 6, 3], within=[Grid(2, 2, kernel=3), Window(2, 0), None], links="full",
+                    lengths=[[4, 0, 3], [2, 6, 3]])
+    q, k, v = (randn(2, 2, 13, 4, seed=s).requires_grad_(True) for s in range(3))
+    torch.manual_seed(0)
+    out = attend(q, k, v, mask, backend="segments", dropout_p=0.5)
+    assert not torch.allclose(out, attend(q, k, v, mask, backend="segments"))
+    assert torch.all(out[0, :, 4:10] == 0) and torch.all(out[1, :, 2:4] == 0)
+    for g in grads(out, [q, k, v]):
+        assert torch.isfinite(g).all()
