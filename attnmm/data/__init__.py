@@ -2,6 +2,7 @@
 
 from attnmm.data._audio import AudioBatch, AudioClips, collate_audio, read_audio
 from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
+from attnmm.data.avdigits import AVDigitsDataModule
 from attnmm.data.cifar import CIFAR10DataModule
 from attnmm.data.fsdd import FSDDDataModule
 from attnmm.data.fsdd_strings import DigitStringBatch, DigitStrings, FSDDStringsDataModule, collate_digit_strings
@@ -14,6 +15,7 @@ from attnmm.data.ud import UPOS_TAGS, UDPOSDataModule, read_conllu
 from attnmm.data.vocab import Vocabulary
 
 __all__ = [
+    "AVDigitsDataModule",
     "AudioBatch",
     "AudioClips",
     "CIFAR10DataModule",

@@ -1,0 +1,458 @@
+r"""Audio-visual digits: each FSDD spoken digit paired with an MNIST image of the same digit."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, TypedDict, get_args
+
+import numpy as np
+import torch
+import torchaudio
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from attnmm.data._audio import AudioClips, collate_audio
+from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._root import data_dir
+from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
+from attnmm.data.mnist import MNISTDataModule
+
+__all__ = ["AVDigits", "AVDigitsBatch", "AVDigitsDataModule", "Modality", "collate_avdigits", "pair_images"]
+
+Modality = Literal["audio", "image"]
+#: Per-split offsets of the seeds, so that the splits' pairings and corruptions differ.
+_SPLIT_SEED = {"train": 0, "val": 1, "test": 2}
+#: Independent random streams per example, one per kind of draw: turning one corruption on does not
+#: change the draws of another.
+_DRAW = {"drop": 0, "audio_noise": 1, "image_noise": 2, "occlusion": 3}
+
+
+def pair_images(labels: Sequence[int], image_labels: Tensor, seed: int) -> list[int]:
+    r"""For each audio label, the index of an image with the same label, deterministically given ``seed``.
+
+    The images of each digit are shuffled (a generator seeded by ``seed``) and handed out in that order
+    to the recordings of the digit, in their order; only when a digit has more recordings than images
+    does an image serve again (cyclically).
+
+    Args:
+        labels (Sequence[int]): the digit of each recording.
+        image_labels (Tensor): (N,) the digit of each image of the pool.
+        seed (int): seed of the shuffles.
+
+    Raises:
+        ValueError: a digit of ``labels`` has no image in the pool.
+
+    Examples:
+        >>> import torch
+        >>> pairs = pair_images([3, 1, 3], torch.tensor([1, 3, 3, 0]), seed=0)
+        >>> [int(torch.tensor([1, 3, 3, 0])[j]) for j in pairs]
+        [3, 1, 3]
+        >>> len(set(pairs))  # distinct images while there are enough
+        3
+    """
+    generator = torch.Generator().manual_seed(seed % 2**63)
+    pairs = [-1] * len(labels)
+    for digit in sorted(set(labels)):
+        pool = (image_labels == digit).nonzero().flatten()
+        if pool.numel() == 0:
+            raise ValueError(
+                f"no image of digit {digit} to pair with its {labels.count(digit)} recordings; the image split "
+                "must hold every digit (check the MNIST files and image_val_size)"
+            )
+        order = pool[torch.randperm(pool.numel(), generator=generator)].tolist()
+        for k, i in enumerate(i for i, y in enumerate(labels) if y == digit):
+            pairs[i] = order[k % len(order)]
+    return pairs
+
+
+def _check_options(
+    audio_snr_db: float | None,
+    image_occlusion: int | None,
+    image_noise: float | None,
+    drop_modality: str | None,
+    modality_dropout: float,
+) -> None:
+    side = MNISTDataModule.image_size[-1]
+    if audio_snr_db is not None and (isinstance(audio_snr_db, bool) or not math.isfinite(audio_snr_db)):
+        raise ValueError(f"audio_snr_db must be a finite number of dB (e.g. 10.0) or None, got {audio_snr_db!r}")
+    if image_occlusion is not None and not (
+        isinstance(image_occlusion, int) and not isinstance(image_occlusion, bool) and 1 <= image_occlusion <= side
+    ):
+        raise ValueError(
+            f"image_occlusion is the side of the zeroed square in pixels, an int in [1, {side}], or None; "
+            f"got {image_occlusion!r}"
+        )
+    if image_noise is not None and not (math.isfinite(image_noise) and image_noise > 0):
+        raise ValueError(f"image_noise is the noise's standard deviation, > 0 (or None for none); got {image_noise!r}")
+    if drop_modality is not None and drop_modality not in get_args(Modality):
+        raise ValueError(f"drop_modality must be one of {list(get_args(Modality))} or None, got {drop_modality!r}")
+    if not 0.0 <= modality_dropout <= 1.0:
+        raise ValueError(f"modality_dropout is a probability in [0, 1], got {modality_dropout!r}")
+
+
+class AVDigits(Dataset):
+    r"""Pairs of a spoken digit and an image of the same digit, optionally corrupted or missing a modality.
+
+    Item ``i`` is the recording ``clips[i]`` and the image ``images[pairs[i]]`` (uint8, scaled to [0, 1]),
+    a dict with ``waveform`` (T,), ``image`` (1, 28, 28), ``audio_present``, ``image_present`` and
+    ``label``; batch items with :func:`collate_avdigits`. Corruptions, when set:
+
+    - audio noise: white Gaussian noise scaled so that the clip's signal-to-noise ratio is exactly
+      ``audio_snr_db`` dB, :math:`10 \log_{10}(\lVert\mathbf{w}\rVert^2 / \lVert\mathbf{n}\rVert^2)`
+      (:func:`torchaudio.functional.add_noise`);
+    - image noise: Gaussian noise of standard deviation ``image_noise`` added to the pixels, clipped
+      to [0, 1];
+    - occlusion: a square of ``image_occlusion`` pixels at a random position set to 0 (after the noise).
+
+    A missing modality is an empty waveform (length 0) or an all-zero image, with ``audio_present`` or
+    ``image_present`` false. ``drop_modality`` removes one modality from every item; otherwise
+    ``modality_dropout`` is the probability that an item loses one of the two, audio or image with equal
+    chance (never both).
+
+    The draws of item ``i`` come from generators seeded by ``(seed, i)``, so with a ``seed`` an item is
+    corrupted the same way at every epoch and in every run; ``seed=None`` draws afresh at every access
+    from torch's global generator (training: seeded by ``seed_everything``).
+
+    Args:
+        clips (AudioClips): the recordings; their labels are the digits.
+        images (Tensor): (N, 1, 28, 28) uint8, the image pool.
+        pairs (Sequence[int]): for each recording, the index of its image in ``images``.
+        audio_snr_db (float, optional): SNR of the added audio noise. (default: :obj:`None`, no noise)
+        image_occlusion (int, optional): side of the zeroed square. (default: :obj:`None`, none)
+        image_noise (float, optional): standard deviation of the image noise. (default: :obj:`None`, none)
+        drop_modality (str, optional): ``"audio"`` or ``"image"``, removed from every item.
+            (default: :obj:`None`)
+        modality_dropout (float, optional): probability that an item loses a modality. (default: ``0.0``)
+        seed (int, optional): seed of the per-item draws; :obj:`None` draws afresh. (default: ``0``)
+    """
+
+    def __init__(
+        self,
+        clips: AudioClips,
+        images: Tensor,
+        pairs: Sequence[int],
+        audio_snr_db: float | None = None,
+        image_occlusion: int | None = None,
+        image_noise: float | None = None,
+        drop_modality: Modality | None = None,
+        modality_dropout: float = 0.0,
+        seed: int | None = 0,
+    ) -> None:
+        _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout)
+        if len(pairs) != len(clips):
+            raise ValueError(f"got {len(pairs)} pairs for {len(clips)} recordings; pass one image index per recording")
+        if images.dim() != 4 or images.dtype != torch.uint8:
+            raise ValueError(
+                f"images must be a (N, C, height, width) uint8 tensor, got {images.dtype} {tuple(images.shape)}"
+            )
+        self.clips, self.images, self.pairs = clips, images, list(pairs)
+        self.audio_snr_db, self.image_occlusion, self.image_noise = audio_snr_db, image_occlusion, image_noise
+        self.drop_modality, self.modality_dropout, self.seed = drop_modality, modality_dropout, seed
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def _rng(self, entropy: int, i: int, draw: str) -> np.random.Generator:
+        return np.random.default_rng([entropy, i, _DRAW[draw]])
+
+    def __getitem__(self, i: int) -> dict[str, Tensor | int | bool]:
+        waveform, label = self.clips[i]
+        image = self.images[self.pairs[i]].float() / 255.0  # (1, 28, 28)
+        entropy = self.seed % 2**63 if self.seed is not None else int(torch.randint(2**62, ()))
+        dropped = self.drop_modality
+        if dropped is None and self.modality_dropout > 0:
+            u = self._rng(entropy, i, "drop").random(2)
+            if u[0] < self.modality_dropout:
+                dropped = "audio" if u[1] < 0.5 else "image"
+        if dropped == "audio":
+            waveform = waveform.new_zeros(0)
+        elif self.audio_snr_db is not None:
+            noise = torch.from_numpy(self._rng(entropy, i, "audio_noise").standard_normal(len(waveform), np.float32))
+            waveform = torchaudio.functional.add_noise(waveform, noise, torch.tensor(float(self.audio_snr_db)))
+        if dropped == "image":
+            image = torch.zeros_like(image)
+        else:
+            if self.image_noise is not None:
+                noise = torch.from_numpy(self._rng(entropy, i, "image_noise").standard_normal(image.shape, np.float32))
+                image = (image + self.image_noise * noise).clamp_(0.0, 1.0)
+            if self.image_occlusion is not None:
+                s = self.image_occlusion
+                rng = self._rng(entropy, i, "occlusion")
+                top, left = (int(rng.integers(0, n - s + 1)) for n in image.shape[1:])
+                image[:, top : top + s, left : left + s] = 0.0
+        return {
+            "waveform": waveform,
+            "image": image,
+            "audio_present": dropped != "audio",
+            "image_present": dropped != "image",
+            "label": label,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(pairs={len(self)}, images={len(self.images)}, seed={self.seed})"
+
+
+class AVDigitsBatch(TypedDict):
+    r"""A batch of audio-visual digits: a plain :class:`dict` that both
+    :class:`~attnmm.adapters.SpeechAdapter` (``waveform``, ``lengths``) and
+    :class:`~attnmm.adapters.ImageAdapter` (``image``) read.
+
+    Shapes:
+        - **waveform**: :math:`(B, T)` float32, zero-padded on the right; all zeros for a missing recording.
+        - **lengths**: :math:`(B,)` long, real samples per item; 0 for a missing recording.
+        - **image**: :math:`(B, 1, 28, 28)` float32 in [0, 1]; all zeros for a missing image.
+        - **audio_present**: :math:`(B,)` bool, false where the recording was removed.
+        - **image_present**: :math:`(B,)` bool, false where the image was removed.
+        - **label**: :math:`(B,)` long, the digit.
+    """
+
+    waveform: Tensor
+    lengths: Tensor
+    image: Tensor
+    audio_present: Tensor
+    image_present: Tensor
+    label: Tensor
+
+
+def collate_avdigits(items: Sequence[dict]) -> AVDigitsBatch:
+    r"""Stack :class:`AVDigits` items into an :class:`AVDigitsBatch`.
+
+    Examples:
+        >>> import torch
+        >>> batch = collate_avdigits([
+        ...     {"waveform": torch.ones(3), "image": torch.ones(1, 28, 28), "audio_present": True,
+        ...      "image_present": True, "label": 4},
+        ...     {"waveform": torch.ones(0), "image": torch.zeros(1, 28, 28), "audio_present": False,
+        ...      "image_present": True, "label": 2}])
+        >>> batch["lengths"], batch["audio_present"], batch["image"].shape
+        (tensor([3, 0]), tensor([ True, False]), torch.Size([2, 1, 28, 28]))
+    """
+    audio = collate_audio([(item["waveform"], item["label"]) for item in items])
+    return {
+        "waveform": audio["waveform"],
+        "lengths": audio["lengths"],
+        "image": torch.stack([item["image"] for item in items]),  # (B, 1, 28, 28)
+        "audio_present": torch.tensor([bool(item["audio_present"]) for item in items]),
+        "image_present": torch.tensor([bool(item["image_present"]) for item in items]),
+        "label": audio["label"],
+    }
+
+
+class AVDigitsDataModule(LightningDataModule):
+    r"""Audio-visual digits: every recording of the Free Spoken Digit Dataset paired with an MNIST image
+    of the same digit, for multimodal fusion and robustness experiments.
+
+    Both datasets are read from one data folder (``root``, else ``$ATTNMM_DATA``, else
+    ``~/.cache/attnmm``): the recordings from ``fsdd/recordings`` by :class:`~attnmm.data.FSDDDataModule`
+    and the images from ``MNIST/raw`` by :class:`~attnmm.data.MNISTDataModule`, each split its own way:
+
+    - recordings: the dataset's own split (takes 0-4 of every speaker are the test set) or, with
+      ``test_speakers``, all takes of those speakers; validation ``val_fraction`` of the rest per digit;
+    - images: the image recipe's split, so the **test images are MNISTDataModule's test set** (the last
+      2,000 of the offline 10k test set, or all 10k with the full files) and training and validation
+      draw from its training and validation images (``image_val_size`` of them validate).
+
+    Each recording of a split is paired with an image of the same digit from the same split
+    (:func:`pair_images`): no recording and no image is in two splits. There is one example per
+    recording; images are distinct within a split while it has enough of the digit. The training and
+    validation pairs are drawn from ``seed``, the test pairs from ``test_seed`` (a fixed test set
+    whatever the training seed).
+
+    Corruptions (:class:`AVDigits`: audio noise at ``audio_snr_db``, ``image_noise``, a zeroed square of
+    ``image_occlusion`` pixels) apply to every split: drawn afresh in training, the same for each
+    validation and test example in every epoch and run. For a clean model tested on corrupted data,
+    test with a second DataModule that differs only in the corruptions: its pairs are the same.
+    ``drop_modality`` removes one modality from every **test** example; ``modality_dropout`` removes
+    one of the two from a training example with that probability. A removed recording has length 0,
+    a removed image is all zeros, and the batch flags them.
+
+    Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
+    (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
+
+    Args:
+        root (str or Path, optional): the base data folder holding ``fsdd/`` and ``MNIST/``.
+            (default: :obj:`None`)
+        batch_size (int, optional): pairs per batch. (default: ``32``)
+        num_workers (int, optional): DataLoader worker processes. (default: ``0``)
+        test_speakers (list[str], optional): speakers whose recordings are the test set.
+            (default: :obj:`None`, the dataset's own split)
+        val_fraction (float, optional): share of the training recordings used for validation.
+            (default: ``0.1``)
+        image_val_size (int, optional): MNIST training images kept for validation, as
+            ``MNISTDataModule(val_size=...)``. (default: ``1000``)
+        seed (int, optional): seed of the validation split and of the training and validation pairs
+            and corruptions. (default: ``0``)
+        test_seed (int, optional): seed of the test pairs and corruptions. (default: ``0``)
+        audio_snr_db (float, optional): signal-to-noise ratio in dB of white noise added to the
+            recordings. (default: :obj:`None`, no noise)
+        image_occlusion (int, optional): side in pixels of a square zeroed in each image.
+            (default: :obj:`None`, no occlusion)
+        image_noise (float, optional): standard deviation of Gaussian noise added to the pixels
+            (in [0, 1]). (default: :obj:`None`, no noise)
+        drop_modality (str, optional): ``"audio"`` or ``"image"``, removed from every test example.
+            (default: :obj:`None`)
+        modality_dropout (float, optional): probability that a training example loses one modality.
+            (default: ``0.0``)
+        download (bool, optional): download the FSDD recordings when missing (MNIST is never
+            downloaded). (default: :obj:`True`)
+
+    Examples:
+        >>> dm = AVDigitsDataModule(root="/data", audio_snr_db=5.0, drop_modality="image")
+        >>> dm
+        AVDigitsDataModule(root='/data', split=own, batch_size=32, audio_snr_db=5.0, drop_modality='image')
+        >>> dm.num_classes, dm.sample_rate, dm.image_size
+        (10, 8000, (1, 28, 28))
+    """
+
+    num_classes: int = len(CLASS_NAMES)
+    class_names: tuple[str, ...] = CLASS_NAMES
+    sample_rate: int = FSDDDataModule.sample_rate
+    image_size: tuple[int, int, int] = MNISTDataModule.image_size
+
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        test_speakers: list[str] | None = None,
+        val_fraction: float = 0.1,
+        image_val_size: int = 1000,
+        seed: int = 0,
+        test_seed: int = 0,
+        audio_snr_db: float | None = None,
+        image_occlusion: int | None = None,
+        image_noise: float | None = None,
+        drop_modality: Modality | None = None,
+        modality_dropout: float = 0.0,
+        download: bool = True,
+    ) -> None:
+        super().__init__()
+        _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout)
+        self.fsdd = FSDDDataModule(root, batch_size, num_workers, test_speakers, val_fraction, seed, download)
+        self.mnist = MNISTDataModule(root, batch_size, image_val_size, augment=False, num_workers=num_workers)
+        self.root, self.batch_size, self.num_workers = root, batch_size, num_workers
+        self.test_speakers, self.seed, self.test_seed = self.fsdd.test_speakers, seed, test_seed
+        self.audio_snr_db, self.image_occlusion, self.image_noise = audio_snr_db, image_occlusion, image_noise
+        self.drop_modality, self.modality_dropout = drop_modality, modality_dropout
+        self.train_set: AVDigits | None = None
+        self.val_set: AVDigits | None = None
+        self.test_set: AVDigits | None = None
+
+    def prepare_data(self) -> None:
+        try:
+            self.mnist.prepare_data()
+        except FileNotFoundError as err:  # say what else is missing before any download of the recordings
+            recordings = self.fsdd.dataset_dir / "recordings"
+            also = "" if any(recordings.glob("*.wav")) else (
+                f" The FSDD recordings are missing too: put the {{digit}}_{{speaker}}_{{index}}.wav files at "
+                f"{recordings}."
+            )
+            raise FileNotFoundError(
+                f"audio-visual digits need both datasets under one data folder, {data_dir(self.root)}: "
+                f"fsdd/recordings/*.wav and MNIST/raw/t10k-*-ubyte[.gz]. {err}.{also}"
+            ) from err
+        self.fsdd.prepare_data()
+
+    def setup(self, stage: str | None = None) -> None:
+        self.prepare_data()
+        self.mnist.setup()
+        self.fsdd.setup(stage)
+        for split in ("train", "val", "test"):
+            clips = getattr(self.fsdd, f"{split}_set")
+            if clips is not None and getattr(self, f"{split}_set") is None:
+                setattr(self, f"{split}_set", self._pairs(split, clips))
+
+    def _pairs(self, split: str, clips: AudioClips) -> AVDigits:
+        images, image_labels = self.mnist.datasets[split].tensors
+        seed = 3 * (self.test_seed if split == "test" else self.seed) + _SPLIT_SEED[split]
+        return AVDigits(
+            clips,
+            images,
+            pair_images(clips.labels, image_labels, seed),
+            self.audio_snr_db,
+            self.image_occlusion,
+            self.image_noise,
+            drop_modality=self.drop_modality if split == "test" else None,
+            modality_dropout=self.modality_dropout if split == "train" else 0.0,
+            seed=None if split == "train" else seed,
+        )
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        dataset = getattr(self, f"{split}_set")
+        if dataset is None:
+            raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{'fit' if shuffle else 'test'}') first")
+        # training: resumable mid-epoch (the same batches after a crash and resume)
+        return (ResumableDataLoader if shuffle else DataLoader)(
+            dataset, self.batch_size, shuffle=shuffle, num_workers=self.num_workers, collate_fn=collate_avdigits
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)
+
+    @property
+    def speakers(self) -> list[str]:
+        r"""The speakers found in the recordings (after :meth:`setup`)."""
+        return self.fsdd.speakers
+
+    def _options(self) -> dict[str, object]:
+        options = {
+            "audio_snr_db": self.audio_snr_db,
+            "image_occlusion": self.image_occlusion,
+            "image_noise": self.image_noise,
+            "drop_modality": self.drop_modality,
+            "modality_dropout": self.modality_dropout or None,
+        }
+        return {k: v for k, v in options.items() if v is not None}
+
+    def _sets(self) -> dict[str, AVDigits]:
+        sets = {"train": self.train_set, "val": self.val_set, "test": self.test_set}
+        return {k: v for k, v in sets.items() if v is not None}
+
+    def __repr__(self) -> str:
+        split = "own" if self.test_speakers is None else f"test_speakers={self.test_speakers}"
+        options = "".join(f", {k}={v!r}" for k, v in self._options().items())
+        sizes = "".join(f", {k}={len(v)}" for k, v in self._sets().items())
+        return (
+            f"{type(self).__name__}(root={data_dir(self.root).as_posix()!r}, split={split}, "
+            f"batch_size={self.batch_size}{options}{sizes})"
+        )
+
+    def summary(self) -> str:
+        r"""A few lines on the data found, the splits, the pairing and the corruptions."""
+        lines = [f"Audio-visual digits at {data_dir(self.root)}: FSDD recordings paired with MNIST images of the same digit"]
+        lines += ["  " + line for line in self.fsdd.summary().splitlines()]
+        images = self.mnist.raw_dir
+        if self.mnist.split is None:
+            lines.append(f"  MNIST at {images}: the image recipe's split (test images = MNISTDataModule's test set)")
+        else:
+            sizes = ", ".join(f"{k} {len(v)}" for k, v in self.mnist.datasets.items())
+            lines.append(f"  MNIST at {images} ({self.mnist.split}): {sizes} images")
+        lines.append(
+            f"  pairs: one per recording, an image of its digit from the same split; seed {self.seed} "
+            f"(train/val), test seed {self.test_seed}"
+        )
+        corruptions = [
+            f"audio noise at {self.audio_snr_db:g} dB SNR" if self.audio_snr_db is not None else "",
+            f"image noise std {self.image_noise:g}" if self.image_noise is not None else "",
+            f"occluded square of side {self.image_occlusion}" if self.image_occlusion is not None else "",
+        ]
+        lines.append("  corruptions: " + (", ".join(c for c in corruptions if c) or "none"))
+        lines.append(
+            f"  missing modalities: test drops {self.drop_modality or 'none'}, training modality dropout "
+            f"{self.modality_dropout:g}"
+        )
+        if self._sets():
+            lines.append("  " + ", ".join(f"{k} {len(v)} pairs" for k, v in self._sets().items()))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
