@@ -428,7 +428,7 @@ class AVDigitsDataModule(LightningDataModule):
 
     def summary(self) -> str:
         r"""A few lines on the data found, the splits, the pairing and the corruptions."""
-        lines = [f"Audio-visual digits at {data_dir(self.root)}: FSDD recordings paired with MNIST images of the same digit"]
+        lines = [f"Audio-visual digits at {data_dir(self.root)}: FSDD recordings paired with MNIST images"]
         lines += ["  " + line for line in self.fsdd.summary().splitlines()]
         images = self.mnist.raw_dir
         if self.mnist.split is None:
