@@ -3,12 +3,12 @@ r"""The sequence-recognition task: hybrid CTC/attention training, CTC and attent
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, Metric
 from torchmetrics.text import WordErrorRate
 
 from attnmm.adapters.base import Adapter, Tokens
@@ -199,7 +199,7 @@ class SequenceTask(EncoderTask):
             return loss
         hyps = self._decode(h, tokens, logits.detach(), self.decoding)
         refs = [row[:n] for row, n in zip(targets.tolist(), target_lengths.tolist(), strict=True)]
-        der, acc = self.der[stage], self.string_acc[stage]
+        der, acc = cast(Metric, self.der[stage]), cast(Metric, self.string_acc[stage])
         der([" ".join(map(str, y)) for y in hyps], [" ".join(map(str, y)) for y in refs])
         acc(torch.tensor([float(y == r) for y, r in zip(hyps, refs, strict=True)]))
         self.log(f"{stage}_der", der, on_step=False, on_epoch=True, prog_bar=True, batch_size=B)

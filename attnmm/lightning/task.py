@@ -117,7 +117,8 @@ class EncoderTask(L.LightningModule):
         return self._shared_step(batch, "test")
 
     def configure_optimizers(self) -> Any:
-        decay, no_decay = [], []
+        decay: list[nn.Parameter] = []
+        no_decay: list[nn.Parameter] = []
         for name, p in self.named_parameters():
             if p.requires_grad:
                 (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
