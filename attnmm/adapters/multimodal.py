@@ -1,0 +1,286 @@
+r"""The multimodal adapter: several adapters' tokens in one sequence, fused by a :class:`~attnmm.masks.Segments`
+mask; and the head that pools such a sequence segment by segment."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from attnmm.adapters._registry import register_adapter
+from attnmm.adapters.base import Adapter, Tokens
+from attnmm.masks import Mask, Segments
+from attnmm.masks._checks import check_nonneg_int
+
+Fusion = Literal["late", "joint", "bottleneck", "cross"]
+FUSIONS: tuple[str, ...] = ("late", "joint", "bottleneck", "cross")
+#: Name of the segment of learned fusion tokens (``fusion="bottleneck"``).
+FUSION_SEGMENT = "fusion"
+
+
+@register_adapter("multimodal")
+class MultimodalAdapter(Adapter):
+    r"""Fusion of modalities as a mask: the tokens of several adapters, projected to one width and
+    tagged with a learned modality embedding, laid one after another as the segments of one sequence
+    that attends under a :class:`~attnmm.masks.Segments` mask ("Attention Bottlenecks for Multimodal
+    Fusion", Nagrani et al., 2021).
+
+    .. math::
+        \mathbf{X} = \big[\mathbf{X}_1 \mathbf{W}_1 + \mathbf{e}_1;\ \ldots;\ \mathbf{X}_K
+        \mathbf{W}_K + \mathbf{e}_K\ (;\ \mathbf{Z})\big], \qquad
+        A = \mathrm{Segments}\big(n_1..n_K;\ \text{within} = A_1..A_K;\ \text{links} = \text{fusion}\big)
+
+    Modality :math:`k` keeps its own mask :math:`A_k` (a speech Window, an image Grid) within its
+    segment; the fusion pattern chooses the blocks across segments:
+
+    - ``"late"``: none; each modality attends only itself, and the head combines them
+      (:class:`SegmentPoolingClassifier`);
+    - ``"joint"``: every query attends every key of the other modalities (early fusion);
+    - ``"bottleneck"``: a last segment of ``num_fusion_tokens`` learned tokens :math:`\mathbf{Z}` that
+      attend and are attended by every modality; the modalities exchange information only through
+      them;
+    - ``"cross"``: the queries of the modalities in ``cross_queries`` also attend the keys of the
+      other modalities (cross-attention); the others attend only themselves.
+
+    An item lacking a modality (``batch["<name>_present"]`` false, e.g. AVDigits' ``audio_present``)
+    gets length 0 in that segment: its tokens attend nothing and nobody attends them. The real length
+    of a segment is the adapter's ``Tokens.lengths`` (all its tokens when ``None``). The output's
+    ``lengths`` is ``None``: real tokens are not a prefix of the sequence; the mask's ``lengths``
+    (B, K) says which are real.
+
+    Adding a modality is one adapter and one entry of ``adapters``.
+
+    Args:
+        adapters (dict[str, Adapter], optional): the modalities by name, in segment order; each reads
+            its own keys of the shared batch. (default: :obj:`None`, ``{"audio": SpeechAdapter(),
+            "image": ImageAdapter()}`` of width ``d_model``, for audio-visual digits)
+        d_model (int, optional): width D of the fused tokens. (default: :obj:`64`)
+        fusion (str, optional): ``"late"``, ``"joint"``, ``"bottleneck"`` or ``"cross"``.
+            (default: :obj:`"joint"`)
+        num_fusion_tokens (int, optional): learned tokens of the bottleneck segment.
+            (default: :obj:`4`)
+        cross_queries (list[str], optional): modalities whose queries attend the other modalities'
+            keys under ``fusion="cross"``. (default: :obj:`None`, the first modality)
+
+    Shapes:
+        - **input:** a batch every adapter reads, optionally with ``<name>_present`` (B,) bool flags
+        - **output:** :class:`Tokens` with x (B, L, D), L the sum of the segments' sizes, and a
+          :class:`~attnmm.masks.Segments` mask with lengths (B, K)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.adapters import ImageAdapter, SpeechAdapter
+        >>> from attnmm.masks import Grid, Window
+        >>> adapter = MultimodalAdapter(
+        ...     {"audio": SpeechAdapter(d_model=32, mask=Window(8, 2)),
+        ...      "image": ImageAdapter(d_model=16, mask=Grid(7, 7, kernel=3))},
+        ...     d_model=24, fusion="bottleneck", num_fusion_tokens=2)
+        >>> batch = {"waveform": torch.randn(2, 8000), "lengths": torch.tensor([8000, 4000]),
+        ...          "image": torch.rand(2, 1, 28, 28), "image_present": torch.tensor([True, False])}
+        >>> tokens = adapter(batch)
+        >>> tokens.x.shape  # (B, L, D): 23 frames, 49 patches, 2 fusion tokens
+        torch.Size([2, 74, 24])
+        >>> adapter.segment_names, tokens.mask.lengths.tolist()
+        (['audio', 'image', 'fusion'], [[23, 49, 2], [11, 0, 2]])
+    """
+
+    def __init__(
+        self,
+        adapters: dict[str, Adapter] | None = None,
+        d_model: int = 64,
+        fusion: Fusion = "joint",
+        num_fusion_tokens: int = 4,
+        cross_queries: list[str] | None = None,
+    ) -> None:
+        super().__init__()
+        if adapters is None:  # audio-visual digits
+            from attnmm.adapters.image import ImageAdapter
+            from attnmm.adapters.speech import SpeechAdapter
+
+            adapters = {"audio": SpeechAdapter(d_model=d_model), "image": ImageAdapter(d_model=d_model)}
+        if not isinstance(adapters, dict) or not adapters:
+            raise ValueError(
+                "adapters must be a non-empty dict of modality name -> Adapter, e.g. "
+                f"{{'audio': SpeechAdapter(...), 'image': ImageAdapter(...)}}; got {adapters!r}"
+            )
+        for name, adapter in adapters.items():
+            if not isinstance(adapter, Adapter):
+                raise TypeError(f"adapters[{name!r}] must be an Adapter, got {type(adapter).__name__}")
+            if name == FUSION_SEGMENT:
+                raise ValueError(f"{FUSION_SEGMENT!r} names the bottleneck's segment; give the modality another name")
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {list(FUSIONS)}, got {fusion!r}")
+        self.out_dim = check_nonneg_int("d_model", d_model, minimum=1)
+        self.fusion = fusion
+        self.adapters = nn.ModuleDict(adapters)
+        self.names = list(adapters)
+        self.proj = nn.ModuleDict(
+            {name: nn.Linear(a.out_dim, self.out_dim) if a.out_dim != self.out_dim else nn.Identity()
+             for name, a in adapters.items()}
+        )
+        self.modality_embedding = nn.Parameter(torch.empty(len(self.names), self.out_dim))  # (K, D)
+        self.num_fusion_tokens = check_nonneg_int("num_fusion_tokens", num_fusion_tokens, minimum=1)
+        self.fusion_tokens: nn.Parameter | None = None
+        if fusion == "bottleneck":
+            self.fusion_tokens = nn.Parameter(torch.empty(self.num_fusion_tokens, self.out_dim))  # (F, D)
+        queries = [self.names[0]] if cross_queries is None else list(cross_queries)
+        unknown = [q for q in queries if q not in self.names]
+        if unknown:
+            raise ValueError(f"cross_queries names unknown modalities {unknown}; the modalities are {self.names}")
+        self.cross_queries = queries
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for proj in self.proj.values():
+            if isinstance(proj, nn.Linear):
+                proj.reset_parameters()
+        nn.init.normal_(self.modality_embedding, std=0.02)
+        if self.fusion_tokens is not None:
+            nn.init.normal_(self.fusion_tokens, std=0.02)
+
+    @property
+    def segment_names(self) -> list[str]:
+        """The segments in order: the modalities, then ``"fusion"`` for the bottleneck."""
+        return self.names + [FUSION_SEGMENT] * (self.fusion == "bottleneck")
+
+    def links(self) -> str | list[list[bool]]:
+        """The ``links`` of the :class:`~attnmm.masks.Segments` mask for this fusion pattern.
+
+        Examples:
+            >>> from attnmm.adapters import ImageAdapter
+            >>> a = MultimodalAdapter({"a": ImageAdapter(d_model=8), "b": ImageAdapter(d_model=8)}, 8, "bottleneck")
+            >>> a.links()
+            [[True, False, True], [False, True, True], [True, True, True]]
+        """
+        if self.fusion == "late":
+            return "none"
+        if self.fusion == "joint":
+            return "full"
+        K = len(self.names)
+        if self.fusion == "bottleneck":  # modality <-> fusion tokens only
+            return [[a == c or a == K or c == K for c in range(K + 1)] for a in range(K + 1)]
+        return [[a == c or self.names[a] in self.cross_queries for c in range(K)] for a in range(K)]
+
+    def forward(self, batch: dict[str, Any]) -> Tokens:
+        parts: list[Tensor] = []
+        within: list[Mask | None] = []
+        lengths: list[Tensor] = []
+        B: int | None = None
+        for k, name in enumerate(self.names):
+            tokens = self.adapters[name](batch)
+            x = tokens.x
+            if x.dim() != 3:
+                raise ValueError(
+                    f"adapters[{name!r}] gave tokens of shape {tuple(x.shape)}; the multimodal adapter takes "
+                    "the padded layout (B, L, D), not packed nodes"
+                )
+            if B is not None and x.size(0) != B:
+                raise ValueError(f"adapters[{name!r}] gave {x.size(0)} items, the modalities before it {B}")
+            B = x.size(0)
+            parts.append(self.proj[name](x) + self.modality_embedding[k])  # (B, L_k, D)
+            n = tokens.lengths if tokens.lengths is not None else torch.full((B,), x.size(1), dtype=torch.long)
+            present = batch.get(f"{name}_present") if isinstance(batch, dict) else None
+            if present is not None:
+                n = n.to(present.device) * present.bool().long()
+            lengths.append(n.long().cpu())
+            within.append(tokens.mask)
+        assert B is not None
+        if self.fusion_tokens is not None:
+            parts.append(self.fusion_tokens.unsqueeze(0).expand(B, -1, -1))  # (B, F, D)
+            lengths.append(torch.full((B,), self.num_fusion_tokens, dtype=torch.long))
+            within.append(None)
+        sizes = [p.size(1) for p in parts]
+        mask = Segments(sizes, within=within, links=self.links(), lengths=torch.stack(lengths, 1))  # lengths (B, K)
+        return Tokens(torch.cat(parts, 1), mask)  # (B, L, D)
+
+    @classmethod
+    def example_batch(cls, batch_size: int = 2) -> dict[str, Tensor]:
+        from attnmm.adapters.image import ImageAdapter
+        from attnmm.adapters.speech import SpeechAdapter
+
+        batch = {**SpeechAdapter.example_batch(batch_size), **ImageAdapter.example_batch(batch_size)}
+        batch["audio_present"] = torch.ones(batch_size, dtype=torch.bool)
+        batch["image_present"] = torch.arange(batch_size) % 2 == 0  # every other item lacks its image
+        return batch
+
+
+class SegmentPoolingClassifier(nn.Module):
+    r"""Pools a segmented sequence segment by segment and classifies: for item :math:`b` with real
+    segments :math:`S_b` (length > 0),
+
+    .. math::
+        \mathbf{p}_{b,k} = \frac{1}{n_{b,k}} \sum_{i < n_{b,k}} \mathbf{h}_{o_k + i}, \qquad
+        \mathbf{y}_b = \frac{1}{|S_b|} \sum_{k \in S_b} \mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k
+
+    With ``num_segments`` each segment has its own classifier :math:`\mathbf{W}_k` and the
+    predictions are averaged (late fusion: each modality predicts alone); without, one classifier
+    reads the mean of the present segments' pooled features. A segment an item lacks is left out of
+    its average, so an item with one modality is classified from that one. The segment layout and
+    lengths come from the tokens' :class:`~attnmm.masks.Segments` mask (e.g. of
+    :class:`MultimodalAdapter`); a mask of another kind is one segment of every token.
+
+    Args:
+        d_model (int): token width D.
+        num_classes (int): number of classes C.
+        num_segments (int, optional): segments K, one classifier each; ``None`` shares one.
+            (default: :obj:`None`)
+        dropout (float, optional): dropout before the linear layer(s). (default: :obj:`0.0`)
+
+    Shapes:
+        - **input:** h (B, L, D) and the adapter's :class:`Tokens`
+        - **output:** logits (B, C)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.adapters import Tokens
+        >>> from attnmm.masks import Segments
+        >>> head = SegmentPoolingClassifier(8, num_classes=3, num_segments=2)
+        >>> h = torch.randn(2, 5, 8)
+        >>> head(h, Tokens(h, Segments([3, 2], lengths=[[3, 2], [0, 1]]))).shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(self, d_model: int, num_classes: int, num_segments: int | None = None, dropout: float = 0.0) -> None:
+        super().__init__()
+        d_model = check_nonneg_int("d_model", d_model, minimum=1)
+        num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
+        self.num_segments = None if num_segments is None else check_nonneg_int("num_segments", num_segments, minimum=1)
+        self.drop = nn.Dropout(dropout)
+        self.linears = nn.ModuleList(nn.Linear(d_model, num_classes) for _ in range(self.num_segments or 1))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for linear in self.linears:
+            linear.reset_parameters()  # type: ignore[operator]
+
+    def pool(self, h: Tensor, tokens: Tokens) -> tuple[Tensor, Tensor]:
+        """Pooled features (B, K, D) of every segment, and which segments each item has (B, K)."""
+        mask = tokens.mask
+        if not isinstance(mask, Segments):  # one segment: the real tokens
+            n = tokens.lengths if tokens.lengths is not None else torch.full((h.size(0),), h.size(1))
+            offsets, lengths = [0, h.size(1)], n.view(-1, 1)
+        else:
+            full = torch.tensor(mask.sizes, dtype=torch.long).expand(h.size(0), -1)
+            offsets, lengths = mask.offsets, full if mask.lengths is None else mask.lengths
+        lengths = lengths.to(h.device)  # (B, K)
+        pooled = []
+        for k in range(len(offsets) - 1):
+            seg = h[:, offsets[k] : offsets[k + 1]]  # (B, n_k, D)
+            keep = torch.arange(seg.size(1), device=h.device) < lengths[:, k : k + 1]  # (B, n_k)
+            total = (seg * keep.unsqueeze(-1)).sum(1)
+            pooled.append(total / keep.sum(1, keepdim=True).clamp(min=1))
+        return torch.stack(pooled, 1), lengths > 0
+
+    def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
+        pooled, present = self.pool(h, tokens)  # (B, K, D), (B, K)
+        weight = present.float() / present.sum(1, keepdim=True).clamp(min=1)  # (B, K)
+        if self.num_segments is None:
+            return self.linears[0](self.drop((pooled * weight.unsqueeze(-1)).sum(1)))
+        if pooled.size(1) != self.num_segments:
+            raise ValueError(
+                f"the head has num_segments={self.num_segments} classifiers but the tokens have {pooled.size(1)} "
+                "segments; set num_segments to the number of segments (modalities, plus 1 for a bottleneck)"
+            )
+        logits = torch.stack([lin(self.drop(pooled[:, k])) for k, lin in enumerate(self.linears)], 1)  # (B, K, C)
+        return (logits * weight.unsqueeze(-1)).sum(1)
