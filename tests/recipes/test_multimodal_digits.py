@@ -1,0 +1,120 @@
+"""recipes/multimodal_digits.py on generated FSDD recordings and MNIST files: the smoke run of every
+config (each fusion pattern, audio only, image only) and of a corrupted, one-modality test set; what
+each config builds; the attention map and segment mask the TensorBoard callback draws."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from _recipes import RECIPES, run_recipe
+
+from attnmm.adapters import MultimodalAdapter
+from attnmm.masks import Segments
+
+CONFIGS = RECIPES / "configs"
+SMALL = ["--data.image_val_size=100", "--data.batch_size=8"]
+
+
+def _write_idx(path: Path, values: np.ndarray) -> None:
+    magic = 2051 if values.ndim == 3 else 2049
+    header = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in values.shape)
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(header + values.astype(np.uint8).tobytes())
+
+
+@pytest.fixture(scope="module")
+def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    recordings = root / "fsdd" / "recordings"
+    recordings.mkdir(parents=True)
+    g = np.random.default_rng(0)
+    for speaker in ("ann", "bob", "cid"):
+        for digit in range(10):
+            for index in range(7):  # takes 0-4 are the test set
+                clip = (0.1 * g.standard_normal(1200 + 40 * digit)).astype(np.float32)
+                soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip, 8000, subtype="PCM_16")
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for part, n in (("train", 300), ("t10k", 200)):
+        _write_idx(raw / f"{part}-images-idx3-ubyte.gz", g.integers(0, 256, (n, 28, 28)))
+        _write_idx(raw / f"{part}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    return root
+
+
+@pytest.mark.parametrize(
+    "config",
+    [None, "joint", "late", "bottleneck", "cross", "audio", "image"],
+)
+def test_fast_dev_run(generated_root: Path, tmp_path: Path, config: str | None) -> None:
+    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_{config}.yaml'}"]
+    args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *extra]
+    run_recipe("multimodal_digits", args, tmp_path)
+    metrics = json.loads((tmp_path / "runs" / "multimodal_digits" / "metrics.json").read_text())
+    assert set(metrics) == {"test_acc", "test_loss"}
+
+
+def test_corrupted_test_set_without_images(generated_root: Path, tmp_path: Path) -> None:
+    corrupt = ["--data.audio_snr_db=0", "--data.image_occlusion=14", "--data.drop_modality=image"]
+    args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *corrupt]
+    run_recipe("multimodal_digits", args, tmp_path)
+    assert (tmp_path / "runs" / "multimodal_digits" / "metrics.json").is_file()
+
+
+def _cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
+    from attnmm.data import AVDigitsDataModule
+    from attnmm.lightning import ClassificationTask, RecipeCLI
+
+    monkeypatch.chdir(tmp_path)
+    configs = [f"--config={CONFIGS / 'multimodal_digits.yaml'}", *args, "--trainer.logger=false"]
+    return RecipeCLI(ClassificationTask, AVDigitsDataModule, run=False, args=configs)
+
+
+@pytest.mark.parametrize(
+    ("config", "fusion", "names", "num_segments"),
+    [
+        ("joint", "joint", ["audio", "image"], None),
+        ("late", "late", ["audio", "image"], 2),
+        ("bottleneck", "bottleneck", ["audio", "image", "fusion"], None),
+        ("cross", "cross", ["audio", "image"], None),
+        ("audio", "joint", ["audio"], None),
+        ("image", "joint", ["image"], None),
+    ],
+)
+def test_each_config_builds_the_same_model_with_its_fusion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str, fusion: str, names: list[str],
+    num_segments: int | None,
+) -> None:
+    cli = _cli(tmp_path, monkeypatch, f"--config={CONFIGS / f'multimodal_digits_{config}.yaml'}")
+    adapter = cli.model.adapter
+    assert isinstance(adapter, MultimodalAdapter) and adapter.fusion == fusion
+    assert adapter.segment_names == names and cli.model.head.num_segments == num_segments
+    base = _cli(tmp_path, monkeypatch)
+    for name in adapter.names:  # each modality's adapter is the base config's
+        assert repr(adapter.adapters[name]) == repr(base.model.adapter.adapters[name])
+        assert repr(adapter.adapters[name].mask) == repr(base.model.adapter.adapters[name].mask)
+    assert repr(cli.model.encoder) == repr(base.model.encoder)
+
+
+def test_attention_map_shows_the_segment_mask(
+    generated_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.pyplot as plt
+
+    from attnmm.lightning import AttentionMapLogger
+
+    cli = _cli(tmp_path, monkeypatch, f"--data.root={generated_root}", *SMALL)
+    cli.datamodule.setup("fit")
+    batch = next(iter(cli.datamodule.val_dataloader()))
+    _, tokens, _ = cli.model.encode(batch)
+    assert isinstance(tokens.mask, Segments) and tokens.mask.lengths.shape == (8, 2)
+    figs = AttentionMapLogger().figures(cli.model, batch)
+    assert set(figs) == {"attention_map", "mask"}
+    for fig in figs.values():
+        plt.close(fig)
+    assert torch.isfinite(cli.model(batch)).all()
