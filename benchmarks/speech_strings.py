@@ -1,0 +1,529 @@
+"""Connected digits under Full, Window and Chunk masks, measured: ``python -m benchmarks.speech_strings``.
+
+The model is the connected-digits recipe's (``recipes/configs/speech_truncated_strings.yaml``:
+SpeechAdapter + 4-layer Encoder + CTC head + attention decoder, hybrid CTC/attention), with only its
+mask changed. Parts (``--parts``, default ``cost,train``):
+
+- ``cost``: one training step (forward, hybrid loss, backward, AdamW) on a batch of ``--batch`` real
+  test strings of exactly n digits, for every mask and n in ``--lengths``, each (mask, n) in a fresh
+  process (one thread): the fastest of ``--steps`` timed steps after a warm-up, scaled to an epoch of
+  the recipe's ``num_train`` strings, and the step's peak memory above its inputs
+  (:func:`benchmarks._measure.peak_of`).
+- ``train``: the recipe trained at a reduced budget (``--num-train`` strings, ``--epochs`` epochs,
+  greedy validation) under each mask of ``--masks``, one run at a time (one thread). Each model is
+  then decoded greedily on test strings of exactly n digits for n in ``--lengths``
+  (``--digits-per-length`` digits per n), and, for a Chunk mask, its first ``--stream-strings``
+  recipe test strings are streamed through :class:`~attnmm.adapters.StreamingRecognizer`: the
+  streamed digits (checked against the whole-utterance greedy decode) and each correctly emitted
+  digit's latency, from the end of its recording in the string to the sample at which the stream
+  emits it (:func:`~attnmm.adapters.emission_latency`; compute time excluded).
+
+Results go to ``benchmarks/results/speech_strings.json`` (each part and each trained model with the
+command, machine and time of its run); the section of ``docs/recipes/speech.md`` between the
+``speech_strings`` markers is rendered from them (``--render-only`` renders alone). The checkpoints
+are kept in ``runs/speech_strings/`` (``--parts eval`` decodes them again without training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "recipes" / "configs" / "speech_truncated_strings.yaml"
+STORE = Path(__file__).with_name("results") / "speech_strings.json"
+PAGE = ROOT / "docs" / "recipes" / "speech.md"
+CKPT_DIR = ROOT / "runs" / "speech_strings"
+START, END = "<!-- speech_strings:start -->", "<!-- speech_strings:end -->"
+
+#: The masks compared, as the recipe's ``mask`` config (``None``: Full, only the batch's Padding).
+#: The three chunk sizes keep the same left context, 16 frames (640 ms).
+MASKS: dict[str, dict[str, Any] | None] = {
+    "Full": None,
+    "Window(16, 4)": {"class_path": "attnmm.masks.Window", "init_args": {"left": 16, "right": 4}},
+    "Chunk(4, 4)": {"class_path": "attnmm.masks.Chunk", "init_args": {"size": 4, "left_chunks": 4}},
+    "Chunk(8, 2)": {"class_path": "attnmm.masks.Chunk", "init_args": {"size": 8, "left_chunks": 2}},
+    "Chunk(16, 1)": {"class_path": "attnmm.masks.Chunk", "init_args": {"size": 16, "left_chunks": 1}},
+}
+#: The masks of the cost part (one of each kind, at the same left context).
+COST_MASKS = ("Full", "Window(16, 4)", "Chunk(8, 2)")
+#: Milliseconds between encoder frames: 4 mel hops of 10 ms (SpeechAdapter's subsampling).
+FRAME_MS = 40
+
+
+def _recipe() -> dict[str, Any]:
+    return yaml.safe_load(CONFIG.read_text())
+
+
+def _slug(mask: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in mask).strip("_").lower()
+
+
+def _mask_args(mask: str) -> list[str]:
+    """Command-line overrides of the recipe's mask."""
+    key = "--model.adapter.init_args.mask"
+    spec = MASKS[mask]
+    if spec is None:
+        return [f"{key}=null"]
+    return [f"{key}={spec['class_path']}", *(f"{key}.init_args.{k}={v}" for k, v in spec["init_args"].items())]
+
+
+def build_task(mask: str) -> Any:
+    """The recipe's SequenceTask (fresh weights) with ``mask``."""
+    import jsonargparse
+
+    from attnmm.lightning import SequenceTask
+
+    model = copy.deepcopy(_recipe()["model"])
+    model["init_args"]["adapter"]["init_args"]["mask"] = MASKS[mask]
+    parser = jsonargparse.ArgumentParser()
+    parser.add_argument("--model", type=SequenceTask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return parser.instantiate_classes(parser.parse_object({"model": model})).model
+
+
+def test_strings(digits: int | None, count: int, root: str | None = None) -> Any:
+    """The recipe's test strings (``digits=None``) or ``count`` test strings of exactly ``digits``
+    digits (no length cap), drawn like the recipe's from the test takes; a DigitStrings dataset."""
+    from attnmm.data import FSDDStringsDataModule
+
+    args = {k: v for k, v in _recipe()["data"]["init_args"].items() if k not in ("batch_size", "num_workers")}
+    args["num_test"] = count
+    if digits is not None:
+        args.update(min_digits=digits, max_digits=digits, max_seconds=max(float(args["max_seconds"]), 2.0 * digits))
+    dm = FSDDStringsDataModule(root=root, download=False, **args)
+    dm.setup("test")
+    return dm.test_set
+
+
+def digit_ends(strings: Any, i: int) -> list[int]:
+    """The sample at which each digit's recording ends in string ``i`` of a DigitStrings dataset,
+    from its plan: silence, recording, silence, ... (as ``DigitStrings.__getitem__`` joins them)."""
+    plan = strings.plans[i]
+    ends, t = [], plan.gaps[0]
+    for take, gap in zip(plan.takes, plan.gaps[1:], strict=True):
+        t += len(strings.clips[take][0])
+        ends.append(t)
+        t += gap
+    return ends
+
+
+def _edits(ref: list[int], hyp: list[int]) -> int:
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i]
+        for j, h in enumerate(hyp, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
+        prev = cur
+    return prev[-1]
+
+
+def decode_der(task: Any, strings: Any, batch_size: int = 16) -> dict[str, float]:
+    """Greedy CTC digit error rate (edits / reference digits) and exact strings of ``task`` on ``strings``."""
+    from attnmm.data import collate_digit_strings
+
+    task.eval()
+    edits = digits = exact = 0
+    for start in range(0, len(strings), batch_size):
+        items = [strings[i] for i in range(start, min(start + batch_size, len(strings)))]
+        batch = collate_digit_strings(items)
+        for hyp, (_, ref) in zip(task.transcribe(batch, "greedy"), items, strict=True):
+            e = _edits(list(ref), hyp)
+            edits, digits, exact = edits + e, digits + len(ref), exact + (hyp == list(ref))
+    return {"strings": len(strings), "digits": digits, "der": edits / digits, "string_acc": exact / len(strings)}
+
+
+def stream_eval(task: Any, strings: Any, count: int, piece: int = 800) -> dict[str, Any]:
+    """Stream the first ``count`` strings, ``piece`` samples at a time, through a StreamingRecognizer
+    of ``task``: streamed DER, agreement with the whole-utterance greedy decode, emission latency."""
+    from attnmm.adapters import SpeechStream, StreamingRecognizer, emission_latency
+
+    task.eval()
+    recognizer = StreamingRecognizer(SpeechStream(task.adapter, task.encoder), task.ctc_head)
+    sample_rate = task.adapter.sample_rate
+    emissions, ends, refs = [], [], []
+    edits = digits = same = at_flush = 0
+    for i in range(min(count, len(strings))):
+        wave, ref = strings[i]
+        emitted = [e for part in wave[None].split(piece, dim=1) for e in recognizer.push(part)[0]]
+        tail = recognizer.flush()[0]
+        at_flush += len(tail)
+        emitted += tail
+        hyp = [e.label for e in emitted]
+        full = task.transcribe({"waveform": wave[None], "lengths": torch.tensor([wave.numel()])}, "greedy")[0]
+        same += hyp == full
+        edits, digits = edits + _edits(list(ref), hyp), digits + len(ref)
+        emissions.append(emitted)
+        ends.append([e / sample_rate for e in digit_ends(strings, i)])  # seconds, as emission_latency wants
+        refs.append(list(ref))
+    lat = emission_latency(emissions, ends, refs, sample_rate=sample_rate)
+    ms = 1e3 * lat.latencies
+    return {
+        "strings": len(refs), "digits": digits, "der": edits / digits, "equal_to_full": same,
+        "step_frames": recognizer.stream.step, "matched": lat.num_matched, "emitted_at_flush": at_flush,
+        "latency_mean_ms": 1e3 * lat.mean, "latency_p50_ms": float(ms.median()) if ms.numel() else math.nan,
+        "latency_p95_ms": 1e3 * lat.p95, "latency_max_ms": float(ms.max()) if ms.numel() else math.nan,
+        "latency_min_ms": float(ms.min()) if ms.numel() else math.nan,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# the parts
+
+
+def _cost_worker(mask: str, batch_file: str, steps: int) -> None:
+    """In a fresh process: time ``steps`` training steps of the recipe's model on the saved batch and
+    measure one step's peak memory; print JSON."""
+    from benchmarks._measure import peak_of
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    task = build_task(mask).train()
+    batch = torch.load(batch_file, weights_only=True)
+    opt = torch.optim.AdamW(task.parameters(), lr=1e-4)
+    frames = int(task.adapter(batch).x.size(1))
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # self.log outside a Trainer
+            loss = task._shared_step(batch, "train")
+        loss.backward()
+        opt.step()
+
+    step()  # warm-up; AdamW's state now exists
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    print(json.dumps({"frames": frames, "step_s": min(times), "step_median_s": sorted(times)[len(times) // 2],
+                      "peak_bytes": peak_of(step)}))
+
+
+def cost(opts: argparse.Namespace) -> dict[str, Any]:
+    from attnmm.data import collate_digit_strings
+
+    steps_per_epoch = math.ceil(_recipe()["data"]["init_args"]["num_train"] / opts.batch)
+    rows = []
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in opts.lengths:
+            strings = test_strings(n, opts.batch, opts.root)
+            batch = collate_digit_strings([strings[i] for i in range(len(strings))])
+            path = Path(tmp) / f"batch_{n}.pt"
+            torch.save(dict(batch), path)
+            seconds = float(batch["lengths"].float().mean()) / 8000
+            order = opts.cost_masks if n % 2 == 0 else opts.cost_masks[::-1]
+            for mask in order:
+                cmd = [sys.executable, "-m", "benchmarks.speech_strings", "--cost-worker", mask, str(path),
+                       str(opts.steps)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+                if proc.returncode or not lines:
+                    raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+                r = json.loads(lines[-1])
+                row = {"mask": mask, "digits": n, "batch": opts.batch, "mean_seconds": seconds, **r,
+                       "epoch_min": r["step_s"] * steps_per_epoch / 60, "peak_mb": r["peak_bytes"] / 2**20}
+                rows.append(row)
+                print(f"   {n:3d} digits ({row['frames']} frames) {mask:14s} step {r['step_s']:.3f} s, "
+                      f"peak {row['peak_mb']:.0f} MB", flush=True)
+    return {"rows": rows, "steps_per_epoch": steps_per_epoch, "steps": opts.steps}
+
+
+def evaluate(mask: str, ckpt: Path, opts: argparse.Namespace) -> dict[str, Any]:
+    """Greedy DER per string length, and for chunk masks the streaming measurement."""
+    from attnmm.lightning import SequenceTask
+
+    task = SequenceTask.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True).eval()
+    out: dict[str, Any] = {"der": []}
+    for n in opts.lengths:
+        row = {"length": n, **decode_der(task, test_strings(n, max(1, opts.digits_per_length // n), opts.root))}
+        out["der"].append(row)
+        print(f"   {mask}: {n} digits: greedy DER {100 * row['der']:.2f}%", flush=True)
+    if MASKS[mask] is not None and MASKS[mask]["class_path"].endswith("Chunk"):  # type: ignore[index]
+        out["stream"] = stream_eval(task, test_strings(None, opts.stream_strings, opts.root), opts.stream_strings)
+        print(f"   {mask}: streamed {json.dumps({k: round(v, 4) for k, v in out['stream'].items()})}", flush=True)
+    return out
+
+
+def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
+    from benchmarks._recipe_runs import run_fit
+
+    CKPT_DIR.mkdir(parents=True, exist_ok=True)
+    ckpt = CKPT_DIR / f"{_slug(mask)}.ckpt"
+
+    def keep(run_dir: Path) -> dict[str, float]:
+        (best,) = run_dir.glob("**/checkpoints/best-*.ckpt")
+        shutil.copy(best, ckpt)
+        return {"best_epoch": float(best.name.split("epoch=")[1].split("-")[0])}
+
+    args = [f"--config={CONFIG}", *_mask_args(mask), f"--data.num_train={opts.num_train}",
+            "--model.decoding=greedy", "--torch_threads=1"]
+    print(f"== train {mask}: {opts.num_train} strings x {opts.epochs} epochs", flush=True)
+    r = run_fit("speech_truncated", args, opts.epochs, opts.seed, collect=keep)
+    print(f"   {mask}: {json.dumps({k: round(v, 4) for k, v in r.items()})}", flush=True)
+    return {"num_train": opts.num_train, "epochs": opts.epochs, **r, **evaluate(mask, ckpt, opts)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the store and the section
+
+
+def _machine() -> str:
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
+def load_store() -> dict[str, Any]:
+    return json.loads(STORE.read_text()) if STORE.exists() else {}
+
+
+def _run_line(run: dict[str, Any]) -> str:
+    return f"`{run['command']}` ({run['machine']}, {run['minutes']} min)"
+
+
+#: "Pays": at least this much below Full (0.9: 10% less), so that noise does not decide it.
+PAYS = 0.9
+
+
+def crossover(rows: list[dict[str, Any]], key: str, mask: str, full: str = "Full") -> int | None:
+    """The fewest digits from which ``mask`` needs at most :data:`PAYS` times Full's ``key`` at every
+    longer length measured (``None``: not even at the longest)."""
+    by = {(r["mask"], r["digits"]): r[key] for r in rows}
+    best = None
+    for n in sorted({r["digits"] for r in rows}, reverse=True):
+        if (mask, n) not in by or (full, n) not in by or by[(mask, n)] > PAYS * by[(full, n)]:
+            break
+        best = n
+    return best
+
+
+def _pays(rows: list[dict[str, Any]], mask: str, key: str, what: str) -> str:
+    """Where ``mask`` starts to pay in ``key``, in words."""
+    n, pct = crossover(rows, key, mask), round(100 * (1 - PAYS))
+    if n is None:
+        return f"{what} is not {pct}% below Full's even at {max(r['digits'] for r in rows)} digits"
+    frames = next(r["frames"] for r in rows if r["mask"] == mask and r["digits"] == n)
+    return f"{what} is at least {pct}% below Full's from {n} digits ({frames} frames) on"
+
+
+def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
+    rows = part["rows"]
+    masks = sorted(dict.fromkeys(r["mask"] for r in rows), key=lambda m: (m != "Full", m))
+    lengths = sorted({r["digits"] for r in rows})
+    by = {(r["mask"], r["digits"]): r for r in rows}
+    der = {(m, d["length"]): d["der"] for m, model in models.items() for d in model.get("der", [])}
+    lines = [
+        "### Where truncation pays: step time, memory and error by string length", "",
+        f"One training step of the recipe's model (forward, hybrid CTC/attention loss, backward, AdamW) on "
+        f"{rows[0]['batch']} test strings of exactly n digits, each mask in a fresh process on one thread; "
+        f"time is the fastest of {part['steps']} steps after a warm-up, scaled to an epoch of "
+        f"{part['steps_per_epoch']} steps (the recipe's 4,000 strings), memory the step's peak above its "
+        "inputs. DER is the greedy digit error rate of the models of the table below (trained on strings of "
+        "1-7 digits) on test strings of exactly n digits. Measured by " + _run_line(part["run"]) + ".", "",
+        "| digits | frames | mask | epoch (min) | vs Full | peak (MB) | vs Full | DER (%) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n in lengths:
+        full = by.get(("Full", n))
+        for m in masks:
+            r = by.get((m, n))
+            if r is None:
+                continue
+            t_ratio = f"{r['step_s'] / full['step_s']:.2f}" if full else "-"
+            m_ratio = f"{r['peak_mb'] / full['peak_mb']:.2f}" if full and full["peak_mb"] > 0 else "-"
+            d = f"{100 * der[(m, n)]:.2f}" if (m, n) in der else "-"
+            lines.append(f"| {n} | {r['frames']} | {m} | {r['epoch_min']:.2f} | {t_ratio} | {r['peak_mb']:.0f} | "
+                         f"{m_ratio} | {d} |")
+    lines.append("")
+    for m in masks:
+        if m != "Full":
+            time_said, memory_said = _pays(rows, m, "step_s", "step time"), _pays(rows, m, "peak_mb", "peak memory")
+            lines.append(f"- **{m}**: {time_said}; {memory_said}.")
+    lines.append("")
+    return lines
+
+
+def _models_section(models: dict[str, Any]) -> list[str]:
+    lines = [
+        "### The models", "",
+        "The recipe's config with only the mask and the budget changed (greedy validation; the recipe's "
+        "default budget is 4,000 strings x 10 epochs). Test DER: greedy, on the recipe's 1,000 test strings.", "",
+        "| mask | training | best epoch | train wall (min) | test DER (%) | strings exact (%) | run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m, r in models.items():
+        lines.append(
+            f"| {m} | {r['num_train']} strings x {r['epochs']} epochs | {int(r['best_epoch'])} | "
+            f"{r['seconds'] / 60:.1f} | {100 * r['test_der']:.2f} | {100 * r['test_string_acc']:.1f} | "
+            f"{r['run']['machine']} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _latency_section(models: dict[str, Any]) -> list[str]:
+    streamed = {m: r["stream"] for m, r in models.items() if "stream" in r}
+    if not streamed:
+        return []
+    s0 = next(iter(streamed.values()))
+    lines = [
+        "### Emission latency by chunk size", "",
+        f"The first {s0['strings']} recipe test strings streamed 100 ms at a time through "
+        "`StreamingRecognizer` (greedy CTC). Latency of a correctly emitted digit: the sample at which the "
+        "stream emits it (its frame's chunk complete, front end included; compute time excluded) minus "
+        "the sample where that digit's recording ends in the string (`emission_latency`). Negative: "
+        "emitted before the recording ends. Every chunk mask keeps 16 frames (640 ms) of left context.", "",
+        "| mask | chunk (ms) | latency mean (ms) | p50 | p95 | max | streamed DER (%) | equal to full decode |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m, s in streamed.items():
+        lines.append(
+            f"| {m} | {s['step_frames'] * FRAME_MS} | {s['latency_mean_ms']:.0f} | {s['latency_p50_ms']:.0f} | "
+            f"{s['latency_p95_ms']:.0f} | {s['latency_max_ms']:.0f} | {100 * s['der']:.2f} | "
+            f"{s['equal_to_full']}/{s['strings']} |"
+        )
+    lines.append("")
+    return lines
+
+
+def render_section(store: dict[str, Any]) -> str:
+    """The Markdown between the markers, from the stored results."""
+    models = store.get("models", {})
+    lines = [
+        START,
+        "<!-- Written by `python -m benchmarks.speech_strings --render-only` from "
+        "benchmarks/results/speech_strings.json; edit the module, not this section. -->", "",
+        "## Connected digits: latency and cost by mask", "",
+        "The connected-digits model under other masks, measured by `python -m benchmarks.speech_strings` "
+        "(its docstring says how).", "",
+    ]
+    lines += _latency_section(models)
+    if "cost" in store:
+        lines += _cost_section(store["cost"], models)
+    else:
+        lines += ["Step time and memory: not measured yet (`python -m benchmarks.speech_strings --parts cost`).", ""]
+    if models:
+        lines += _models_section(models)
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def render_page(page: str, store: dict[str, Any]) -> str:
+    """``page`` with the section between the markers replaced (appended when the markers are absent)."""
+    section = render_section(store)
+    if START in page and END in page:
+        head, rest = page.split(START, 1)
+        return head + section.rstrip("\n") + rest.split(END, 1)[1]
+    return page.rstrip("\n") + "\n\n" + section
+
+
+def figures(store: dict[str, Any]) -> dict[str, Any]:
+    """Step time and peak memory against string length, per mask (matplotlib), when measured."""
+    from matplotlib.figure import Figure
+
+    if "cost" not in store:
+        return {}
+    rows = store["cost"]["rows"]
+    fig = Figure(figsize=(9.6, 3.8), layout="constrained")
+    ax_t, ax_m = fig.subplots(1, 2)
+    for m in dict.fromkeys(r["mask"] for r in rows):
+        sel = sorted((r for r in rows if r["mask"] == m), key=lambda r: r["frames"])
+        ax_t.plot([r["frames"] for r in sel], [r["step_s"] for r in sel], marker="o", label=m)
+        ax_m.plot([r["frames"] for r in sel], [r["peak_mb"] for r in sel], marker="o", label=m)
+    ax_t.set(xscale="log", yscale="log", xlabel="frames per string", ylabel="training step (s)")
+    ax_m.set(xscale="log", yscale="log", xlabel="frames per string", ylabel="peak memory of a step (MB)")
+    ax_t.legend()
+    return {"speech_strings_cost": fig}
+
+
+def _names(text: str) -> list[str]:
+    """Comma-separated mask names (commas inside parentheses belong to the name)."""
+    return [m.strip() for m in re.split(r",(?![^()]*\))", text) if m.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--cost-worker"]:
+        _cost_worker(argv[1], argv[2], int(argv[3]))
+        return
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speech_strings", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", default="cost,train", help="comma-separated: cost, train, eval")
+    parser.add_argument("--masks", type=_names, default=list(MASKS), help="masks to train (train, eval)")
+    parser.add_argument("--cost-masks", type=_names, default=list(COST_MASKS))
+    parser.add_argument("--lengths", type=_ints, default=[1, 5, 10, 20], help="digits per string")
+    parser.add_argument("--batch", type=int, default=16, help="strings per step of the cost part")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per setting of the cost part")
+    parser.add_argument("--num-train", type=int, default=2000)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--digits-per-length", type=int, default=1000, help="test digits per length (DER)")
+    parser.add_argument("--stream-strings", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--render-only", action="store_true", help="render the docs section from the stored results")
+    opts = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    store = load_store()
+    command = " ".join(["python -m benchmarks.speech_strings", *argv])
+
+    def save(key: str, value: dict[str, Any], started: float, sub: str | None = None) -> None:
+        value["run"] = {"command": command, "machine": _machine(),
+                        "minutes": round((time.perf_counter() - started) / 60, 1)}
+        (store.setdefault("models", {}) if sub else store)[sub or key] = value
+        if not opts.no_write:
+            STORE.parent.mkdir(exist_ok=True)
+            STORE.write_text(json.dumps(store, indent=1) + "\n")
+
+    if not opts.render_only:
+        for part in opts.parts.split(","):
+            if part == "cost":
+                started = time.perf_counter()
+                save("cost", cost(opts), started)
+            elif part in ("train", "eval"):
+                for mask in opts.masks:
+                    if mask not in MASKS:
+                        parser.error(f"unknown mask {mask!r}; choose from {list(MASKS)}")
+                    started = time.perf_counter()
+                    if part == "train":
+                        result = train(opts, mask)
+                    else:
+                        result = {**store["models"][mask], **evaluate(mask, CKPT_DIR / f"{_slug(mask)}.ckpt", opts)}
+                    save("models", result, started, sub=mask)
+            else:
+                parser.error(f"unknown part {part!r}; choose from cost, train, eval")
+    page = render_page(PAGE.read_text(), store)
+    if opts.no_write:
+        print(render_section(store))
+    else:
+        PAGE.write_text(page)
+        print(f"wrote {PAGE.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The connected-digits mask benchmark on generated recordings: digit ends, decoding, streaming, the
+cost worker and the rendered section."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from benchmarks import speech_strings as bench
+
+SPEAKERS = ("ann", "bob")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    recordings = root / "fsdd" / "recordings"
+    recordings.mkdir(parents=True)
+    g = np.random.default_rng(0)
+    for speaker in SPEAKERS:
+        for digit in range(10):
+            for index in range(6):  # takes 0-4 are the test takes
+                n = 1200 + 40 * digit + 10 * index
+                t = np.arange(n) / 8000
+                clip = 0.3 * np.sin(2 * np.pi * (200 + 60 * digit) * t) + 0.01 * g.standard_normal(n)
+                soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip.astype(np.float32), 8000)
+    return root
+
+
+def test_digit_ends_are_where_each_recording_stops(root: Path) -> None:
+    strings = bench.test_strings(3, 6, str(root))
+    for i in range(len(strings)):
+        wave, digits = strings[i]
+        ends = bench.digit_ends(strings, i)
+        plan = strings.plans[i]
+        assert len(ends) == len(digits) == 3 and ends == sorted(ends)
+        assert ends[-1] + plan.gaps[-1] == wave.numel()  # the trailing silence follows the last digit
+        for end, gap, take in zip(ends, plan.gaps[1:], plan.takes, strict=True):
+            clip = strings.clips[take][0]
+            assert torch.equal(wave[end - clip.numel() : end], clip)
+            assert not wave[end : end + gap].any()
+
+
+def test_streamed_digits_equal_the_full_greedy_decode(root: Path) -> None:
+    torch.manual_seed(0)
+    task = bench.build_task("Chunk(4, 4)")
+    strings = bench.test_strings(None, 3, str(root))
+    out = bench.stream_eval(task, strings, 3, piece=500)
+    assert out["strings"] == 3 and out["equal_to_full"] == 3 and out["step_frames"] == 4
+    assert out["digits"] == sum(len(strings[i][1]) for i in range(3))
+    assert 0.0 <= out["der"]
+    scores = bench.decode_der(task, bench.test_strings(2, 4, str(root)), batch_size=3)
+    assert scores["digits"] == 8 and scores["strings"] == 4 and 0.0 <= scores["string_acc"] <= 1.0
+
+
+def test_edits_and_names() -> None:
+    assert bench._edits([1, 2, 3], [1, 3]) == 1 and bench._edits([], [4, 4]) == 2
+    assert bench._names("Full,Chunk(8, 2), Window(16, 4)") == ["Full", "Chunk(8, 2)", "Window(16, 4)"]
+    assert bench._mask_args("Full") == ["--model.adapter.init_args.mask=null"]
+    assert bench._mask_args("Chunk(8, 2)")[1:] == [
+        "--model.adapter.init_args.mask.init_args.size=8", "--model.adapter.init_args.mask.init_args.left_chunks=2"
+    ]
+    assert repr(bench.build_task("Window(16, 4)").adapter.mask) == "Window(left=16, right=4)"
+
+
+def test_cost_part_runs_each_mask_in_its_own_process(root: Path) -> None:
+    opts = argparse.Namespace(lengths=[1], batch=2, steps=1, root=str(root), cost_masks=["Full", "Chunk(8, 2)"])
+    part = bench.cost(opts)
+    assert [r["mask"] for r in part["rows"]] == ["Chunk(8, 2)", "Full"]  # odd lengths run the masks reversed
+    for r in part["rows"]:
+        assert r["frames"] > 0 and r["step_s"] > 0 and r["peak_mb"] >= 0 and r["digits"] == 1
+
+
+def _store() -> dict:
+    run = {"command": "test", "machine": "test", "minutes": 0.0}
+    rows = [
+        {"mask": m, "digits": n, "batch": 16, "frames": 20 * n, "step_s": t, "peak_mb": mb, "epoch_min": t * 4}
+        for m, n, t, mb in [("Full", 1, 0.1, 10.0), ("Chunk(8, 2)", 1, 0.15, 10.0), ("Full", 5, 0.5, 60.0),
+                            ("Chunk(8, 2)", 5, 0.52, 40.0), ("Full", 20, 3.0, 600.0), ("Chunk(8, 2)", 20, 1.5, 200.0)]
+    ]
+    stream = {"strings": 2, "digits": 7, "der": 0.0, "equal_to_full": 2, "step_frames": 8, "matched": 7,
+              "emitted_at_flush": 1, "latency_mean_ms": 50.0, "latency_p50_ms": 40.0, "latency_p95_ms": 200.0,
+              "latency_max_ms": 260.0, "latency_min_ms": -100.0}
+    model = {"num_train": 100, "epochs": 1, "best_epoch": 0.0, "seconds": 60.0, "test_der": 0.05,
+             "test_string_acc": 0.8, "der": [{"length": 5, "der": 0.1}], "stream": stream, "run": run}
+    return {"cost": {"rows": rows, "steps_per_epoch": 250, "steps": 5, "run": run}, "models": {"Chunk(8, 2)": model}}
+
+
+def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
+    store = _store()
+    rows = store["cost"]["rows"]
+    assert bench.crossover(rows, "step_s", "Chunk(8, 2)") == 20  # 0.52 s at 5 digits is not below Full's
+    assert bench.crossover(rows, "peak_mb", "Chunk(8, 2)") == 5
+    text = bench.render_section(store)
+    assert "step time is at least 10% below Full's from 20 digits (400 frames) on" in text
+    assert "| Chunk(8, 2) | 320 | 50 | 40 | 200 | 260 | 0.00 | 2/2 |" in text
+    assert "| 5 | 100 | Chunk(8, 2) | 2.08 | 1.04 | 40 | 0.67 | 10.00 |" in text
+    page = "# Speech\n\nintro\n"
+    once = bench.render_page(page, store)
+    assert once.startswith(page) and once.count(bench.START) == 1
+    assert bench.render_page(once + "\n## After\n", store) == once + "\n## After\n"
+    assert set(bench.figures(store)) == {"speech_strings_cost"}
