@@ -13,7 +13,7 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.masks import Graph, Grid, Mask, Window
-from benchmarks import gat_conv, graph_conv
+from benchmarks import gat_conv, graph_conv, mixed_sequence, packed_documents
 
 Inputs = dict[str, Any]
 Runner = Callable[[], object]
@@ -214,6 +214,17 @@ def _grid_check(x: Inputs) -> str:
     return _agree(ours, ref, "reference")
 
 
+# ------------------------------------------------------------------ mixed sequence (segments backend)
+
+
+def _mixed_check(x: Inputs) -> str:
+    """attnmm against the peer itself: outputs and gradients of SDPA with the dense mask."""
+    dense = mixed_sequence.MASK.dense(mixed_sequence.LENGTH, mixed_sequence.LENGTH)
+    ours = _grads(lambda q, k, v: attend(q, k, v, mixed_sequence.MASK), x)
+    peer = _grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense), x)
+    return _agree(ours, peer, "SDPA with the dense mask")
+
+
 # ------------------------------------------------------------------ full (SDPA pass-through)
 
 
@@ -323,6 +334,55 @@ CASES: list[Case] = [
         gat_conv.check,
         gat_conv.verdict,
         rounds=3,
+    ),
+    Case(
+        "mixed",
+        "Segments: 4096 audio (Window ±32) + 64x64 patches (Grid k=7) + 512 text (Causal) + 16 bottleneck, "
+        "L=8720, H=4, E=64",
+        "SDPA with the dense bool mask",
+        ">= 10x faster, peak <= 1/4 of the (L, L) bool mask",
+        mixed_sequence.build,
+        lambda x: _train(lambda q, k, v: attend(q, k, v, mixed_sequence.MASK), x),
+        _sdpa_dense(mixed_sequence.MASK, mixed_sequence.LENGTH),
+        _mixed_check,
+        mixed_sequence.verdict,
+        rounds=3,
+    ),
+    Case(
+        "documents",
+        "Documents & Causal: 64 random lengths (2-4177), L=32768, H=1, E=64",
+        "SDPA with the dense block-diagonal bool mask",
+        ">= 20x faster",
+        packed_documents.build,
+        packed_documents.ours,
+        packed_documents.dense_peer,
+        packed_documents.check,
+        packed_documents.speedup(20),
+        rounds=2,
+    ),
+    Case(
+        "documents_padded",
+        "same",
+        "each document padded to the longest, SDPA is_causal",
+        ">= 1.5x faster",
+        packed_documents.build,
+        packed_documents.ours,
+        packed_documents.padded_peer,
+        packed_documents.check,
+        packed_documents.speedup(1.5),
+        rounds=3,
+    ),
+    Case(
+        "documents_fwd",
+        "same, forward only, a new set of lengths every call",
+        "FlexAttention compiled on CPU, block mask built per call (compile excluded)",
+        "at least as fast, no compile",
+        packed_documents.build,
+        packed_documents.ours_forward,
+        packed_documents.flex_peer,
+        packed_documents.flex_check,
+        _at_least_as_fast,
+        rounds=5,
     ),
     Case(
         "full",
