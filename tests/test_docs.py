@@ -18,9 +18,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-TUTORIALS = ["tutorials/custom_mask.md", "tutorials/new_adapter.md", "tutorials/graph_pyg.md", "tutorials/streaming.md"]
+TUTORIALS = ["tutorials/custom_mask.md", "tutorials/new_adapter.md", "tutorials/graph_pyg.md", "tutorials/streaming.md",
+             "tutorials/mixing_modalities.md"]
 PAGES = [
-    "quickstart.md", "masks.md", "attention.md", "recipes/speech.md", "concepts.md", "adapters.md", "rnn.md", *TUTORIALS
+    "quickstart.md", "masks.md", "attention.md", "recipes/speech.md", "concepts.md", "adapters.md", "rnn.md",
+    "recipes/multimodal.md", *TUTORIALS
 ]
 
 

@@ -35,7 +35,7 @@ class MultimodalAdapter(Adapter):
     segment; the fusion pattern chooses the blocks across segments:
 
     - ``"late"``: none; each modality attends only itself, and the head combines them
-      (:class:`SegmentPoolingClassifier`);
+      (:class:`~attnmm.adapters.SegmentPoolingClassifier`);
     - ``"joint"``: every query attends every key of the other modalities (early fusion);
     - ``"bottleneck"``: a last segment of ``num_fusion_tokens`` learned tokens :math:`\mathbf{Z}` that
       attend and are attended by every modality; the modalities exchange information only through
@@ -218,7 +218,7 @@ class SegmentPoolingClassifier(nn.Module):
     reads the mean of the present segments' pooled features. A segment an item lacks is left out of
     its average, so an item with one modality is classified from that one. The segment layout and
     lengths come from the tokens' :class:`~attnmm.masks.Segments` mask (e.g. of
-    :class:`MultimodalAdapter`); a mask of another kind is one segment of every token.
+    :class:`~attnmm.adapters.MultimodalAdapter`); a mask of another kind is one segment of every token.
 
     Args:
         d_model (int): token width D.
