@@ -5,7 +5,7 @@ SpeechAdapter + 4-layer Encoder + CTC head + attention decoder, hybrid CTC/atten
 mask changed. Parts (``--parts``, default ``cost,train``):
 
 - ``cost``: one training step (forward, hybrid loss, backward, AdamW) on a batch of ``--batch`` real
-  test strings of exactly n digits, for every mask and n in ``--lengths``, each (mask, n) in a fresh
+  test strings of exactly n digits, for every mask and n in ``--cost-lengths``, each (mask, n) in a fresh
   process (one thread): the fastest of ``--steps`` timed steps after a warm-up, scaled to an epoch of
   the recipe's ``num_train`` strings, and the step's peak memory above its inputs
   (:func:`benchmarks._measure.peak_of`).
@@ -17,6 +17,8 @@ mask changed. Parts (``--parts``, default ``cost,train``):
   streamed digits (checked against the whole-utterance greedy decode) and each correctly emitted
   digit's latency, from the end of its recording in the string to the sample at which the stream
   emits it (:func:`~attnmm.adapters.emission_latency`; compute time excluded).
+- ``reference``: the streaming measurement of a checkpoint trained elsewhere (``--checkpoint``, e.g.
+  the recipe's own run at its full budget; ``--budget`` says how it was trained).
 
 Results go to ``benchmarks/results/speech_strings.json`` (each part and each trained model with the
 command, machine and time of its run); the section of ``docs/recipes/speech.md`` between the
@@ -75,23 +77,16 @@ def _slug(mask: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in mask).strip("_").lower()
 
 
-def _mask_args(mask: str) -> list[str]:
-    """Command-line overrides of the recipe's mask."""
-    key = "--model.adapter.init_args.mask"
-    spec = MASKS[mask]
-    if spec is None:
-        return [f"{key}=null"]
-    return [f"{key}={spec['class_path']}", *(f"{key}.init_args.{k}={v}" for k, v in spec["init_args"].items())]
-
-
-def build_task(mask: str) -> Any:
-    """The recipe's SequenceTask (fresh weights) with ``mask``."""
+def build_task(mask: str, decoding: str | None = None) -> Any:
+    """The recipe's SequenceTask (fresh weights) with ``mask`` (and ``decoding``, when given)."""
     import jsonargparse
 
     from attnmm.lightning import SequenceTask
 
     model = copy.deepcopy(_recipe()["model"])
     model["init_args"]["adapter"]["init_args"]["mask"] = MASKS[mask]
+    if decoding is not None:
+        model["init_args"]["decoding"] = decoding
     parser = jsonargparse.ArgumentParser()
     parser.add_argument("--model", type=SequenceTask)
     with warnings.catch_warnings():
@@ -225,7 +220,7 @@ def cost(opts: argparse.Namespace) -> dict[str, Any]:
     rows = []
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
-        for n in opts.lengths:
+        for n in opts.cost_lengths:
             strings = test_strings(n, opts.batch, opts.root)
             batch = collate_digit_strings([strings[i] for i in range(len(strings))])
             path = Path(tmp) / f"batch_{n}.pt"
@@ -250,9 +245,7 @@ def cost(opts: argparse.Namespace) -> dict[str, Any]:
 
 def evaluate(mask: str, ckpt: Path, opts: argparse.Namespace) -> dict[str, Any]:
     """Greedy DER per string length, and for chunk masks the streaming measurement."""
-    from attnmm.lightning import SequenceTask
-
-    task = SequenceTask.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True).eval()
+    task = load_trained(mask, ckpt)
     out: dict[str, Any] = {"der": []}
     for n in opts.lengths:
         row = {"length": n, **decode_der(task, test_strings(n, max(1, opts.digits_per_length // n), opts.root))}
@@ -264,21 +257,57 @@ def evaluate(mask: str, ckpt: Path, opts: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
-    from benchmarks._recipe_runs import run_fit
+def reference(opts: argparse.Namespace) -> dict[str, Any]:
+    """Stream a checkpoint trained elsewhere (``--checkpoint``, e.g. the recipe's own full-budget run)."""
+    from attnmm.lightning import SequenceTask
 
+    task = SequenceTask.load_from_checkpoint(opts.checkpoint, map_location="cpu", weights_only=True).eval()
+    mask = repr(task.adapter.mask).replace("size=", "").replace("left_chunks=", "")
+    stream = stream_eval(task, test_strings(None, opts.stream_strings, opts.root), opts.stream_strings)
+    print(f"   reference {mask}: streamed {json.dumps({k: round(v, 4) for k, v in stream.items()})}", flush=True)
+    return {"mask": mask, "budget": opts.budget, "stream": stream}
+
+
+def load_trained(mask: str, ckpt: Path) -> Any:
+    """The recipe's model with ``mask`` and the weights of ``ckpt``, in eval mode."""
+    task = build_task(mask)
+    task.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"])
+    return task.eval()
+
+
+def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
+    """Fit the recipe's model and data (its config; only the mask, ``num_train``, ``max_epochs`` and
+    greedy validation changed) with a Lightning Trainer in this process, keep the best checkpoint
+    (``val_der``) and test it on the recipe's test strings."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from attnmm.data import FSDDStringsDataModule
+
+    recipe = _recipe()
     CKPT_DIR.mkdir(parents=True, exist_ok=True)
     ckpt = CKPT_DIR / f"{_slug(mask)}.ckpt"
-
-    def keep(run_dir: Path) -> dict[str, float]:
-        (best,) = run_dir.glob("**/checkpoints/best-*.ckpt")
-        shutil.copy(best, ckpt)
-        return {"best_epoch": float(best.name.split("epoch=")[1].split("-")[0])}
-
-    args = [f"--config={CONFIG}", *_mask_args(mask), f"--data.num_train={opts.num_train}",
-            "--model.decoding=greedy", "--torch_threads=1"]
     print(f"== train {mask}: {opts.num_train} strings x {opts.epochs} epochs", flush=True)
-    r = run_fit("speech_truncated", args, opts.epochs, opts.seed, collect=keep)
+    L.seed_everything(opts.seed, verbose=False)
+    task = build_task(mask, decoding="greedy")
+    data_args = {**recipe["data"]["init_args"], "num_train": opts.num_train}
+    dm = FSDDStringsDataModule(root=opts.root, download=False, **data_args)
+    with tempfile.TemporaryDirectory() as tmp:
+        best = ModelCheckpoint(dirpath=tmp, monitor="val_der", mode="min", filename="best-{epoch}")
+        trainer = L.Trainer(
+            accelerator="cpu", devices=1, max_epochs=opts.epochs, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, callbacks=[best], default_root_dir=tmp,
+            gradient_clip_val=recipe["trainer"]["gradient_clip_val"],
+        )
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(task, dm)
+            seconds = time.perf_counter() - started
+            (test,) = trainer.test(task, dm, ckpt_path="best", verbose=False)
+        shutil.copy(best.best_model_path, ckpt)
+    r = {"test_der": float(test["test_der"]), "test_string_acc": float(test["test_string_acc"]),
+         "best_epoch": float(Path(best.best_model_path).stem.split("epoch=")[1]), "seconds": seconds}
     print(f"   {mask}: {json.dumps({k: round(v, 4) for k, v in r.items()})}", flush=True)
     return {"num_train": opts.num_train, "epochs": opts.epochs, **r, **evaluate(mask, ckpt, opts)}
 
@@ -341,6 +370,8 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
         f"{part['steps_per_epoch']} steps (the recipe's 4,000 strings), memory the step's peak above its "
         "inputs. DER is the greedy digit error rate of the models of the table below (trained on strings of "
         "1-7 digits) on test strings of exactly n digits. Measured by " + _run_line(part["run"]) + ".", "",
+        "![training step time and peak memory against string length, by mask]"
+        "(../figures/speech_strings_cost.png)", "",
         "| digits | frames | mask | epoch (min) | vs Full | peak (MB) | vs Full | DER (%) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -382,8 +413,10 @@ def _models_section(models: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _latency_section(models: dict[str, Any]) -> list[str]:
+def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
     streamed = {m: r["stream"] for m, r in models.items() if "stream" in r}
+    if reference is not None:
+        streamed[f"{reference['mask']}, {reference['budget']}"] = reference["stream"]
     if not streamed:
         return []
     s0 = next(iter(streamed.values()))
@@ -392,18 +425,31 @@ def _latency_section(models: dict[str, Any]) -> list[str]:
         f"The first {s0['strings']} recipe test strings streamed 100 ms at a time through "
         "`StreamingRecognizer` (greedy CTC). Latency of a correctly emitted digit: the sample at which the "
         "stream emits it (its frame's chunk complete, front end included; compute time excluded) minus "
-        "the sample where that digit's recording ends in the string (`emission_latency`). Negative: "
-        "emitted before the recording ends. Every chunk mask keeps 16 frames (640 ms) of left context.", "",
-        "| mask | chunk (ms) | latency mean (ms) | p50 | p95 | max | streamed DER (%) | equal to full decode |",
-        "|---|---|---|---|---|---|---|---|",
+        "the sample where that digit's recording ends in the string (`emission_latency`, from the strings' "
+        "plans). Negative: emitted before the recording ends (FSDD recordings keep a little silence after "
+        "the word, and a CTC spike often comes before the word's end). A digit whose chunk is the last, "
+        "partial one is emitted when the stream ends (at flush), after the trailing silence. Every "
+        "chunk mask keeps 16 frames (640 ms) of left context.", "",
+        "| mask | chunk (ms) | latency mean (ms) | p50 | p95 | max | emitted at flush | streamed DER (%) | "
+        "streamed = full decode |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, s in streamed.items():
         lines.append(
             f"| {m} | {s['step_frames'] * FRAME_MS} | {s['latency_mean_ms']:.0f} | {s['latency_p50_ms']:.0f} | "
-            f"{s['latency_p95_ms']:.0f} | {s['latency_max_ms']:.0f} | {100 * s['der']:.2f} | "
-            f"{s['equal_to_full']}/{s['strings']} |"
+            f"{s['latency_p95_ms']:.0f} | {s['latency_max_ms']:.0f} | {s['emitted_at_flush']} | "
+            f"{100 * s['der']:.2f} | {s['equal_to_full']}/{s['strings']} |"
         )
     lines.append("")
+    chunks = sorted((s["step_frames"], s) for m, s in streamed.items() if m in models)
+    if len(chunks) > 1:
+        (f0, a), (f1, b) = chunks[0], chunks[-1]
+        lines += [
+            f"From chunks of {f0 * FRAME_MS} ms to chunks of {f1 * FRAME_MS} ms the mean latency grows by "
+            f"{b['latency_mean_ms'] - a['latency_mean_ms']:.0f} ms and the 95th percentile by "
+            f"{b['latency_p95_ms'] - a['latency_p95_ms']:.0f} ms (the chunk grows by {(f1 - f0) * FRAME_MS} ms; "
+            f"a digit waits on average about half a chunk for its chunk to end).", "",
+        ]
     return lines
 
 
@@ -418,7 +464,7 @@ def render_section(store: dict[str, Any]) -> str:
         "The connected-digits model under other masks, measured by `python -m benchmarks.speech_strings` "
         "(its docstring says how).", "",
     ]
-    lines += _latency_section(models)
+    lines += _latency_section(models, store.get("reference"))
     if "cost" in store:
         lines += _cost_section(store["cost"], models)
     else:
@@ -473,16 +519,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     parser = argparse.ArgumentParser(prog="python -m benchmarks.speech_strings", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="cost,train", help="comma-separated: cost, train, eval")
+    parser.add_argument("--parts", default="cost,train", help="comma-separated: cost, train, eval, reference")
     parser.add_argument("--masks", type=_names, default=list(MASKS), help="masks to train (train, eval)")
     parser.add_argument("--cost-masks", type=_names, default=list(COST_MASKS))
-    parser.add_argument("--lengths", type=_ints, default=[1, 5, 10, 20], help="digits per string")
+    parser.add_argument("--lengths", type=_ints, default=[1, 5, 10, 20], help="digits per test string (DER)")
+    parser.add_argument("--cost-lengths", type=_ints, default=[1, 2, 5, 10, 20, 40], help="digits per string (cost)")
     parser.add_argument("--batch", type=int, default=16, help="strings per step of the cost part")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per setting of the cost part")
+    parser.add_argument("--steps", type=int, default=7, help="timed steps per setting of the cost part")
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--digits-per-length", type=int, default=1000, help="test digits per length (DER)")
     parser.add_argument("--stream-strings", type=int, default=200)
+    parser.add_argument("--checkpoint", help="checkpoint of the reference part")
+    parser.add_argument("--budget", default="recipe budget", help="how the reference checkpoint was trained")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -505,6 +554,9 @@ def main(argv: list[str] | None = None) -> None:
             if part == "cost":
                 started = time.perf_counter()
                 save("cost", cost(opts), started)
+            elif part == "reference":
+                started = time.perf_counter()
+                save("reference", reference(opts), started)
             elif part in ("train", "eval"):
                 for mask in opts.masks:
                     if mask not in MASKS:
@@ -516,7 +568,7 @@ def main(argv: list[str] | None = None) -> None:
                         result = {**store["models"][mask], **evaluate(mask, CKPT_DIR / f"{_slug(mask)}.ckpt", opts)}
                     save("models", result, started, sub=mask)
             else:
-                parser.error(f"unknown part {part!r}; choose from cost, train, eval")
+                parser.error(f"unknown part {part!r}; choose from cost, train, eval, reference")
     page = render_page(PAGE.read_text(), store)
     if opts.no_write:
         print(render_section(store))

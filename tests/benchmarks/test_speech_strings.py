@@ -61,15 +61,11 @@ def test_streamed_digits_equal_the_full_greedy_decode(root: Path) -> None:
 def test_edits_and_names() -> None:
     assert bench._edits([1, 2, 3], [1, 3]) == 1 and bench._edits([], [4, 4]) == 2
     assert bench._names("Full,Chunk(8, 2), Window(16, 4)") == ["Full", "Chunk(8, 2)", "Window(16, 4)"]
-    assert bench._mask_args("Full") == ["--model.adapter.init_args.mask=null"]
-    assert bench._mask_args("Chunk(8, 2)")[1:] == [
-        "--model.adapter.init_args.mask.init_args.size=8", "--model.adapter.init_args.mask.init_args.left_chunks=2"
-    ]
     assert repr(bench.build_task("Window(16, 4)").adapter.mask) == "Window(left=16, right=4)"
 
 
 def test_cost_part_runs_each_mask_in_its_own_process(root: Path) -> None:
-    opts = argparse.Namespace(lengths=[1], batch=2, steps=1, root=str(root), cost_masks=["Full", "Chunk(8, 2)"])
+    opts = argparse.Namespace(cost_lengths=[1], batch=2, steps=1, root=str(root), cost_masks=["Full", "Chunk(8, 2)"])
     part = bench.cost(opts)
     assert [r["mask"] for r in part["rows"]] == ["Chunk(8, 2)", "Full"]  # odd lengths run the masks reversed
     for r in part["rows"]:
@@ -98,7 +94,7 @@ def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
     assert bench.crossover(rows, "peak_mb", "Chunk(8, 2)") == 5
     text = bench.render_section(store)
     assert "step time is at least 10% below Full's from 20 digits (400 frames) on" in text
-    assert "| Chunk(8, 2) | 320 | 50 | 40 | 200 | 260 | 0.00 | 2/2 |" in text
+    assert "| Chunk(8, 2) | 320 | 50 | 40 | 200 | 260 | 1 | 0.00 | 2/2 |" in text
     assert "| 5 | 100 | Chunk(8, 2) | 2.08 | 1.04 | 40 | 0.67 | 10.00 |" in text
     page = "# Speech\n\nintro\n"
     once = bench.render_page(page, store)
