@@ -144,7 +144,7 @@ class MultimodalAdapter(Adapter):
         """The segments in order: the modalities, then ``"fusion"`` for the bottleneck."""
         return self.names + [FUSION_SEGMENT] * (self.fusion == "bottleneck")
 
-    def links(self) -> str | list[list[bool]]:
+    def links(self) -> Literal["none", "full"] | list[list[bool]]:
         """The ``links`` of the :class:`~attnmm.masks.Segments` mask for this fusion pattern.
 
         Examples:
