@@ -9,27 +9,28 @@ run's log directory.
 
     python recipes/graph_node.py fit                                   # Cora
     python recipes/graph_node.py fit --trainer.fast_dev_run=true       # smoke run
-    python recipes/graph_node.py fit --data.name=CiteSeer --model.num_classes=6 \\
-        --model.adapter.init_args.in_channels=3703 --model.encoder.init_args.in_channels=3703 \\
-        --model.encoder.init_args.out_channels=6
+    python recipes/graph_node.py fit --data.name=CiteSeer                # widths and classes follow
 """
 
 from pathlib import Path
 
 from attnmm.data import PlanetoidDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.cli import Link
 
 CONFIG = Path(__file__).parent / "configs" / "graph_node.yaml"
 
+# the graph's sizes: node features in, classes out (the adapter keeps the features: d_model null)
+GRAPH_LINKS = (
+    Link("data.num_classes", "model.num_classes", apply_on="instantiate"),
+    Link("data.num_features", "model.adapter.init_args.in_channels", apply_on="instantiate"),
+    Link("data.num_features", "model.encoder.init_args.in_channels", apply_on="instantiate"),
+    Link("data.num_classes", "model.encoder.init_args.out_channels", apply_on="instantiate"),
+)
+
 
 def main(args: list[str] | None = None) -> RecipeCLI:
-    return RecipeCLI(
-        ClassificationTask,
-        PlanetoidDataModule,
-        args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
-    )
+    return RecipeCLI(ClassificationTask, PlanetoidDataModule, config=CONFIG, links=GRAPH_LINKS, args=args)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ class PlanetoidDataModule(LightningDataModule):
         self.normalize_features, self.download = normalize_features, download
         self.num_neighbors, self.batch_size = num_neighbors, batch_size
         self.data: Any = None
+        self._sizes = (0, 0)
 
     @property
     def dataset_dir(self) -> Path:
@@ -213,7 +214,20 @@ class PlanetoidDataModule(LightningDataModule):
         if self.data is None:
             dataset = self._dataset()
             self.data = dataset[0]
-            self.num_features, self.num_classes = dataset.num_features, dataset.num_classes
+            self._sizes = (dataset.num_features, dataset.num_classes)
+
+    @property
+    def num_features(self) -> int:
+        """Node features per node (1433 for Cora); read from the graph on first use, so that a
+        LightningCLI link (``data.num_features`` -> the model's ``in_channels``) can ask before fitting."""
+        self.setup()
+        return self._sizes[0]
+
+    @property
+    def num_classes(self) -> int:
+        """Node classes (7 for Cora); read from the graph on first use, as :attr:`num_features`."""
+        self.setup()
+        return self._sizes[1]
 
     def _loader(self, stage: str | None = None) -> DataLoader:
         if self.num_neighbors is None or stage is None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -50,6 +51,40 @@ def _nested_nulls_as_json(args: list[str], roots: tuple[str, ...]) -> list[str]:
     return out
 
 
+class Link(NamedTuple):
+    """A value written once and derived everywhere else: LightningCLI's ``parser.link_arguments``.
+
+    ``target`` takes the value of ``source`` (or ``compute_fn`` of several sources). With
+    ``apply_on="parse"`` both are config keys and the target is filled in when the config is read;
+    with ``apply_on="instantiate"`` the source is an attribute of an object built first (the
+    DataModule's ``num_classes``), read just before the target's class is built. A target inside a
+    class that lacks that argument (a ``head: null``, an LSTM encoder without ``num_heads``) is left
+    alone, so one set of links serves configs that swap ``class_path``.
+
+    Examples:
+        >>> Link("data.num_classes", "model.num_classes", apply_on="instantiate")
+        Link(source='data.num_classes', target='model.num_classes', compute_fn=None, apply_on='instantiate')
+    """
+
+    source: str | tuple[str, ...]
+    target: str
+    compute_fn: Callable[..., Any] | None = None
+    apply_on: Literal["parse", "instantiate"] = "parse"
+
+
+#: The adapter's token width ``d_model`` is the encoder's and the head's input width.
+WIDTH_LINKS = (
+    Link("model.adapter.init_args.d_model", "model.encoder.init_args.d_model"),
+    Link("model.adapter.init_args.d_model", "model.head.init_args.d_model"),
+)
+#: The DataModule's ``num_classes`` is the task's and the head's.
+CLASS_LINKS = (
+    Link("data.num_classes", "model.num_classes", apply_on="instantiate"),
+    Link("data.num_classes", "model.head.init_args.num_classes", apply_on="instantiate"),
+)
+_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
 class RecipeCLI(LightningCLI):
     """LightningCLI for the recipes (subcommands fit, validate, test, predict).
 
@@ -69,15 +104,39 @@ class RecipeCLI(LightningCLI):
     classes used where no ``class_path`` is given, so a config written for one fixed class (a plain
     ``model:`` block of its arguments) keeps working.
 
+    A recipe is its task module, its DataModule, its default config and its links::
+
+        RecipeCLI(ClassificationTask, MNISTDataModule, config="configs/image_patches.yaml",
+                  links=WIDTH_LINKS + CLASS_LINKS)
+
+    ``config`` is the default config file of every subcommand (``--config`` files are applied on top),
+    and the config saved in the run directory is overwritten by a new run. ``links`` (:class:`Link`) say
+    where a value that several arguments share comes from, so a config writes a width or a class
+    count once; their keys are written as for a fixed class (``model.head.init_args.d_model``) and
+    get ``init_args`` inserted in subclass mode (``model.init_args.head.init_args.d_model``).
+    ``--print_config`` shows the linked values too.
+
     After ``fit`` it tests the best checkpoint (the last weights when no checkpoint was written,
     e.g. under ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``,
     ``test_loss``, ...) as ``metrics.json`` in the run's log directory; ``test`` writes them too.
     """
 
     def __init__(
-        self, *args: Any, default_model: type | None = None, default_data: type | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        default_model: type | None = None,
+        default_data: type | None = None,
+        config: str | Path | None = None,
+        links: Sequence[Link] = (),
+        **kwargs: Any,
     ) -> None:
         self._default_classes = {"model": default_model, "data": default_data}
+        self._links = tuple(links)
+        if config is not None:
+            defaults = {"default_config_files": [str(config)]}
+            per_command = {cmd: defaults for cmd in _SUBCOMMANDS} if kwargs.get("run", True) else defaults
+            kwargs.setdefault("parser_kwargs", per_command)
+            kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         super().__init__(*args, **kwargs)
         # A process group left for interpreter teardown lets gloo's worker threads die inside
         # C++ destructors ("terminate called without an active exception", exit code 134) now
@@ -96,6 +155,20 @@ class RecipeCLI(LightningCLI):
         for key, cls in self._default_classes.items():
             if cls is not None:
                 parser.set_defaults({key: {"class_path": f"{cls.__module__}.{cls.__qualname__}"}})
+        for link in self._links:
+            sources = (link.source,) if isinstance(link.source, str) else link.source
+            source = tuple(self._subclass_key(s) for s in sources)
+            parser.link_arguments(
+                source[0] if len(source) == 1 else source, self._subclass_key(link.target),
+                compute_fn=link.compute_fn, apply_on=link.apply_on,
+            )
+
+    def _subclass_key(self, key: str) -> str:
+        """``model.x`` as ``model.init_args.x`` when the model is parsed in subclass mode (same for data)."""
+        root, dot, rest = key.partition(".")
+        if dot and root in self._subclass_roots() and not rest.startswith("init_args."):
+            return f"{root}.init_args.{rest}"
+        return key
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         if self.subclass_mode_model or self.subclass_mode_data:
