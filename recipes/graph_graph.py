@@ -15,17 +15,14 @@ from pathlib import Path
 
 from attnmm.data import MotifGraphsDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
 
 CONFIG = Path(__file__).parent / "configs" / "graph_graph.yaml"
 
 
 def main(args: list[str] | None = None) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask,
-        MotifGraphsDataModule,
-        args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
+        ClassificationTask, MotifGraphsDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS, args=args,
     )
 
 

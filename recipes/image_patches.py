@@ -19,18 +19,16 @@ from pathlib import Path
 
 from attnmm.data import MNISTDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
 
 CONFIG = Path(__file__).parent / "configs" / "image_patches.yaml"
 
 
 def main(args: list[str] | None = None) -> RecipeCLI:
+    # data.class_path picks MNISTDataModule or a subclass (CIFAR10DataModule)
     return RecipeCLI(
-        ClassificationTask,
-        MNISTDataModule,
-        subclass_mode_data=True,  # data.class_path picks MNISTDataModule or a subclass (CIFAR10DataModule)
+        ClassificationTask, MNISTDataModule, subclass_mode_data=True, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS,
         args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
     )
 
 

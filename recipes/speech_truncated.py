@@ -29,15 +29,8 @@ CONFIG = Path(__file__).parent / "configs" / "speech_truncated.yaml"
 
 def main(args: list[str] | None = None) -> RecipeCLI:
     return RecipeCLI(
-        EncoderTask,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        default_model=ClassificationTask,
-        default_data=FSDDDataModule,
-        args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
+        EncoderTask, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+        default_model=ClassificationTask, default_data=FSDDDataModule, config=CONFIG, args=args,
     )
 
 

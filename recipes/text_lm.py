@@ -17,17 +17,20 @@ from pathlib import Path
 
 from attnmm.data import ShakespeareDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.cli import WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "text_lm.yaml"
+
+# the character vocabulary (67 ids) is also the set of classes: the next character
+VOCAB_LINKS = (
+    Link("model.adapter.init_args.vocab_size", "model.num_classes"),
+    Link("model.adapter.init_args.vocab_size", "model.head.init_args.num_classes"),
+)
 
 
 def main(args: list[str] | None = None) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask,
-        ShakespeareDataModule,
-        args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
+        ClassificationTask, ShakespeareDataModule, config=CONFIG, links=WIDTH_LINKS + VOCAB_LINKS, args=args,
     )
 
 

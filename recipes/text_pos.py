@@ -19,17 +19,20 @@ from pathlib import Path
 
 from attnmm.data import UDPOSDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "text_pos.yaml"
+
+# the vocabularies' caps: the DataModule builds to them, the adapter's embeddings hold them
+VOCAB_LINKS = (
+    Link("data.max_words", "model.adapter.init_args.vocab_size", apply_on="instantiate"),
+    Link("data.max_chars", "model.adapter.init_args.char_vocab_size", apply_on="instantiate"),
+)
 
 
 def main(args: list[str] | None = None) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask,
-        UDPOSDataModule,
-        args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
+        ClassificationTask, UDPOSDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS + VOCAB_LINKS, args=args,
     )
 
 
