@@ -9,6 +9,7 @@ the first structure the heads pick up, not the recipe's final result (see docs/r
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from pathlib import Path
@@ -20,11 +21,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from attnmm.data import FSDDDataModule, MNISTDataModule, ShakespeareDataModule, collate_audio
+from attnmm.data import collate_audio
 from attnmm.lightning import ClassificationTask, RecipeCLI
 from attnmm.viz import plot_attention, plot_mask
 
-CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
 def _data_root() -> Path | None:
@@ -32,18 +33,13 @@ def _data_root() -> Path | None:
     return Path(value).expanduser() if value else None
 
 
-def _recipe_model(config: str, datamodule: type[L.LightningDataModule], overrides: list[str]) -> RecipeCLI:
-    """The recipe's model and data, built from its config by the recipe CLI (nothing is trained)."""
-    threads = torch.get_num_threads()
-    cli = RecipeCLI(
-        ClassificationTask,
-        datamodule,
-        subclass_mode_data=datamodule is MNISTDataModule,
-        args=["--config", str(CONFIGS / config), f"--torch_threads={threads}", *overrides],
-        run=False,
-        save_config_callback=None,
-    )
-    return cli
+def _recipe_model(recipe: str, overrides: list[str]) -> RecipeCLI:
+    """The model and data of ``recipes/<recipe>.py``, built by its own CLI (config and links; nothing is trained)."""
+    spec = importlib.util.spec_from_file_location(f"{recipe}_recipe", RECIPES / f"{recipe}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main([f"--torch_threads={torch.get_num_threads()}", *overrides], run=False)
 
 
 def _train(task: ClassificationTask, data: L.LightningDataModule | DataLoader[Any], steps: int) -> None:
@@ -87,7 +83,7 @@ def speech(steps: int = 60, use_data: bool = True) -> Figure:
     L.seed_everything(0, verbose=False)
     root = _data_root()
     real = use_data and root is not None and (root / "fsdd" / "recordings").is_dir()
-    cli = _recipe_model("speech_truncated.yaml", FSDDDataModule, [f"--data.root={root}"] if real else [])
+    cli = _recipe_model("speech_truncated", [f"--data.root={root}"] if real else [])
     task = cli.model
     if real:
         train: Any = cli.datamodule
@@ -138,7 +134,7 @@ def image(steps: int = 40, use_data: bool = True) -> Figure:
     L.seed_everything(0, verbose=False)
     root = _data_root()
     real = use_data and root is not None and (root / "MNIST" / "raw").is_dir()
-    cli = _recipe_model("image_patches.yaml", MNISTDataModule, [f"--data.init_args.root={root}"] if real else [])
+    cli = _recipe_model("image_patches", [f"--data.init_args.root={root}"] if real else [])
     task = cli.model
     if real:
         train: Any = cli.datamodule
@@ -189,7 +185,7 @@ def text(steps: int = 50, use_data: bool = True) -> Figure:
     real = use_data and root is not None and (root / "tinyshakespeare" / "input.txt").is_file()
     # the recipe's model; shorter windows and smaller batches (and fp32) keep these steps to seconds
     small = ["--trainer.precision=32-true", "--data.block_size=64", "--data.batch_size=16", "--data.eval_stride=64"]
-    cli = _recipe_model("text_lm.yaml", ShakespeareDataModule, small + ([f"--data.root={root}"] if real else []))
+    cli = _recipe_model("text_lm", small + ([f"--data.root={root}"] if real else []))
     task = cli.model
     if real:
         _train(task, cli.datamodule, steps)

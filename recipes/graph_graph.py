@@ -20,9 +20,9 @@ from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
 CONFIG = Path(__file__).parent / "configs" / "graph_graph.yaml"
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask, MotifGraphsDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS, args=args,
+        ClassificationTask, MotifGraphsDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS, args=args, run=run,
     )
 
 

@@ -29,8 +29,8 @@ GRAPH_LINKS = (
 )
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
-    return RecipeCLI(ClassificationTask, PlanetoidDataModule, config=CONFIG, links=GRAPH_LINKS, args=args)
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
+    return RecipeCLI(ClassificationTask, PlanetoidDataModule, config=CONFIG, links=GRAPH_LINKS, args=args, run=run)
 
 
 if __name__ == "__main__":

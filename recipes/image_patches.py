@@ -24,11 +24,11 @@ from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
 CONFIG = Path(__file__).parent / "configs" / "image_patches.yaml"
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     # data.class_path picks MNISTDataModule or a subclass (CIFAR10DataModule)
     return RecipeCLI(
         ClassificationTask, MNISTDataModule, subclass_mode_data=True, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS,
-        args=args,
+        args=args, run=run,
     )
 
 

@@ -27,10 +27,10 @@ from attnmm.lightning import ClassificationTask, EncoderTask, RecipeCLI
 CONFIG = Path(__file__).parent / "configs" / "speech_truncated.yaml"
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
         EncoderTask, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        default_model=ClassificationTask, default_data=FSDDDataModule, config=CONFIG, args=args,
+        default_model=ClassificationTask, default_data=FSDDDataModule, config=CONFIG, args=args, run=run,
     )
 
 

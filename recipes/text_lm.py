@@ -28,9 +28,9 @@ VOCAB_LINKS = (
 )
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask, ShakespeareDataModule, config=CONFIG, links=WIDTH_LINKS + VOCAB_LINKS, args=args,
+        ClassificationTask, ShakespeareDataModule, config=CONFIG, links=WIDTH_LINKS + VOCAB_LINKS, args=args, run=run,
     )
 
 

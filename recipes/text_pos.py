@@ -30,9 +30,10 @@ VOCAB_LINKS = (
 )
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask, UDPOSDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS + VOCAB_LINKS, args=args,
+        ClassificationTask, UDPOSDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS + VOCAB_LINKS,
+        args=args, run=run,
     )
 
 
