@@ -12,7 +12,8 @@ Config keys: ``model`` (``"gat"``: GraphAttentionEncoder; ``"propagation"``: Pro
 the default recipe's model with ``hidden: 64, dropout: 0.5, in_drop: 0.5, lr: 0.01, pair_dropout:
 0.5``), ``lr``, ``wd``, ``hidden``, ``dropout`` (attention and hidden layers), ``in_drop`` (the
 adapter's input dropout), ``epochs``; for ``"gat"`` ``heads``, ``out_heads``, ``root_weight``; for
-``"propagation"`` ``steps``, ``alpha``, ``pair_dropout``, ``scores``.
+``"propagation"`` ``steps``, ``alpha``, ``pair_dropout``, ``scores`` and ``score_heads`` (the heads of
+``scores: "additive"``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from attnmm.nn import GraphAttentionEncoder, PropagationEncoder
 
 DEFAULTS: dict[str, Any] = dict(
     model="gat", lr=5e-3, wd=5e-4, hidden=8, heads=8, out_heads=1, dropout=0.6, in_drop=0.6, epochs=300,
-    root_weight=False, steps=10, alpha=0.1, pair_dropout=0.0, scores="uniform",
+    root_weight=False, steps=10, alpha=0.1, pair_dropout=0.0, scores="uniform", score_heads=1,
 )
 
 
@@ -45,7 +46,7 @@ def build_encoder(num_features: int, num_classes: int, c: dict[str, Any]) -> tor
     if c["model"] == "propagation":
         return PropagationEncoder(
             num_features, c["hidden"], num_classes, steps=c["steps"], alpha=c["alpha"], dropout=c["dropout"],
-            pair_dropout=c["pair_dropout"], scores=c["scores"],
+            pair_dropout=c["pair_dropout"], scores=c["scores"], heads=c["score_heads"],
         )
     raise ValueError(f"model must be 'gat' or 'propagation', got {c['model']!r}")
 

@@ -30,15 +30,16 @@ class PropagationEncoder(nn.Module):
     are a softmax over :math:`\beta \cos(\mathbf{z}_i, \mathbf{z}_j)` with a learned temperature
     :math:`\beta` (AGNN's attention, Thekumparampil et al., 2018), recomputed every round; with
     ``scores="additive"`` they are GAT's learned attention on the MLP's hidden layer
-    :math:`\mathbf{g} = \mathrm{relu}(\mathbf{W}_1 \mathbf{x})`, computed once per forward and
-    used in every round:
+    :math:`\mathbf{g} = \mathrm{relu}(\mathbf{W}_1 \mathbf{x})`, with ``heads`` independent
+    heads whose weights are averaged, computed once per forward and used in every round:
 
     .. math::
-        a_{ij} = \mathrm{softmax}_{j \in A(i)}\, \mathrm{LeakyReLU}\big(
-        \mathbf{a}_{\mathrm{dst}}^\top \mathbf{g}_i + \mathbf{a}_{\mathrm{src}}^\top \mathbf{g}_j\big)
+        a_{ij} = \frac{1}{H} \sum_{h=1}^{H} \mathrm{softmax}_{j \in A(i)}\, \mathrm{LeakyReLU}\big(
+        \mathbf{a}_{\mathrm{dst},h}^\top \mathbf{g}_i + \mathbf{a}_{\mathrm{src},h}^\top \mathbf{g}_j\big)
 
     (each pair's score goes to :func:`~attnmm.attention.attend` as a per-pair bias, so no value
-    vector is copied per pair). Every round is one
+    vector is copied per pair; ``pair_dropout`` drops pairs in each head independently). Every round
+    is one
     :func:`~attnmm.attention.attend` call under the mask, so any mask works: a
     :class:`~attnmm.masks.Graph`, its k-hop neighbourhoods, a union with expander edges.
 
@@ -53,6 +54,7 @@ class PropagationEncoder(nn.Module):
         pair_dropout (float, optional): dropout on the propagation weights (APPNP's adjacency
             dropout), in training. (default: :obj:`0.0`)
         scores (str, optional): ``"uniform"``, ``"cosine"`` or ``"additive"``. (default: :obj:`"uniform"`)
+        heads (int, optional): heads of the additive scores, >= 1. (default: :obj:`1`)
         negative_slope (float, optional): LeakyReLU slope of the additive scores. (default: :obj:`0.2`)
 
     Shapes:
@@ -78,6 +80,7 @@ class PropagationEncoder(nn.Module):
         dropout: float = 0.5,
         pair_dropout: float = 0.0,
         scores: Literal["uniform", "cosine", "additive"] = "uniform",
+        heads: int = 1,
         negative_slope: float = 0.2,
     ) -> None:
         super().__init__()
@@ -96,14 +99,18 @@ class PropagationEncoder(nn.Module):
         # AGNN's temperature, learned; unused (and absent from the state dict) for uniform weights
         self.beta = nn.Parameter(torch.ones(())) if scores == "cosine" else None
         # GAT's attention vectors on the hidden layer; absent unless the scores are additive
+        self.heads = check_nonneg_int("heads", heads, minimum=1)
+        if heads > 1 and scores != "additive":
+            raise ValueError(f"heads={heads} needs scores='additive' (uniform and cosine weights have one head)")
         self.negative_slope = float(negative_slope)
-        self.att_dst = nn.Parameter(torch.empty(hidden_channels)) if scores == "additive" else None
-        self.att_src = nn.Parameter(torch.empty(hidden_channels)) if scores == "additive" else None
+        additive = scores == "additive"
+        self.att_dst = nn.Parameter(torch.empty(heads, hidden_channels)) if additive else None  # (H, hidden)
+        self.att_src = nn.Parameter(torch.empty(heads, hidden_channels)) if additive else None
         self._reset_attention()
 
     def _reset_attention(self) -> None:
         if self.att_dst is not None and self.att_src is not None:
-            bound = (6.0 / (self.att_dst.numel() + 1)) ** 0.5  # glorot of a (1, C) vector, as GAT's
+            bound = (6.0 / (self.att_dst.shape[1] + 1)) ** 0.5  # glorot of each head's (1, C) vector, as GAT's
             nn.init.uniform_(self.att_dst, -bound, bound)
             nn.init.uniform_(self.att_src, -bound, bound)
 
@@ -121,22 +128,23 @@ class PropagationEncoder(nn.Module):
         bias = self._additive_scores(g, mask) if self.att_dst is not None else None
         z = h
         for _ in range(self.steps):
-            v = z.unsqueeze(1)  # (N, 1, C): one head
             if self.beta is None:
                 # no query or key: the score is the bias alone, and a softmax over zeros is uniform
-                q = k = z.new_zeros(z.shape[0], 1, 0)
-                out = attend(q, k, v, mask, bias=bias, dropout_p=p)
+                v = z.unsqueeze(1).expand(-1, self.heads, -1)  # (N, H, C): every head spreads z
+                q = k = z.new_zeros(z.shape[0], self.heads, 0)
+                out = attend(q, k, v, mask, bias=bias, dropout_p=p).mean(1)  # (N, C)
             else:
+                v = z.unsqueeze(1)  # (N, 1, C): one head
                 u = F.normalize(v, dim=-1)
-                out = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p)
-            z = (1.0 - self.alpha) * out.squeeze(1) + self.alpha * h
+                out = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p).squeeze(1)
+            z = (1.0 - self.alpha) * out + self.alpha * h
         return z
 
     def _additive_scores(self, g: Tensor, mask: Mask) -> Tensor:
-        """GAT's score of every allowed pair, (P, 1) in the order of ``mask.pairs``."""
+        """GAT's score of every allowed pair and head, (P, H) in the order of ``mask.pairs``."""
         assert self.att_dst is not None and self.att_src is not None
         pairs = mask.pairs(g.shape[0], device=g.device)
         if pairs.batch is not None:
             raise ValueError("scores='additive' needs one mask for all nodes (a packed graph), not a batched mask")
-        s = (g @ self.att_dst)[pairs.row] + (g @ self.att_src)[pairs.col]  # (P,)
-        return F.leaky_relu(s, self.negative_slope).unsqueeze(-1)
+        s = (g @ self.att_dst.T)[pairs.row] + (g @ self.att_src.T)[pairs.col]  # (P, H)
+        return F.leaky_relu(s, self.negative_slope)

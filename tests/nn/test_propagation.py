@@ -19,14 +19,16 @@ def dense_reference(enc: PropagationEncoder, x: torch.Tensor, mask: Mask) -> tor
     h = enc.lin2(g)
     z = h
     for _ in range(enc.steps):
-        if enc.att_dst is not None and enc.att_src is not None:  # GAT's additive score, (N, N)
-            s = F.leaky_relu((g @ enc.att_dst)[:, None] + (g @ enc.att_src)[None, :], enc.negative_slope)
+        if enc.att_dst is not None and enc.att_src is not None:  # GAT's additive scores, (H, N, N)
+            s = F.leaky_relu((enc.att_dst @ g.T)[:, :, None] + (enc.att_src @ g.T)[:, None, :], enc.negative_slope)
         elif enc.beta is None:
             s = torch.zeros(n, n, dtype=x.dtype)
         else:
             u = F.normalize(z, dim=-1)
             s = enc.beta * u @ u.T
         w = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)  # empty rows: 0
+        if w.dim() == 3:  # the heads' weights are averaged
+            w = w.mean(0)
         z = (1 - enc.alpha) * w @ z + enc.alpha * h
     return z
 
@@ -36,12 +38,12 @@ def random_graph(n: int, m: int, generator: torch.Generator) -> Graph:
     return Graph(edge_index, n)
 
 
-@pytest.mark.parametrize("scores", ["uniform", "cosine", "additive"])
+@pytest.mark.parametrize("scores,heads", [("uniform", 1), ("cosine", 1), ("additive", 1), ("additive", 3)])
 @pytest.mark.parametrize("n,m", [(1, 0), (1, 1), (7, 0), (9, 20), (30, 90)])
-def test_matches_dense_reference_values_and_grads(scores: str, n: int, m: int) -> None:
+def test_matches_dense_reference_values_and_grads(scores: str, heads: int, n: int, m: int) -> None:
     g = torch.Generator().manual_seed(n * 100 + m)
     mask = random_graph(n, m, g) if m else Graph(torch.zeros(2, 0, dtype=torch.long), n)
-    enc = PropagationEncoder(5, 8, 3, steps=4, alpha=0.2, scores=scores).double().eval()
+    enc = PropagationEncoder(5, 8, 3, steps=4, alpha=0.2, scores=scores, heads=heads).double().eval()  # type: ignore[arg-type]
     if enc.beta is not None:
         with torch.no_grad():
             enc.beta.fill_(1.7)
@@ -69,8 +71,8 @@ def test_zero_steps_is_the_mlp_and_composed_masks_work() -> None:
     ring = Graph(torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]]), 5)
     torch.testing.assert_close(enc(x, ring), enc.lin2(F.relu(enc.lin1(x))))
     mask = k_hop(ring.edge_index, 5, 2) | self_loops(5)
-    for scores in ("cosine", "additive"):
-        enc = PropagationEncoder(4, 6, 2, steps=2, scores=scores).eval()  # type: ignore[arg-type]
+    for scores, heads in (("cosine", 1), ("additive", 1), ("additive", 4)):
+        enc = PropagationEncoder(4, 6, 2, steps=2, scores=scores, heads=heads).eval()  # type: ignore[arg-type]
         torch.testing.assert_close(enc(x, mask), dense_reference(enc, x, mask))
         torch.testing.assert_close(enc(x, mask & ~self_loops(5)), dense_reference(enc, x, mask & ~self_loops(5)))
 
@@ -108,4 +110,8 @@ def test_bad_arguments() -> None:
         PropagationEncoder(4, 6, 2, pair_dropout=1.0)
     with pytest.raises(ValueError, match="scores"):
         PropagationEncoder(4, 6, 2, scores="dot")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="heads"):
+        PropagationEncoder(4, 6, 2, heads=0, scores="additive")
+    with pytest.raises(ValueError, match="heads=2 needs scores='additive'"):
+        PropagationEncoder(4, 6, 2, heads=2)
     assert "beta" not in PropagationEncoder(4, 6, 2).state_dict()
