@@ -114,7 +114,8 @@ class RecipeCLI(LightningCLI):
     where a value that several arguments share comes from, so a config writes a width or a class
     count once; their keys are written as for a fixed class (``model.head.init_args.d_model``) and
     get ``init_args`` inserted in subclass mode (``model.init_args.head.init_args.d_model``).
-    ``--print_config`` shows the linked values too.
+    ``--print_config`` shows the linked values too (jsonargparse's alone leaves them out), those
+    read from the DataModule included.
 
     After ``fit`` it tests the best checkpoint (the last weights when no checkpoint was written,
     e.g. under ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``,
@@ -173,7 +174,47 @@ class RecipeCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         if self.subclass_mode_model or self.subclass_mode_data:
             args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
+        if self._links and isinstance(args, list | None):
+            args = list(sys.argv[1:] if args is None else args)
+            if "--print_config" in args:
+                # jsonargparse leaves link targets out of --print_config; show the resolved values
+                super().parse_arguments(parser, [a for a in args if a != "--print_config"])
+                print(self._resolved_config(parser), end="")
+                sys.exit(0)
         super().parse_arguments(parser, args)
+
+    def _resolved_config(self, parser: LightningArgumentParser) -> str:
+        """The parsed config as YAML with every link target filled in: the parse links' values, and
+        the instantiation links' values read from the DataModule (built for it, as a run would)."""
+        import yaml
+
+        command = self.config.get("subcommand")
+        dump = yaml.safe_load(parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
+        config = dump[command] if command else dump
+        data = None
+        for link in self._links:
+            if link.apply_on != "instantiate":
+                continue
+            if data is None:
+                data = self._build_data(config.get("data") or {})
+            sources = (link.source,) if isinstance(link.source, str) else link.source
+            values = [getattr(data, s.split(".", 1)[1]) for s in sources]
+            value = values[0] if link.compute_fn is None else link.compute_fn(*values)
+            *parents, leaf = self._subclass_key(link.target).split(".")
+            node: Any = config
+            for key in parents:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):  # a part that is there (not ``head: null``)
+                node[leaf] = value
+        return yaml.safe_dump(config, sort_keys=False)
+
+    def _build_data(self, config: dict[str, Any]) -> Any:
+        import importlib
+
+        if "class_path" in config:
+            module, _, name = config["class_path"].rpartition(".")
+            return getattr(importlib.import_module(module), name)(**config.get("init_args", {}))
+        return self.datamodule_class(**config)
 
     def _subclass_roots(self) -> tuple[str, ...]:
         return ("model",) * self.subclass_mode_model + ("data",) * self.subclass_mode_data
