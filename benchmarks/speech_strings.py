@@ -240,7 +240,7 @@ def cost(opts: argparse.Namespace) -> dict[str, Any]:
                 rows.append(row)
                 print(f"   {n:3d} digits ({row['frames']} frames) {mask:14s} step {r['step_s']:.3f} s, "
                       f"peak {row['peak_mb']:.0f} MB", flush=True)
-    return {"rows": rows, "steps_per_epoch": steps_per_epoch, "steps": opts.steps}
+    return {"rows": rows, "steps_per_epoch": steps_per_epoch, "steps": opts.steps, "load_avg": os.getloadavg()[1]}
 
 
 def evaluate(mask: str, ckpt: Path, opts: argparse.Namespace) -> dict[str, Any]:
@@ -369,7 +369,9 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
         f"time is the fastest of {part['steps']} steps after a warm-up, scaled to an epoch of "
         f"{part['steps_per_epoch']} steps (the recipe's 4,000 strings), memory the step's peak above its "
         "inputs. DER is the greedy digit error rate of the models of the table below (trained on strings of "
-        "1-7 digits) on test strings of exactly n digits. Measured by " + _run_line(part["run"]) + ".", "",
+        "1-7 digits) on test strings of exactly n digits. Measured by " + _run_line(part["run"])
+        + (f"; load average {part['load_avg']:.1f} (5 min; other jobs)" if "load_avg" in part else "")
+        + ".", "",
         "![training step time and peak memory against string length, by mask]"
         "(../figures/speech_strings_cost.png)", "",
         "| digits | frames | mask | epoch (min) | vs Full | peak (MB) | vs Full | DER (%) |",
@@ -391,6 +393,11 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
         if m != "Full":
             time_said, memory_said = _pays(rows, m, "step_s", "step time"), _pays(rows, m, "peak_mb", "peak memory")
             lines.append(f"- **{m}**: {time_said}; {memory_said}.")
+    untrained = [m for m in masks if not any(k[0] == m for k in der)]
+    if untrained:
+        names = ",".join(untrained)
+        lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m benchmarks.speech_strings "
+                  f"--parts train --masks '{names}' --num-train 4000 --epochs 6`, about 12 min a mask on one thread)."]
     lines.append("")
     return lines
 
@@ -494,11 +501,14 @@ def figures(store: dict[str, Any]) -> dict[str, Any]:
     fig = Figure(figsize=(9.6, 3.8), layout="constrained")
     ax_t, ax_m = fig.subplots(1, 2)
     for m in dict.fromkeys(r["mask"] for r in rows):
-        sel = sorted((r for r in rows if r["mask"] == m), key=lambda r: r["frames"])
-        ax_t.plot([r["frames"] for r in sel], [r["step_s"] for r in sel], marker="o", label=m)
-        ax_m.plot([r["frames"] for r in sel], [r["peak_mb"] for r in sel], marker="o", label=m)
-    ax_t.set(xscale="log", yscale="log", xlabel="frames per string", ylabel="training step (s)")
-    ax_m.set(xscale="log", yscale="log", xlabel="frames per string", ylabel="peak memory of a step (MB)")
+        sel = sorted((r for r in rows if r["mask"] == m), key=lambda r: r["digits"])
+        ax_t.plot([r["digits"] for r in sel], [r["step_s"] for r in sel], marker="o", label=m)
+        ax_m.plot([r["digits"] for r in sel], [r["peak_mb"] for r in sel], marker="o", label=m)
+    lengths = sorted({(r["digits"], r["frames"]) for r in rows if r["mask"] == "Full"})
+    for ax, label in ((ax_t, "training step (s)"), (ax_m, "peak memory of a step (MB)")):
+        ax.set(xscale="log", yscale="log", xlabel="digits per string (frames)", ylabel=label)
+        ax.set_xticks([n for n, _ in lengths], [f"{n}\n({f})" for n, f in lengths])
+        ax.minorticks_off()
     ax_t.legend()
     return {"speech_strings_cost": fig}
 
@@ -544,6 +554,9 @@ def main(argv: list[str] | None = None) -> None:
     def save(key: str, value: dict[str, Any], started: float, sub: str | None = None) -> None:
         value["run"] = {"command": command, "machine": _machine(),
                         "minutes": round((time.perf_counter() - started) / 60, 1)}
+        if not opts.no_write:
+            store.clear()
+            store.update(load_store())  # what other runs stored meanwhile
         (store.setdefault("models", {}) if sub else store)[sub or key] = value
         if not opts.no_write:
             STORE.parent.mkdir(exist_ok=True)

@@ -104,6 +104,19 @@ def _rnn_figure(name: str) -> Callable[[], Figure]:
     return draw
 
 
+def _speech_strings_cost() -> Figure:
+    """Step time and memory by mask and string length (docs/recipes/speech.md), from the results
+    ``python -m benchmarks.speech_strings --parts cost`` stored."""
+    if str(DOCS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
+    from benchmarks import speech_strings
+
+    figures = speech_strings.figures(speech_strings.load_store())
+    if "speech_strings_cost" not in figures:
+        raise ValueError("speech_strings_cost: no stored results; run python -m benchmarks.speech_strings --parts cost")
+    return figures["speech_strings_cost"]
+
+
 def _mask_sweeps() -> Figure:
     """The graph mask sweeps of docs/results.md, from the runs stored under benchmarks/results/."""
     if str(DOCS.parent) not in sys.path:
@@ -150,6 +163,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "rnn_parallel": _rnn_figure("rnn_parallel"),
     "rnn_longrange": _rnn_figure("rnn_longrange"),
     "rnn_streaming": _rnn_figure("rnn_streaming"),
+    "speech_strings_cost": _speech_strings_cost,
 }
 
 #: File stem -> name of the docs/trained_maps.py function drawing it, ``fn(steps, use_data) -> Figure``:
