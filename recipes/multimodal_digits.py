@@ -9,7 +9,7 @@ token attends both modalities), ``late`` (each modality alone, predictions avera
 Audio-only and image-only configs keep the same model with one modality. ``fit`` ends by testing the
 best checkpoint and writes ``metrics.json``; TensorBoard shows the attention map and the segment mask.
 
-    python recipes/multimodal_digits.py fit                               # default fusion
+    python recipes/multimodal_digits.py fit                               # bottleneck fusion (the default)
     python recipes/multimodal_digits.py fit --trainer.fast_dev_run=true   # smoke run
     python recipes/multimodal_digits.py fit --config recipes/configs/multimodal_digits_late.yaml
     python recipes/multimodal_digits.py fit --config recipes/configs/multimodal_digits_audio.yaml

@@ -78,6 +78,7 @@ def _cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
 @pytest.mark.parametrize(
     ("config", "fusion", "names", "num_segments"),
     [
+        (None, "bottleneck", ["audio", "image", "fusion"], None),  # the default, chosen on validation
         ("joint", "joint", ["audio", "image"], None),
         ("late", "late", ["audio", "image"], 2),
         ("bottleneck", "bottleneck", ["audio", "image", "fusion"], None),
@@ -87,10 +88,11 @@ def _cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
     ],
 )
 def test_each_config_builds_the_same_model_with_its_fusion(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str, fusion: str, names: list[str],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str | None, fusion: str, names: list[str],
     num_segments: int | None,
 ) -> None:
-    cli = _cli(tmp_path, monkeypatch, f"--config={CONFIGS / f'multimodal_digits_{config}.yaml'}")
+    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_{config}.yaml'}"]
+    cli = _cli(tmp_path, monkeypatch, *extra)
     adapter = cli.model.adapter
     assert isinstance(adapter, MultimodalAdapter) and adapter.fusion == fusion
     assert adapter.segment_names == names and cli.model.head.num_segments == num_segments
@@ -112,7 +114,7 @@ def test_attention_map_shows_the_segment_mask(
     cli.datamodule.setup("fit")
     batch = next(iter(cli.datamodule.val_dataloader()))
     _, tokens, _ = cli.model.encode(batch)
-    assert isinstance(tokens.mask, Segments) and tokens.mask.lengths.shape == (8, 2)
+    assert isinstance(tokens.mask, Segments) and tokens.mask.lengths.shape == (8, 3)  # audio, image, fusion
     figs = AttentionMapLogger().figures(cli.model, batch)
     assert set(figs) == {"attention_map", "mask"}
     for fig in figs.values():
