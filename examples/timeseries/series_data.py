@@ -60,6 +60,8 @@ class WaveShapesDataModule(L.LightningDataModule):
             (default: :obj:`0`)
     """
 
+    num_classes: int = len(CLASSES)
+
     def __init__(
         self,
         num_train: int = 2000,

@@ -10,17 +10,15 @@ from pathlib import Path
 from series_data import WaveShapesDataModule
 
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
 
 CONFIG = Path(__file__).parent / "series.yaml"
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
+    # the adapter's width is the encoder's and the head's; the data's class count the task's and the head's
     return RecipeCLI(
-        ClassificationTask,
-        WaveShapesDataModule,
-        args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
+        ClassificationTask, WaveShapesDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS, args=args, run=run,
     )
 
 
