@@ -1,18 +1,29 @@
-"""Helpers for running the recipes as a user would: ``python recipes/<name>.py ...``."""
+"""Helpers for running the recipes as a user would: ``python recipes/<name>.py ...``, on the real
+data under ``$ATTNMM_DATA`` when it is there, else on tiny generated files in the formats the
+DataModules read (:func:`write_data`), so that every recipe runs on any machine."""
 
 from __future__ import annotations
 
+import atexit
+import functools
+import gzip
+import importlib.util
 import os
+import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
-#: Every recipe -> (its data folder under $ATTNMM_DATA, or None for generated data; the arguments
-#: that make its smoke run small), for tests that run all of them the same way.
+#: Every recipe -> (its data folder under $ATTNMM_DATA, or None for data the DataModule generates; the
+#: arguments that make its smoke run small), for tests that run all of them the same way.
 SMOKE = {
     "graph_graph": (None, ["--data.num_graphs=40", "--data.batch_size=8"]),
     "graph_node": ("planetoid", []),
@@ -23,30 +34,155 @@ SMOKE = {
 }
 
 
-def smoke_params(exclude: tuple[str, ...] = ()) -> list[object]:
-    """The recipes of :data:`SMOKE` as pytest params, those on real data marked ``data``."""
-    return [pytest.param(r, marks=[pytest.mark.data] if SMOKE[r][0] else []) for r in sorted(SMOKE) if r not in exclude]
+def smoke_params(exclude: tuple[str, ...] = ()) -> list[str]:
+    """The recipes of :data:`SMOKE` (each runs on the real data or on generated files)."""
+    return [r for r in sorted(SMOKE) if r not in exclude]
 
 
 def smoke_args(recipe: str) -> list[str]:
-    """The recipe's small-run arguments, after skipping the test when its data is absent."""
+    """The recipe's small-run arguments, with ``--data.root`` at generated files when the real data is absent."""
     folder, extra = SMOKE[recipe]
-    if folder is not None:
-        data_root(folder)
+    if folder is not None and real_root(folder) is None:
+        extra = [f"--data.root={generated_root(folder)}", *extra]
     return list(extra)
+
+
+def real_root(name: str) -> Path | None:
+    """``$ATTNMM_DATA`` when it holds the folder ``name``, else None."""
+    root = os.environ.get("ATTNMM_DATA")
+    return Path(root) if root and (Path(root) / name).is_dir() else None
 
 
 def data_root(name: str) -> Path:
     """``$ATTNMM_DATA/name``, or skip the test when the real data is not there."""
-    root = os.environ.get("ATTNMM_DATA")
-    if not root or not (Path(root) / name).is_dir():
+    root = real_root(name)
+    if root is None:
         pytest.skip(f"needs the real {name} data under $ATTNMM_DATA (set ATTNMM_DATA=../shared/data)")
-    return Path(root)
+    return root
+
+
+# ------------------------------------------------------------------ generated data
+
+
+def write_fsdd(root: Path, speakers: tuple[str, ...] = ("ann", "bob", "theo"), takes: int = 8) -> None:
+    """FSDD's ``fsdd/recordings/<digit>_<speaker>_<take>.wav`` (8 kHz noise, 0.2 s; takes 0-4 test)."""
+    import soundfile
+
+    recordings = root / "fsdd" / "recordings"
+    recordings.mkdir(parents=True)
+    g = np.random.default_rng(0)
+    for speaker in speakers:
+        for digit in range(10):
+            for index in range(takes):
+                clip = (0.1 * g.standard_normal(1600)).astype(np.float32)
+                soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip, 8000, subtype="PCM_16")
+
+
+def write_idx(path: Path, values: np.ndarray) -> None:
+    """A gzipped uint8 IDX file (MNIST's format: images (N, 28, 28) or labels (N,))."""
+    magic = 2051 if values.ndim == 3 else 2049
+    header = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in values.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + values.astype(np.uint8).tobytes())
+
+
+def write_mnist(root: Path, n: int = 10000) -> None:
+    """MNIST's test files only (``MNIST/raw/t10k-*``), as the offline copy: 8,000 train, 2,000 test."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    g = np.random.default_rng(0)
+    write_idx(raw / "t10k-images-idx3-ubyte.gz", g.integers(0, 256, (n, 28, 28)))
+    write_idx(raw / "t10k-labels-idx1-ubyte.gz", np.arange(n) % 10)
+
+
+def write_shakespeare(root: Path, chars: int = 20000) -> None:
+    """``tinyshakespeare/input.txt``: random words over Tiny Shakespeare's 65 characters, all of them in
+    the first line, so the vocabulary is the real one's size (67 ids with padding and unknown)."""
+    import string
+
+    alphabet = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase
+    g = np.random.default_rng(0)
+    words = ["ROMEO:", "to", "be", "or", "not", "thou", "art", "my", "lord", "sweet", "\n"]
+    text = alphabet[1:] + "\n" + " ".join(words[i] for i in g.integers(0, len(words), chars // 3))
+    (root / "tinyshakespeare").mkdir(parents=True)
+    (root / "tinyshakespeare" / "input.txt").write_text(text[:chars])
+
+
+_UD_WORDS = (("the", "DET", "DT", "det"), ("dog", "NOUN", "NN", "nsubj"), ("runs", "VERB", "VBZ", "root"),
+             ("fast", "ADV", "RB", "advmod"), ("and", "CCONJ", "CC", "cc"), ("barks", "VERB", "VBZ", "conj"))
+
+
+def write_ud(root: Path, sentences: int = 64) -> None:
+    """UD English-EWT's ``en_ewt-ud-{train,dev}.conllu`` (no test file: the dev file tests)."""
+    g = np.random.default_rng(0)
+    folder = root / "ud_english_ewt"
+    folder.mkdir(parents=True)
+    for split, count in (("train", sentences), ("dev", sentences // 4)):
+        lines = []
+        for s in range(count):
+            lines.append(f"# sent_id = {split}-{s}")
+            for i, k in enumerate(g.integers(0, len(_UD_WORDS), g.integers(2, 9)), start=1):
+                form, upos, xpos, rel = _UD_WORDS[k]
+                lines.append(f"{i}\t{form}\t{form}\t{upos}\t{xpos}\t_\t{0 if rel == 'root' else 1}\t{rel}\t_\t_")
+            lines.append("")
+        (folder / f"en_ewt-ud-{split}.conllu").write_text("\n".join(lines) + "\n")
+
+
+def write_planetoid(root: Path, name: str = "Cora", features: int = 5, classes: int = 3, train: int = 12,
+                    test: int = 20) -> None:
+    """A tiny graph in Planetoid's raw format (``planetoid/<name>/raw/ind.<name>.*``: pickled arrays,
+    an adjacency dict, test.index) of ``features`` features and ``classes`` classes."""
+    rng = np.random.default_rng(0)
+    labelled = train + 500  # PyG takes the 500 nodes after the training ones for validation
+    num_nodes = labelled + test
+
+    def onehot(n: int) -> np.ndarray:
+        return np.eye(classes)[rng.integers(0, classes, n)]
+
+    parts = {
+        "x": rng.random((train, features)), "allx": rng.random((labelled, features)),
+        "tx": rng.random((test, features)),
+        "y": onehot(train), "ally": onehot(labelled), "ty": onehot(test),
+        "graph": {i: [(i + 1) % num_nodes, (i + 7) % num_nodes] for i in range(num_nodes)},
+    }
+    raw = root / "planetoid" / name / "raw"
+    raw.mkdir(parents=True)
+    for part, value in parts.items():
+        with open(raw / f"ind.{name.lower()}.{part}", "wb") as f:
+            pickle.dump(value, f)
+    test_index = list(range(labelled, num_nodes))[::-1]
+    (raw / f"ind.{name.lower()}.test.index").write_text("".join(f"{i}\n" for i in test_index))
+
+
+#: data folder -> the writer of its generated files
+WRITERS: dict[str, Callable[[Path], None]] = {
+    "fsdd": write_fsdd, "MNIST": write_mnist, "tinyshakespeare": write_shakespeare,
+    "ud_english_ewt": write_ud, "planetoid": write_planetoid,
+}
+
+
+@functools.cache
+def generated_root(folder: str) -> Path:
+    """A data root holding generated files for ``folder`` (written once per test process, removed at exit)."""
+    root = Path(tempfile.mkdtemp(prefix=f"attnmm-{folder}-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    WRITERS[folder](root)
+    return root
+
+
+def recipe_main(name: str) -> Callable[..., object]:
+    """``main`` of ``recipes/<name>.py`` (``main(args, run=False)`` builds without running)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_recipe", RECIPES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
 
 
 def run_recipe(name: str, args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    """Run ``recipes/<name>.py`` in a subprocess from ``cwd``; fail with its output on error."""
-    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    """Run ``recipes/<name>.py`` in a subprocess from ``cwd``; fail with its output on error. Writable
+    copies of the data (Planetoid's processed files) go to ``cwd/cache``, never to the user's cache."""
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", "ATTNMM_CACHE": str(cwd / "cache")}
     proc = subprocess.run(
         [sys.executable, str(RECIPES / f"{name}.py"), *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,

@@ -13,9 +13,9 @@ from _recipes import run_recipe, smoke_args, smoke_params
 # DistributedSampler pads nothing, so each graph is counted exactly once)
 TINY = [
     "--data.num_graphs=80", "--data.num_nodes=8", "--data.batch_size=8", "--trainer.max_epochs=2",
-    "--model.adapter.init_args.d_model=16", "--model.encoder.init_args.d_model=16",
+    "--model.adapter.init_args.d_model=16",  # the encoder's and the head's too (linked)
     "--model.encoder.init_args.num_layers=1", "--model.encoder.init_args.heads=2",
-    "--model.head.init_args.d_model=16", "--torch_threads=1", "--trainer.enable_model_summary=false",
+    "--torch_threads=1", "--trainer.enable_model_summary=false",
 ]
 
 

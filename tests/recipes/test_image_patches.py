@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import RECIPES, data_root, run_recipe
+from _recipes import RECIPES, data_root, recipe_main, run_recipe
 
 pytestmark = pytest.mark.data
 
@@ -23,13 +23,11 @@ def test_fast_dev_run(tmp_path: Path, config: str | None) -> None:
 
 @pytest.mark.parametrize("config", ["image_patches_full.yaml", "image_patches_cifar.yaml"])
 def test_other_configs_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str) -> None:
-    from attnmm.data import CIFAR10DataModule, MNISTDataModule
-    from attnmm.lightning import ClassificationTask, RecipeCLI
+    from attnmm.data import CIFAR10DataModule
 
     monkeypatch.chdir(tmp_path)
-    configs = RECIPES / "configs"
-    args = [f"--config={configs / 'image_patches.yaml'}", f"--config={configs / config}", "--trainer.logger=false"]
-    cli = RecipeCLI(ClassificationTask, MNISTDataModule, subclass_mode_data=True, run=False, args=args)
+    args = [f"--config={RECIPES / 'configs' / config}", "--trainer.logger=false"]
+    cli = recipe_main("image_patches")(args, run=False)
     if config == "image_patches_full.yaml":
         assert cli.model.adapter.mask is None and cli.model.encoder.position_bias.grid_size == (7, 7)
     else:

@@ -1,5 +1,6 @@
 """The recurrent-encoder configs beside the attention defaults: each recipe runs with an LSTM in the
-encoder's place, injected by ``class_path`` (text_lm_lstm, text_pos_lstm, speech_truncated_lstm)."""
+encoder's place, injected by ``class_path`` (text_lm_lstm, text_pos_lstm, speech_truncated_lstm), on
+the real data or generated files."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import RECIPES, SMOKE, data_root, run_recipe
-
-pytestmark = pytest.mark.data
+from _recipes import RECIPES, run_recipe, smoke_args
 
 CONFIGS = {
     "text_lm": "text_lm_lstm.yaml",
@@ -20,9 +19,7 @@ CONFIGS = {
 
 @pytest.mark.parametrize("recipe", sorted(CONFIGS))
 def test_fast_dev_run_with_an_lstm_encoder(recipe: str, tmp_path: Path) -> None:
-    folder, extra = SMOKE[recipe]
-    assert folder is not None
-    data_root(folder)
+    extra = smoke_args(recipe)  # the real data when it is there, else generated files
     config = RECIPES / "configs" / CONFIGS[recipe]
     run_recipe(recipe, ["fit", "--trainer.fast_dev_run=true", f"--config={config}", *extra], tmp_path)
     run_dir = tmp_path / "runs" / config.stem

@@ -3,7 +3,6 @@ generated FSDD and Speech Commands folders."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from _recipes import RECIPES, data_root, run_recipe
+from _recipes import RECIPES, data_root, recipe_main, run_recipe, write_fsdd
 
 ROOT = RECIPES.parent
 PAGE = ROOT / "docs" / "recipes" / "speech.md"
@@ -28,17 +27,6 @@ def documented_commands() -> list[list[str]]:
             if line.startswith("python recipes/speech_truncated.py"):
                 commands.append(shlex.split(line)[2:])
     return commands
-
-
-def _write_fsdd(root: Path) -> None:
-    recordings = root / "fsdd" / "recordings"
-    recordings.mkdir(parents=True)
-    g = np.random.default_rng(0)
-    for speaker in ("ann", "bob", "theo"):
-        for digit in range(10):
-            for index in range(8):  # takes 0-4 are the test set
-                clip = (0.1 * g.standard_normal(1600)).astype(np.float32)
-                soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip, 8000, subtype="PCM_16")
 
 
 def _write_speech_commands(root: Path) -> None:
@@ -58,17 +46,9 @@ def _write_speech_commands(root: Path) -> None:
 @pytest.fixture(scope="module")
 def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    _write_fsdd(root)
+    write_fsdd(root)
     _write_speech_commands(root)
     return root
-
-
-def _recipe_main():
-    spec = importlib.util.spec_from_file_location("speech_truncated_recipe", RECIPES / "speech_truncated.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 def test_the_page_documents_the_commands() -> None:
@@ -82,7 +62,7 @@ def test_the_page_documents_the_commands() -> None:
 def test_documented_command(args: list[str], generated_root: Path, tmp_path: Path, monkeypatch) -> None:
     """Each documented command runs (one batch per stage) on generated data and writes metrics.json."""
     monkeypatch.chdir(tmp_path)
-    main = _recipe_main()
+    main = recipe_main("speech_truncated")
     args = [str(ROOT / a) if a.startswith("recipes/") else a.replace("=recipes/", f"={ROOT}/recipes/") for a in args]
     if "--help" in args:
         with pytest.raises(SystemExit) as exit_info:
