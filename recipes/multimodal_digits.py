@@ -22,17 +22,15 @@ from pathlib import Path
 
 from attnmm.data import AVDigitsDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
 
 CONFIG = Path(__file__).parent / "configs" / "multimodal_digits.yaml"
 
 
-def main(args: list[str] | None = None) -> RecipeCLI:
+def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
+    # the fused width (MultimodalAdapter's d_model) is the encoder's and the head's; the classes, the data's
     return RecipeCLI(
-        ClassificationTask,
-        AVDigitsDataModule,
-        args=args,
-        parser_kwargs={cmd: {"default_config_files": [str(CONFIG)]} for cmd in ("fit", "validate", "test", "predict")},
-        save_config_kwargs={"overwrite": True},
+        ClassificationTask, AVDigitsDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS, args=args, run=run
     )
 
 

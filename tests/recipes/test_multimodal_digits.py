@@ -5,6 +5,7 @@ each config builds; the attention map and segment mask the TensorBoard callback 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 from pathlib import Path
 
@@ -67,12 +68,13 @@ def test_corrupted_test_set_without_images(generated_root: Path, tmp_path: Path)
 
 
 def _cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
-    from attnmm.data import AVDigitsDataModule
-    from attnmm.lightning import ClassificationTask, RecipeCLI
-
+    """The recipe's own CLI (its default config and links), built without running."""
+    spec = importlib.util.spec_from_file_location("multimodal_digits", RECIPES / "multimodal_digits.py")
+    assert spec is not None and spec.loader is not None
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
     monkeypatch.chdir(tmp_path)
-    configs = [f"--config={CONFIGS / 'multimodal_digits.yaml'}", *args, "--trainer.logger=false"]
-    return RecipeCLI(ClassificationTask, AVDigitsDataModule, run=False, args=configs)
+    return recipe.main([*args, "--trainer.logger=false"], run=False)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +103,9 @@ def test_each_config_builds_the_same_model_with_its_fusion(
         assert repr(adapter.adapters[name]) == repr(base.model.adapter.adapters[name])
         assert repr(adapter.adapters[name].mask) == repr(base.model.adapter.adapters[name].mask)
     assert repr(cli.model.encoder) == repr(base.model.encoder)
+    # written once: the fused width and the data's classes reach the encoder, the head and the task
+    assert cli.model.encoder.layers[0].norm1.normalized_shape == (adapter.out_dim,)
+    assert cli.model.head.linears[0].weight.shape == (10, adapter.out_dim) and cli.model.num_classes == 10
 
 
 def test_attention_map_shows_the_segment_mask(
