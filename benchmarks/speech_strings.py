@@ -397,7 +397,7 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
     if untrained:
         names = ",".join(untrained)
         lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m benchmarks.speech_strings "
-                  f"--parts train --masks '{names}' --num-train 4000 --epochs 6`, about 12 min a mask on one thread)."]
+                  f"--parts train --masks '{names}'`, the models' budget, about 5 min a mask on one thread)."]
     lines.append("")
     return lines
 
@@ -406,18 +406,25 @@ def _models_section(models: dict[str, Any]) -> list[str]:
     lines = [
         "### The models", "",
         "The recipe's config with only the mask and the budget changed (greedy validation; the recipe's "
-        "default budget is 4,000 strings x 10 epochs). Test DER: greedy, on the recipe's 1,000 test strings.", "",
-        "| mask | training | best epoch | train wall (min) | test DER (%) | strings exact (%) | run |",
-        "|---|---|---|---|---|---|---|",
+        "default budget is 4,000 strings x 10 epochs), trained by the recipe or by the same config, seed "
+        "and data in a Lightning Trainer of this module (`--parts train`). Test DER: greedy, on the "
+        "recipe's 1,000 test strings.", "",
+        "| mask | training | trained by | best epoch | train wall (min) | test DER (%) | strings exact (%) | run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m, r in models.items():
+        by = "`recipes/speech_truncated.py fit`" if "peak_rss_mb" in r else "this module's Trainer"
         lines.append(
-            f"| {m} | {r['num_train']} strings x {r['epochs']} epochs | {int(r['best_epoch'])} | "
+            f"| {m} | {_budget(r)} | {by} | {int(r['best_epoch'])} | "
             f"{r['seconds'] / 60:.1f} | {100 * r['test_der']:.2f} | {100 * r['test_string_acc']:.1f} | "
             f"{r['run']['machine']} |"
         )
     lines.append("")
     return lines
+
+
+def _budget(model: dict[str, Any]) -> str:
+    return f"{model['num_train']:,} strings x {model['epochs']} epochs"
 
 
 def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
@@ -436,7 +443,9 @@ def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -
         "plans). Negative: emitted before the recording ends (FSDD recordings keep a little silence after "
         "the word, and a CTC spike often comes before the word's end). A digit whose chunk is the last, "
         "partial one is emitted when the stream ends (at flush), after the trailing silence. Every "
-        "chunk mask keeps 16 frames (640 ms) of left context.", "",
+        "chunk mask keeps 16 frames (640 ms) of left context. The models are those of the table at the end "
+        "of this section" + (f" (each {_budget(next(iter(models.values())))}, a reduced budget)" if models else "")
+        + (f"; the last row is {reference['budget']}" if reference is not None else "") + ".", "",
         "| mask | chunk (ms) | latency mean (ms) | p50 | p95 | max | emitted at flush | streamed DER (%) | "
         "streamed = full decode |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -454,8 +463,16 @@ def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -
         lines += [
             f"From chunks of {f0 * FRAME_MS} ms to chunks of {f1 * FRAME_MS} ms the mean latency grows by "
             f"{b['latency_mean_ms'] - a['latency_mean_ms']:.0f} ms and the 95th percentile by "
-            f"{b['latency_p95_ms'] - a['latency_p95_ms']:.0f} ms (the chunk grows by {(f1 - f0) * FRAME_MS} ms; "
-            f"a digit waits on average about half a chunk for its chunk to end).", "",
+            f"{b['latency_p95_ms'] - a['latency_p95_ms']:.0f} ms (the chunk grows by {(f1 - f0) * FRAME_MS} ms).",
+            "",
+        ]
+    same = next((m for m in models if reference is not None and m == reference["mask"] and "stream" in models[m]), None)
+    if same is not None and reference is not None:
+        a, b = models[same]["stream"], reference["stream"]
+        lines += [
+            f"{same} at the reduced budget and as the recipe trains it (streamed DER {100 * a['der']:.1f}% vs "
+            f"{100 * b['der']:.1f}%): mean latency {a['latency_mean_ms']:.0f} vs {b['latency_mean_ms']:.0f} ms, "
+            f"95th percentile {a['latency_p95_ms']:.0f} vs {b['latency_p95_ms']:.0f} ms.", "",
         ]
     return lines
 

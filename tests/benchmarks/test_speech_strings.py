@@ -84,7 +84,8 @@ def _store() -> dict:
               "latency_max_ms": 260.0, "latency_min_ms": -100.0}
     model = {"num_train": 100, "epochs": 1, "best_epoch": 0.0, "seconds": 60.0, "test_der": 0.05,
              "test_string_acc": 0.8, "der": [{"length": 5, "der": 0.1}], "stream": stream, "run": run}
-    return {"cost": {"rows": rows, "steps_per_epoch": 250, "steps": 5, "run": run}, "models": {"Chunk(8, 2)": model}}
+    return {"cost": {"rows": rows, "steps_per_epoch": 250, "steps": 5, "run": run}, "models": {"Chunk(8, 2)": model},
+            "reference": {"mask": "Chunk(8, 2)", "budget": "the recipe's run", "stream": {**stream, "der": 0.01}}}
 
 
 def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
@@ -96,6 +97,8 @@ def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
     assert "step time is at least 10% below Full's from 20 digits (400 frames) on" in text
     assert "| Chunk(8, 2) | 320 | 50 | 40 | 200 | 260 | 1 | 0.00 | 2/2 |" in text
     assert "| 5 | 100 | Chunk(8, 2) | 2.08 | 1.04 | 40 | 0.67 | 10.00 |" in text
+    assert "(streamed DER 0.0% vs 1.0%): mean latency 50 vs 50 ms" in text
+    assert "DER of Full: not measured yet" in text
     page = "# Speech\n\nintro\n"
     once = bench.render_page(page, store)
     assert once.startswith(page) and once.count(bench.START) == 1
