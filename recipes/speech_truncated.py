@@ -23,14 +23,22 @@ from lightning import LightningDataModule
 
 from attnmm.data import FSDDDataModule
 from attnmm.lightning import ClassificationTask, EncoderTask, RecipeCLI
+from attnmm.lightning.cli import CLASS_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "speech_truncated.yaml"
+# the data's classes: the task's and its heads' (a SequenceTask's CTC head and attention decoder)
+SPEECH_LINKS = (
+    *CLASS_LINKS,
+    Link("data.num_classes", "model.ctc_head.init_args.num_classes", apply_on="instantiate"),
+    Link("data.num_classes", "model.decoder.init_args.num_classes", apply_on="instantiate"),
+)
 
 
 def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
         EncoderTask, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        default_model=ClassificationTask, default_data=FSDDDataModule, config=CONFIG, args=args, run=run,
+        default_model=ClassificationTask, default_data=FSDDDataModule, config=CONFIG, links=SPEECH_LINKS,
+        args=args, run=run,
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _get_module_type, _InstantiatorFn
 
 from attnmm.lightning.checkpoint import find_last_checkpoint
 
@@ -83,6 +83,45 @@ CLASS_LINKS = (
     Link("data.num_classes", "model.head.init_args.num_classes", apply_on="instantiate"),
 )
 _SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def _accepts(config: Any, cls: type | None, key: str) -> bool:
+    """Whether the saved hyperparameters ``config`` (of ``cls``) have a place for the dotted ``key``: each
+    part on the way is there (not ``None``) and the last is a parameter of the class that holds it."""
+    import importlib
+    import inspect
+
+    *parents, leaf = key.split(".")
+    for part in parents:
+        if not isinstance(config, dict) or config.get(part) is None:
+            return False
+        config = config[part]
+        if part == "init_args":
+            continue
+        path = config.get("class_path") if isinstance(config, dict) else None
+        if path is not None:
+            module, _, name = path.rpartition(".")
+            cls = getattr(importlib.import_module(module), name, None)
+    if not isinstance(config, dict) or cls is None:
+        return False
+    return leaf in inspect.signature(cls).parameters
+
+
+class _LinkedInstantiator(_InstantiatorFn):
+    """Lightning's instantiator (it records the values of instantiation links in the hyperparameters),
+    keeping only the links whose target is there: jsonargparse skips a target the chosen class lacks
+    (a ``SequenceTask`` has no ``num_classes``, a ``ClassificationTask`` no ``decoder``), Lightning
+    would fail on it."""
+
+    def __call__(self, class_type: Any, *args: Any, applied_instantiation_links: dict, **kwargs: Any) -> Any:
+        self.cli._dump_config()
+        hparams = self.cli.config_dump.get(self.key) or {}
+        kept = {}
+        for key, value in applied_instantiation_links.items():
+            inner = key[len(f"{self.key}."):].removeprefix("init_args.")
+            if not key.startswith(f"{self.key}.") or _accepts(hparams.get("init_args", hparams), class_type, inner):
+                kept[key] = value
+        return super().__call__(class_type, *args, applied_instantiation_links=kept, **kwargs)
 
 
 class RecipeCLI(LightningCLI):
@@ -164,6 +203,13 @@ class RecipeCLI(LightningCLI):
                 compute_fn=link.compute_fn, apply_on=link.apply_on,
             )
 
+    def _add_instantiators(self) -> None:
+        # Lightning's two instantiators, tolerant of link targets the chosen classes lack
+        for key, cls, subclasses in (("model", self._model_class, self.subclass_mode_model),
+                                     ("data", self._datamodule_class, self.subclass_mode_data)):
+            instantiator = _LinkedInstantiator(cli=self, key=key)
+            self.parser.add_instantiator(instantiator, _get_module_type(cls), subclasses=subclasses)
+
     def _subclass_key(self, key: str) -> str:
         """``model.x`` as ``model.init_args.x`` when the model is parsed in subclass mode (same for data)."""
         root, dot, rest = key.partition(".")
@@ -200,11 +246,13 @@ class RecipeCLI(LightningCLI):
             sources = (link.source,) if isinstance(link.source, str) else link.source
             values = [getattr(data, s.split(".", 1)[1]) for s in sources]
             value = values[0] if link.compute_fn is None else link.compute_fn(*values)
-            *parents, leaf = self._subclass_key(link.target).split(".")
-            node: Any = config
-            for key in parents:
-                node = node.get(key) if isinstance(node, dict) else None
-            if isinstance(node, dict):  # a part that is there (not ``head: null``)
+            target = self._subclass_key(link.target)
+            root = self.model_class if target.startswith("model.") else self.datamodule_class
+            if _accepts(config, root, target):  # a part that is there (not ``head: null``) and takes it
+                *parents, leaf = target.split(".")
+                node: Any = config
+                for key in parents:
+                    node = node[key]
                 node[leaf] = value
         return yaml.safe_dump(config, sort_keys=False)
 

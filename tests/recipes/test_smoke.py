@@ -98,3 +98,18 @@ def test_graph_node_follows_the_graph(two_graphs: Path, tmp_path: Path, config: 
 def test_every_recipe_is_smoke_tested() -> None:
     recipes = {p.stem for p in (Path(__file__).parents[2] / "recipes").glob("*.py")}
     assert set(SMOKE) == recipes - {"multimodal_digits"}  # that one: tests/recipes/test_multimodal_digits.py
+
+
+@pytest.mark.parametrize("config", [None, "speech_truncated_strings.yaml"])
+def test_speech_heads_take_the_data_classes(
+    config: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In subclass mode a link reaches the parts the chosen task has and skips the others: the default
+    ClassificationTask's num_classes and head, the strings config's SequenceTask CTC head and decoder."""
+    monkeypatch.chdir(tmp_path)
+    extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
+    cli = recipe_main("speech_truncated")([*extra, *smoke_args("speech_truncated")], run=False)
+    hp = dict(cli.model.hparams)
+    parts = ("head",) if config is None else ("ctc_head", "decoder")
+    assert [hp[p]["init_args"]["num_classes"] for p in parts] == [10] * len(parts)
+    assert hp.get("num_classes") == (10 if config is None else None)
