@@ -85,7 +85,7 @@ CLASS_LINKS = (
 _SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
-def _accepts(config: Any, cls: type | None, key: str) -> bool:
+def _accepts(config: Any, cls: Callable[..., Any] | None, key: str) -> bool:
     """Whether the saved hyperparameters ``config`` (of ``cls``) have a place for the dotted ``key``: each
     part on the way is there (not ``None``) and the last is a parameter of the class that holds it."""
     import importlib
@@ -262,7 +262,8 @@ class RecipeCLI(LightningCLI):
         if "class_path" in config:
             module, _, name = config["class_path"].rpartition(".")
             return getattr(importlib.import_module(module), name)(**config.get("init_args", {}))
-        return self.datamodule_class(**config)
+        cls: Any = self.datamodule_class
+        return cls(**config)
 
     def _subclass_roots(self) -> tuple[str, ...]:
         return ("model",) * self.subclass_mode_model + ("data",) * self.subclass_mode_data
