@@ -303,14 +303,17 @@ def streaming(opts: argparse.Namespace) -> dict[str, Any]:
 
 
 def _lm_task(config: str | None) -> Any:
-    from attnmm.data import ShakespeareDataModule
-    from attnmm.lightning import ClassificationTask, RecipeCLI
+    import importlib.util
 
-    configs = [str(RECIPES / "configs" / "text_lm.yaml")] + ([str(RECIPES / "configs" / config)] if config else [])
-    args = [f"--config={c}" for c in configs] + ["--trainer.logger=false"]
+    # the recipe's own CLI: its default config and links (the widths and classes written once)
+    spec = importlib.util.spec_from_file_location("text_lm_recipe", RECIPES / "text_lm.py")
+    assert spec is not None and spec.loader is not None
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    args = ([f"--config={RECIPES / 'configs' / config}"] if config else []) + ["--trainer.logger=false"]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        cli = RecipeCLI(ClassificationTask, ShakespeareDataModule, run=False, args=args)
+        cli = recipe.main(args, run=False)
     return cli.model.eval()
 
 

@@ -81,9 +81,12 @@ def build_task(mask: str, decoding: str | None = None) -> Any:
     """The recipe's SequenceTask (fresh weights) with ``mask`` (and ``decoding``, when given)."""
     import jsonargparse
 
+    from attnmm.data import FSDDStringsDataModule
     from attnmm.lightning import SequenceTask
 
     model = copy.deepcopy(_recipe()["model"])
+    for head in ("ctc_head", "decoder"):  # the recipe links the heads' class count to the data's
+        model["init_args"][head]["init_args"]["num_classes"] = FSDDStringsDataModule.num_classes
     model["init_args"]["adapter"]["init_args"]["mask"] = MASKS[mask]
     if decoding is not None:
         model["init_args"]["decoding"] = decoding
