@@ -19,7 +19,7 @@ from pathlib import Path
 
 from attnmm.data import MNISTDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
-from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
+from attnmm.lightning.cli import CLASS_LINKS, HEAD_LINKS, WIDTH_LINKS
 
 CONFIG = Path(__file__).parent / "configs" / "image_patches.yaml"
 
@@ -27,8 +27,8 @@ CONFIG = Path(__file__).parent / "configs" / "image_patches.yaml"
 def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     # data.class_path picks MNISTDataModule or a subclass (CIFAR10DataModule)
     return RecipeCLI(
-        ClassificationTask, MNISTDataModule, subclass_mode_data=True, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS,
-        args=args, run=run,
+        ClassificationTask, MNISTDataModule, subclass_mode_data=True, config=CONFIG,
+        links=WIDTH_LINKS + HEAD_LINKS + CLASS_LINKS, args=args, run=run,
     )
 
 

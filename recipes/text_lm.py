@@ -17,7 +17,7 @@ from pathlib import Path
 
 from attnmm.data import ShakespeareDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
-from attnmm.lightning.cli import WIDTH_LINKS, Link
+from attnmm.lightning.cli import HEAD_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "text_lm.yaml"
 
@@ -30,7 +30,8 @@ VOCAB_LINKS = (
 
 def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask, ShakespeareDataModule, config=CONFIG, links=WIDTH_LINKS + VOCAB_LINKS, args=args, run=run,
+        ClassificationTask, ShakespeareDataModule, config=CONFIG, links=WIDTH_LINKS + HEAD_LINKS + VOCAB_LINKS,
+        args=args, run=run,
     )
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from attnmm.data import UDPOSDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
-from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
+from attnmm.lightning.cli import CLASS_LINKS, HEAD_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "text_pos.yaml"
 
@@ -32,7 +32,7 @@ VOCAB_LINKS = (
 
 def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask, UDPOSDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS + VOCAB_LINKS,
+        ClassificationTask, UDPOSDataModule, config=CONFIG, links=WIDTH_LINKS + HEAD_LINKS + CLASS_LINKS + VOCAB_LINKS,
         args=args, run=run,
     )
 

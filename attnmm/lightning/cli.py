@@ -82,6 +82,21 @@ CLASS_LINKS = (
     Link("data.num_classes", "model.num_classes", apply_on="instantiate"),
     Link("data.num_classes", "model.head.init_args.num_classes", apply_on="instantiate"),
 )
+
+
+def head_dim(d_model: int, num_heads: int) -> int:
+    """The width of one attention head, ``d_model / num_heads`` (a rotary embedding's ``head_dim``)."""
+    if d_model % num_heads:
+        raise ValueError(f"d_model = {d_model} is not a multiple of num_heads = {num_heads}")
+    return d_model // num_heads
+
+
+#: The encoder's heads: the rotary embedding's ``head_dim`` and the relative position bias's ``num_heads``.
+HEAD_LINKS = (
+    Link(("model.adapter.init_args.d_model", "model.encoder.init_args.num_heads"),
+         "model.encoder.init_args.rotary.init_args.head_dim", compute_fn=head_dim),
+    Link("model.encoder.init_args.num_heads", "model.encoder.init_args.position_bias.init_args.num_heads"),
+)
 _SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
@@ -111,10 +126,14 @@ class _LinkedInstantiator(_InstantiatorFn):
     """Lightning's instantiator (it records the values of instantiation links in the hyperparameters),
     keeping only the links whose target is there: jsonargparse skips a target the chosen class lacks
     (a ``SequenceTask`` has no ``num_classes``, a ``ClassificationTask`` no ``decoder``), Lightning
-    would fail on it."""
+    would fail on it. It also writes the values of links into a part of a part (the encoder's
+    ``rotary.init_args.head_dim``), which jsonargparse applies only while building that part, into the
+    hyperparameters, so a checkpoint rebuilds the model."""
 
     def __call__(self, class_type: Any, *args: Any, applied_instantiation_links: dict, **kwargs: Any) -> Any:
         self.cli._dump_config()
+        assert isinstance(self.cli, RecipeCLI)
+        self.cli._fill_parse_links(self.cli.config_dump)
         hparams = self.cli.config_dump.get(self.key) or {}
         kept = {}
         for key, value in applied_instantiation_links.items():
@@ -237,6 +256,7 @@ class RecipeCLI(LightningCLI):
         command = self.config.get("subcommand")
         dump = yaml.safe_load(parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
         config = dump[command] if command else dump
+        self._fill_parse_links(config)
         data = None
         for link in self._links:
             if link.apply_on != "instantiate":
@@ -255,6 +275,29 @@ class RecipeCLI(LightningCLI):
                     node = node[key]
                 node[leaf] = value
         return yaml.safe_dump(config, sort_keys=False)
+
+    def _fill_parse_links(self, config: dict[str, Any]) -> None:
+        """Write the values of the parse links into ``config`` (a dumped config), where the target is a
+        parameter of the class there and every source is given (as jsonargparse applies them)."""
+        for link in self._links:
+            if link.apply_on != "parse":
+                continue
+            sources = (link.source,) if isinstance(link.source, str) else link.source
+            values = []
+            for source in sources:
+                node: Any = config
+                for key in self._subclass_key(source).split("."):
+                    node = node.get(key) if isinstance(node, dict) else None
+                values.append(node)
+            target = self._subclass_key(link.target)
+            root = self.model_class if target.startswith("model.") else self.datamodule_class
+            if any(v is None for v in values) or not _accepts(config, root, target):
+                continue
+            *parents, leaf = target.split(".")
+            node = config
+            for key in parents:
+                node = node[key]
+            node[leaf] = values[0] if link.compute_fn is None else link.compute_fn(*values)
 
     def _build_data(self, config: dict[str, Any]) -> Any:
         import importlib

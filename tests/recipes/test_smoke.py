@@ -113,3 +113,20 @@ def test_speech_heads_take_the_data_classes(
     parts = ("head",) if config is None else ("ctc_head", "decoder")
     assert [hp[p]["init_args"]["num_classes"] for p in parts] == [10] * len(parts)
     assert hp.get("num_classes") == (10 if config is None else None)
+
+
+@pytest.mark.parametrize("heads", [None, 4])
+def test_head_width_follows_width_and_heads(heads: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rotary embedding's head_dim is d_model / num_heads and the position bias has num_heads heads,
+    in the built model and in the hyperparameters a checkpoint rebuilds it from."""
+    extra = [] if heads is None else [f"--model.encoder.init_args.num_heads={heads}"]
+    hp = _hparams("text_pos", tmp_path, monkeypatch, *extra)
+    num_heads = heads or 6
+    encoder = hp["encoder"]["init_args"]
+    assert encoder["rotary"]["init_args"]["head_dim"] == 192 // num_heads
+    assert encoder["position_bias"]["init_args"]["num_heads"] == num_heads
+    from lightning.pytorch.cli import instantiate_module  # what load_from_checkpoint calls
+
+    rebuilt = instantiate_module(ClassificationTask, {k: v for k, v in hp.items() if k != "_instantiator"})
+    assert rebuilt.encoder.position_bias.num_heads == num_heads
+    assert rebuilt.encoder.layers[0].attn.rotary.head_dim == 192 // num_heads
