@@ -3,7 +3,7 @@ segment, each on the backend its own blocks call for."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -31,8 +31,9 @@ class SegmentsBackend(Backend):
     the band kernel, under ``Causal`` or full attention on fused SDPA, under ``Grid`` on the sparse
     kernel; a segment linked to several keeps its row of blocks (sparse, or dense where dense wins).
     The queries of a segment past an item's length get output 0 (and gradient 0). Gradients flow
-    through the slices and the concatenation. Its cost is the sum of the cost of every segment's
-    chosen backend, so the dispatcher compares it with computing the whole mask on one backend.
+    through one split of each input and the concatenations. Its cost is the sum of the cost of every
+    segment's chosen backend, so the dispatcher compares it with computing the whole mask on one
+    backend; each segment's backend is chosen once per call (cost, memory and forward share it).
     Softmax or ReLU scores and dropout; no bias and no returned weights (the sparse backend computes
     those).
 
@@ -62,29 +63,23 @@ class SegmentsBackend(Backend):
     def cost(self, problem: Problem) -> float | None:
         """The sum of the estimated costs of every query segment on its chosen backend (``None`` when
         one of them has no estimate)."""
-        from attnmm.attention._dispatch import candidates
-
         total = 0.0
-        for sub in _rows(problem).values():
-            if sub is None:
+        for step in _plan(problem).values():
+            if step is None:
                 continue
-            cost = candidates(sub)[0].cost(sub)
-            if cost is None:
+            if step.cost is None:
                 return None
-            total += cost
+            total += step.cost
         return total
 
     def memory_bytes(self, problem: Problem) -> int:
         """The sum of every query segment's chosen backend's working memory, and the output."""
         if not isinstance(problem.effective_mask, Segments):
             return 0
-        from attnmm.attention._dispatch import candidates
-
-        subs = [sub for sub in _rows(problem).values() if sub is not None]
-        return sum(candidates(sub)[0].memory_bytes(sub) for sub in subs) + output_bytes(problem)
+        steps = [step for step in _plan(problem).values() if step is not None]
+        return sum(step.backend.memory_bytes(step.problem) for step in steps) + output_bytes(problem)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        from attnmm.attention._dispatch import choose_backend
         from attnmm.attention._memory import check_backend, check_pairs
 
         mask = problem.effective_mask
@@ -92,15 +87,16 @@ class SegmentsBackend(Backend):
         q, v = problem.q, problem.v
         B = problem.B
         outs = []
-        for a, sub in _rows(problem).items():
+        plan = _plan(problem)
+        problem.__dict__.pop(_PLAN, None)  # the sub-problems hold views of the inputs: not kept past the call
+        for a, step in plan.items():
             n = mask.sizes[a]
-            if sub is None or n == 0:  # no key segment linked: every query of the segment attends nothing
+            if step is None or n == 0:  # no key segment linked: every query of the segment attends nothing
                 outs.append(_Nothing.apply(q[:, :, mask.offsets[a] : mask.offsets[a + 1]], problem.k, v))
                 continue
-            check_pairs(sub, with_bias=False)
-            chosen = choose_backend(sub)
-            check_backend(sub, chosen)
-            out, _ = chosen.forward(sub)  # (B, H, n_a, Ev)
+            check_pairs(step.problem, with_bias=False)
+            check_backend(step.problem, step.backend)
+            out, _ = step.backend.forward(step.problem)  # (B, H, n_a, Ev)
             if mask.lengths is not None:  # the segment's padded queries attend nothing
                 real = torch.arange(n, device=q.device) < mask.lengths[:, a].to(q.device).view(-1, 1)  # (B, n_a)
                 out = torch.where(real.view(B, 1, n, 1), out, out.new_zeros(()))
@@ -121,25 +117,60 @@ class _Nothing(torch.autograd.Function):
         return None, None, None
 
 
+class _Step(NamedTuple):
+    """One query segment's attention, the backend dispatch chose for it and that backend's estimate."""
+
+    problem: Problem
+    backend: Backend
+    cost: float | None
+
+
+#: Where a problem keeps its plan between dispatch (cost, memory) and the forward of one call.
+_PLAN = "_segments_plan"
+
+
+def _plan(problem: Problem) -> dict[int, _Step | None]:
+    """Every query segment's sub-problem and chosen backend (``None``: no link), worked out once per
+    call: dispatch asks for the cost and the memory and then runs the forward on the same
+    :class:`Problem`, and each sub-problem's choice counts its rows' keys, so the plan is kept on the
+    problem (as :func:`functools.cached_property` keeps a value) until the forward takes it."""
+    from attnmm.attention._dispatch import candidates
+
+    plan = problem.__dict__.get(_PLAN)
+    if plan is None:
+        plan = {}
+        for a, sub in _rows(problem).items():
+            if sub is None:
+                plan[a] = None
+                continue
+            chosen = candidates(sub)[0]
+            plan[a] = _Step(sub, chosen, chosen.cost(sub))
+        problem.__dict__[_PLAN] = plan
+    return plan
+
+
 def _rows(problem: Problem) -> dict[int, Problem | None]:
     """The attention of every query segment over its linked key segments (``None``: no link)."""
     mask = problem.effective_mask
     assert isinstance(mask, Segments)
-    q, k, v = problem.q, problem.k, problem.v
-    offsets = mask.offsets
+    # one split of each input, not a slice per segment: a slice's backward writes its gradient into a
+    # zero tensor of the input's full size, a split's joins every segment's gradient in one pass
+    qs, ks, vs = (t.split(list(mask.sizes), dim=2) for t in (problem.q, problem.k, problem.v))
     rows: dict[int, Problem | None] = {}
     for a in range(mask.num_segments):
         cs, row_mask = mask.row(a)
         if row_mask is None:
             rows[a] = None
             continue
-        if cs == list(range(cs[0], cs[-1] + 1)):  # consecutive segments: one slice, no copy
-            keys, values = k[:, :, offsets[cs[0]] : offsets[cs[-1] + 1]], v[:, :, offsets[cs[0]] : offsets[cs[-1] + 1]]
+        if len(cs) == mask.num_segments:  # every segment, in order: the inputs themselves
+            keys, values = problem.k, problem.v
+        elif len(cs) == 1:
+            keys, values = ks[cs[0]], vs[cs[0]]
         else:
-            keys = torch.cat([k[:, :, offsets[c] : offsets[c + 1]] for c in cs], dim=2)  # (B, H, S_a, E)
-            values = torch.cat([v[:, :, offsets[c] : offsets[c + 1]] for c in cs], dim=2)  # (B, H, S_a, Ev)
+            keys = torch.cat([ks[c] for c in cs], dim=2)  # (B, H, S_a, E)
+            values = torch.cat([vs[c] for c in cs], dim=2)  # (B, H, S_a, Ev)
         rows[a] = Problem(
-            q[:, :, offsets[a] : offsets[a + 1]],  # (B, H, n_a, E)
+            qs[a],  # (B, H, n_a, E)
             keys,
             values,
             row_mask,
