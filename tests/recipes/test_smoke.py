@@ -130,3 +130,24 @@ def test_head_width_follows_width_and_heads(heads: int | None, tmp_path: Path, m
     rebuilt = instantiate_module(ClassificationTask, {k: v for k, v in hp.items() if k != "_instantiator"})
     assert rebuilt.encoder.position_bias.num_heads == num_heads
     assert rebuilt.encoder.layers[0].attn.rotary.head_dim == 192 // num_heads
+
+
+@pytest.mark.parametrize("config,scores,heads", [(None, "additive", 8), ("graph_node_appnp.yaml", "uniform", 1)])
+def test_graph_node_default_learns_attention(
+    config: str | None, scores: str, heads: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Cora default propagates by learned additive attention (8 heads); graph_node_appnp.yaml is
+    the same model with uniform weights, the previous default."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
+    cli = recipe_main("graph_node")([*extra, *smoke_args("graph_node")], run=False)
+    encoder = cli.model.encoder
+    assert (encoder.scores, encoder.heads, encoder.steps, encoder.alpha, encoder.pair_dropout) == (
+        scores,
+        heads,
+        10,
+        0.1,
+        0.5,
+    )
+    assert cli.model.hparams["lr"] == 0.01 and cli.model.hparams["weight_decay"] == 5e-4
