@@ -358,7 +358,7 @@ class _Offset(Mask):
 class Emission(NamedTuple):
     """A label emitted by :class:`StreamingRecognizer`.
 
-    Args:
+    Attributes:
         label (int): the class c (head output c + 1; digit c for spoken digits).
         frame (int): the frame whose greedy output starts the label (its CTC spike).
         chunk_end (int): frames complete when it was emitted: the end of that frame's block.
@@ -506,7 +506,7 @@ def emission_latency(
 ) -> EmissionLatency:
     r"""Emission latency per reference label (e.g. digit): :math:`\mathrm{emitted}_k - \mathrm{end}_k`, the
     time from the end of label :math:`k`'s audio to the sample at which the stream emitted it
-    (:attr:`Emission.sample`; algorithmic latency, compute time excluded), over utterances.
+    (:attr:`~attnmm.adapters.Emission.sample`; algorithmic latency, compute time excluded), over utterances.
 
     With ``references``, each utterance's emitted labels are aligned to its reference labels by
     minimum edit distance and only equal aligned labels count (of two equal reference labels, one
