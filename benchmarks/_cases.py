@@ -14,6 +14,7 @@ from torch import Tensor
 from attnmm import attend
 from attnmm.masks import Graph, Grid, Mask, Window
 from benchmarks import gat_conv, graph_conv, mixed_sequence, packed_documents
+from benchmarks._measure import train_runner
 
 Inputs = dict[str, Any]
 Runner = Callable[[], object]
@@ -55,17 +56,6 @@ def _randn(*shape: int, seed: int) -> Tensor:
 def _qkv(*shape: int) -> Inputs:
     q, k, v = (_randn(*shape, seed=s).requires_grad_(True) for s in range(3))
     return {"q": q, "k": k, "v": v, "grad": _randn(*shape, seed=3)}
-
-
-def _train(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> Runner:
-    """Forward + backward of ``fn`` on x's q, k, v with a fixed output gradient."""
-
-    def run() -> None:
-        for t in (x["q"], x["k"], x["v"]):
-            t.grad = None
-        fn(x["q"], x["k"], x["v"]).backward(x["grad"])
-
-    return run
 
 
 def _infer(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> Runner:
@@ -117,7 +107,7 @@ def _window_check(x: Inputs) -> str:
 def _sdpa_dense(mask: Mask, length: int) -> Callable[[Inputs], Runner]:
     def peer(x: Inputs) -> Runner:
         dense = mask.dense(length, length)  # the peer's input, built once
-        return _train(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense), x)
+        return train_runner(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense), x)
 
     return peer
 
@@ -245,7 +235,7 @@ CASES: list[Case] = [
         "SDPA with the dense bool mask",
         ">= 20x faster",
         _window_inputs(8192),
-        lambda x: _train(lambda q, k, v: attend(q, k, v, WINDOW), x),
+        lambda x: train_runner(lambda q, k, v: attend(q, k, v, WINDOW), x),
         _sdpa_dense(WINDOW, 8192),
         _window_check,
         _speedup(20),
@@ -269,8 +259,8 @@ CASES: list[Case] = [
         "attnmm at L=8192 (dense would need 68 GB)",
         "runs; t(65536)/t(8192) <= 10",
         _window_inputs(65536),
-        lambda x: _train(lambda q, k, v: attend(q, k, v, WINDOW), x),
-        lambda x: _train(lambda q, k, v: attend(q, k, v, WINDOW), _qkv(1, 4, 8192, 64)),
+        lambda x: train_runner(lambda q, k, v: attend(q, k, v, WINDOW), x),
+        lambda x: train_runner(lambda q, k, v: attend(q, k, v, WINDOW), _qkv(1, 4, 8192, 64)),
         _long_check,
         _scaling,
         rounds=5,
@@ -281,8 +271,8 @@ CASES: list[Case] = [
         "TransformerConv formulation (gather + softmax + scatter)",
         ">= 4x faster, >= 8x less peak memory",
         _graph_inputs,
-        lambda x: _train(_graph_ours(x), x),
-        lambda x: _train(_transformer_conv(x), x),
+        lambda x: train_runner(_graph_ours(x), x),
+        lambda x: train_runner(_transformer_conv(x), x),
         _graph_check,
         _graph_verdict,
         rounds=3,
@@ -293,7 +283,7 @@ CASES: list[Case] = [
         "SDPA with the dense bool mask",
         ">= 10x faster",
         lambda: _qkv(1, 4, 4096, 32),
-        lambda x: _train(lambda q, k, v: attend(q, k, v, GRID), x),
+        lambda x: train_runner(lambda q, k, v: attend(q, k, v, GRID), x),
         _sdpa_dense(GRID, 4096),
         _grid_check,
         _speedup(10),
@@ -342,7 +332,7 @@ CASES: list[Case] = [
         "SDPA with the dense bool mask",
         ">= 10x faster, peak <= 1/4 of the (L, L) bool mask",
         mixed_sequence.build,
-        lambda x: _train(lambda q, k, v: attend(q, k, v, mixed_sequence.MASK), x),
+        lambda x: train_runner(lambda q, k, v: attend(q, k, v, mixed_sequence.MASK), x),
         _sdpa_dense(mixed_sequence.MASK, mixed_sequence.LENGTH),
         _mixed_check,
         mixed_sequence.verdict,
@@ -390,8 +380,8 @@ CASES: list[Case] = [
         "raw F.scaled_dot_product_attention",
         "overhead <= 5%",
         lambda: _qkv(1, 4, 1024, 64),
-        lambda x: _train(lambda q, k, v: attend(q, k, v), x),
-        lambda x: _train(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), x),
+        lambda x: train_runner(lambda q, k, v: attend(q, k, v), x),
+        lambda x: train_runner(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), x),
         _full_check,
         _overhead,
         rounds=41,

@@ -19,10 +19,12 @@ import ctypes
 import gc
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def _cpu_jiffies() -> tuple[int, int]:
@@ -176,3 +178,26 @@ THREADS_ENV = "ATTNMM_BENCH_THREADS"
 def threads() -> int:
     """Torch threads of a benchmark process: ``$ATTNMM_BENCH_THREADS``, else 2."""
     return int(os.environ.get(THREADS_ENV, "2"))
+
+
+def train_runner(fn: Callable[[Any, Any, Any], Any], x: dict[str, Any]) -> Callable[[], None]:
+    """A call of forward + backward of ``fn`` on ``x``'s ``q``, ``k``, ``v`` with the fixed output
+    gradient ``x["grad"]`` (their gradients cleared first)."""
+
+    def run() -> None:
+        for t in (x["q"], x["k"], x["v"]):
+            t.grad = None
+        fn(x["q"], x["k"], x["v"]).backward(x["grad"])
+
+    return run
+
+
+def machine_line() -> str:
+    """The machine and the time of a run, as the stored results record them: processor, cores,
+    torch version, UTC time."""
+    import torch
+
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.masks import Causal, Documents, Mask
+from benchmarks._measure import train_runner
 
 Inputs = dict[str, Any]
 Runner = Callable[[], object]
@@ -55,15 +56,6 @@ def build() -> Inputs:
     return {"q": q, "k": k, "v": v, "grad": torch.randn(1, HEADS, TOKENS, DIM, generator=g), "lengths": lengths}
 
 
-def _train(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> Runner:
-    def run() -> None:
-        for t in (x["q"], x["k"], x["v"]):
-            t.grad = None
-        fn(x["q"], x["k"], x["v"]).backward(x["grad"])
-
-    return run
-
-
 def _grads(fn: Callable[[Tensor, Tensor, Tensor], Tensor], x: Inputs) -> list[Tensor]:
     out = fn(x["q"], x["k"], x["v"])
     return [out.detach(), *torch.autograd.grad(out, (x["q"], x["k"], x["v"]), x["grad"])]
@@ -81,7 +73,7 @@ def _agree(a: list[Tensor], b: list[Tensor], what: str, atol: float = 1e-4) -> s
 
 def ours(x: Inputs) -> Runner:
     mask = mask_of(x["lengths"])
-    return _train(lambda q, k, v: attend(q, k, v, mask), x)
+    return train_runner(lambda q, k, v: attend(q, k, v, mask), x)
 
 
 # ------------------------------------------------------------------ peers
@@ -90,7 +82,7 @@ def ours(x: Inputs) -> Runner:
 def dense_peer(x: Inputs) -> Runner:
     """SDPA with the dense (L, L) bool mask, built once (1 GiB at L = 32,768)."""
     dense = mask_of(x["lengths"]).dense(TOKENS, TOKENS)
-    return _train(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense), x)
+    return train_runner(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense), x)
 
 
 def padded_attention(lengths: Tensor) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -117,7 +109,7 @@ def padded_attention(lengths: Tensor) -> Callable[[Tensor, Tensor, Tensor], Tens
 
 
 def padded_peer(x: Inputs) -> Runner:
-    return _train(padded_attention(x["lengths"]), x)
+    return train_runner(padded_attention(x["lengths"]), x)
 
 
 def check(x: Inputs) -> str:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import platform
 import sys
 import time
 import warnings
@@ -33,6 +31,7 @@ from typing import Any
 
 import torch
 
+from benchmarks._measure import machine_line
 from benchmarks._recipe_runs import RECIPES, run_fits_side_by_side
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +84,7 @@ def quality(opts: argparse.Namespace) -> dict[str, Any]:
         lift = ["--trainer.max_time=null"]
         jobs = [(recipe, lift), (recipe, [f"--config={RECIPES / 'configs' / config}", *lift])]
         attn, lstm = run_fits_side_by_side(jobs, seed=opts.seed, collect=_run_summary)
-        when = f"{_machine()}, {opts.command}"
+        when = f"{machine_line()}, {opts.command}"
         for label, r in (("attention (default)", attn), (f"LSTM ({config})", lstm)):
             row = {"recipe": recipe, "encoder": label, "metric": metric, "lower_is_better": lower, **r, "run": when}
             rows.append(row)
@@ -351,13 +350,6 @@ PARTS: dict[str, Part] = {
 
 # ---------------------------------------------------------------------------------------------------
 # the store and the page
-
-
-def _machine() -> str:
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
 
 
 def load_store() -> dict[str, Any]:
@@ -819,7 +811,7 @@ def main(argv: list[str] | None = None) -> None:
             result = PARTS[name](opts)
             result["run"] = {
                 "command": opts.command,
-                "machine": _machine(),
+                "machine": machine_line(),
                 "minutes": round((time.perf_counter() - started) / 60, 1),
             }
             store[name if opts.device == "cpu" else f"{name}_{opts.device}"] = result

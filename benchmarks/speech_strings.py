@@ -33,7 +33,6 @@ import copy
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -46,6 +45,8 @@ from typing import Any
 
 import torch
 import yaml
+
+from benchmarks._measure import machine_line
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "recipes" / "configs" / "speech_truncated_strings.yaml"
@@ -319,13 +320,6 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
 # the store and the section
 
 
-def _machine() -> str:
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-    )
-
-
 def load_store() -> dict[str, Any]:
     return json.loads(STORE.read_text()) if STORE.exists() else {}
 
@@ -579,7 +573,7 @@ def main(argv: list[str] | None = None) -> None:
     command = " ".join(["python -m benchmarks.speech_strings", *argv])
 
     def save(key: str, value: dict[str, Any], started: float, sub: str | None = None) -> None:
-        value["run"] = {"command": command, "machine": _machine(),
+        value["run"] = {"command": command, "machine": machine_line(),
                         "minutes": round((time.perf_counter() - started) / 60, 1)}
         if not opts.no_write:
             store.clear()

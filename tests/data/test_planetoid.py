@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _recipes import data_root
+from _recipes import data_root, write_planetoid
 
 from attnmm.data import PlanetoidDataModule
 
@@ -36,34 +36,9 @@ def test_missing_data_says_where_to_put_it(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ bad data, on generated files
 
-def _write_planetoid(raw: Path, name: str = "Cora", train: int = 6, test: int = 10, features: int = 5) -> None:
-    """A tiny graph in Planetoid's raw format: pickled numpy arrays, an adjacency dict, test.index."""
-    import pickle
-
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    labelled = train + 500  # PyG takes the 500 nodes after the training ones for validation
-    num_nodes = labelled + test
-
-    def onehot(n: int) -> np.ndarray:
-        return np.eye(3)[rng.integers(0, 3, n)]
-
-    parts = {
-        "x": rng.random((train, features)),
-        "allx": rng.random((labelled, features)),
-        "tx": rng.random((test, features)),
-        "y": onehot(train),
-        "ally": onehot(labelled),
-        "ty": onehot(test),
-        "graph": {i: [(i + 1) % num_nodes, (i + 7) % num_nodes] for i in range(num_nodes)},
-    }
-    raw.mkdir(parents=True)
-    for part, value in parts.items():
-        with open(raw / f"ind.{name.lower()}.{part}", "wb") as f:
-            pickle.dump(value, f)
-    test_index = list(range(labelled, num_nodes))[::-1]
-    (raw / f"ind.{name.lower()}.test.index").write_text("".join(f"{i}\n" for i in test_index))
+def _write_planetoid(raw: Path) -> None:
+    """The shared tiny Planetoid graph (tests/_recipes.py) at ``raw = <root>/planetoid/Cora/raw``."""
+    write_planetoid(raw.parents[2], train=6, test=10)
 
 
 @pytest.fixture
