@@ -8,9 +8,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks.graph_helpers import graph_mask
 
 PE = Literal["none", "laplacian", "random_walk"]

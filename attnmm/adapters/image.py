@@ -7,11 +7,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.attention.positional import LearnedPE, Sinusoidal2DPE
 from attnmm.masks import Mask
-from attnmm.masks._checks import check_nonneg_int
 
 
 @register_adapter("image")

@@ -8,10 +8,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.masks import Mask, Segments
-from attnmm.masks._checks import check_nonneg_int
 
 Fusion = Literal["late", "joint", "bottleneck", "cross"]
 FUSIONS: tuple[str, ...] = ("late", "joint", "bottleneck", "cross")

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters.speech import SpeechAdapter
 from attnmm.masks import And, Chunk, Full, Grid, Intersection, IntervalMask, Mask, Not, Or, Padding
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
 
 #: Mel frames between tokens: the two stride-2 convolutions of the adapter.

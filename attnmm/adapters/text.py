@@ -8,12 +8,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.attention.positional import LearnedPE, SinusoidalPE
 from attnmm.data.vocab import PAD, UNK
 from attnmm.masks import Mask, Padding
-from attnmm.masks._checks import check_nonneg_int
 
 Positional = Literal["sinusoidal", "learned", "rotary", "none"]
 

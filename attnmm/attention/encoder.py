@@ -6,13 +6,13 @@ from typing import Literal, cast, overload
 
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.state import IncrementalState
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
-from attnmm.masks._checks import check_nonneg_int
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 

@@ -7,13 +7,13 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.state import IncrementalState, causal_reach
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask, Window
-from attnmm.masks._checks import check_nonneg_int
 
 
 class MultiHeadAttention(nn.Module):

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnmm.masks._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int
 
 
 def _check_base(base: float) -> float:

@@ -7,9 +7,9 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention._memory import PAIR_BYTES, check_mask_pairs
 from attnmm.masks import Full, Grid, Mask
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks.compose import find_part
 
 

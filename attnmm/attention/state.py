@@ -7,8 +7,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.masks import Mask
-from attnmm.masks._checks import check_nonneg_int
 
 
 class IncrementalState:

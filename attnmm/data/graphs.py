@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 
+from attnmm._checks import check_nonneg_int
 from attnmm.data._resumable import ResumableDataLoader
-from attnmm.masks._checks import check_nonneg_int
 
 __all__ = ["MotifGraphsDataModule", "motif_graphs"]
 

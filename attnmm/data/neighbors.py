@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import BaseSampler, SamplerOutput
 
-from attnmm.masks._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int
 
 __all__ = ["UniformNeighborSampler", "neighbor_loader"]
 

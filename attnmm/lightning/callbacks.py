@@ -8,7 +8,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from attnmm.masks._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int
 
 
 class AttentionMapLogger(L.Callback):

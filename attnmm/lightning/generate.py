@@ -10,8 +10,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention.state import IncrementalState
-from attnmm.masks._checks import check_nonneg_int
 
 __all__ = ["TextSample", "generate"]
 

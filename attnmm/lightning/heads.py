@@ -8,11 +8,11 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.positional import SinusoidalPE
 from attnmm.masks import Causal, Mask, Padding
-from attnmm.masks._checks import check_nonneg_int
 
 
 def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:

@@ -11,10 +11,10 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.text import WordErrorRate
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.lightning.heads import AttentionDecoder
 from attnmm.lightning.task import IGNORE_INDEX, EncoderTask, Stage
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.nn.ctc import CTCHead, ctc_greedy_decode, ctc_prefix_beam_search, nbest_labels
 
 __all__ = ["SequenceTask"]

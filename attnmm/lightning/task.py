@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.attention.state import IncrementalState
 from attnmm.lightning.schedule import warmup_cosine
-from attnmm.masks._checks import check_nonneg_int
 
 Stage = Literal["train", "val", "test"]
 IGNORE_INDEX = -100

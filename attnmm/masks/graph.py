@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnmm.masks._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
 from attnmm.masks.base import Mask
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnmm.masks._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
 from attnmm.masks.base import Mask
 from attnmm.masks.graph import Graph

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnmm.masks._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
 from attnmm.masks.base import Mask
 

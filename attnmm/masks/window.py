@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from attnmm.masks._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int
 from attnmm.masks.base import UNBOUNDED, IntervalMask
 
 

@@ -23,9 +23,9 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.masks import Graph, Mask
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, pair_bias, read_edges
 
 #: ``score(dst, src, edge_attr)``: the score (n, H) of the n pairs ``src[k] -> dst[k]``, with the edge

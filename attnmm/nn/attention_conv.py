@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.masks import Mask
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks._key import content_key
 from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, pair_bias
 

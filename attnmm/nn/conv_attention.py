@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.masks import Grid
-from attnmm.masks._checks import check_nonneg_int
 
 
 class ConvAsAttention(nn.Module):

@@ -6,8 +6,8 @@ from typing import cast
 
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.masks import Grid, Mask
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks.compose import find_part
 
 

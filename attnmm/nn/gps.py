@@ -7,10 +7,10 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.masks import Graph, Mask
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks.graph_helpers import SameGraph
 from attnmm.nn.attention_conv import AttentionConv
 from attnmm.nn.spd_bias import ShortestPathBias

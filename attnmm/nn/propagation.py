@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention import attend
 from attnmm.masks import Mask
-from attnmm.masks._checks import check_nonneg_int
 
 
 class PropagationEncoder(nn.Module):

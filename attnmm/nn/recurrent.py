@@ -7,9 +7,9 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.attention.state import IncrementalState
 from attnmm.masks import Causal, Full, Intersection, Mask, Padding
-from attnmm.masks._checks import check_nonneg_int
 
 _CELLS: dict[str, type[nn.LSTM] | type[nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 

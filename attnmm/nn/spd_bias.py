@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from attnmm._checks import check_nonneg_int
 from attnmm.masks import Mask
-from attnmm.masks._checks import check_nonneg_int
 from attnmm.masks.graph_helpers import hop_distance
 
 

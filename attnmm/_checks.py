@@ -1,4 +1,4 @@
-"""Argument checks shared by the masks."""
+"""Argument checks shared across the package (masks, adapters, layers, data and tasks)."""
 
 from __future__ import annotations
 
