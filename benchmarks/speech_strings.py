@@ -112,18 +112,6 @@ def test_strings(digits: int | None, count: int, root: str | None = None) -> Any
     return dm.test_set
 
 
-def digit_ends(strings: Any, i: int) -> list[int]:
-    """The sample at which each digit's recording ends in string ``i`` of a DigitStrings dataset,
-    from its plan: silence, recording, silence, ... (as ``DigitStrings.__getitem__`` joins them)."""
-    plan = strings.plans[i]
-    ends, t = [], plan.gaps[0]
-    for take, gap in zip(plan.takes, plan.gaps[1:], strict=True):
-        t += len(strings.clips[take][0])
-        ends.append(t)
-        t += gap
-    return ends
-
-
 def _edits(ref: list[int], hyp: list[int]) -> int:
     prev = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
@@ -170,7 +158,7 @@ def stream_eval(task: Any, strings: Any, count: int, piece: int = 800) -> dict[s
         same += hyp == full
         edits, digits = edits + _edits(list(ref), hyp), digits + len(ref)
         emissions.append(emitted)
-        ends.append([e / sample_rate for e in digit_ends(strings, i)])  # seconds, as emission_latency wants
+        ends.append([e / sample_rate for e in strings.digit_ends(i)])  # seconds, as emission_latency wants
         refs.append(list(ref))
     lat = emission_latency(emissions, ends, refs, sample_rate=sample_rate)
     ms = 1e3 * lat.latencies
@@ -443,10 +431,10 @@ def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -
         f"The first {s0['strings']} recipe test strings streamed 100 ms at a time through "
         "`StreamingRecognizer` (greedy CTC). Latency of a correctly emitted digit: the sample at which the "
         "stream emits it (its frame's chunk complete, front end included; compute time excluded) minus "
-        "the sample where that digit's recording ends in the string (`emission_latency`, from the strings' "
-        "plans). Negative: emitted before the recording ends (FSDD recordings keep a little silence after "
-        "the word, and a CTC spike often comes before the word's end). A digit whose chunk is the last, "
-        "partial one is emitted when the stream ends (at flush), after the trailing silence. Every "
+        "the sample where that digit's recording ends in the string (`emission_latency`, with "
+        "`DigitStrings.digit_ends`). Negative: emitted before the recording ends (FSDD recordings keep a "
+        "little silence after the word, and a CTC spike often comes before the word's end). A digit whose "
+        "chunk is the last, partial one is emitted when the stream ends (at flush), after the trailing silence. Every "
         "chunk mask keeps 16 frames (640 ms) of left context. The models are those of the table at the end "
         "of this section" + (f" (each {_budget(next(iter(models.values())))}, a reduced budget)" if models else "")
         + (f"; the last row is {reference['budget']}" if reference is not None else "") + ".", "",

@@ -127,6 +127,22 @@ class DigitStrings(Dataset):
             wave = wave + self.noise_std * torch.randn(wave.shape, generator=g)
         return wave, digits
 
+    def digit_ends(self, i: int) -> list[int]:
+        r"""The sample of string ``i`` at which each digit's recording ends (exclusive), in order.
+
+        With the layout :math:`s_0, \mathbf{w}_1, s_1, \ldots, \mathbf{w}_n, s_n` of
+        :meth:`__getitem__`, digit :math:`k` ends at :math:`\sum_{j<k} |s_j| + \sum_{j\le k} |\mathbf{w}_j|`
+        samples: the reference time of streaming emission latency
+        (:func:`~attnmm.adapters.emission_latency`, in seconds after dividing by the sample rate).
+        """
+        plan = self.plans[i]
+        ends, t = [], plan.gaps[0]
+        for take, gap in zip(plan.takes, plan.gaps[1:], strict=True):
+            t += len(self.clips[take][0])
+            ends.append(t)
+            t += gap
+        return ends
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(strings={len(self)}, recordings={len(self.clips)}, noise_std={self.noise_std})"
 

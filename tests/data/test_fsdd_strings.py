@@ -107,6 +107,19 @@ def test_audio_and_targets_match(root: Path) -> None:
         assert all(0 <= g <= 16 for g in plan.gaps)  # 2 ms at 8 kHz
 
 
+def test_digit_ends_are_where_each_recording_stops(root: Path) -> None:
+    strings = _dm(root, min_digits=3, max_digits=3, max_gap_ms=2.0).test_set
+    for i in range(len(strings)):
+        wave, digits = strings[i]
+        ends, plan = strings.digit_ends(i), strings.plans[i]
+        assert len(ends) == len(digits) == 3 and ends == sorted(ends)
+        assert ends[-1] + plan.gaps[-1] == wave.numel()  # the trailing silence follows the last digit
+        for end, gap, take in zip(ends, plan.gaps[1:], plan.takes, strict=True):
+            clip = strings.clips[take][0]
+            assert torch.equal(wave[end - clip.numel() : end], clip)
+            assert not wave[end : end + gap].any()
+
+
 def test_batches(root: Path) -> None:
     dm = _dm(root)
     batch = next(iter(dm.train_dataloader()))
