@@ -28,7 +28,6 @@ import math
 from attnmm.attention._memory import SMALL_BYTES, available_bytes, ceiling_bytes
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends import Backend, _calibration, get_backend, list_backends
-from attnmm.attention.backends._rows import density
 
 #: Density from which masked dense SDPA beats the sparse backend on a device without calibrated
 #: costs: the crossover measured by ``python -m benchmarks.density`` (forward + backward, fp32, 2 CPU
@@ -46,7 +45,7 @@ def _by_preference(problem: Problem, usable: list[Backend]) -> list[Backend]:
     kind = problem.structure.kind
     dense = kind in ("full", "causal")
     if not dense and any(b.materialises for b in usable):
-        dense = problem.layout == "padded" and density(problem) >= DENSE_THRESHOLD
+        dense = problem.layout == "padded" and problem.density >= DENSE_THRESHOLD
     return sorted(usable, key=lambda b: b.preference + (_SPARSE_PENALTY if b.materialises and not dense else 0))
 
 

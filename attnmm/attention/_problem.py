@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from attnmm.masks import Full, Mask, Pairs
-from attnmm.masks.base import Structure
+from attnmm.masks.base import IntervalMask, Structure
 
 
 @dataclass
@@ -94,6 +94,44 @@ class Problem:
 
             self._pairs = _cache.pairs(self)
         return self._pairs
+
+    @cached_property
+    def row_counts(self) -> Tensor:
+        r"""|A_b(i)| for every query, (B or 1, L), on the CPU (worked out once per call): from the
+        intervals of an interval mask in O(L), else from the mask's :meth:`pairs`."""
+        mask, L, S, bsz = self.effective_mask, self.L, self.S, self.batch_size
+        items = 1 if bsz is None else bsz  # (an empty batch has 0 items, not 1)
+        if L == 0:
+            return torch.zeros(items, 0, dtype=torch.long)
+        if isinstance(mask, IntervalMask):
+            i = torch.arange(L).view(1, -1)
+            b = torch.zeros((), dtype=torch.long) if bsz is None else torch.arange(bsz).view(-1, 1)
+            start, end = mask.interval(b, i)
+            return (end.clamp(0, S) - start.clamp(0, S)).clamp_min(0).expand(items, L)
+        pairs = self.pairs()
+        return torch.bincount(pairs.segment().cpu(), minlength=pairs.num_segments).view(-1, L)
+
+    @property
+    def density(self) -> float:
+        """The allowed fraction of the (B x) L x S score matrix."""
+        counts = self.row_counts
+        total = counts.size(0) * self.L * self.S
+        return float(counts.sum()) / total if total else 0.0
+
+    @property
+    def allowed_pairs(self) -> int:
+        """Allowed (query, key) pairs over all B batch items."""
+        counts = self.row_counts
+        total = int(counts.sum())
+        return total * self.B if counts.size(0) == 1 and self.batch_size is None else total
+
+    @property
+    def has_empty_rows(self) -> bool:
+        """Whether some query has an empty allowed set (its output and gradient are 0); never for full
+        and causal masks with keys."""
+        if self.structure.kind in ("full", "causal") and self.S > 0:
+            return False
+        return bool((self.row_counts == 0).any())
 
     def weight_pairs(self) -> Pairs:
         """Where returned weights live: the pairs of every batch item (no batch in packed layout)."""

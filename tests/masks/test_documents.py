@@ -6,7 +6,6 @@ from _oracle import grads, supporting_backends
 
 from attnmm import attend
 from attnmm.attention.backends import get_backend
-from attnmm.attention.backends._rows import row_counts
 from attnmm.masks import Causal, Documents, Padding, Window
 from attnmm.masks.compose import Intersection
 
@@ -117,4 +116,4 @@ def test_long_packing_runs_on_the_band_kernel() -> None:
     problem = Problem(q, q, q, mask, 0.25, 0.0, "softmax", None, False, False)
     assert get_backend("band").unsupported(problem) is None
     assert problem.structure.left == int(lengths.max()) - 1
-    assert int(row_counts(problem).sum()) == mask.nnz(4096)
+    assert int(problem.row_counts.sum()) == mask.nnz(4096)

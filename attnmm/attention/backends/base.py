@@ -11,7 +11,6 @@ from torch import Tensor
 
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._cost import estimate
-from attnmm.attention.backends._rows import row_counts
 from attnmm.masks.base import StructureKind
 
 #: Every mask structure (:attr:`Structure.kind <attnmm.masks.base.Structure>`).
@@ -85,16 +84,9 @@ class Supports:
             return "dropout_p > 0"
         if not self.empty and (problem.L == 0 or problem.S == 0):
             return f"there are no queries or keys (L = {problem.L}, S = {problem.S})"
-        if not self.empty_rows and _has_empty_rows(problem):
+        if not self.empty_rows and problem.has_empty_rows:
             return "some query has an empty allowed set"
         return None
-
-
-def _has_empty_rows(problem: Problem) -> bool:
-    """Whether some query's allowed set is empty (never for full and causal masks with keys)."""
-    if problem.structure.kind in ("full", "causal") and problem.S > 0:
-        return False
-    return bool((row_counts(problem) == 0).any())
 
 
 class Backend(ABC):

@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends._rows import row_counts
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.masks import Mask
@@ -92,7 +91,7 @@ class FlexBackend(Backend):
             _compiled = torch.compile(flex_attention, dynamic=False)
         block_mask = block_mask_for(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.q.device)
         out = _compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
-        nonempty = (row_counts(problem) > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
+        nonempty = (problem.row_counts > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
         return torch.where(nonempty, out, torch.zeros_like(out)), None
 
 

@@ -22,7 +22,6 @@ from attnmm.attention.backends._csr import (
     spmm,
     to_pairs,
 )
-from attnmm.attention.backends._rows import allowed_pairs
 from attnmm.attention.backends._sizes import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
 
@@ -84,11 +83,14 @@ class SparseBackend(Backend):
         keys per row: about 89 ns at n = 128, 145 ns at n = 512 and 460 ns at n = 2,048 (the
         calibration fits its constant with long-row problems).
         """
-        pairs = allowed_pairs(problem) * problem.H
+        pairs = problem.allowed_pairs * problem.H
         rows = problem.B * problem.H * problem.L
         per_row = pairs / rows if rows else 0.0
-        return float(pairs * (problem.q.size(-1) + problem.v.size(-1))), float(pairs), float(rows), float(
-            pairs * per_row
+        return (
+            float(pairs * (problem.q.size(-1) + problem.v.size(-1))),
+            float(pairs),
+            float(rows),
+            float(pairs * per_row),
         )
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
