@@ -1,4 +1,4 @@
-"""A DataLoader that resumes mid-epoch, and the global random state it needs for that.
+"""A DataLoader that resumes mid-epoch.
 
 Lightning resumes a loader mid-epoch only when it has ``state_dict``/``load_state_dict``; a plain
 ``DataLoader`` restarts the epoch from a fresh shuffle, so a resumed run sees other batches than an
@@ -8,40 +8,14 @@ drawn from and how many batches it handed out, and on resume replays that shuffl
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-import torch
 from torch.utils.data import DataLoader
 
-__all__ = ["ResumableDataLoader", "get_rng_state", "set_rng_state"]
+from attnmm._random import get_rng_state, set_rng_state
 
-
-def get_rng_state() -> dict[str, Any]:
-    """The global random state of torch (CPU and CUDA), numpy and Python's ``random``, as tensors,
-    ints and tuples only, so a checkpoint holding it loads with ``torch.load(weights_only=True)``."""
-    _, keys, pos, has_gauss, gauss = np.random.get_state()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": (torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(gauss)),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore a state from :func:`get_rng_state` (the CUDA part only where CUDA is in use)."""
-    torch.set_rng_state(state["torch"])
-    keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
+__all__ = ["ResumableDataLoader"]
 
 
 class ResumableDataLoader(DataLoader):

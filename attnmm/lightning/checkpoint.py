@@ -11,7 +11,7 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from attnmm.data._resumable import get_rng_state, set_rng_state
+from attnmm._random import get_rng_state, set_rng_state
 
 __all__ = ["AtomicCheckpointIO", "RandomState", "find_last_checkpoint"]
 

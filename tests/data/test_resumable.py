@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from attnmm.data._resumable import ResumableDataLoader, get_rng_state, set_rng_state
+from attnmm._random import get_rng_state, set_rng_state
+from attnmm.data._resumable import ResumableDataLoader
 
 
 def epochs(loader: ResumableDataLoader, n: int) -> list[list[int]]:
