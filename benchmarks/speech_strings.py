@@ -9,10 +9,11 @@ mask changed. Parts (``--parts``, default ``cost,train``):
   process (one thread): the fastest of ``--steps`` timed steps after a warm-up, scaled to an epoch of
   the recipe's ``num_train`` strings, and the step's peak memory above its inputs
   (:func:`benchmarks._measure.peak_of`).
-- ``train``: the recipe trained at a reduced budget (``--num-train`` strings, ``--epochs`` epochs,
-  greedy validation) under each mask of ``--masks``, one run at a time (one thread). Each model is
-  then decoded greedily on test strings of exactly n digits for n in ``--lengths``
-  (``--digits-per-length`` digits per n), and, for a Chunk mask, its first ``--stream-strings``
+- ``train``: the recipe trained (``--num-train`` strings, ``--epochs`` epochs; default the recipe's
+  budget; validation and test by the recipe's decoding) under each mask of ``--masks``, one run at a
+  time (one thread). Each model is then decoded, greedily and by the recipe's decoding, on test
+  strings of exactly n digits for n in ``--lengths`` (``--digits-per-length`` digits per n), and, for
+  a Chunk mask, its first ``--stream-strings``
   recipe test strings are streamed through :class:`~attnmm.adapters.StreamingRecognizer`: the
   streamed digits (checked against the whole-utterance greedy decode) and each correctly emitted
   digit's latency, from the end of its recording in the string to the sample at which the stream
@@ -122,8 +123,9 @@ def _edits(ref: list[int], hyp: list[int]) -> int:
     return prev[-1]
 
 
-def decode_der(task: Any, strings: Any, batch_size: int = 16) -> dict[str, float]:
-    """Greedy CTC digit error rate (edits / reference digits) and exact strings of ``task`` on ``strings``."""
+def decode_der(task: Any, strings: Any, batch_size: int = 16, decoding: str = "greedy") -> dict[str, float]:
+    """Digit error rate (edits / reference digits) and exact strings of ``task`` on ``strings``, decoded by
+    ``decoding`` (``SequenceTask.transcribe``; default greedy CTC)."""
     from attnmm.data import collate_digit_strings
 
     task.eval()
@@ -131,7 +133,7 @@ def decode_der(task: Any, strings: Any, batch_size: int = 16) -> dict[str, float
     for start in range(0, len(strings), batch_size):
         items = [strings[i] for i in range(start, min(start + batch_size, len(strings)))]
         batch = collate_digit_strings(items)
-        for hyp, (_, ref) in zip(task.transcribe(batch, "greedy"), items, strict=True):
+        for hyp, (_, ref) in zip(task.transcribe(batch, decoding), items, strict=True):
             e = _edits(list(ref), hyp)
             edits, digits, exact = edits + e, digits + len(ref), exact + (hyp == list(ref))
     return {"strings": len(strings), "digits": digits, "der": edits / digits, "string_acc": exact / len(strings)}
@@ -236,13 +238,19 @@ def cost(opts: argparse.Namespace) -> dict[str, Any]:
 
 
 def evaluate(mask: str, ckpt: Path, opts: argparse.Namespace) -> dict[str, Any]:
-    """Greedy DER per string length, and for chunk masks the streaming measurement."""
+    """DER per string length, greedy and by the recipe's decoding (``recipe``), and for chunk masks the
+    streaming measurement."""
     task = load_trained(mask, ckpt)
+    decoding = _recipe()["model"]["init_args"]["decoding"]
     out: dict[str, Any] = {"der": []}
     for n in opts.lengths:
-        row = {"length": n, **decode_der(task, test_strings(n, max(1, opts.digits_per_length // n), opts.root))}
+        strings = test_strings(n, max(1, opts.digits_per_length // n), opts.root)
+        row = {"length": n, **decode_der(task, strings)}
+        if decoding != "greedy":
+            row["recipe"] = {"decoding": decoding, **decode_der(task, strings, decoding=decoding)}
         out["der"].append(row)
-        print(f"   {mask}: {n} digits: greedy DER {100 * row['der']:.2f}%", flush=True)
+        said = f", {decoding} {100 * row['recipe']['der']:.2f}%" if "recipe" in row else ""
+        print(f"   {mask}: {n} digits: greedy DER {100 * row['der']:.2f}%{said}", flush=True)
     if MASKS[mask] is not None and MASKS[mask]["class_path"].endswith("Chunk"):  # type: ignore[index]
         out["stream"] = stream_eval(task, test_strings(None, opts.stream_strings, opts.root), opts.stream_strings)
         print(f"   {mask}: streamed {json.dumps({k: round(v, 4) for k, v in out['stream'].items()})}", flush=True)
@@ -268,9 +276,9 @@ def load_trained(mask: str, ckpt: Path) -> Any:
 
 
 def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
-    """Fit the recipe's model and data (its config; only the mask, ``num_train``, ``max_epochs`` and
-    greedy validation changed) with a Lightning Trainer in this process, keep the best checkpoint
-    (``val_der``) and test it on the recipe's test strings."""
+    """Fit the recipe's model and data (its config, its decoding for validation and test; only the mask,
+    ``num_train`` and ``max_epochs`` changed) with a Lightning Trainer in this process, keep the best
+    checkpoint (``val_der``) and test it on the recipe's test strings."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -281,7 +289,7 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
     ckpt = CKPT_DIR / f"{_slug(mask)}.ckpt"
     print(f"== train {mask}: {opts.num_train} strings x {opts.epochs} epochs", flush=True)
     L.seed_everything(opts.seed, verbose=False)
-    task = build_task(mask, decoding="greedy")
+    task = build_task(mask)
     data_args = {**recipe["data"]["init_args"], "num_train": opts.num_train}
     dm = FSDDStringsDataModule(root=opts.root, download=False, **data_args)
     with tempfile.TemporaryDirectory() as tmp:
@@ -298,9 +306,10 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
             seconds = time.perf_counter() - started
             (test,) = trainer.test(task, dm, ckpt_path="best", verbose=False)
         shutil.copy(best.best_model_path, ckpt)
-    r = {"test_der": float(test["test_der"]), "test_string_acc": float(test["test_string_acc"]),
+    r = {"decoding": task.decoding, "test_der": float(test["test_der"]),
+         "test_string_acc": float(test["test_string_acc"]),
          "best_epoch": float(Path(best.best_model_path).stem.split("epoch=")[1]), "seconds": seconds}
-    print(f"   {mask}: {json.dumps({k: round(v, 4) for k, v in r.items()})}", flush=True)
+    print(f"   {mask}: {json.dumps(r)}", flush=True)
     return {"num_train": opts.num_train, "epochs": opts.epochs, **r, **evaluate(mask, ckpt, opts)}
 
 
@@ -545,8 +554,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cost-lengths", type=_ints, default=[1, 2, 5, 10, 20, 40], help="digits per string (cost)")
     parser.add_argument("--batch", type=int, default=16, help="strings per step of the cost part")
     parser.add_argument("--steps", type=int, default=7, help="timed steps per setting of the cost part")
-    parser.add_argument("--num-train", type=int, default=2000)
-    parser.add_argument("--epochs", type=int, default=6)
+    budget = _recipe()
+    parser.add_argument("--num-train", type=int, default=budget["data"]["init_args"]["num_train"],
+                        help="training strings (train; default: the recipe's)")
+    parser.add_argument("--epochs", type=int, default=budget["trainer"]["max_epochs"],
+                        help="epochs (train; default: the recipe's)")
     parser.add_argument("--digits-per-length", type=int, default=1000, help="test digits per length (DER)")
     parser.add_argument("--stream-strings", type=int, default=200)
     parser.add_argument("--checkpoint", help="checkpoint of the reference part")

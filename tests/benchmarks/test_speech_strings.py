@@ -42,6 +42,8 @@ def test_streamed_digits_equal_the_full_greedy_decode(root: Path) -> None:
     assert 0.0 <= out["der"]
     scores = bench.decode_der(task, bench.test_strings(2, 4, str(root)), batch_size=3)
     assert scores["digits"] == 8 and scores["strings"] == 4 and 0.0 <= scores["string_acc"] <= 1.0
+    rescored = bench.decode_der(task, bench.test_strings(2, 4, str(root)), batch_size=3, decoding="rescore")
+    assert rescored["digits"] == 8 and rescored["der"] >= 0.0
 
 
 def test_edits_and_names() -> None:
