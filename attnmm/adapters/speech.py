@@ -24,14 +24,26 @@ class SpeechAdapter(Adapter):
     "SpecAugment", Park et al., 2019).
 
     .. math::
-        \mathbf{F} = \mathrm{LN}\big(\log(\mathrm{Mel}(\mathbf{w}) + 10^{-6})\big), \quad
+        \mathbf{F} = \mathrm{LN}\big(\mathrm{N}(\log(\mathrm{Mel}(\mathrm{Aug}(\mathbf{w})) + 10^{-6}))\big), \quad
         \mathbf{X} = \mathbf{W}\, \mathrm{Conv}_{s2}(\mathrm{Conv}_{s2}(\mathbf{F})) + \mathrm{PE}, \quad
         A = \mathrm{Padding}(\text{frames}) \cap A_{\text{mask}}
 
     The log-mel frames (no centring), the per-frame LayerNorm and the two valid stride-2
     convolutions all look only at a bounded span of samples, so the features of a stream computed
     chunk by chunk equal those of the whole utterance (see :class:`~attnmm.adapters.SpeechStream`).
-    SpecAugment frequency and time masks are applied in training only.
+    SpecAugment frequency and time masks are applied in training only, and so is ``waveform_augment``
+    (:math:`\mathrm{Aug}`, e.g. :class:`~attnmm.data.SpeedPerturb` and :class:`~attnmm.data.AddNoise`),
+    before the features. :math:`\mathrm{N}` is the identity unless ``utterance_norm``, which
+    normalises each mel band of each item over that item's :math:`T_b` real frames (cepstral mean
+    and variance normalisation):
+
+    .. math::
+        \mathrm{N}(\mathbf{F})_{t,f} = \frac{F_{t,f} - \mu_f}{\sqrt{\sigma_f^2 + 10^{-5}}}, \quad
+        \mu_f = \frac{1}{T_b}\sum_{t<T_b} F_{t,f}, \quad
+        \sigma_f^2 = \frac{1}{T_b}\sum_{t<T_b} (F_{t,f} - \mu_f)^2
+
+    and sets the padding frames to 0, so an item's features do not depend on the batch it is in. It
+    needs the whole utterance: a stream's features, computed chunk by chunk, cannot use it.
 
     Args:
         d_model (int, optional): token width D. (default: :obj:`144`)
@@ -49,6 +61,11 @@ class SpeechAdapter(Adapter):
         time_mask (int, optional): SpecAugment maximum time-mask width in mel frames (0: off).
             (default: :obj:`10`)
         num_time_masks (int, optional): time masks per utterance. (default: :obj:`2`)
+        utterance_norm (bool, optional): normalise each item's log-mel bands over its real frames
+            (:math:`\mathrm{N}` above). (default: :obj:`False`)
+        waveform_augment (nn.Module, optional): a training-only augmentation of the padded waveforms,
+            called as ``waveform_augment(waveform, lengths) -> (waveform, lengths)`` (B, T), (B,), e.g.
+            :class:`~attnmm.data.SpeedPerturb`; ``None`` is none. (default: :obj:`None`)
         dropout (float, optional): dropout on the tokens. (default: :obj:`0.1`)
 
     Shapes:
@@ -79,6 +96,8 @@ class SpeechAdapter(Adapter):
         time_mask: int = 10,
         num_time_masks: int = 2,
         dropout: float = 0.1,
+        utterance_norm: bool = False,
+        waveform_augment: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.out_dim = check_nonneg_int("d_model", d_model, minimum=1)
@@ -91,6 +110,13 @@ class SpeechAdapter(Adapter):
         if mask is not None and not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
         self.mask = mask
+        if waveform_augment is not None and not isinstance(waveform_augment, nn.Module):
+            raise TypeError(
+                "waveform_augment must be an nn.Module called as (waveform, lengths) -> (waveform, lengths), "
+                f"e.g. attnmm.data.SpeedPerturb, or None; got {type(waveform_augment).__name__}"
+            )
+        self.waveform_augment = waveform_augment
+        self.utterance_norm = bool(utterance_norm)
         self.melspec = torchaudio.transforms.MelSpectrogram(
             sample_rate=sample_rate,
             n_fft=self.win_length,
@@ -141,12 +167,40 @@ class SpeechAdapter(Adapter):
 
     # ------------------------------------------------------------------ the pipeline in pieces
 
-    def features(self, waveform: Tensor) -> Tensor:
-        """Normalised log-mel frames (B, T_mel, n_mels) of waveforms (B, T)."""
+    def features(self, waveform: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """Normalised log-mel frames (B, T_mel, n_mels) of waveforms (B, T).
+
+        ``lengths`` (B,), the real samples of each item, is needed with ``utterance_norm`` only.
+        """
+        if self.utterance_norm and lengths is None:
+            raise ValueError(
+                "utterance_norm normalises over each item's real frames, so features() needs lengths (B,) "
+                "(the real samples of each item); a stream's chunks cannot be normalised per utterance: "
+                "use a model trained with utterance_norm=False for streaming"
+            )
         if waveform.size(-1) < self.win_length:
             return waveform.new_zeros(waveform.size(0), 0, self.n_mels)
-        mel = self.melspec(waveform.float())  # (B, n_mels, T_mel)
-        return self.feature_norm(torch.log(mel + 1e-6).transpose(1, 2))  # (B, T_mel, n_mels)
+        logmel = torch.log(self.melspec(waveform.float()) + 1e-6).transpose(1, 2)  # (B, T_mel, n_mels)
+        if self.utterance_norm:
+            logmel = self.normalize_utterances(logmel, self.num_mel_frames(lengths.to(logmel.device)))
+        return self.feature_norm(logmel)
+
+    @staticmethod
+    def normalize_utterances(feats: Tensor, num_frames: Tensor, eps: float = 1e-5) -> Tensor:
+        r"""Each item's bands normalised over its first ``num_frames`` frames; the rest set to 0.
+
+        Shapes:
+            - **feats:** (B, T_mel, n_mels)
+            - **num_frames:** (B,), real frames of each item (clamped to T_mel)
+            - **output:** (B, T_mel, n_mels)
+        """
+        n = num_frames.clamp(min=0, max=feats.size(1))
+        real = (torch.arange(feats.size(1), device=feats.device) < n[:, None]).unsqueeze(-1)  # (B, T_mel, 1)
+        count = n.clamp(min=1).to(feats.dtype)[:, None, None]  # (B, 1, 1)
+        mean = feats.masked_fill(~real, 0.0).sum(1, keepdim=True) / count  # (B, 1, n_mels)
+        centred = (feats - mean).masked_fill(~real, 0.0)
+        var = centred.square().sum(1, keepdim=True) / count  # (B, 1, n_mels)
+        return centred * torch.rsqrt(var + eps)
 
     def augment(self, feats: Tensor) -> Tensor:
         """SpecAugment on (B, T_mel, n_mels) features (training only)."""
@@ -186,7 +240,9 @@ class SpeechAdapter(Adapter):
                 f"lengths must be (B,) = ({waveform.size(0)},) sample counts of at most T = {waveform.size(1)}, "
                 f"the waveform's length; got lengths {lengths.tolist()}: pad the waveforms to the longest item"
             )
-        feats = self.features(waveform)
+        if self.training and self.waveform_augment is not None:
+            waveform, lengths = self.waveform_augment(waveform, lengths)
+        feats = self.features(waveform, lengths)
         if self.training:
             feats = self.augment(feats)
         x = self.frames(feats)  # (B, L, D)

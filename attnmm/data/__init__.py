@@ -2,6 +2,7 @@
 
 from attnmm.data._audio import AudioBatch, AudioClips, collate_audio, read_audio
 from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
+from attnmm.data.augment import AddNoise, ChainAugment, SpeedPerturb
 from attnmm.data.avdigits import AVDigitsDataModule
 from attnmm.data.cifar import CIFAR10DataModule
 from attnmm.data.fsdd import FSDDDataModule
@@ -16,9 +17,11 @@ from attnmm.data.vocab import Vocabulary
 
 __all__ = [
     "AVDigitsDataModule",
+    "AddNoise",
     "AudioBatch",
     "AudioClips",
     "CIFAR10DataModule",
+    "ChainAugment",
     "DigitStringBatch",
     "DigitStrings",
     "FSDDDataModule",
@@ -28,6 +31,7 @@ __all__ = [
     "PlanetoidDataModule",
     "ShakespeareDataModule",
     "SpeechCommandsDataModule",
+    "SpeedPerturb",
     "UDPOSDataModule",
     "UPOS_TAGS",
     "Vocabulary",

@@ -60,7 +60,11 @@ def scan_fsdd(recordings: str | Path) -> list[FSDDTake]:
 
 
 def split_fsdd(
-    takes: Sequence[FSDDTake], test_speakers: Sequence[str] | None = None, val_fraction: float = 0.1, seed: int = 0
+    takes: Sequence[FSDDTake],
+    test_speakers: Sequence[str] | None = None,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+    val_speakers: Sequence[str] | None = None,
 ) -> tuple[list[FSDDTake], list[FSDDTake], list[FSDDTake]]:
     r"""Split takes into ``(train, val, test)``.
 
@@ -68,28 +72,54 @@ def split_fsdd(
     Otherwise every take of those speakers is the test set, and none of their takes is trained on or
     validated on. The validation set is ``val_fraction`` of the remaining takes, drawn per digit
     (stratified) with a generator seeded by ``seed``, so the same arguments give the same split.
+    With ``val_speakers``, the validation set is instead every take of those speakers (outside the
+    test set), none of which is trained on: model selection then sees only unseen voices, and
+    ``val_fraction`` and ``seed`` are unused.
 
     Args:
         takes (Sequence[FSDDTake]): all recordings, from :func:`scan_fsdd`.
         test_speakers (Sequence[str], optional): speakers held out for testing. (default: :obj:`None`)
         val_fraction (float, optional): share of the training takes kept for validation. (default: ``0.1``)
         seed (int, optional): seed of the validation draw. (default: ``0``)
+        val_speakers (Sequence[str], optional): speakers held out for validation; disjoint from
+            ``test_speakers``. (default: :obj:`None`, a ``val_fraction`` draw of the training takes)
+
+    Raises:
+        ValueError: a named speaker has no recordings, the validation and test speakers overlap, or
+            no speaker is left to train on.
     """
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    found = sorted({t.speaker for t in takes})
+    for name, speakers in (("test_speakers", test_speakers), ("val_speakers", val_speakers)):
+        unknown = sorted(set(speakers or ()).difference(found))
+        if unknown:
+            raise ValueError(f"{name} {unknown} have no recordings; the speakers found are {found}")
+    both = sorted(set(test_speakers or ()) & set(val_speakers or ()))
+    if both:
+        raise ValueError(
+            f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either "
+            "validated on or tested on, remove them from one of the lists"
+        )
     if test_speakers is None:
         test = [t for t in takes if t.index < _OWN_TEST_TAKES]
         rest = [t for t in takes if t.index >= _OWN_TEST_TAKES]
     else:
         held_out = set(test_speakers)
-        found = sorted({t.speaker for t in takes})
-        unknown = sorted(held_out.difference(found))
-        if unknown:
-            raise ValueError(f"test_speakers {unknown} have no recordings; the speakers found are {found}")
         test = [t for t in takes if t.speaker in held_out]
         rest = [t for t in takes if t.speaker not in held_out]
         if not rest:
             raise ValueError(f"test_speakers {sorted(held_out)} are all the speakers; leave at least one to train on")
+    if val_speakers is not None:
+        val_set = set(val_speakers)
+        train = [t for t in rest if t.speaker not in val_set]
+        if not train:
+            left = sorted(set(found).difference(test_speakers or ()))
+            raise ValueError(
+                f"val_speakers {sorted(val_set)} leave no speaker to train on (speakers outside the test set: "
+                f"{left}); keep at least one of them for training"
+            )
+        return train, [t for t in rest if t.speaker in val_set], test
     generator = torch.Generator().manual_seed(seed)
     val_ids: set[int] = set()
     for digit in sorted({t.digit for t in rest}):
@@ -157,7 +187,7 @@ class FSDDDataModule(AudioDataModule):
     Splits (:func:`split_fsdd`): with ``test_speakers=None`` the dataset's own split, takes 0-4 of every
     speaker are the test set; with a list of speakers, all of their takes are the test set and none is
     trained or validated on. Validation takes ``val_fraction`` of the training takes, per digit,
-    deterministically given ``seed``.
+    deterministically given ``seed``, or, with ``val_speakers``, all takes of those speakers.
 
     Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
     ``label`` (B,); :attr:`sample_rate` is 8000.
@@ -172,6 +202,10 @@ class FSDDDataModule(AudioDataModule):
         seed (int, optional): seed of the validation split. (default: ``0``)
         download (bool, optional): download the release archive from GitHub when the recordings are
             missing. (default: :obj:`True`)
+        val_speakers (list[str], optional): speakers held out as the validation set (all their takes
+            outside the test set, never trained on), e.g. ``["lucas"]``, so that checkpoints and
+            settings are chosen on unseen voices; must not overlap ``test_speakers``; replaces the
+            ``val_fraction`` draw. (default: :obj:`None`)
 
     Examples:
         >>> dm = FSDDDataModule(root="/data", test_speakers=["theo"])
@@ -194,6 +228,7 @@ class FSDDDataModule(AudioDataModule):
         val_fraction: float = 0.1,
         seed: int = 0,
         download: bool = True,
+        val_speakers: list[str] | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1 or num_workers < 0:
@@ -202,10 +237,19 @@ class FSDDDataModule(AudioDataModule):
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if test_speakers is not None and len(test_speakers) == 0:
             raise ValueError("test_speakers is empty; pass None for the dataset's own split, or name speakers")
+        if val_speakers is not None and len(val_speakers) == 0:
+            raise ValueError("val_speakers is empty; pass None for a val_fraction draw of the training takes")
+        both = sorted(set(test_speakers or ()) & set(val_speakers or ()))
+        if both:
+            raise ValueError(
+                f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either "
+                "validated on or tested on, remove them from one of the lists"
+            )
         self.root = root
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.test_speakers = None if test_speakers is None else list(test_speakers)
+        self.val_speakers = None if val_speakers is None else list(val_speakers)
         self.val_fraction = val_fraction
         self.seed = seed
         self.download = download
@@ -244,7 +288,9 @@ class FSDDDataModule(AudioDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self._takes is None:
             self._takes = scan_fsdd(self._recordings())
-            train, val, test = split_fsdd(self._takes, self.test_speakers, self.val_fraction, self.seed)
+            train, val, test = split_fsdd(
+                self._takes, self.test_speakers, self.val_fraction, self.seed, self.val_speakers
+            )
             self._splits = {"train": train, "val": val, "test": test}
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")
@@ -263,7 +309,8 @@ class FSDDDataModule(AudioDataModule):
         return sorted({t.speaker for t in self._takes})
 
     def _split_name(self) -> str:
-        return "own" if self.test_speakers is None else f"test_speakers={self.test_speakers}"
+        name = "own" if self.test_speakers is None else f"test_speakers={self.test_speakers}"
+        return name if self.val_speakers is None else f"{name}, val_speakers={self.val_speakers}"
 
     def __repr__(self) -> str:
         sizes = "".join(f", {k}={len(v)}" for k, v in self._splits.items())
@@ -282,7 +329,12 @@ class FSDDDataModule(AudioDataModule):
         lines = [
             f"Free Spoken Digit Dataset at {self.dataset_dir / 'recordings'}",
             f"  {self.sample_rate} Hz mono, {self.num_classes} classes (digits 0-9)",
-            f"  split: {rule}; validation {self.val_fraction:.0%} of training takes per digit, seed {self.seed}",
+            f"  split: {rule}; "
+            + (
+                f"validation {self.val_fraction:.0%} of training takes per digit, seed {self.seed}"
+                if self.val_speakers is None
+                else f"all takes of {', '.join(self.val_speakers)} are the validation set"
+            ),
         ]
         if self._takes is not None:
             lines.insert(2, f"  {len(self._takes)} recordings, speakers: {', '.join(self.speakers)}")

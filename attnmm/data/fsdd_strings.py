@@ -188,7 +188,8 @@ class FSDDStringsDataModule(FSDDDataModule):
     recordings of one speaker, joined by random silences (and optional noise).
 
     The recordings are split as in :class:`~attnmm.data.FSDDDataModule` (takes 0-4 of every speaker
-    are the test set, or all takes of ``test_speakers``), and every string is built from the
+    are the test set, or all takes of ``test_speakers``; the validation set all takes of
+    ``val_speakers`` when given), and every string is built from the
     recordings of one split only, so no test recording is ever heard in training. The strings are drawn
     by :func:`plan_digit_strings`: the training and validation strings from ``seed``, the test strings
     from ``test_seed`` (a fixed test set whatever the training seed). Silences last up to ``max_gap_ms``
@@ -217,6 +218,9 @@ class FSDDStringsDataModule(FSDDDataModule):
         noise_std (float, optional): standard deviation of Gaussian noise added to every string
             (samples are in [-1, 1]). (default: ``0.0``)
         test_seed (int, optional): seed of the test strings. (default: ``0``)
+        val_speakers (list[str], optional): speakers whose takes alone make the validation strings
+            (never trained on); must not overlap ``test_speakers``. (default: :obj:`None`, a
+            ``val_fraction`` draw of the training takes)
 
     Examples:
         >>> dm = FSDDStringsDataModule(root="/data", max_digits=5)
@@ -242,8 +246,9 @@ class FSDDStringsDataModule(FSDDDataModule):
         max_seconds: float = 10.0,
         noise_std: float = 0.0,
         test_seed: int = 0,
+        val_speakers: list[str] | None = None,
     ) -> None:
-        super().__init__(root, batch_size, num_workers, test_speakers, val_fraction, seed, download)
+        super().__init__(root, batch_size, num_workers, test_speakers, val_fraction, seed, download, val_speakers)
         if not 1 <= min_digits <= max_digits:
             raise ValueError(
                 f"need 1 <= min_digits <= max_digits, got min_digits={min_digits}, max_digits={max_digits}"

@@ -12,6 +12,7 @@ import torch
 
 import attnmm.data.fsdd as fsdd_module
 from attnmm.data import AudioBatch, FSDDDataModule, collate_audio, read_audio
+from attnmm.data.fsdd import scan_fsdd, split_fsdd
 
 SPEAKERS = ("ann", "bob", "cid")
 TAKES = 8  # indices 0-7: 0-4 are the dataset's own test takes
@@ -68,6 +69,38 @@ def test_speaker_split_holds_speakers_out(root: Path) -> None:
     assert {_parts(n)[1] for n in train | val} == {"ann", "cid"}
     assert len(train) + len(val) == 2 * 10 * TAKES
     assert len(val) == 10 * 4  # per digit: 16 * 0.25
+
+
+def test_validation_speakers_are_never_trained_on(root: Path) -> None:
+    dm = FSDDDataModule(root=root, test_speakers=["bob"], val_speakers=["cid"], download=False)
+    dm.setup()
+    train, val, test = _ids(dm.train_set), _ids(dm.val_set), _ids(dm.test_set)
+    assert {_parts(n)[1] for n in train} == {"ann"} and len(train) == 10 * TAKES
+    assert {_parts(n)[1] for n in val} == {"cid"} and len(val) == 10 * TAKES
+    assert {_parts(n)[1] for n in test} == {"bob"} and len(test) == 10 * TAKES
+    assert "val_speakers=['cid']" in repr(dm) and "all takes of cid are the validation set" in dm.summary()
+
+
+def test_validation_speakers_with_the_own_split(root: Path) -> None:
+    # the own split's test takes 0-4 of every speaker stay the test set; cid's other takes validate
+    train, val, test = split_fsdd(scan_fsdd(root / "fsdd" / "recordings"), val_speakers=["cid"])
+    assert {(t.speaker, t.index >= 5) for t in val} == {("cid", True)} and len(val) == 10 * (TAKES - 5)
+    assert {t.speaker for t in train} == {"ann", "bob"} and all(t.index >= 5 for t in train)
+    assert len(test) == len(SPEAKERS) * 10 * 5
+
+
+def test_validation_speakers_errors(root: Path) -> None:
+    with pytest.raises(ValueError, match=r"\['bob'\] are in both test_speakers and val_speakers"):
+        FSDDDataModule(root=root, test_speakers=["bob"], val_speakers=["bob", "cid"], download=False)
+    takes = scan_fsdd(root / "fsdd" / "recordings")
+    with pytest.raises(ValueError, match=r"\['bob'\] are in both"):
+        split_fsdd(takes, test_speakers=["bob"], val_speakers=["bob"])
+    with pytest.raises(ValueError, match=r"val_speakers \['zed'\] have no recordings"):
+        split_fsdd(takes, val_speakers=["zed"])
+    with pytest.raises(ValueError, match=r"leave no speaker to train on.*\['ann', 'cid'\]"):
+        split_fsdd(takes, test_speakers=["bob"], val_speakers=["ann", "cid"])
+    with pytest.raises(ValueError, match="val_speakers is empty"):
+        FSDDDataModule(val_speakers=[])
 
 
 def test_validation_is_deterministic_and_stratified(root: Path) -> None:

@@ -90,6 +90,17 @@ def test_held_out_speakers_are_only_in_test_strings(root: Path) -> None:
     assert not any(n.split("_")[1] == "bob" for names in _take_names(dm.train_set) for n in names)
 
 
+def test_validation_strings_are_of_the_validation_speakers_only(root: Path) -> None:
+    dm = _dm(root, test_speakers=["bob"], val_speakers=["ann"])
+    speakers = {
+        split: {n.split("_")[1] for names in _take_names(getattr(dm, f"{split}_set")) for n in names}
+        for split in ("train", "val", "test")
+    }
+    assert speakers == {"train": {"cid"}, "val": {"ann"}, "test": {"bob"}}
+    with pytest.raises(ValueError, match="in both test_speakers and val_speakers"):
+        _dm(root, test_speakers=["bob"], val_speakers=["bob"])
+
+
 def test_audio_and_targets_match(root: Path) -> None:
     dm = _dm(root, max_gap_ms=2.0)
     for i in range(len(dm.test_set)):

@@ -1,0 +1,208 @@
+r"""Waveform augmentations for speech: speed perturbation and additive noise, on padded batches.
+
+Each is an :class:`~torch.nn.Module` called as ``augment(waveform, lengths) -> (waveform, lengths)``
+on a zero-padded batch, waveform (B, T) and real samples per item lengths (B,). They act only in
+training mode (``eval()`` makes them the identity), update ``lengths`` and leave the padding at zero,
+so they can be handed to :class:`~attnmm.adapters.SpeechAdapter` as ``waveform_augment`` (or chained
+with :class:`ChainAugment`) and picked in a config by ``class_path``::
+
+    waveform_augment:
+      class_path: attnmm.data.ChainAugment
+      init_args:
+        steps:
+          - class_path: attnmm.data.SpeedPerturb
+            init_args: {factors: [0.9, 1.0, 1.1]}
+          - class_path: attnmm.data.AddNoise
+            init_args: {min_snr_db: 10.0, max_snr_db: 30.0, p: 0.5}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torchaudio
+from torch import Tensor, nn
+
+__all__ = ["AddNoise", "ChainAugment", "SpeedPerturb"]
+
+
+def _check_batch(name: str, waveform: Tensor, lengths: Tensor) -> None:
+    if waveform.dim() != 2 or lengths.shape != (waveform.size(0),):
+        raise ValueError(
+            f"{name} takes waveform (B, T) and lengths (B,), got shapes {tuple(waveform.shape)} and "
+            f"{tuple(lengths.shape)}"
+        )
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > waveform.size(1)):
+        raise ValueError(
+            f"{name}: lengths must be sample counts in [0, T = {waveform.size(1)}], got {lengths.tolist()}"
+        )
+
+
+def _real(lengths: Tensor, size: int) -> Tensor:
+    """(B, size) True on each item's real samples."""
+    return torch.arange(size, device=lengths.device) < lengths[:, None]
+
+
+class SpeedPerturb(nn.Module):
+    r"""Speed perturbation by resampling ("Audio augmentation for speech recognition", Ko et al., 2015).
+
+    Each item gets a factor :math:`\alpha` drawn uniformly from ``factors`` and is resampled from
+    :math:`\alpha r` to :math:`r` Hz (:func:`torchaudio.functional.resample`), so it plays
+    :math:`\alpha` times faster: :math:`n` real samples become :math:`\lceil n / \alpha \rceil`, and
+    tempo and pitch both change. The batch is re-padded with zeros to its longest new item.
+
+    Args:
+        factors (Sequence[float], optional): the speed factors, each > 0, each
+            :math:`\alpha \cdot` ``resolution`` a whole number. (default: ``(0.9, 1.0, 1.1)``)
+        resolution (int, optional): the rates resampled between are :math:`\alpha` ``resolution`` and
+            ``resolution`` (their ratio is all that matters); small values keep the filter short.
+            (default: ``100``)
+
+    Shapes:
+        - **input:** waveform (B, T), lengths (B,)
+        - **output:** waveform (B, T'), lengths (B,), T' the longest new length
+
+    Examples:
+        >>> import torch
+        >>> speed = SpeedPerturb(factors=[0.5])
+        >>> out, lengths = speed(torch.randn(2, 100), torch.tensor([100, 40]))
+        >>> out.shape, lengths.tolist()
+        (torch.Size([2, 200]), [200, 80])
+        >>> speed.eval()(torch.randn(2, 100), torch.tensor([100, 40]))[1].tolist()  # identity in eval
+        [100, 40]
+    """
+
+    def __init__(self, factors: Sequence[float] = (0.9, 1.0, 1.1), resolution: int = 100) -> None:
+        super().__init__()
+        factors = [float(f) for f in factors]
+        if not factors or any(not f > 0 for f in factors):
+            raise ValueError(f"factors must be a non-empty list of speeds > 0, e.g. [0.9, 1.0, 1.1], got {factors}")
+        if resolution < 1:
+            raise ValueError(f"resolution must be >= 1, got {resolution}")
+        rates = [f * resolution for f in factors]
+        if any(abs(r - round(r)) > 1e-6 for r in rates):
+            raise ValueError(
+                f"each factor times resolution must be a whole number (the resampling rates), got {rates} for "
+                f"factors {factors} and resolution {resolution}; use factors with at most "
+                f"{len(str(resolution)) - 1} decimals or raise resolution"
+            )
+        self.factors = factors
+        self.resolution = resolution
+
+    def forward(self, waveform: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        _check_batch(type(self).__name__, waveform, lengths)
+        if not self.training or waveform.size(0) == 0:
+            return waveform, lengths
+        choice = torch.randint(len(self.factors), (waveform.size(0),)).tolist()
+        pieces: list[Tensor | None] = [None] * waveform.size(0)
+        new_lengths = torch.empty_like(lengths)
+        for k, factor in enumerate(self.factors):
+            items = [b for b, c in enumerate(choice) if c == k]
+            if not items:
+                continue
+            rows = torch.tensor(items, device=waveform.device)
+            orig = round(factor * self.resolution)
+            # n samples resampled from orig to resolution Hz: ceil(n * resolution / orig)
+            n = (lengths[rows] * self.resolution + orig - 1) // orig  # (b,)
+            if orig == self.resolution:
+                out = waveform[rows]
+            else:
+                out = torchaudio.functional.resample(waveform[rows], orig, self.resolution)  # (b, T_k)
+            for i, b in enumerate(items):
+                pieces[b] = out[i, : int(n[i])]
+            new_lengths[rows] = n
+        size = int(new_lengths.max())
+        result = waveform.new_zeros(waveform.size(0), size)  # (B, T')
+        for b, piece in enumerate(pieces):
+            result[b, : piece.numel()] = piece
+        return result, new_lengths
+
+    def extra_repr(self) -> str:
+        return f"factors={self.factors}"
+
+
+class AddNoise(nn.Module):
+    r"""White Gaussian noise at a random signal-to-noise ratio, on the real samples only.
+
+    With probability ``p`` an item gets noise of power :math:`P_s / 10^{\mathrm{SNR}/10}`,
+    :math:`P_s` the mean square of its real samples and the SNR drawn uniformly in
+    ``[min_snr_db, max_snr_db]`` dB; its padding stays zero and its length unchanged.
+
+    Args:
+        min_snr_db (float, optional): lowest SNR in dB. (default: ``10.0``)
+        max_snr_db (float, optional): highest SNR in dB. (default: ``30.0``)
+        p (float, optional): probability that an item gets noise. (default: ``0.5``)
+
+    Shapes:
+        - **input:** waveform (B, T), lengths (B,)
+        - **output:** waveform (B, T), lengths (B,) (the same)
+
+    Examples:
+        >>> import torch
+        >>> noise = AddNoise(min_snr_db=20.0, max_snr_db=20.0, p=1.0)
+        >>> out, lengths = noise(torch.ones(1, 8), torch.tensor([5]))
+        >>> out[0, 5:].tolist(), lengths.tolist()
+        ([0.0, 0.0, 0.0], [5])
+    """
+
+    def __init__(self, min_snr_db: float = 10.0, max_snr_db: float = 30.0, p: float = 0.5) -> None:
+        super().__init__()
+        if not min_snr_db <= max_snr_db or not (math.isfinite(min_snr_db) and math.isfinite(max_snr_db)):
+            raise ValueError(f"need finite min_snr_db <= max_snr_db, got {min_snr_db} and {max_snr_db}")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p is a probability, in [0, 1]; got {p}")
+        self.min_snr_db, self.max_snr_db, self.p = float(min_snr_db), float(max_snr_db), float(p)
+
+    def forward(self, waveform: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        _check_batch(type(self).__name__, waveform, lengths)
+        if not self.training or waveform.numel() == 0:
+            return waveform, lengths
+        real = _real(lengths.to(waveform.device), waveform.size(1))  # (B, T)
+        power = waveform.square().masked_fill(~real, 0.0).sum(1) / lengths.clamp(min=1).to(waveform)  # (B,)
+        snr_db = torch.empty_like(power).uniform_(self.min_snr_db, self.max_snr_db)
+        on = torch.rand_like(power) < self.p
+        std = (power / 10.0 ** (snr_db / 10.0)).sqrt() * on  # (B,)
+        noise = torch.randn_like(waveform) * std[:, None]
+        return waveform + noise.masked_fill(~real, 0.0), lengths
+
+    def extra_repr(self) -> str:
+        return f"snr_db=[{self.min_snr_db:g}, {self.max_snr_db:g}], p={self.p:g}"
+
+
+class ChainAugment(nn.Module):
+    r"""Waveform augmentations applied one after the other, each ``(waveform, lengths) -> (waveform, lengths)``.
+
+    Args:
+        steps (list[nn.Module]): the augmentations, in order, e.g. ``[SpeedPerturb(), AddNoise()]``.
+
+    Shapes:
+        - **input:** waveform (B, T), lengths (B,)
+        - **output:** waveform (B, T'), lengths (B,), as the last step returns them
+
+    Examples:
+        >>> chain = ChainAugment([SpeedPerturb([0.9, 1.1]), AddNoise(p=1.0)])
+        >>> chain
+        ChainAugment(
+          (steps): ModuleList(
+            (0): SpeedPerturb(factors=[0.9, 1.1])
+            (1): AddNoise(snr_db=[10, 30], p=1)
+          )
+        )
+    """
+
+    def __init__(self, steps: list[nn.Module]) -> None:
+        super().__init__()
+        bad = [type(s).__name__ for s in steps if not isinstance(s, nn.Module)]
+        if not steps or bad:
+            raise ValueError(
+                "steps must be a non-empty list of nn.Modules called as (waveform, lengths) -> (waveform, lengths), "
+                f"e.g. [SpeedPerturb(), AddNoise()]; got {len(steps)} steps, not modules: {bad}"
+            )
+        self.steps = nn.ModuleList(steps)
+
+    def forward(self, waveform: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        for step in self.steps:
+            waveform, lengths = step(waveform, lengths)
+        return waveform, lengths
