@@ -60,6 +60,12 @@ def test_cost_part_runs_each_mask_in_its_own_process(root: Path) -> None:
         assert r["frames"] > 0 and r["step_s"] > 0 and r["peak_mb"] >= 0 and r["digits"] == 1
 
 
+def _der(length: int, greedy: float, rescore: float, digits: int = 1000) -> dict:
+    return {"length": length, "strings": digits // length, "digits": digits, "der": greedy, "string_acc": 0.5,
+            "recipe": {"decoding": "rescore", "strings": digits // length, "digits": digits, "der": rescore,
+                       "string_acc": 0.6}}
+
+
 def _store() -> dict:
     run = {"command": "test", "machine": "test", "minutes": 0.0}
     rows = [
@@ -70,8 +76,9 @@ def _store() -> dict:
     stream = {"strings": 2, "digits": 7, "der": 0.0, "equal_to_full": 2, "step_frames": 8, "matched": 7,
               "emitted_at_flush": 1, "latency_mean_ms": 50.0, "latency_p50_ms": 40.0, "latency_p95_ms": 200.0,
               "latency_max_ms": 260.0, "latency_min_ms": -100.0}
-    model = {"num_train": 100, "epochs": 1, "best_epoch": 0.0, "seconds": 60.0, "test_der": 0.05,
-             "test_string_acc": 0.8, "der": [{"length": 5, "der": 0.1}], "stream": stream, "run": run}
+    model = {"num_train": 4000, "epochs": 10, "decoding": "rescore", "best_epoch": 9.0, "seconds": 600.0,
+             "test_der": 0.05, "test_string_acc": 0.8, "stream": stream, "run": run,
+             "der": [_der(1, 0.04, 0.02), _der(5, 0.05, 0.03), _der(20, 0.06, 0.04)]}
     return {"cost": {"rows": rows, "steps_per_epoch": 250, "steps": 5, "run": run}, "models": {"Chunk(8, 2)": model},
             "reference": {"mask": "Chunk(8, 2)", "budget": "the recipe's run", "stream": {**stream, "der": 0.01}}}
 
@@ -84,11 +91,32 @@ def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
     text = bench.render_section(store)
     assert "step time is at least 10% below Full's from 20 digits (400 frames) on" in text
     assert "| Chunk(8, 2) | 320 | 50 | 40 | 200 | 260 | 1 | 0.00 | 2/2 |" in text
-    assert "| 5 | 100 | Chunk(8, 2) | 2.08 | 1.04 | 40 | 0.67 | 10.00 |" in text
-    assert "(streamed DER 0.0% vs 1.0%): mean latency 50 vs 50 ms" in text
+    assert "| 5 | 100 | Chunk(8, 2) | 2.08 | 1.04 | 40 | 0.67 |" in text
+    assert "| Chunk(8, 2) | 4,000 strings x 10 epochs | rescore | 2.00 ± 0.44 | 3.00 ± 0.54 | 4.00 ± 0.62 |" in text
+    assert "(each 4,000 strings x 10 epochs)" in text and "reduced budget" not in text
+    assert "Chunk(8, 2) trained here (4,000 strings x 10 epochs) and the recipe's own run (streamed DER 0.0% vs " \
+           "1.0%): mean latency 50 vs 50 ms" in text
     assert "DER of Full: not measured yet" in text
     page = "# Speech\n\nintro\n"
     once = bench.render_page(page, store)
     assert once.startswith(page) and once.count(bench.START) == 1
     assert bench.render_page(once + "\n## After\n", store) == once + "\n## After\n"
     assert set(bench.figures(store)) == {"speech_strings_cost"}
+
+
+def test_der_crossover_needs_ten_percent_and_two_standard_errors() -> None:
+    store = _store()
+    full = {**store["models"]["Chunk(8, 2)"], "der": [_der(1, 0.02, 0.01), _der(5, 0.06, 0.031), _der(20, 0.12, 0.08)]}
+    store["models"]["Full"] = full
+    rows = bench._der_rows(store["models"], None)
+    # greedy: 1 digit worse than Full (0.04 vs 0.02, 2.6 SE), 5 digits 17% below but by 1.3 SE, 20 digits 6.9 SE below
+    assert bench.crossover(rows, "der", "Chunk(8, 2)", se="se") == 20
+    assert bench.crossover(rows, "der", "Chunk(8, 2)") == 5  # without the standard errors
+    text = bench.render_section(store)
+    assert ("greedy DER is at least 10% and 2 standard errors below Full's from 20 digits on (above Full's by more "
+            "than 2 standard errors at 1 digit); rescore DER is at least 10% and 2 standard errors below Full's from "
+            "20 digits on.") in text  # rescore at 1 digit: 0.02 vs 0.01 is 1.8 standard errors
+    assert "DER of Full: not measured yet" not in text
+    store["models"]["Full"] = {**full, "num_train": 2000}
+    assert "DER not compared (Chunk(8, 2) trained 4,000 strings x 10 epochs, Full 2,000 strings x 10 epochs)" in \
+        bench.render_section(store)
