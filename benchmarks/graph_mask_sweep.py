@@ -176,7 +176,7 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[
     lists of ``Data`` with ``y`` and, from :func:`prepare_graphs`, ``random_walk_pe``) under ``mask``."""
     from torch_geometric.loader import DataLoader
 
-    from attnmm.lightning import PoolingClassifier
+    from attnmm.nn import PoolingClassifier
 
     c = _merge(GRAPH_DEFAULTS, config or {})
     width = splits["train"][0].random_walk_pe.size(1)

@@ -54,7 +54,7 @@ BATCHES = 4
 def _speech(mask: Mask | None, max_samples: int, min_samples: int, seed: int = 0) -> Step:
     from attnmm.adapters import SpeechAdapter
     from attnmm.attention import Encoder
-    from attnmm.lightning import PoolingClassifier
+    from attnmm.nn import PoolingClassifier
 
     torch.manual_seed(seed)
     adapter = SpeechAdapter(d_model=96, sample_rate=8000, n_mels=40, channels=32, mask=mask, dropout=0.1)
@@ -81,7 +81,7 @@ def _speech(mask: Mask | None, max_samples: int, min_samples: int, seed: int = 0
 def _image(full: bool, seed: int = 0) -> Step:
     from attnmm.adapters import ImageAdapter
     from attnmm.attention import Encoder, RelativePositionBias
-    from attnmm.lightning import PoolingClassifier
+    from attnmm.nn import PoolingClassifier
 
     torch.manual_seed(seed)
     mask = None if full else Grid(7, 7, kernel=3)
@@ -107,8 +107,7 @@ def _graph(full: bool, seed: int = 0) -> Step:
 
     from attnmm.adapters import GraphAdapter
     from attnmm.data.graphs import motif_graphs
-    from attnmm.lightning import PoolingClassifier
-    from attnmm.nn import GPSEncoder
+    from attnmm.nn import GPSEncoder, PoolingClassifier
 
     torch.manual_seed(seed)
     adapter = GraphAdapter(in_channels=1, d_model=64, pe="random_walk", pe_dim=8, self_loops=False)

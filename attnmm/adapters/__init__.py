@@ -4,7 +4,7 @@ from attnmm.adapters._registry import get_adapter, list_adapters, register_adapt
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.adapters.graph import GraphAdapter, GraphTokens
 from attnmm.adapters.image import ImageAdapter
-from attnmm.adapters.multimodal import MultimodalAdapter, SegmentPoolingClassifier
+from attnmm.adapters.multimodal import MultimodalAdapter
 from attnmm.adapters.speech import SpeechAdapter
 from attnmm.adapters.speech_stream import (
     Emission,
@@ -24,7 +24,6 @@ __all__ = [
     "GraphTokens",
     "ImageAdapter",
     "MultimodalAdapter",
-    "SegmentPoolingClassifier",
     "SpeechAdapter",
     "SpeechStream",
     "StreamingRecognizer",

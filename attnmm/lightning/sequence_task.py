@@ -13,9 +13,9 @@ from torchmetrics.text import WordErrorRate
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
-from attnmm.lightning.heads import AttentionDecoder
 from attnmm.lightning.task import IGNORE_INDEX, EncoderTask, Stage
 from attnmm.nn.ctc import CTCHead, ctc_greedy_decode, ctc_prefix_beam_search, nbest_labels
+from attnmm.nn.heads import AttentionDecoder
 
 __all__ = ["SequenceTask"]
 
@@ -34,7 +34,7 @@ class SequenceTask(EncoderTask):
 
     with :math:`\lambda` = ``ctc_weight``, :math:`\mathcal{L}_{\mathrm{CTC}}` the
     :class:`~attnmm.nn.ctc.CTCHead`'s loss and :math:`\mathcal{L}_{\mathrm{att}}` the cross-entropy of
-    the :class:`~attnmm.lightning.AttentionDecoder` under teacher forcing (omitted, and
+    the :class:`~attnmm.nn.AttentionDecoder` under teacher forcing (omitted, and
     :math:`\lambda = 1`, without a decoder). Targets are ``batch[target_key]`` (B, U), classes
     0..C-1 padded with ``-100``, and ``batch[length_key]`` (B,).
 
@@ -72,7 +72,8 @@ class SequenceTask(EncoderTask):
         >>> import torch
         >>> from attnmm.adapters import SpeechAdapter
         >>> from attnmm.attention import Encoder
-        >>> from attnmm.lightning import AttentionDecoder, SequenceTask
+        >>> from attnmm.lightning import SequenceTask
+        >>> from attnmm.nn import AttentionDecoder
         >>> from attnmm.nn.ctc import CTCHead
         >>> task = SequenceTask(SpeechAdapter(d_model=32), Encoder(32, 4, 1, 64), CTCHead(32, 10),
         ...                     AttentionDecoder(32, 10, num_layers=1), ctc_weight=0.3)

@@ -189,7 +189,8 @@ class ClassificationTask(EncoderTask):
         >>> import torch
         >>> from attnmm.adapters import SpeechAdapter
         >>> from attnmm.attention import Encoder
-        >>> from attnmm.lightning import ClassificationTask, PoolingClassifier
+        >>> from attnmm.lightning import ClassificationTask
+        >>> from attnmm.nn import PoolingClassifier
         >>> task = ClassificationTask(SpeechAdapter(d_model=32), Encoder(32, 4, 1, 64), PoolingClassifier(32, 10), 10)
         >>> task(SpeechAdapter.example_batch(2)).shape
         torch.Size([2, 10])

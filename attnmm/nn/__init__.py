@@ -1,22 +1,31 @@
-"""PyG-facing layers built on the attention core: AttentionConv (a drop-in for PyG's TransformerConv),
-GATConv and GATv2Conv (drop-ins for PyG's layers of the same names), a graph attention encoder,
-predict-then-propagate over a mask, a GPS graph transformer layer and a shortest-path score bias;
-the recurrent baseline of the attention encoders; and the convolution-as-attention construction with
-its CNN baseline."""
+"""Model parts built on the attention core, by the data they serve.
 
-from attnmm.nn.attention_conv import AttentionConv
-from attnmm.nn.conv_attention import ConvAsAttention
-from attnmm.nn.conv_encoder import ConvEncoder
+- Graphs (PyG-facing): :class:`AttentionConv` (a drop-in for PyG's ``TransformerConv``),
+  :class:`GATConv` and :class:`GATv2Conv` (drop-ins for PyG's layers of the same names), a graph
+  attention encoder, predict-then-propagate over a mask, a GPS graph transformer and a shortest-path
+  score bias.
+- Sequences: the recurrent baseline of the attention encoders (:class:`RecurrentEncoder`).
+- Image patch grids: self-attention that computes a convolution, and the CNN baseline (:mod:`attnmm.nn.cnn`).
+- Heads after the encoder: pooled and per-token classifiers, per-segment pooling of a multimodal
+  sequence, the CTC head and the attention decoder of sequence recognition.
+"""
+
+from attnmm.nn.cnn import ConvAsAttention, ConvEncoder
+from attnmm.nn.ctc import CTCHead
 from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
 from attnmm.nn.gps import GPSEncoder, GPSLayer
 from attnmm.nn.graph_encoder import GraphAttentionEncoder
+from attnmm.nn.heads import AttentionDecoder, PoolingClassifier, SegmentPoolingClassifier, TokenClassifier
 from attnmm.nn.propagation import PropagationEncoder
 from attnmm.nn.recurrent import RecurrentEncoder
 from attnmm.nn.spd_bias import ShortestPathBias
+from attnmm.nn.transformer_conv import AttentionConv
 
 __all__ = [
     "AttentionConv",
+    "AttentionDecoder",
+    "CTCHead",
     "ConvAsAttention",
     "ConvEncoder",
     "GATConv",
@@ -24,7 +33,10 @@ __all__ = [
     "GPSEncoder",
     "GPSLayer",
     "GraphAttentionEncoder",
+    "PoolingClassifier",
     "PropagationEncoder",
     "RecurrentEncoder",
+    "SegmentPoolingClassifier",
     "ShortestPathBias",
+    "TokenClassifier",
 ]

@@ -12,8 +12,8 @@ from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.masks import Graph, Mask
 from attnmm.masks.graph_helpers import SameGraph
-from attnmm.nn.attention_conv import AttentionConv
 from attnmm.nn.spd_bias import ShortestPathBias
+from attnmm.nn.transformer_conv import AttentionConv
 
 Norm = Literal["batch", "layer", "none"]
 

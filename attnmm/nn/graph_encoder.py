@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks import Mask
-from attnmm.nn.attention_conv import AttentionConv
+from attnmm.nn.transformer_conv import AttentionConv
 
 
 class GraphAttentionEncoder(nn.Module):

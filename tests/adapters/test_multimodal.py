@@ -14,12 +14,12 @@ from attnmm.adapters import (
     Adapter,
     ImageAdapter,
     MultimodalAdapter,
-    SegmentPoolingClassifier,
     SpeechAdapter,
     Tokens,
 )
 from attnmm.attention import Encoder
 from attnmm.masks import Grid, Segments, Window
+from attnmm.nn import SegmentPoolingClassifier
 
 D = 16
 

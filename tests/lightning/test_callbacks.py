@@ -4,8 +4,9 @@ import torch
 
 from attnmm.adapters import SpeechAdapter
 from attnmm.attention import Encoder
-from attnmm.lightning import AttentionMapLogger, ClassificationTask, PoolingClassifier
+from attnmm.lightning import AttentionMapLogger, ClassificationTask
 from attnmm.masks import Window
+from attnmm.nn import PoolingClassifier
 
 
 def test_attention_map_figures() -> None:

@@ -7,10 +7,10 @@ import torch
 
 from attnmm.adapters import TextAdapter
 from attnmm.attention import Encoder, RotaryPE
-from attnmm.lightning import ClassificationTask, TokenClassifier
+from attnmm.lightning import ClassificationTask
 from attnmm.lightning.generate import generate
 from attnmm.masks import Causal, Window
-from attnmm.nn import RecurrentEncoder
+from attnmm.nn import RecurrentEncoder, TokenClassifier
 
 V, D = 11, 16
 

@@ -10,9 +10,10 @@ from torch.utils.data import DataLoader
 
 from attnmm.adapters import Adapter, SpeechAdapter, Tokens
 from attnmm.attention import Encoder
-from attnmm.lightning import ClassificationTask, PoolingClassifier, TokenClassifier, warmup_cosine
-from attnmm.lightning.heads import masked_mean
+from attnmm.lightning import ClassificationTask, warmup_cosine
 from attnmm.masks import Window
+from attnmm.nn import PoolingClassifier, TokenClassifier
+from attnmm.nn.heads import masked_mean
 
 
 class ToyAudio(L.LightningDataModule):

@@ -7,7 +7,7 @@ import torch
 
 from attnmm.masks import Grid, Padding
 from attnmm.masks.compose import find_part
-from attnmm.nn.conv_encoder import ConvEncoder
+from attnmm.nn.cnn import ConvEncoder
 
 
 def test_grid_from_mask_or_argument() -> None:

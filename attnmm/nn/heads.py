@@ -1,5 +1,6 @@
-r"""Prediction heads: pooled sequence/graph classification, per-token classification, and the attention
-decoder of sequence recognition."""
+r"""Prediction heads, the model parts after the encoder: pooled sequence/graph classification (also per
+segment of a multimodal sequence), per-token classification, and the attention decoder of sequence
+recognition (the CTC head is in :mod:`attnmm.nn.ctc`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.positional import SinusoidalPE
-from attnmm.masks import Causal, Mask, Padding
+from attnmm.masks import Causal, Mask, Padding, Segments
 
 
 def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:
@@ -297,3 +298,84 @@ class AttentionDecoder(nn.Module):
         for row in labels[:, 1:].tolist():
             out.append(row[: row.index(self.sos_eos)] if self.sos_eos in row else row)
         return out
+
+
+class SegmentPoolingClassifier(nn.Module):
+    r"""Pools a segmented sequence segment by segment and classifies: for item :math:`b` with real
+    segments :math:`S_b` (length > 0),
+
+    .. math::
+        \mathbf{p}_{b,k} = \frac{1}{n_{b,k}} \sum_{i < n_{b,k}} \mathbf{h}_{o_k + i}, \qquad
+        \mathbf{y}_b = \frac{1}{|S_b|} \sum_{k \in S_b} \mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k
+
+    With ``num_segments`` each segment has its own classifier :math:`\mathbf{W}_k` and the
+    predictions are averaged (late fusion: each modality predicts alone); without, one classifier
+    reads the mean of the present segments' pooled features. A segment an item lacks is left out of
+    its average, so an item with one modality is classified from that one. The segment layout and
+    lengths come from the tokens' :class:`~attnmm.masks.Segments` mask (e.g. of
+    :class:`~attnmm.adapters.MultimodalAdapter`); a mask of another kind is one segment of every token.
+
+    Args:
+        d_model (int): token width D.
+        num_classes (int): number of classes C.
+        num_segments (int, optional): segments K, one classifier each; ``None`` shares one.
+            (default: :obj:`None`)
+        dropout (float, optional): dropout before the linear layer(s). (default: :obj:`0.0`)
+
+    Shapes:
+        - **input:** h (B, L, D) and the adapter's :class:`Tokens`
+        - **output:** logits (B, C)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.adapters import Tokens
+        >>> from attnmm.masks import Segments
+        >>> head = SegmentPoolingClassifier(8, num_classes=3, num_segments=2)
+        >>> h = torch.randn(2, 5, 8)
+        >>> head(h, Tokens(h, Segments([3, 2], lengths=[[3, 2], [0, 1]]))).shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(self, d_model: int, num_classes: int, num_segments: int | None = None, dropout: float = 0.0) -> None:
+        super().__init__()
+        d_model = check_nonneg_int("d_model", d_model, minimum=1)
+        num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
+        self.num_segments = None if num_segments is None else check_nonneg_int("num_segments", num_segments, minimum=1)
+        self.drop = nn.Dropout(dropout)
+        self.linears = nn.ModuleList(nn.Linear(d_model, num_classes) for _ in range(self.num_segments or 1))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for linear in self.linears:
+            linear.reset_parameters()  # type: ignore[operator]
+
+    def pool(self, h: Tensor, tokens: Tokens) -> tuple[Tensor, Tensor]:
+        """Pooled features (B, K, D) of every segment, and which segments each item has (B, K)."""
+        mask = tokens.mask
+        if not isinstance(mask, Segments):  # one segment: the real tokens
+            n = tokens.lengths if tokens.lengths is not None else torch.full((h.size(0),), h.size(1))
+            offsets, lengths = [0, h.size(1)], n.view(-1, 1)
+        else:
+            full = torch.tensor(mask.sizes, dtype=torch.long).expand(h.size(0), -1)
+            offsets, lengths = mask.offsets, full if mask.lengths is None else mask.lengths
+        lengths = lengths.to(h.device)  # (B, K)
+        pooled = []
+        for k in range(len(offsets) - 1):
+            seg = h[:, offsets[k] : offsets[k + 1]]  # (B, n_k, D)
+            keep = torch.arange(seg.size(1), device=h.device) < lengths[:, k : k + 1]  # (B, n_k)
+            total = (seg * keep.unsqueeze(-1)).sum(1)
+            pooled.append(total / keep.sum(1, keepdim=True).clamp(min=1))
+        return torch.stack(pooled, 1), lengths > 0
+
+    def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
+        pooled, present = self.pool(h, tokens)  # (B, K, D), (B, K)
+        weight = present.float() / present.sum(1, keepdim=True).clamp(min=1)  # (B, K)
+        if self.num_segments is None:
+            return self.linears[0](self.drop((pooled * weight.unsqueeze(-1)).sum(1)))
+        if pooled.size(1) != self.num_segments:
+            raise ValueError(
+                f"the head has num_segments={self.num_segments} classifiers but the tokens have {pooled.size(1)} "
+                "segments; set num_segments to the number of segments (modalities, plus 1 for a bottleneck)"
+            )
+        logits = torch.stack([lin(self.drop(pooled[:, k])) for k, lin in enumerate(self.linears)], 1)  # (B, K, C)
+        return (logits * weight.unsqueeze(-1)).sum(1)

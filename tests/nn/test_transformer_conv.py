@@ -155,7 +155,7 @@ def test_layout_is_cached_and_refreshed_on_change() -> None:
 
 def test_layers_share_one_layout_per_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     # every layer of a forward, and the next step's new but equal edge tensor, reuse one layout
-    import attnmm.nn.attention_conv as module
+    import attnmm.nn.transformer_conv as module
 
     built = []
     original = module.edge_layout

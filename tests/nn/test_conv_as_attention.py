@@ -7,7 +7,7 @@ import torch
 
 from attnmm.attention import attend
 from attnmm.masks import Grid
-from attnmm.nn.conv_attention import ConvAsAttention
+from attnmm.nn.cnn import ConvAsAttention
 
 
 @pytest.mark.parametrize(
