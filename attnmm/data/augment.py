@@ -93,7 +93,7 @@ class SpeedPerturb(nn.Module):
 
     def forward(self, waveform: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         _check_batch(type(self).__name__, waveform, lengths)
-        if not self.training or waveform.size(0) == 0:
+        if not self.training or waveform.numel() == 0:
             return waveform, lengths
         choice = torch.randint(len(self.factors), (waveform.size(0),)).tolist()
         pieces: list[Tensor | None] = [None] * waveform.size(0)
@@ -142,9 +142,10 @@ class AddNoise(nn.Module):
     Examples:
         >>> import torch
         >>> noise = AddNoise(min_snr_db=20.0, max_snr_db=20.0, p=1.0)
-        >>> out, lengths = noise(torch.ones(1, 8), torch.tensor([5]))
-        >>> out[0, 5:].tolist(), lengths.tolist()
-        ([0.0, 0.0, 0.0], [5])
+        >>> wave = torch.tensor([[1.0, -1.0, 1.0, -1.0, 1.0, 0.0, 0.0, 0.0]])  # 5 real samples
+        >>> out, lengths = noise(wave, torch.tensor([5]))
+        >>> bool((out[0, :5] != wave[0, :5]).all()), out[0, 5:].tolist(), lengths.tolist()
+        (True, [0.0, 0.0, 0.0], [5])
     """
 
     def __init__(self, min_snr_db: float = 10.0, max_snr_db: float = 30.0, p: float = 0.5) -> None:

@@ -81,3 +81,65 @@ def test_errors() -> None:
     with pytest.raises(ValueError, match=r"lengths must be \(B,\) = \(2,\)"):
         SpeechAdapter()({"waveform": torch.randn(2, 800), "lengths": torch.tensor([800])})
     assert Chunk(4, 1)  # keep the import used
+
+
+def _cmvn(feats: torch.Tensor) -> torch.Tensor:
+    """Per-band mean and variance normalisation of one item's real frames (T, n_mels): the oracle."""
+    return (feats - feats.mean(0)) / torch.sqrt(feats.var(0, unbiased=False) + 1e-5)
+
+
+def test_utterance_norm_equals_per_item_computation() -> None:
+    lengths = [8000, 3000, 1200, 300, 100]
+    b = batch(lengths, seed=3)
+    feats = torch.randn(5, 40, 7) * 3 + 5  # (B, T_mel, n_mels)
+    num = torch.tensor([40, 17, 1, 0, 25])
+    out = SpeechAdapter.normalize_utterances(feats, num)
+    for i, n in enumerate(num.tolist()):
+        if n:
+            torch.testing.assert_close(out[i, :n], _cmvn(feats[i, :n]))
+        assert not out[i, n:].any()  # padding frames are 0
+    # the adapter: an item's features are the same alone and in a padded batch, and normalised
+    adapter = SpeechAdapter(d_model=16, utterance_norm=True).eval()
+    batched = adapter.features(b["waveform"], b["lengths"])
+    for i, n in enumerate(lengths):
+        alone = adapter.features(b["waveform"][i : i + 1, :n], torch.tensor([n]))[0]
+        real = int(adapter.num_mel_frames(torch.tensor(n)))
+        assert alone.shape[0] == real
+        torch.testing.assert_close(batched[i, :real], alone, atol=1e-4, rtol=1e-4)  # FFTs of other sizes
+    logmel = torch.log(adapter.melspec(b["waveform"][:1]) + 1e-6).transpose(1, 2)[0]  # (T_mel, n_mels)
+    torch.testing.assert_close(batched[0], adapter.feature_norm(_cmvn(logmel)))
+
+
+def test_utterance_norm_needs_lengths() -> None:
+    adapter = SpeechAdapter(d_model=16, utterance_norm=True)
+    with pytest.raises(ValueError, match="features\\(\\) needs lengths"):
+        adapter.features(torch.randn(1, 800))
+    # without it, features() takes the waveform alone (what a stream does)
+    assert SpeechAdapter(d_model=16).features(torch.randn(1, 800)).shape == (1, 8, 40)
+
+
+class _Stretch(torch.nn.Module):
+    """Doubles every item by repeating each sample, and counts its calls."""
+
+    calls = 0
+
+    def forward(self, waveform: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.calls += 1
+        return waveform.repeat_interleave(2, dim=1), 2 * lengths
+
+
+def test_waveform_augment_only_in_training_and_lengths_follow() -> None:
+    stretch = _Stretch()
+    adapter = SpeechAdapter(d_model=16, waveform_augment=stretch, freq_mask=0, time_mask=0)
+    b = batch([4000, 1500])
+    tokens = adapter.train()(b)
+    assert stretch.calls == 1
+    assert tokens.lengths.tolist() == adapter.num_frames(torch.tensor([8000, 3000])).tolist()
+    tokens = adapter.eval()(b)
+    assert stretch.calls == 1
+    assert tokens.lengths.tolist() == adapter.num_frames(torch.tensor([4000, 1500])).tolist()
+
+
+def test_waveform_augment_must_be_a_module() -> None:
+    with pytest.raises(TypeError, match="waveform_augment must be an nn.Module"):
+        SpeechAdapter(waveform_augment=lambda w, n: (w, n))  # type: ignore[arg-type]
