@@ -14,7 +14,7 @@ Masks (self loops included in each, as in the recipes):
   (``graph_helpers.virtual_nodes``); its input is a learned vector that every variant's model has;
 - ``expander`` / ``expanderD``: the edges and random expander edges of degree D (default 4) inside each
   graph, drawn once per seed as in Exphormer (``graph_helpers.expander``);
-- ``full``: full attention inside each graph (``graph_helpers.SameGraph``).
+- ``full``: full attention inside each graph (``SameGraph``).
 
 Tasks: ``cora`` (Planetoid Cora, public split, under ``$ATTNMM_DATA``; the GAT-style model of
 ``benchmarks.graph_node_sweep``, ``recipes/configs/graph_node_gat.yaml``, trained full batch) and
@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm.adapters import GraphAdapter
-from attnmm.masks import Graph, Mask
-from attnmm.masks.graph_helpers import SameGraph, expander, k_hop, self_loops, virtual_nodes
+from attnmm.masks import Graph, Mask, SameGraph
+from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
 from attnmm.nn import GraphAttentionEncoder
 from benchmarks.graph_node_sweep import DEFAULTS as NODE_DEFAULTS
 from benchmarks.graph_node_sweep import build_encoder

@@ -7,7 +7,7 @@ import itertools
 import torch
 from hypothesis import strategies as st
 
-from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Segments, Window
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, SameGraph, Segments, Window
 
 
 @st.composite
@@ -60,6 +60,18 @@ def graph_masks(draw: st.DrawFn) -> tuple[Graph, int, int]:
     edge_index = torch.tensor([src, dst], dtype=torch.long).view(2, m)
     nodes = num_dst if num_src == num_dst else (num_src, num_dst)
     return Graph(edge_index, nodes), num_dst, num_src
+
+
+@st.composite
+def same_graph_masks(draw: st.DrawFn, num_nodes: int | None = None) -> tuple[SameGraph, int]:
+    """Full attention inside each graph of a packed batch of 1-4 graphs (``num_nodes`` nodes, 1-9 when
+    not given), with graphs of one node; the mask and its node count."""
+    n = draw(st.integers(1, 9)) if num_nodes is None else num_nodes
+    cuts = sorted(draw(st.lists(st.integers(1, max(n - 1, 1)), max_size=3))) if n > 1 else []
+    batch = torch.zeros(n, dtype=torch.long)
+    for c in cuts:
+        batch[c:] += 1
+    return SameGraph(batch), n
 
 
 @st.composite

@@ -1,6 +1,7 @@
 """Masks: definitions of the allowed set A(i), with their dense, sparse and block forms."""
 
 from attnmm.masks._pairs import Pairs
+from attnmm.masks._registry import list_masks, register_mask
 from attnmm.masks.base import IntervalMask, Mask, Structure
 from attnmm.masks.causal import Causal
 from attnmm.masks.chunk import Chunk
@@ -10,6 +11,7 @@ from attnmm.masks.full import Full
 from attnmm.masks.graph import Graph
 from attnmm.masks.grid import Grid
 from attnmm.masks.padding import Padding
+from attnmm.masks.same_graph import SameGraph
 from attnmm.masks.segments import Segments
 from attnmm.masks.window import Window
 
@@ -28,18 +30,10 @@ __all__ = [
     "Or",
     "Padding",
     "Pairs",
+    "SameGraph",
     "Segments",
     "Structure",
     "Window",
     "list_masks",
+    "register_mask",
 ]
-
-
-def list_masks() -> list[str]:
-    """Names of the built-in masks (used to parametrise tests).
-
-    Examples:
-        >>> list_masks()
-        ['Causal', 'Chunk', 'Documents', 'Full', 'Graph', 'Grid', 'Padding', 'Segments', 'Window']
-    """
-    return ["Causal", "Chunk", "Documents", "Full", "Graph", "Grid", "Padding", "Segments", "Window"]

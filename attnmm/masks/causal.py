@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask, Structure
 
 
+@register_mask
 class Causal(IntervalMask):
     r"""Causal attention, :math:`A(i) = \{j : j \le i\}` (top-left aligned when L != S, as SDPA's
     ``is_causal``).

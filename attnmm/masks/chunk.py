@@ -5,9 +5,11 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import UNBOUNDED, IntervalMask
 
 
+@register_mask
 class Chunk(IntervalMask):
     r"""Chunked attention with limited history:
     :math:`A(i) = \{j : c(i) - \mathrm{left\_chunks} \le c(j) \le c(i)\}` with

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask
 
 
+@register_mask
 class Documents(IntervalMask):
     r"""Attention within each of the documents packed one after another into a sequence (the
     ``cu_seqlens`` layout of variable-length attention kernels).

@@ -5,9 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import UNBOUNDED, IntervalMask, Structure
 
 
+@register_mask
 class Full(IntervalMask):
     r"""Full attention, :math:`A(i) = \{0, \dots, S-1\}`.
 

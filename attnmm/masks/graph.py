@@ -7,9 +7,11 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import Mask
 
 
+@register_mask
 class Graph(Mask):
     r"""Graph attention: query node :math:`i` attends key node :math:`j` iff the edge
     :math:`j \to i` is in ``edge_index`` (PyG's ``source_to_target`` flow),

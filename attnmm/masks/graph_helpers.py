@@ -1,5 +1,6 @@
 r"""Graph masks for GNN experiments: batches of graphs, self loops, k-hop neighbourhoods, virtual
-nodes, random expander edges (Exphormer), and hop distances for a shortest-path bias.
+nodes, random expander edges (Exphormer), and hop distances for a shortest-path bias (full attention inside
+each graph of a batch is the mask :class:`~attnmm.masks.SameGraph`).
 
 Every helper works on PyG's packed layout and costs O(nnz) of what it builds: no N x N tensor is
 made unless the allowed set itself is that large.
@@ -14,7 +15,6 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
-from attnmm.masks.base import Mask
 from attnmm.masks.graph import Graph
 
 
@@ -225,57 +225,4 @@ def expander(
     return Graph(edges, N)
 
 
-class SameGraph(Mask):
-    r"""Full attention inside each graph of a packed batch, :math:`A(i) = \{j : g(j) = g(i)\}` with
-    :math:`g` PyG's ``batch`` vector: the global attention of graph transformers without padding.
-    Its pairs number :math:`\sum_g n_g^2`.
-
-    Args:
-        batch (LongTensor): graph of each node (N,), sorted (as in a PyG ``Batch``).
-
-    Examples:
-        >>> import torch
-        >>> m = SameGraph(torch.tensor([0, 0, 1]))
-        >>> m
-        SameGraph(num_graphs=2, num_nodes=3)
-        >>> print(m.picture(3))
-        1 1 0
-        1 1 0
-        0 0 1
-    """
-
-    layout = "packed"
-
-    def __init__(self, batch: Tensor) -> None:
-        if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.is_floating_point():
-            raise ValueError(f"batch must be an integer tensor of shape (N,), got {batch!r:.80}")
-        batch = batch.long()
-        if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
-            raise ValueError("batch must be sorted (nodes of each graph contiguous), as in a PyG Batch")
-        self.batch = batch
-        self.num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-        counts = torch.bincount(batch, minlength=self.num_graphs)
-        self._start = (counts.cumsum(0) - counts)[batch]  # first node of each node's graph (N,)
-        self._end = self._start + counts[batch]
-
-    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
-        super().check(num_rows, num_cols, batch_size)
-        n = self.batch.numel()
-        if (num_rows, num_cols) != (n, n):
-            raise ValueError(f"{self!r} describes {n} nodes, but the input has L={num_rows} and S={num_cols}")
-
-    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        graph = self.batch.to(q_idx.device)
-        return graph[q_idx] == graph[kv_idx]
-
-    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
-        from attnmm.masks._pairs import pairs_from_ranges
-
-        row, col = pairs_from_ranges(self._start.to(device), self._end.to(device))
-        return Pairs(row, col, None, num_rows, num_cols, None)
-
-    def __repr__(self) -> str:
-        return f"SameGraph(num_graphs={self.num_graphs}, num_nodes={self.batch.numel()})"
-
-
-__all__ = ["SameGraph", "expander", "graph_mask", "hop_distance", "k_hop", "self_loops", "virtual_nodes"]
+__all__ = ["expander", "graph_mask", "hop_distance", "k_hop", "self_loops", "virtual_nodes"]

@@ -9,9 +9,11 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import Mask
 
 
+@register_mask
 class Grid(Mask):
     r"""2-D neighbourhood attention over patches laid out row-major on a ``height`` x ``width`` grid.
 

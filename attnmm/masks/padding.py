@@ -7,9 +7,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask
 
 
+@register_mask
 class Padding(IntervalMask):
     r"""Key padding: :math:`A_b(i) = \{j : j < \mathrm{lengths}_b\}`.
 

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import Mask, Structure
 from attnmm.masks.full import Full
 from attnmm.masks.padding import Padding
@@ -164,6 +165,7 @@ class _Blocks(Mask):
         return f"_Blocks(rows={list(self.row_sizes)}, cols={list(self.col_sizes)}, blocks=[{blocks}])"
 
 
+@register_mask
 class Segments(_Blocks):
     r"""One sequence made of K segments laid out one after another (segment :math:`k` occupies the
     positions :math:`[o_k, o_k + n_k)`, :math:`o_k = \sum_{k' < k} n_{k'}`), attending block by

@@ -5,9 +5,11 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
+from attnmm.masks._registry import register_mask
 from attnmm.masks.base import UNBOUNDED, IntervalMask
 
 
+@register_mask
 class Window(IntervalMask):
     r"""Truncated self-attention: :math:`A(i) = \{j : i - \mathrm{left} \le j \le i + \mathrm{right}\}`.
 

@@ -10,8 +10,7 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
-from attnmm.masks import Graph, Mask
-from attnmm.masks.graph_helpers import SameGraph
+from attnmm.masks import Graph, Mask, SameGraph
 from attnmm.nn.spd_bias import ShortestPathBias
 from attnmm.nn.transformer_conv import AttentionConv
 
@@ -38,7 +37,7 @@ class GPSLayer(nn.Module):
         \mathbf{X}' &= \mathrm{Norm}(\mathbf{X}_L + \mathbf{X}_G + \mathrm{MLP}(\mathbf{X}_L + \mathbf{X}_G))
 
     The global attention runs through the attnmm core on PyG's packed layout: by default
-    :math:`A(i)` is every node of i's graph (:class:`~attnmm.masks.graph_helpers.SameGraph`, built from
+    :math:`A(i)` is every node of i's graph (:class:`~attnmm.masks.SameGraph`, built from
     ``batch``), and any packed mask can replace it (e.g. the graph's edges united with random expander
     edges, Exphormer-style). Nothing is padded to a dense batch, so the cost follows the mask's pairs.
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from _oracle import grads, loop_attend, supporting_backends
-from _strategies import documents_masks, graph_masks, grid_masks, segments_masks, sequence_masks
+from _strategies import documents_masks, graph_masks, grid_masks, same_graph_masks, segments_masks, sequence_masks
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,6 +114,14 @@ def test_graph_masks_packed(data: st.DataObject, drawn: tuple[Graph, int, int], 
     q, k, v = rand(N, 2, 4, dtype=dtype, seed=seed), rand(M, 2, 4, dtype=dtype, seed=seed + 1), rand(
         M, 2, 3, dtype=dtype, seed=seed + 2
     )
+    check_problem(q, k, v, mask, score=score, with_bias=data.draw(st.booleans()), seed=seed)
+
+
+@given(st.data(), same_graph_masks(), dtypes, scores)
+def test_same_graph_masks_packed(data: st.DataObject, drawn: tuple[Mask, int], dtype: torch.dtype, score: str) -> None:
+    mask, n = drawn
+    seed = data.draw(st.integers(0, 2**16))
+    q, k, v = (rand(n, 2, 4, dtype=dtype, seed=seed + i) for i in range(3))
     check_problem(q, k, v, mask, score=score, with_bias=data.draw(st.booleans()), seed=seed)
 
 

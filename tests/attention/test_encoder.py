@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from attnmm import Encoder, EncoderLayer, RelativePositionBias, RotaryPE
-from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Padding, Segments, Window, list_masks
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Padding, SameGraph, Segments, Window, list_masks
 
 D, H = 16, 4
 
@@ -13,6 +13,8 @@ def make_input(name: str):
     if name == "Graph":
         edge_index = torch.randint(0, 7, (2, 20))
         return Graph(edge_index, num_nodes=7), torch.randn(7, D)  # node 6 may have no in-edges
+    if name == "SameGraph":
+        return SameGraph(torch.tensor([0, 0, 0, 1, 2, 2, 2])), torch.randn(7, D)  # graph 1 has one node
     masks = {
         "Causal": Causal(),
         "Chunk": Chunk(3, 1),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from _oracle import loop_attend
-from _strategies import documents_masks, segments_masks
+from _strategies import documents_masks, same_graph_masks, segments_masks
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from torch import Tensor
@@ -135,6 +135,8 @@ def masks(draw: st.DrawFn, B: int, L: int, S: int, packed: bool, grid: tuple[int
     ]
     if packed:
         base.append(_graph(L, S))
+        if L == S and L > 0:
+            base.append(same_graph_masks(L).map(lambda drawn: drawn[0]))
     else:
         base.append(_padding(B, S))
         base.append(documents_masks(B, min(L, S)))

@@ -11,7 +11,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from attnmm.data.graphs import motif_graphs
-from attnmm.masks.graph_helpers import SameGraph
+from attnmm.masks import SameGraph
 from benchmarks import graph_mask_sweep as gms
 
 matplotlib.use("Agg")

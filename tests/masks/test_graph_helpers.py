@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
-from attnmm.masks import Full, Graph
-from attnmm.masks.graph_helpers import SameGraph, expander, graph_mask, hop_distance, k_hop, self_loops, virtual_nodes
+from attnmm.masks import Full, Graph, SameGraph
+from attnmm.masks.graph_helpers import expander, graph_mask, hop_distance, k_hop, self_loops, virtual_nodes
 
 
 def _random_edges(n: int, m: int, seed: int) -> torch.Tensor:

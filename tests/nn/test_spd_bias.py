@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from attnmm import attend
-from attnmm.masks import Graph
-from attnmm.masks.graph_helpers import SameGraph, k_hop
+from attnmm.masks import Graph, SameGraph
+from attnmm.masks.graph_helpers import k_hop
 from attnmm.nn import ShortestPathBias
 
 

@@ -12,8 +12,7 @@ from attnmm import attend
 from attnmm.attention._dispatch import TIE, candidates, choose_backend
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends import Backend, Supports, _calibration, get_backend, list_backends
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
-from attnmm.masks.graph_helpers import SameGraph
+from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, SameGraph, Window
 
 
 def problem(mask: Mask | None, L: int = 16, B: int = 2, **kwargs: object) -> Problem:
