@@ -61,8 +61,8 @@ def attend(
 
     Args:
         q (Tensor): queries, (B, H, L, E) padded or (N, H, E) packed.
-        k (Tensor): keys, (B, H, S, E) or (M, H, E).
-        v (Tensor): values, (B, H, S, Ev) or (M, H, Ev).
+        k (Tensor): keys, (B, H, S, E) or (S, H, E).
+        v (Tensor): values, (B, H, S, Ev) or (S, H, Ev).
         mask (Mask, optional): the allowed set; ``None`` is full attention. (default: :obj:`None`)
         scale (float, optional): score scale. (default: :math:`1/\sqrt{E}`)
         dropout_p (float, optional): dropout on the weights; pass ``0.0`` at eval time.
@@ -82,7 +82,7 @@ def attend(
 
     Shapes:
         - **input:** q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev); or packed q (N, H, E),
-          k (M, H, E), v (M, H, Ev)
+          k (S, H, E), v (S, H, Ev)
         - **output:** (B, H, L, Ev), or (N, H, Ev) packed; with weights values (P, H)
 
     Examples:

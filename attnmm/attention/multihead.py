@@ -49,7 +49,7 @@ class MultiHeadAttention(nn.Module):
 
     Shapes:
         - **input:** query (B, L, D), key (B, S, kdim), value (B, S, vdim); or packed query
-          (N, D), key (M, kdim), value (M, vdim); ``bias`` (P,) or (P, H) per allowed pair
+          (N, D), key (S, kdim), value (S, vdim); ``bias`` (P,) or (P, H) per allowed pair
         - **output:** (B, L, D) or (N, D); with ``return_weights`` also
           :class:`~attnmm.attention.AttentionWeights` with values (P, H)
 
@@ -160,8 +160,8 @@ class MultiHeadAttention(nn.Module):
         packed = self._check_inputs(query, key, value)
         H, E = self.num_heads, self.head_dim
         q = self.q_proj(query).unflatten(-1, (H, E))  # (B, L, H, E) or (N, H, E)
-        k = self.k_proj(key).unflatten(-1, (H, E))  # (B, S, H, E) or (M, H, E)
-        v = self.v_proj(value).unflatten(-1, (H, E))  # (B, S, H, E) or (M, H, E)
+        k = self.k_proj(key).unflatten(-1, (H, E))  # (B, S, H, E) or (S, H, E)
+        v = self.v_proj(value).unflatten(-1, (H, E))  # (B, S, H, E) or (S, H, E)
         if not packed:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, L|S, E)
         if state is not None:

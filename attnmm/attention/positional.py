@@ -197,13 +197,13 @@ class Sinusoidal2DPE(nn.Module):
         normalize (bool, optional): scale positions to :math:`(0, 2\pi]`. (default: :obj:`False`)
 
     Shapes:
-        - **input:** x (B, P, D) with P = height * width
-        - **output:** (B, P, D)
+        - **input:** x (B, L, D) with L = height * width
+        - **output:** (B, L, D)
 
     Examples:
         >>> import torch
         >>> pe = Sinusoidal2DPE(8)
-        >>> x = torch.zeros(1, 6, 8)  # (B, P, D): a 2 x 3 grid
+        >>> x = torch.zeros(1, 6, 8)  # (B, L, D): a 2 x 3 grid
         >>> out = pe(x, height=2, width=3)
         >>> torch.equal(out[0, 0, :4], out[0, 2, :4])  # same row, same first half
         True
@@ -225,7 +225,7 @@ class Sinusoidal2DPE(nn.Module):
         """Nothing to reset: the encoding has no parameters."""
 
     def encode(self, height: int, width: int, device: torch.device | str | None = None) -> Tensor:
-        """The encoding of every patch of a ``height`` x ``width`` grid, shape (P, D), float32."""
+        """The encoding of every patch of a ``height`` x ``width`` grid, shape (L, D), float32."""
         height = check_nonneg_int("height", height, minimum=1)
         width = check_nonneg_int("width", width, minimum=1)
         rows = torch.arange(height, device=device, dtype=torch.float64)
@@ -238,19 +238,19 @@ class Sinusoidal2DPE(nn.Module):
         grid = torch.cat(
             [row_pe.unsqueeze(1).expand(-1, width, -1), col_pe.unsqueeze(0).expand(height, -1, -1)], dim=-1
         )  # (height, width, D)
-        return grid.reshape(height * width, self.d_model)  # (P, D)
+        return grid.reshape(height * width, self.d_model)  # (L, D)
 
     def forward(self, x: Tensor, height: int, width: int) -> Tensor:
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(
-                f"Sinusoidal2DPE expects x of shape (B, P, D) with D={self.d_model}, got shape {tuple(x.shape)}"
+                f"Sinusoidal2DPE expects x of shape (B, L, D) with D={self.d_model}, got shape {tuple(x.shape)}"
             )
         if x.size(1) != height * width:
             raise ValueError(
-                f"Sinusoidal2DPE needs P = height * width = {height} * {width} = {height * width} patches, "
-                f"got P={x.size(1)}"
+                f"Sinusoidal2DPE needs L = height * width = {height} * {width} = {height * width} patches, "
+                f"got L={x.size(1)}"
             )
-        return x + self.encode(height, width, device=x.device).to(x.dtype)  # (B, P, D)
+        return x + self.encode(height, width, device=x.device).to(x.dtype)  # (B, L, D)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, normalize={self.normalize}"

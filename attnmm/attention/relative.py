@@ -60,7 +60,8 @@ class RelativePositionBias(nn.Module):
         clip (bool, optional): clamp out-of-range offsets instead of raising. (default: :obj:`False`)
 
     Shapes:
-        - **input:** a mask and the sizes L, S (and B for batched masks)
+        - **input:** a mask, ``num_rows`` L, ``num_cols`` S (default L) and, for a batched mask,
+          ``batch_size`` B
         - **output:** (P, H), one row per pair of ``mask.pairs(L, S, B)``
 
     Examples:
@@ -194,14 +195,16 @@ class RelativePositionBias(nn.Module):
             )
         return size[1]
 
-    def forward(self, mask: Mask | None, L: int, S: int | None = None, B: int | None = None) -> Tensor:  # noqa: N803
+    def forward(
+        self, mask: Mask | None, num_rows: int, num_cols: int | None = None, batch_size: int | None = None
+    ) -> Tensor:
         mask = Full() if mask is None else mask
         if not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm.masks.Mask or None, got {type(mask).__name__}")
-        S = L if S is None else S
+        L, S = num_rows, num_rows if num_cols is None else num_cols
         # the pairs and the (P, H) bias: refuse early when they cannot fit
-        check_mask_pairs(mask, L, S, B, self.table.device, PAIR_BYTES + 8 * self.num_heads)
-        pairs = mask.pairs(L, S, B if mask.batched else None, device=self.table.device)
+        check_mask_pairs(mask, L, S, batch_size, self.table.device, PAIR_BYTES + 8 * self.num_heads)
+        pairs = mask.pairs(L, S, batch_size if mask.batched else None, device=self.table.device)
         row, col = pairs.row, pairs.col
         if self.two_d:
             w = self._width(mask, L, S)

@@ -333,8 +333,9 @@ def _check_part(name: str, m: object) -> None:
         raise TypeError(f"{name} is {m!r}, a mask of the packed node layout; segments use the padded layout")
 
 
-def _link_table(links: object, K: int) -> list[list[Link]]:  # noqa: N803 - the number of segments
-    """The K x K table of ``links`` ("none", "full" or a table), checked."""
+def _link_table(links: object, num_segments: int) -> list[list[Link]]:
+    """The K x K table (K = ``num_segments``) of ``links`` ("none", "full" or a table), checked."""
+    K = num_segments
     if isinstance(links, str):
         if links not in ("none", "full"):
             raise ValueError(f"links must be 'none', 'full' or a {K} x {K} table, got {links!r}")

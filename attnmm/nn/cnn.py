@@ -150,9 +150,9 @@ class ConvAsAttention(nn.Module):
         r = self.kernel_size // 2
         framed = F.pad(image, (r, r, r, r))  # (B, C_in, height + 2r, width + 2r): the zero padding
         Hp, Wp = height + 2 * r, width + 2 * r
-        x = framed.flatten(2).transpose(1, 2)  # (B, P, C_in), pixels row-major
-        x = F.pad(x, (0, self.embed_dim - C))  # (B, P, D)
-        out = self.attn(x, mask=Grid(Hp, Wp, self.kernel_size))  # (B, P, D)
+        x = framed.flatten(2).transpose(1, 2)  # (B, L, C_in), pixels row-major
+        x = F.pad(x, (0, self.embed_dim - C))  # (B, L, D)
+        out = self.attn(x, mask=Grid(Hp, Wp, self.kernel_size))  # (B, L, D)
         out = out[..., : self.out_channels].transpose(1, 2).reshape(B, self.out_channels, Hp, Wp)
         return out[:, :, r : r + height, r : r + width]  # (B, C_out, height, width)
 
@@ -178,8 +178,8 @@ class ConvBlock(nn.Module):
         dropout (float, optional): dropout on the residual branches. (default: :obj:`0.0`)
 
     Shapes:
-        - **input:** x (B, P, D) with P = height * width, row-major
-        - **output:** (B, P, D)
+        - **input:** x (B, L, D) with L = height * width, row-major
+        - **output:** (B, L, D)
     """
 
     def __init__(self, d_model: int, kernel: int = 3, dim_feedforward: int = 256, dropout: float = 0.0) -> None:
@@ -206,7 +206,7 @@ class ConvBlock(nn.Module):
     def forward(self, x: Tensor, height: int, width: int) -> Tensor:
         B, _, D = x.shape
         h = self.norm1(x).transpose(1, 2).reshape(B, D, height, width)  # (B, D, height, width)
-        x = x + self.drop(self.conv(h).flatten(2).transpose(1, 2))  # (B, P, D)
+        x = x + self.drop(self.conv(h).flatten(2).transpose(1, 2))  # (B, L, D)
         return x + self.drop(self.ffn(self.norm2(x)))
 
 
@@ -232,14 +232,14 @@ class ConvEncoder(nn.Module):
             (default: :obj:`None`, read from the mask)
 
     Shapes:
-        - **input:** x (B, P, D), mask (a :class:`~attnmm.masks.Grid` unless ``grid_size`` is set)
-        - **output:** (B, P, D)
+        - **input:** x (B, L, D), mask (a :class:`~attnmm.masks.Grid` unless ``grid_size`` is set)
+        - **output:** (B, L, D)
 
     Examples:
         >>> import torch
         >>> from attnmm.masks import Grid
         >>> enc = ConvEncoder(d_model=16, num_layers=2)
-        >>> enc(torch.randn(2, 49, 16), Grid(7, 7, kernel=3)).shape  # (B, P, D)
+        >>> enc(torch.randn(2, 49, 16), Grid(7, 7, kernel=3)).shape  # (B, L, D)
         torch.Size([2, 49, 16])
     """
 
@@ -268,7 +268,7 @@ class ConvEncoder(nn.Module):
 
     def forward(self, x: Tensor, mask: Mask | None = None) -> Tensor:
         if x.dim() != 3:
-            raise ValueError(f"ConvEncoder expects patch tokens (B, P, D), got shape {tuple(x.shape)}")
+            raise ValueError(f"ConvEncoder expects patch tokens (B, L, D), got shape {tuple(x.shape)}")
         if self.grid_size is not None:
             height, width = self.grid_size
         else:
@@ -279,9 +279,9 @@ class ConvEncoder(nn.Module):
                 )
             height, width = grid.height, grid.width
         if height * width != x.size(1):
-            raise ValueError(f"a {height} x {width} grid has {height * width} patches, the input has P={x.size(1)}")
+            raise ValueError(f"a {height} x {width} grid has {height * width} patches, the input has L={x.size(1)}")
         for layer in self.layers:
-            x = layer(x, height, width)  # (B, P, D)
+            x = layer(x, height, width)  # (B, L, D)
         return self.norm(x)
 
 

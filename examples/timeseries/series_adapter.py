@@ -35,7 +35,7 @@ class TimeSeriesAdapter(Adapter):
 
     Shapes:
         - **input:** a batch with ``series`` (B, T, C) zero-padded and ``lengths`` (B,)
-        - **output:** :class:`Tokens` with x (B, P, D), P = ceil(T / patch_len), the mask and the
+        - **output:** :class:`Tokens` with x (B, L, D), L = ceil(T / patch_len) patches, the mask and the
           patch lengths
     """
 
@@ -67,10 +67,10 @@ class TimeSeriesAdapter(Adapter):
             raise ValueError(f"series must be (B, T, C) with C = in_channels = {self.in_channels}, "
                              f"got shape {tuple(series.shape)}")
         B, T, C = series.shape
-        P = -(-T // self.patch_len)  # patches, the last one zero-padded
-        series = nn.functional.pad(series, (0, 0, 0, P * self.patch_len - T))  # (B, P * patch_len, C)
-        patches = series.reshape(B, P, self.patch_len * C)  # (B, P, patch_len * C)
-        x = self.drop(self.pos(self.embed(patches)))  # (B, P, D)
+        L = -(-T // self.patch_len)  # patches, the last one zero-padded
+        series = nn.functional.pad(series, (0, 0, 0, L * self.patch_len - T))  # (B, L * patch_len, C)
+        patches = series.reshape(B, L, self.patch_len * C)  # (B, L, patch_len * C)
+        x = self.drop(self.pos(self.embed(patches)))  # (B, L, D)
         patch_lengths = (lengths + self.patch_len - 1) // self.patch_len  # (B,)
         mask: Mask = Padding(patch_lengths)
         if self.mask is not None:

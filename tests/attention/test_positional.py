@@ -117,7 +117,7 @@ def test_errors():
         LearnedPE(4, 2)(torch.zeros(1, 5, 2))
     with pytest.raises(ValueError, match=r"positions must lie in \[0, max_len=4\), got min 2 and max 4"):
         LearnedPE(4, 2)(torch.zeros(1, 3, 2), positions=torch.tensor([2, 3, 4]))
-    with pytest.raises(ValueError, match=r"P = height \* width = 2 \* 3 = 6 patches, got P=5"):
+    with pytest.raises(ValueError, match=r"L = height \* width = 2 \* 3 = 6 patches, got L=5"):
         Sinusoidal2DPE(4)(torch.zeros(1, 5, 4), 2, 3)
     with pytest.raises(ValueError, match=r"shape \(B, L, D\) with D=4, got shape \(1, 5, 3\)"):
         SinusoidalPE(4)(torch.zeros(1, 5, 3))

@@ -30,11 +30,11 @@ def test_tokens_and_mask() -> None:
     batch = collate(make_series(3, 10, 40, noise=0.1, seed=0))
     tokens = adapter(batch)
     B, T, _ = batch["series"].shape
-    P = -(-T // 8)
-    assert tokens.x.shape == (B, P, 16)
+    L = -(-T // 8)
+    assert tokens.x.shape == (B, L, 16)
     assert torch.equal(tokens.lengths, (batch["lengths"] + 7) // 8)
-    expected = (Padding(tokens.lengths) & Window(2, 1)).dense(P, P, B)
-    assert torch.equal(tokens.mask.dense(P, P, B), expected)
+    expected = (Padding(tokens.lengths) & Window(2, 1)).dense(L, L, B)
+    assert torch.equal(tokens.mask.dense(L, L, B), expected)
     assert tokens.mask.structure.kind == "band"  # Window & Padding keeps its band: the band backend runs it
 
 

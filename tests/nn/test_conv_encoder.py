@@ -32,5 +32,5 @@ def test_locality_matches_the_kernel() -> None:
 def test_errors() -> None:
     with pytest.raises(ValueError, match="needs the patch grid"):
         ConvEncoder(4, 1)(torch.randn(1, 9, 4), None)
-    with pytest.raises(ValueError, match="a 3 x 3 grid has 9 patches, the input has P=10"):
+    with pytest.raises(ValueError, match="a 3 x 3 grid has 9 patches, the input has L=10"):
         ConvEncoder(4, 1, grid_size=(3, 3))(torch.randn(1, 10, 4))
