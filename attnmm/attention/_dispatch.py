@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import math
 
+import attnmm.attention.backends._calibration as _calibration
 from attnmm.attention._memory import SMALL_BYTES, available_bytes, ceiling_bytes
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends import Backend, _calibration, get_backend, list_backends
+from attnmm.attention.backends._registry import get_backend, list_backends
+from attnmm.attention.backends.base import Backend
 
 #: Density from which masked dense SDPA beats the sparse backend on a device without calibrated
 #: costs: the crossover measured by ``python -m benchmarks.density`` (forward + backward, fp32, 2 CPU

@@ -7,6 +7,7 @@ tests read the registry and the declarations; nothing else names a backend.
 
 from __future__ import annotations
 
+from attnmm.attention.backends._registry import get_backend, list_backends, register_backend, unregister_backend
 from attnmm.attention.backends.band import BandBackend
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.backends.flex import FlexBackend
@@ -15,39 +16,6 @@ from attnmm.attention.backends.reference import ReferenceBackend
 from attnmm.attention.backends.sdpa import SDPABackend
 from attnmm.attention.backends.segments import SegmentsBackend
 from attnmm.attention.backends.sparse import SparseBackend
-
-_BACKENDS: dict[str, Backend] = {}
-
-
-def register_backend(backend: Backend) -> Backend:
-    """Register a backend under ``backend.name``; names are unique."""
-    if not backend.name:
-        raise ValueError("a backend needs a non-empty name")
-    if backend.name in _BACKENDS:
-        raise ValueError(f"a backend named {backend.name!r} is already registered")
-    _BACKENDS[backend.name] = backend
-    return backend
-
-
-def unregister_backend(name: str) -> Backend:
-    """Remove the backend registered as ``name`` and return it (for tests and examples)."""
-    backend = get_backend(name)
-    del _BACKENDS[name]
-    return backend
-
-
-def get_backend(name: str) -> Backend:
-    """The backend registered as ``name``."""
-    try:
-        return _BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}; valid names: 'auto', {', '.join(map(repr, _BACKENDS))}") from None
-
-
-def list_backends() -> list[str]:
-    """Names of the registered backends."""
-    return list(_BACKENDS)
-
 
 register_backend(ReferenceBackend())
 register_backend(SDPABackend())

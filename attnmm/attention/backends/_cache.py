@@ -11,14 +11,16 @@ hit too, and by the shapes; masks are definitions and are treated as immutable.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends._csr import CSRPattern, Layout
 from attnmm.masks import Pairs
 from attnmm.masks._key import content_key
+
+if TYPE_CHECKING:  # (the problem asks this module for its pairs)
+    from attnmm.attention._problem import Problem
 
 #: How many (mask, shape) entries to keep.
 CACHE_SIZE = 16

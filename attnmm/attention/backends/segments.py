@@ -134,7 +134,7 @@ def _plan(problem: Problem) -> dict[int, _Step | None]:
     call: dispatch asks for the cost and the memory and then runs the forward on the same
     :class:`Problem`, and each sub-problem's choice counts its rows' keys, so the plan is kept on the
     problem (as :func:`functools.cached_property` keeps a value) until the forward takes it."""
-    from attnmm.attention._dispatch import candidates
+    from attnmm.attention import _dispatch  # (dispatch imports the registry, which holds this backend)
 
     plan = problem.__dict__.get(_PLAN)
     if plan is None:
@@ -143,7 +143,7 @@ def _plan(problem: Problem) -> dict[int, _Step | None]:
             if sub is None:
                 plan[a] = None
                 continue
-            chosen = candidates(sub)[0]
+            chosen = _dispatch.candidates(sub)[0]
             plan[a] = _Step(sub, chosen, chosen.cost(sub))
         problem.__dict__[_PLAN] = plan
     return plan
