@@ -1,7 +1,12 @@
-"""``python -m benchmarks``: every case against its peer, as a Markdown table in docs/benchmarks.md.
+"""``python -m benchmarks``: every case against its peer, stored and shown as a table in docs/benchmarks.md.
 
-Options: ``--cases window,graph`` runs a subset; ``--no-write`` only prints; ``--no-density`` skips
-the density sweep.
+The rows are stored in ``benchmarks/results/benchmarks.json``; docs/benchmarks.md and the quoted
+figures of docs/comparison.md are then rendered from that store alone (:mod:`benchmarks._page`,
+:mod:`benchmarks._comparison`), so a page never quotes another run than the table's.
+
+Options: ``--cases window,graph`` runs a subset (the store then holds only those rows);
+``--no-write`` only prints; ``--no-density`` skips the density sweep; ``--render-only`` runs nothing
+and rewrites both pages from the store.
 """
 
 from __future__ import annotations
@@ -12,36 +17,39 @@ import os
 import platform
 import time
 import traceback
-from pathlib import Path
+from typing import Any
 
 import torch
 
 from benchmarks._cases import CASES, Case
+from benchmarks._comparison import COMPARISON
+from benchmarks._comparison import render_page as render_comparison
 from benchmarks._measure import THREADS_ENV, alternate, peak_in_subprocess, threads, wait_for_idle
-
-ROOT = Path(__file__).resolve().parent.parent
-HEADER = Path(__file__).with_name("header.md")
+from benchmarks._page import PAGE, ROOT, STORE, load, render_page, render_results, render_row, save
 
 
-def _ms(t: float | None) -> str:
-    return "—" if t is None else f"{1e3 * t:.1f} ms" if t < 10 else f"{t:.1f} s"
-
-
-def _mb(m: int | str) -> str:
-    return m if isinstance(m, str) else f"{m / 2**20:.0f} MB"
-
-
-def run_case(case: Case, memory: bool) -> str:
-    """Check, time and measure one case; return its table row."""
+def run_case(case: Case, memory: bool) -> dict[str, Any]:
+    """Check, time and measure one case; return its stored row (:mod:`benchmarks._page`)."""
     print(f"== {case.title} vs {case.peer_name}", flush=True)
     start = time.perf_counter()
+    row: dict[str, Any] = {
+        "key": case.key,
+        "title": case.title,
+        "peer": case.peer_name,
+        "target": case.target,
+        "t_peer": None,
+        "t_ours": None,
+        "m_peer": None,
+        "m_ours": None,
+        "met": False,
+    }
     try:
         inputs = case.build()
         check = case.check(inputs)
         print(f"   correctness: {check}", flush=True)
     except Exception as err:  # a wrong result is reported, not timed
         traceback.print_exc()
-        return f"| {case.title} | {case.peer_name} | correctness check failed: {err} | | | | | {case.target} | no |"
+        return {**row, "result": f"correctness check failed: {err}"}
     try:
         peer = case.peer(inputs)
     except Exception as err:
@@ -59,38 +67,57 @@ def run_case(case: Case, memory: bool) -> str:
         t_peer, t_ours = alternate(None, case.ours(inputs), case.rounds)
     del inputs, peer
     gc.collect()
-    m_peer: int | str = "—"
-    m_ours: int | str = "—"
+    m_peer: int | str | None = None
+    m_ours: int | str | None = None
     if memory:
         m_ours = peak_in_subprocess(case.key, "ours")
-        m_peer = peak_in_subprocess(case.key, "peer") if not peer_error else "—"
-    if t_peer is None or (isinstance(m_peer, str) and memory) or (isinstance(m_ours, str) and memory):
-        ratio, met = peer_error or "incomplete", False
+        m_peer = peak_in_subprocess(case.key, "peer") if not peer_error else None
+    memory_error = next((m for m in (m_ours, m_peer) if isinstance(m, str)), "")
+    if t_peer is None or memory_error or (memory and m_peer is None):
+        ratio, met = peer_error or (f"peak not measured: {memory_error}" if memory_error else "incomplete"), False
     else:
         ratio, met = case.verdict(
             t_peer,
             t_ours,
-            float(m_peer) if memory else 1.0,
-            float(m_ours) if memory else 1.0,  # type: ignore[arg-type]
+            float(m_peer) if isinstance(m_peer, int) else 1.0,
+            float(m_ours) if isinstance(m_ours, int) else 1.0,
         )
-    row = (
-        f"| {case.title} | {case.peer_name} | {_ms(t_peer)} | {_ms(t_ours)} | {_mb(m_peer)} | {_mb(m_ours)} "
-        f"| {ratio} | {case.target} | {'**yes**' if met else 'no'} |"
+    row.update(
+        t_peer=t_peer,
+        t_ours=t_ours,
+        result=ratio,
+        met=met,
+        m_peer=m_peer if isinstance(m_peer, int) else None,
+        m_ours=m_ours if isinstance(m_ours, int) else None,
     )
-    print(f"   {row}   ({time.perf_counter() - start:.0f} s)", flush=True)
+    print(f"   {render_row(row)}   ({time.perf_counter() - start:.0f} s)", flush=True)
     return row
+
+
+def write(store: dict[str, Any]) -> None:
+    """Store the results and rewrite the pages from the store alone."""
+    save(store, STORE)
+    PAGE.write_text(render_page(store))
+    COMPARISON.write_text(render_comparison(COMPARISON.read_text(), store))
+    print(f"wrote {STORE.relative_to(ROOT)}, {PAGE.relative_to(ROOT)} and {COMPARISON.relative_to(ROOT)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--cases", default="", help="comma-separated case keys (default: all)")
-    parser.add_argument("--no-write", action="store_true", help="print only, do not write docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="print only, do not store or write the pages")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-density", action="store_true", help="skip the density sweep")
+    parser.add_argument(
+        "--render-only", action="store_true", help="run nothing: rewrite the pages from the stored results"
+    )
     parser.add_argument(
         "--threads", type=int, default=None, help=f"torch threads of every process (default: ${THREADS_ENV} or 2)"
     )
     args = parser.parse_args()
+    if args.render_only:
+        write(load())
+        return
     if args.threads is not None:
         if args.threads < 1:
             parser.error("--threads must be >= 1")
@@ -98,34 +125,21 @@ def main() -> None:
     torch.set_num_threads(threads())
     wanted = [c for c in CASES if not args.cases or c.key in args.cases.split(",")]
     started = time.perf_counter()
-    rows = [run_case(case, memory=not args.no_memory) for case in wanted]
-    table = "\n".join(
-        [
-            "| case | peer | peer time | attnmm time | peer peak | attnmm peak | result | target | met |",
-            "|---|---|---:|---:|---:|---:|---|---|---|",
-            *rows,
-        ]
-    )
-    density = ""
+    store: dict[str, Any] = {"rows": [run_case(case, memory=not args.no_memory) for case in wanted]}
     if not args.no_density:
-        from benchmarks.density import markdown, sweep
+        from benchmarks.density import sweep
 
         print("== density sweep (sparse backend vs masked dense SDPA)", flush=True)
-        density = markdown(*sweep())
+        rows, crossover = sweep()
+        store["density"] = {"rows": rows, "crossover": crossover}
     took = time.perf_counter() - started
-    machine = (
+    store["machine"] = (
         f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
         f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {took / 60:.1f} min"
     )
-    result = f"## Results\n\n{machine}\n\n{table}\n"
-    if density:
-        result += f"\n## Density threshold\n\n{density}\n"
-    print(result)
+    print(render_results(store))
     if not args.no_write:
-        out = ROOT / "docs" / "benchmarks.md"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text(HEADER.read_text() + "\n" + result)
-        print(f"wrote {out}")
+        write(store)
 
 
 if __name__ == "__main__":

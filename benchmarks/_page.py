@@ -1,0 +1,89 @@
+"""The stored results of ``python -m benchmarks`` and the page rendered from them.
+
+A run stores its rows in ``benchmarks/results/benchmarks.json``; docs/benchmarks.md is ``header.md``
+followed by :func:`render_results` of that store, nothing else, so the page can be rewritten from the
+store alone (``python -m benchmarks --render-only``) and a test can check that it was. One row::
+
+    {"key": "window", "title": ..., "peer": ..., "target": ...,
+     "t_peer": 1.42, "t_ours": 0.042,           # seconds of the fastest call, or null
+     "m_peer": 287309824, "m_ours": 84934656,   # extra bytes of one call, or null (not measured)
+     "result": "33.8x faster", "met": true}     # Case.verdict, or why there is no verdict
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from attnmm.attention._dispatch import DENSE_THRESHOLD
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = Path(__file__).with_name("header.md")
+STORE = Path(__file__).with_name("results") / "benchmarks.json"
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+Store = dict[str, Any]
+
+
+def load(path: Path = STORE) -> Store:
+    """The stored results of the last run."""
+    return json.loads(path.read_text())
+
+
+def save(store: Store, path: Path = STORE) -> None:
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(store, indent=1, ensure_ascii=False) + "\n")
+
+
+def row(store: Store, key: str) -> dict[str, Any] | None:
+    """The stored row of case ``key``, or None when the last run did not include it."""
+    return next((r for r in store["rows"] if r["key"] == key), None)
+
+
+def ms(t: float | None) -> str:
+    """A time as the table prints it."""
+    return "—" if t is None else f"{1e3 * t:.1f} ms" if t < 10 else f"{t:.1f} s"
+
+
+def mb(m: int | None) -> str:
+    """A peak as the table prints it."""
+    return "—" if m is None else f"{m / 2**20:.0f} MB"
+
+
+def render_row(r: dict[str, Any]) -> str:
+    return (
+        f"| {r['title']} | {r['peer']} | {ms(r['t_peer'])} | {ms(r['t_ours'])} | {mb(r['m_peer'])} "
+        f"| {mb(r['m_ours'])} | {r['result']} | {r['target']} | {'**yes**' if r['met'] else 'no'} |"
+    )
+
+
+def render_density(density: dict[str, Any]) -> str:
+    from benchmarks.density import markdown
+
+    rows = [tuple(r) for r in density["rows"]]
+    return (
+        f"{markdown(rows, density['crossover'])}\n\n"  # type: ignore[arg-type]
+        f"The dispatcher's fallback threshold, `DENSE_THRESHOLD`, is {DENSE_THRESHOLD:.2f} (read from\n"
+        "`attnmm/attention/_dispatch.py` when this page is written)."
+    )
+
+
+def render_results(store: Store) -> str:
+    """Everything below the header: the machine, the table and the density sweep."""
+    table = "\n".join(
+        [
+            "| case | peer | peer time | attnmm time | peer peak | attnmm peak | result | target | met |",
+            "|---|---|---:|---:|---:|---:|---|---|---|",
+            *map(render_row, store["rows"]),
+        ]
+    )
+    text = f"## Results\n\n{store['machine']}\n\n{table}\n"
+    if store.get("density"):
+        text += f"\n## Density threshold\n\n{render_density(store['density'])}\n"
+    return text
+
+
+def render_page(store: Store) -> str:
+    """docs/benchmarks.md: the header, then the results."""
+    return HEADER.read_text() + "\n" + render_results(store)
