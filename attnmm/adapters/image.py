@@ -104,6 +104,11 @@ class ImageAdapter(Adapter):
         return height // self.patch_size, width // self.patch_size
 
     def forward(self, batch: dict[str, Any]) -> Tokens:
+        if "image" not in batch:
+            raise KeyError(
+                f"ImageAdapter needs a batch with 'image' (B, C, height, width), got keys {sorted(batch)}: "
+                "the image DataModules' batches have it"
+            )
         image = batch["image"]
         if image.dim() != 4 or image.size(1) != self.in_channels:
             raise ValueError(

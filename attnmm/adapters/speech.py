@@ -230,15 +230,23 @@ class SpeechAdapter(Adapter):
         if missing:
             raise KeyError(
                 f"SpeechAdapter needs a batch with 'waveform' (B, T) and 'lengths' (B,) (real samples of each "
-                f"item), got keys {sorted(batch)}; the speech DataModules' collate functions add both"
+                f"item); missing {missing}, got keys {sorted(batch)}: the speech DataModules' collate functions "
+                "add both; for unpadded waveforms of your own pass lengths = torch.full((B,), T)"
             )
         waveform, lengths = batch["waveform"], batch["lengths"]
         if waveform.dim() != 2:
             raise ValueError(f"waveform must be (B, T), got shape {tuple(waveform.shape)}")
-        if lengths.shape != (waveform.size(0),) or (lengths.numel() and int(lengths.max()) > waveform.size(1)):
+        B, T = waveform.shape
+        if lengths.shape != (B,):
             raise ValueError(
-                f"lengths must be (B,) = ({waveform.size(0)},) sample counts of at most T = {waveform.size(1)}, "
-                f"the waveform's length; got lengths {lengths.tolist()}: pad the waveforms to the longest item"
+                f"lengths must be (B,) = ({B},), one sample count per waveform, got shape {tuple(lengths.shape)}"
+            )
+        if B and not 0 <= int(lengths.min()) <= int(lengths.max()) <= T:
+            bad = int(lengths.argmax()) if int(lengths.max()) > T else int(lengths.argmin())
+            raise ValueError(
+                f"lengths are the real samples of each item, between 0 and T = {T} (the padded waveform's "
+                f"length), got lengths[{bad}] = {int(lengths[bad])}: pad the waveforms to the longest item, or "
+                "give the lengths before resampling or cropping changed T"
             )
         if self.training and self.waveform_augment is not None:
             waveform, lengths = self.waveform_augment(waveform, lengths)

@@ -251,6 +251,11 @@ class TextAdapter(Adapter):
         return x
 
     def forward(self, batch: dict[str, Any]) -> Tokens:
+        if "tokens" not in batch:
+            raise KeyError(
+                f"TextAdapter needs a batch with 'tokens' (B, L) (token ids; 'lengths' (B,) optional), got keys "
+                f"{sorted(batch)}: the text DataModules' collate functions add it"
+            )
         ids = batch["tokens"]
         x = self.embed_tokens(ids, batch.get("chars"))
         if self.pos is not None:

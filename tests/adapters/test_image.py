@@ -40,3 +40,5 @@ def test_errors() -> None:
         ImageAdapter(in_channels=3)({"image": torch.rand(1, 1, 28, 28)})
     with pytest.raises(ValueError, match="smaller than one 8 x 8 patch"):
         ImageAdapter(patch_size=8)({"image": torch.rand(1, 1, 4, 4)})
+    with pytest.raises(KeyError, match=r"needs a batch with 'image' \(B, C, height, width\), got keys \['images'\]"):
+        ImageAdapter()({"images": torch.rand(1, 1, 28, 28)})

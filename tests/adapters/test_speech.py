@@ -74,13 +74,24 @@ def test_errors() -> None:
         SpeechAdapter()({"waveform": torch.randn(8000), "lengths": torch.tensor([8000])})
     with pytest.raises(ValueError, match="d_model must be an int >= 1, got 0"):
         SpeechAdapter(d_model=0)
-    with pytest.raises(KeyError, match=r"needs a batch with 'waveform' \(B, T\) and 'lengths'.*keys \['waveform'\]"):
-        SpeechAdapter()({"waveform": torch.randn(1, 8000)})
-    with pytest.raises(ValueError, match=r"lengths must be \(B,\) = \(2,\) sample counts of at most T = 800, .*10\]"):
-        SpeechAdapter()({"waveform": torch.randn(2, 800), "lengths": torch.tensor([900, 10])})
-    with pytest.raises(ValueError, match=r"lengths must be \(B,\) = \(2,\)"):
-        SpeechAdapter()({"waveform": torch.randn(2, 800), "lengths": torch.tensor([800])})
     assert Chunk(4, 1)  # keep the import used
+
+
+def test_batch_errors_name_the_key_the_value_and_the_fix() -> None:
+    adapter = SpeechAdapter(d_model=8)
+    with pytest.raises(KeyError, match=r"missing \['lengths'\], got keys \['label', 'waveform'\]: .*torch.full"):
+        adapter({"waveform": torch.randn(1, 8000), "label": torch.tensor([0])})
+    with pytest.raises(KeyError, match=r"missing \['waveform', 'lengths'\], got keys \[\]"):
+        adapter({})
+    with pytest.raises(ValueError, match=r"between 0 and T = 800 .*got lengths\[1\] = 900: pad the waveforms"):
+        adapter({"waveform": torch.randn(2, 800), "lengths": torch.tensor([10, 900])})  # not clamped silently
+    with pytest.raises(ValueError, match=r"got lengths\[0\] = -1"):
+        adapter({"waveform": torch.randn(2, 800), "lengths": torch.tensor([-1, 800])})
+    with pytest.raises(
+        ValueError, match=r"lengths must be \(B,\) = \(2,\), one sample count per waveform, got shape \(1,\)"
+    ):
+        adapter({"waveform": torch.randn(2, 800), "lengths": torch.tensor([800])})
+    assert adapter({"waveform": torch.randn(2, 800), "lengths": torch.tensor([800, 0])}).lengths is not None
 
 
 def _cmvn(feats: torch.Tensor) -> torch.Tensor:

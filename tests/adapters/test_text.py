@@ -93,6 +93,8 @@ def test_errors_name_expected_and_actual() -> None:
         TextAdapter(50, 8)({"tokens": torch.tensor([3, 4, 5])})
     with pytest.raises(ValueError, match="LearnedPE has max_len=4 positions but the input has L=6"):
         TextAdapter(50, 8, positional="learned", max_len=4)({"tokens": torch.full((1, 6), 3)})
+    with pytest.raises(KeyError, match=r"needs a batch with 'tokens' \(B, L\).*got keys \['ids', 'lengths'\]"):
+        TextAdapter(50, 8)({"ids": torch.tensor([[3]]), "lengths": torch.tensor([1])})
 
 
 def test_lstm_char_features_match_a_word_by_word_bilstm() -> None:
