@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.masks import SameGraph
 from attnmm.masks.graph_helpers import graph_mask
 
 PE = Literal["none", "laplacian", "random_walk"]
@@ -43,7 +44,9 @@ class GraphAdapter(Adapter):
     sign is arbitrary) or the random-walk return probabilities of 1 to ``pe_dim`` steps
     (``"random_walk"``, ``AddRandomWalkPE``). An encoding already stored on the batch under
     :attr:`pe_attr` (e.g. by a dataset transform) is used as is; otherwise it is computed per graph.
-    The mask is the batch's block-diagonal :class:`~attnmm.masks.Graph`.
+    The mask (``scope``) is the batch's block-diagonal :class:`~attnmm.masks.Graph` of in-edges
+    (``"edges"``, the attention of GNN layers), or every node of the same graph
+    (``"graph"``, :class:`~attnmm.masks.SameGraph`: the global attention of graph transformers).
 
     Args:
         in_channels (int, optional): node feature width F (graphs without ``x`` get ones).
@@ -52,13 +55,15 @@ class GraphAdapter(Adapter):
             through without a projection (D = F + pe_dim). (default: :obj:`64`)
         pe (str, optional): ``"none"``, ``"laplacian"`` or ``"random_walk"``. (default: :obj:`"none"`)
         pe_dim (int, optional): width of the positional encoding. (default: :obj:`8`)
-        self_loops (bool, optional): let every node attend itself too. (default: :obj:`True`)
+        self_loops (bool, optional): let every node attend itself too (``scope="edges"``; a node always
+            attends itself under ``"graph"``). (default: :obj:`True`)
+        scope (str, optional): the mask, ``"edges"`` or ``"graph"``. (default: :obj:`"edges"`)
         dropout (float, optional): dropout on the input features in training. (default: :obj:`0.0`)
 
     Shapes:
         - **input:** a PyG ``Data`` or ``Batch`` with N nodes (``x`` (N, F) optional, ``edge_index`` (2, M))
         - **output:** :class:`GraphTokens` with x (N, D), a Graph mask over N nodes, ``batch`` (N,)
-          and the edges
+          and the edges (the mask is a SameGraph under ``scope="graph"``)
 
     Examples:
         >>> adapter = GraphAdapter(in_channels=16, d_model=32, pe="random_walk", pe_dim=4)
@@ -75,8 +80,14 @@ class GraphAdapter(Adapter):
         pe_dim: int = 8,
         self_loops: bool = True,
         dropout: float = 0.0,
+        scope: Literal["edges", "graph"] = "edges",
     ) -> None:
         super().__init__()
+        if scope not in ("edges", "graph"):
+            raise ValueError(
+                f"scope must be 'edges' (attend along in-edges) or 'graph' (every node of the graph), got {scope!r}"
+            )
+        self.scope = scope
         if pe not in ("none", "laplacian", "random_walk"):
             raise ValueError(f"pe must be 'none', 'laplacian' or 'random_walk', got {pe!r}")
         if not 0.0 <= dropout < 1.0:
@@ -153,9 +164,10 @@ class GraphAdapter(Adapter):
         graph = getattr(batch, "batch", None)
         if graph is None:
             graph = torch.zeros(N, dtype=torch.long, device=device)
+        mask = SameGraph(graph) if self.scope == "graph" else graph_mask(batch, self_loops=self.self_loops)
         return GraphTokens(
             h,
-            graph_mask(batch, self_loops=self.self_loops),
+            mask,
             batch=graph,
             edge_index=batch.edge_index,
             edge_attr=getattr(batch, "edge_attr", None),

@@ -2,7 +2,7 @@ r"""Pre-norm transformer encoder blocks that attend under a mask."""
 
 from __future__ import annotations
 
-from typing import Literal, cast, overload
+from typing import Any, Literal, cast, overload
 
 from torch import Tensor, nn
 
@@ -222,20 +222,21 @@ class Encoder(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ...,
-        return_weights: Literal[False] = ..., state: IncrementalState | None = ...,
+        self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ..., tokens: Any = ...,
+        state: IncrementalState | None = ..., return_weights: Literal[False] = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
-        self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ..., return_weights: Literal[True],
-        state: IncrementalState | None = ...,
+        self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ..., tokens: Any = ...,
+        state: IncrementalState | None = ..., return_weights: Literal[True],
     ) -> tuple[Tensor, list[AttentionWeights]]: ...
 
     def forward(
-        self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False,
-        state: IncrementalState | None = None,
+        self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, tokens: Any = None,
+        state: IncrementalState | None = None, return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, list[AttentionWeights]]:
+        # (``tokens``, the adapter's output, is part of every encoder's call; x and mask say all this one needs)
         if self.position_bias is not None and state is not None:
             raise ValueError("state= does not support score biases (position_bias): call without state")
         if self.position_bias is not None:

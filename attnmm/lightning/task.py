@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from copy import deepcopy
 from typing import Any, Literal, cast
 
 import lightning as L
@@ -18,6 +17,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.attention.state import IncrementalState
 from attnmm.lightning.schedule import warmup_cosine
+from attnmm.nn.ensemble import Ensemble
 
 Stage = Literal["train", "val", "test"]
 IGNORE_INDEX = -100
@@ -83,22 +83,16 @@ class EncoderTask(L.LightningModule):
         adapter: Adapter, encoder: nn.Module, batch: Any, return_weights: bool = False,
         state: IncrementalState | None = None,
     ) -> tuple[Tensor, Tokens, Any]:
-        """``(h, tokens, weights)`` of ``encoder(adapter(batch))``; ``weights`` is ``None`` unless asked."""
+        """``(h, tokens, weights)`` of ``encoder(adapter(batch))``; ``weights`` is ``None`` unless asked.
+
+        Every encoder takes the one call ``encoder(x, mask, *, tokens, state, return_weights)`` and
+        refuses by name the options it cannot honour."""
         tokens = adapter(batch)
-        # encoders that need more than (x, mask), e.g. the edges of a graph batch, declare ``tokens``
-        params = inspect.signature(encoder.forward).parameters
-        extra: dict[str, Any] = {"tokens": tokens} if "tokens" in params else {}
-        if state is not None:
-            if "state" not in params:
-                raise ValueError(
-                    f"{type(encoder).__name__} cannot read a sequence incrementally (its forward has no state "
-                    "parameter); call without state (generate(..., cache=False))"
-                )
-            extra["state"] = state
+        result = encoder(tokens.x, tokens.mask, tokens=tokens, state=state, return_weights=return_weights)
         if return_weights:
-            h, weights = encoder(tokens.x, tokens.mask, return_weights=True, **extra)
+            h, weights = result
             return h, tokens, weights
-        return encoder(tokens.x, tokens.mask, **extra), tokens, None
+        return result, tokens, None
 
     def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
         """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""
@@ -152,17 +146,17 @@ class ClassificationTask(EncoderTask):
     ``{stage}_acc``. Optimiser: AdamW (or Adam with an L2 penalty), fused where torch has the kernel,
     with linear warm-up and cosine decay over the run.
 
-    With ``ensemble=n > 1`` the task holds ``n`` independently initialised copies of the adapter,
-    encoder and head (``members``; the first is ``adapter``/``encoder``/``head``). They train side by
-    side on the same batches, each on its own loss (the mean of their losses is minimised), and
-    predict together: the logits are the log of the members' mean probabilities, on which the
-    validation and test losses and accuracies are computed. It costs ``n`` times the compute and is the
-    simplest way to buy accuracy with time (a few tenths of a point in tagging).
+    With an injected :class:`~attnmm.nn.Ensemble` of size n, the task holds n independently
+    initialised copies of the adapter, encoder and head (``members``; the first is
+    ``adapter``/``encoder``/``head``). They train side by side on the same batches, each on its own
+    loss (the mean of their losses is minimised), and predict together: the logits are the log of the
+    members' mean probabilities (:meth:`Ensemble.combine <attnmm.nn.Ensemble.combine>`), on which the
+    validation and test losses and accuracies are computed.
 
     Args:
         adapter (Adapter): raw batch -> :class:`~attnmm.adapters.Tokens`.
-        encoder (nn.Module): ``encoder(x, mask) -> h``, e.g. :class:`~attnmm.attention.Encoder`; an
-            encoder whose ``forward`` has a ``tokens`` parameter also gets the adapter's
+        encoder (nn.Module): ``encoder(x, mask, *, tokens, state, return_weights) -> h``, the call
+            every encoder takes, e.g. :class:`~attnmm.attention.Encoder`; ``tokens`` is the adapter's
             :class:`~attnmm.adapters.Tokens` (e.g. :class:`~attnmm.nn.GPSEncoder` reads the edges).
         head (nn.Module, optional): ``head(h, tokens) -> logits``; ``None`` when the encoder's output
             already is the logits (e.g. a GAT whose last layer has one output per class).
@@ -175,8 +169,9 @@ class ClassificationTask(EncoderTask):
         target_key (str, optional): key of the targets in the batch. (default: :obj:`"label"`)
         optimizer (str, optional): ``"adamw"`` (decoupled weight decay) or ``"adam"`` (weight decay as
             an L2 penalty in the gradient, as GAT trains on Cora). (default: :obj:`"adamw"`)
-        ensemble (int, optional): number of independently initialised models averaged, >= 1.
-            (default: :obj:`1`)
+        ensemble (Ensemble, optional): train and predict with an ensemble of independently
+            initialised copies of the model, e.g. ``Ensemble(2)``; ``None`` for one model.
+            (default: :obj:`None`)
         aux_heads (dict[str, nn.Module], optional): auxiliary heads, keyed by the batch key of their
             targets: in training each reads the encoder output like ``head`` and adds
             ``aux_weight`` times its cross-entropy to the loss (multi-task learning, e.g. XPOS tags
@@ -209,7 +204,7 @@ class ClassificationTask(EncoderTask):
         label_smoothing: float = 0.0,
         target_key: str = "label",
         optimizer: Literal["adamw", "adam"] = "adamw",
-        ensemble: int = 1,
+        ensemble: Ensemble | None = None,
         aux_heads: dict[str, nn.Module] | None = None,
         aux_weight: float = 0.5,
     ) -> None:
@@ -224,12 +219,12 @@ class ClassificationTask(EncoderTask):
         if not (aux_weight >= 0.0 and math.isfinite(aux_weight)):
             raise ValueError(f"aux_weight must be a finite weight >= 0, got {aux_weight}")
         self.aux_weight = float(aux_weight)
-        self.ensemble = check_nonneg_int("ensemble", ensemble, minimum=1)
-        # the other members: deep copies, each initialised afresh (reset_parameters of every module)
-        parts: dict[str, nn.Module | None] = {"adapter": adapter, "encoder": encoder, "head": head}
-        if self.aux_heads:
-            parts["aux_heads"] = self.aux_heads
-        self.extra_members = nn.ModuleList(_reinitialised(nn.ModuleDict(parts)) for _ in range(self.ensemble - 1))
+        self.ensemble = ensemble
+        if ensemble is not None:  # the other members: fresh copies of these parts
+            parts: dict[str, nn.Module | None] = {"adapter": adapter, "encoder": encoder, "head": head}
+            if self.aux_heads:
+                parts["aux_heads"] = self.aux_heads
+            ensemble.build(parts)
         self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=2)
         self.label_smoothing, self.target_key = label_smoothing, target_key
         self.accuracy = nn.ModuleDict(
@@ -243,7 +238,7 @@ class ClassificationTask(EncoderTask):
     def members(self) -> list[tuple[Adapter, nn.Module, nn.Module | None]]:
         """The ``(adapter, encoder, head)`` of every ensemble member, the task's own first."""
         members: list[tuple[Adapter, nn.Module, nn.Module | None]] = [(self.adapter, self.encoder, self.head)]
-        for m in self.extra_members:
+        for m in self.ensemble.members if self.ensemble is not None else []:
             parts = cast(nn.ModuleDict, m)
             members.append((cast(Adapter, parts["adapter"]), parts["encoder"], parts["head"]))
         return members
@@ -261,9 +256,9 @@ class ClassificationTask(EncoderTask):
         return self._member_outputs(batch, member, state=state)[0]
 
     def _member_aux_heads(self, member: int) -> nn.ModuleDict:
-        if member == 0 or not self.aux_heads:
+        if member == 0 or not self.aux_heads or self.ensemble is None:
             return self.aux_heads
-        return cast(nn.ModuleDict, cast(nn.ModuleDict, self.extra_members[member - 1])["aux_heads"])
+        return cast(nn.ModuleDict, cast(nn.ModuleDict, self.ensemble.members[member - 1])["aux_heads"])
 
     def _member_outputs(
         self, batch: Any, member: int, aux: bool = False, state: IncrementalState | None = None
@@ -288,15 +283,15 @@ class ClassificationTask(EncoderTask):
         tokens incrementally: the batch holds only the tokens after those already read (and
         ``offset``, their first position), and the encoder's caches carry the rest (see
         :func:`~attnmm.lightning.generate`)."""
-        if self.ensemble == 1:
+        if self.ensemble is None:
             return self.member_logits(batch, state=state)
-        return _mean_probs_log([self.member_logits(batch, i, state) for i in range(self.ensemble)])
+        return Ensemble.combine([self.member_logits(batch, i, state) for i in range(self.ensemble.size)])
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
         target = batch[self.target_key]
         member_losses: list[Tensor] = []
         aux_losses: dict[str, list[Tensor]] = {}
-        if stage == "train" and (self.ensemble > 1 or self.aux_heads):
+        if stage == "train" and (self.ensemble is not None or self.aux_heads):
             missing = [key for key in self.aux_heads if key not in batch]
             if missing:
                 has = f", which has {sorted(batch)}" if isinstance(batch, dict) else ""
@@ -305,12 +300,12 @@ class ClassificationTask(EncoderTask):
                     "make the data add them (e.g. UDPOSDataModule(aux_columns=...))"
                 )
             aux_losses = {key: [] for key in self.aux_heads}
-            outputs = [self._member_outputs(batch, i, aux=True) for i in range(self.ensemble)]
+            outputs = [self._member_outputs(batch, i, aux=True) for i in range(len(self.members))]
             per_member = [logits for logits, _ in outputs]
-            if self.ensemble == 1:  # its loss is the one computed from ``logits`` below
+            if self.ensemble is None:  # its loss is the one computed from ``logits`` below
                 logits = per_member[0]
             else:
-                logits = _mean_probs_log([m.detach() for m in per_member])  # for the accuracy only
+                logits = Ensemble.combine([m.detach() for m in per_member])  # for the accuracy only
                 member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
             for _, aux in outputs:
                 for key, aux_logits in aux.items():
@@ -348,19 +343,3 @@ class ClassificationTask(EncoderTask):
 
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self(batch).argmax(-1)
-
-
-def _reinitialised(module: nn.Module) -> nn.Module:
-    """A deep copy of ``module`` with every submodule's ``reset_parameters`` called (a fresh draw)."""
-    copy = deepcopy(module)
-    for sub in copy.modules():
-        reset = getattr(sub, "reset_parameters", None)
-        if callable(reset):
-            reset()
-    return copy
-
-
-def _mean_probs_log(logits: list[Tensor]) -> Tensor:
-    """``log(mean_i softmax(logits_i))``, computed stably in float32."""
-    logp = torch.stack([x.float().log_softmax(-1) for x in logits])
-    return torch.logsumexp(logp, 0) - math.log(len(logits))

@@ -7,11 +7,13 @@
 - Sequences: the recurrent baseline of the attention encoders (:class:`RecurrentEncoder`).
 - Image patch grids: self-attention that computes a convolution, and the CNN baseline (:mod:`attnmm.nn.cnn`).
 - Heads after the encoder: pooled and per-token classifiers, per-segment pooling of a multimodal
-  sequence, the CTC head and the attention decoder of sequence recognition.
+  sequence, the CTC head and the attention decoder of sequence recognition; and deep ensembles
+  (:class:`Ensemble`) of whole models.
 """
 
 from attnmm.nn.cnn import ConvAsAttention, ConvEncoder
 from attnmm.nn.ctc import CTCHead
+from attnmm.nn.ensemble import Ensemble
 from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
 from attnmm.nn.gps import GPSEncoder, GPSLayer
@@ -26,6 +28,7 @@ __all__ = [
     "AttentionConv",
     "AttentionDecoder",
     "CTCHead",
+    "Ensemble",
     "ConvAsAttention",
     "ConvEncoder",
     "GATConv",

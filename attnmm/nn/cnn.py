@@ -5,13 +5,13 @@ the CNN baseline of the attention encoders (:class:`ConvEncoder`)."""
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.masks import Grid, Mask
@@ -266,7 +266,11 @@ class ConvEncoder(nn.Module):
             cast(ConvBlock, layer).reset_parameters()
         self.norm.reset_parameters()
 
-    def forward(self, x: Tensor, mask: Mask | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Mask | None = None, *, tokens: Any = None, state: Any = None,
+        return_weights: bool = False,
+    ) -> Tensor:
+        refuse_encoder_options(self, state, return_weights)
         if x.dim() != 3:
             raise ValueError(f"ConvEncoder expects patch tokens (B, L, D), got shape {tuple(x.shape)}")
         if self.grid_size is not None:

@@ -2,12 +2,13 @@ r"""A GPS graph transformer layer: local message passing plus global masked atte
 
 from __future__ import annotations
 
-from typing import Literal
+import copy
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.masks import Graph, Mask, SameGraph
@@ -123,17 +124,22 @@ class GPSEncoder(nn.Module):
     r"""A stack of :class:`GPSLayer` blocks for graph batches, with an optional Graphormer
     shortest-path bias (:class:`ShortestPathBias`, shared by the layers) on the global attention.
 
-    Called as ``encoder(x, mask, tokens=tokens)`` by :class:`~attnmm.lightning.ClassificationTask`:
-    the local layers use the edges and the global attention the graphs of
-    :class:`~attnmm.adapters.GraphTokens`; without tokens, ``mask`` must be a
-    :class:`~attnmm.masks.Graph` and all nodes form one graph.
+    Called as every encoder is, ``encoder(x, mask, tokens=tokens)``: the global attention runs under
+    the adapter's ``mask`` (e.g. every node of its graph with ``GraphAdapter(scope="graph")``, or the
+    graph's edges united with expander edges) and the local layers pass messages along the edges of
+    :class:`~attnmm.adapters.GraphTokens`. Without a mask every node attends the nodes of its graph;
+    without tokens, ``mask`` must be a :class:`~attnmm.masks.Graph`, whose edges are then used and
+    whose nodes form one graph.
 
     Args:
         d_model (int): node width D.
         num_layers (int, optional): number of layers. (default: :obj:`2`)
         heads (int, optional): attention heads. (default: :obj:`4`)
-        local (str, optional): the local layer, ``"gin"`` (GINConv with a 2-layer MLP),
-            ``"attention"`` (:class:`AttentionConv`) or ``"none"``. (default: :obj:`"gin"`)
+        local (nn.Module or str, optional): the local layer: any PyG convolution called as
+            ``conv(x, edge_index)`` that keeps width D (each layer gets a freshly initialised copy;
+            in YAML by ``class_path``), ``"gin"`` (GINConv with a 2-layer MLP), ``"attention"``
+            (:class:`AttentionConv`), or ``None``/``"none"`` for global attention only.
+            (default: :obj:`"gin"`)
         dropout (float, optional): dropout in the layers. (default: :obj:`0.0`)
         attn_dropout (float, optional): dropout on the attention weights. (default: :obj:`0.0`)
         max_distance (int, optional): use a shortest-path bias up to this distance; ``None`` for none.
@@ -145,8 +151,10 @@ class GPSEncoder(nn.Module):
         - **output:** (N, D)
 
     Examples:
+        >>> from torch_geometric.nn import GCNConv
         >>> from attnmm.adapters import GraphAdapter
-        >>> adapter, encoder = GraphAdapter(d_model=32), GPSEncoder(32, max_distance=3)
+        >>> adapter = GraphAdapter(d_model=32, scope="graph")
+        >>> encoder = GPSEncoder(32, local=GCNConv(32, 32), max_distance=3)
         >>> tokens = adapter(GraphAdapter.example_batch(2))
         >>> encoder(tokens.x, tokens.mask, tokens=tokens).shape == tokens.x.shape
         True
@@ -157,15 +165,15 @@ class GPSEncoder(nn.Module):
         d_model: int,
         num_layers: int = 2,
         heads: int = 4,
-        local: Literal["gin", "attention", "none"] = "gin",
+        local: nn.Module | Literal["gin", "attention", "none"] | None = "gin",
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         max_distance: int | None = None,
         norm: Norm = "batch",
     ) -> None:
         super().__init__()
-        if local not in ("gin", "attention", "none"):
-            raise ValueError(f"local must be 'gin', 'attention' or 'none', got {local!r}")
+        if not (local is None or isinstance(local, nn.Module) or local in ("gin", "attention", "none")):
+            raise ValueError(f"local must be a module, 'gin', 'attention', 'none' or None, got {local!r}")
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
         self.layers = nn.ModuleList(
             GPSLayer(d_model, _local(local, d_model, heads), heads, dropout, attn_dropout, norm)
@@ -180,7 +188,11 @@ class GPSEncoder(nn.Module):
         if self.spd is not None:
             self.spd.reset_parameters()
 
-    def forward(self, x: Tensor, mask: Mask | None = None, tokens: Tokens | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Mask | None = None, *, tokens: Tokens | None = None, state: Any = None,
+        return_weights: bool = False,
+    ) -> Tensor:
+        refuse_encoder_options(self, state, return_weights)
         edge_index = getattr(tokens, "edge_index", None)
         if edge_index is None:
             if not isinstance(mask, Graph):
@@ -190,15 +202,23 @@ class GPSEncoder(nn.Module):
                 )
             edge_index = mask.edge_index
         N = x.size(0)
-        batch = tokens.batch if tokens is not None and tokens.batch is not None else x.new_zeros(N, dtype=torch.long)
-        global_mask = SameGraph(batch)
-        bias = None if self.spd is None else self.spd(global_mask, edge_index, N)  # (P, H)
+        if mask is None:
+            batch = getattr(tokens, "batch", None)
+            mask = SameGraph(batch if batch is not None else x.new_zeros(N, dtype=torch.long))
+        bias = None if self.spd is None else self.spd(mask, edge_index, N)  # (P, H)
         for layer in self.layers:
-            x = layer(x, edge_index, mask=global_mask, bias=bias)
+            x = layer(x, edge_index, mask=mask, bias=bias)
         return x
 
 
-def _local(kind: str, channels: int, heads: int) -> nn.Module | None:
+def _local(kind: nn.Module | str | None, channels: int, heads: int) -> nn.Module | None:
+    if isinstance(kind, nn.Module):  # a fresh copy per layer
+        conv = copy.deepcopy(kind)
+        for sub in conv.modules():
+            reset = getattr(sub, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        return conv
     if kind == "gin":
         from torch_geometric.nn import GINConv
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.masks import Mask
 from attnmm.nn.transformer_conv import AttentionConv
 
@@ -80,9 +80,12 @@ class GraphAttentionEncoder(nn.Module):
         for conv in [*self.convs, self.out]:
             conv.reset_parameters()
 
-    def forward(self, x: Tensor, mask: Mask, return_weights: bool = False) -> Any:
+    def forward(
+        self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
+    ) -> Any:
         """Node embeddings (N, out_channels); with ``return_weights`` also each layer's
         ``(edge_index, alpha)``."""
+        refuse_encoder_options(self, state=state)
         weights = []
         for i, conv in enumerate([*self.convs, self.out]):
             if i > 0:

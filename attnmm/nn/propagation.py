@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention import attend
 from attnmm.masks import Mask
 
@@ -121,7 +121,10 @@ class PropagationEncoder(nn.Module):
             nn.init.ones_(self.beta)
         self._reset_attention()
 
-    def forward(self, x: Tensor, mask: Mask) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
+    ) -> Tensor:
+        refuse_encoder_options(self, state, return_weights)
         g = F.dropout(F.relu(self.lin1(x)), self.dropout, self.training)  # (N, hidden)
         h = self.lin2(g)
         p = self.pair_dropout if self.training else 0.0

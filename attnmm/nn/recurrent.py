@@ -2,12 +2,12 @@ r"""A recurrent encoder (LSTM or GRU) that takes the attention encoder's place i
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention.state import IncrementalState
 from attnmm.masks import Causal, Full, Intersection, Mask, Padding
 
@@ -106,7 +106,11 @@ class RecurrentEncoder(nn.Module):
             self.proj.reset_parameters()
         self.norm.reset_parameters()
 
-    def forward(self, x: Tensor, mask: Mask | None = None, *, state: IncrementalState | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Mask | None = None, *, tokens: Any = None, state: IncrementalState | None = None,
+        return_weights: bool = False,
+    ) -> Tensor:
+        refuse_encoder_options(self, return_weights=return_weights)
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(
                 f"RecurrentEncoder expects padded x of shape (B, L, D) with D={self.d_model}, got shape "

@@ -52,3 +52,15 @@ def test_graphs_without_features_and_errors() -> None:
         GraphAdapter(in_channels=4)(Data(x=torch.ones(3, 2), edge_index=data.edge_index))
     with pytest.raises(ValueError, match="pe must be"):
         GraphAdapter(pe="spectral")  # type: ignore[arg-type]
+
+
+def test_scope_graph_attends_every_node_of_the_graph() -> None:
+    from attnmm.masks import SameGraph
+
+    batch = GraphAdapter.example_batch(3)
+    tokens = GraphAdapter(in_channels=16, d_model=8, scope="graph")(batch)
+    assert isinstance(tokens.mask, SameGraph)
+    same = batch.batch.view(-1, 1) == batch.batch.view(1, -1)
+    assert torch.equal(tokens.mask.dense(batch.num_nodes, batch.num_nodes), same)
+    with pytest.raises(ValueError, match="scope must be 'edges'"):
+        GraphAdapter(scope="nodes")  # type: ignore[arg-type]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnmm._checks import refuse_encoder_options
 from attnmm.adapters import TextAdapter
 from attnmm.attention import Encoder, RotaryPE
 from attnmm.lightning import ClassificationTask
 from attnmm.lightning.generate import generate
 from attnmm.masks import Causal, Window
-from attnmm.nn import RecurrentEncoder, TokenClassifier
+from attnmm.nn import Ensemble, RecurrentEncoder, TokenClassifier
 
 V, D = 11, 16
 
@@ -57,7 +58,8 @@ def _lm(positional: str, mask, encoder: str = "attention", ensemble: int = 1) ->
     adapter = TextAdapter(vocab_size=V, d_model=D, positional=positional, max_len=64, mask=mask, dropout=0.0)
     rotary = RotaryPE(D // 4) if positional == "rotary" else None
     enc = Encoder(D, 4, 2, 32, dropout=0.0, rotary=rotary) if encoder == "attention" else RecurrentEncoder(D, 2)
-    task = ClassificationTask(adapter, enc, TokenClassifier(D, V), V, target_key="targets", ensemble=ensemble)
+    members = None if ensemble == 1 else Ensemble(ensemble)
+    task = ClassificationTask(adapter, enc, TokenClassifier(D, V), V, target_key="targets", ensemble=members)
     return task.eval().double()
 
 
@@ -93,8 +95,9 @@ def test_past_the_context_the_cache_attends_the_last_context_keys() -> None:
 
 
 def test_an_encoder_without_state_asks_for_cache_false() -> None:
-    class Plain(torch.nn.Module):
-        def forward(self, x, mask=None):
+    class Plain(torch.nn.Module):  # the shared encoder call, refusing state as the library's encoders do
+        def forward(self, x, mask=None, *, tokens=None, state=None, return_weights=False):
+            refuse_encoder_options(self, state, return_weights)
             return x
 
     task = ClassificationTask(TextAdapter(vocab_size=V, d_model=D, mask=Causal()), Plain(), TokenClassifier(D, V), V)

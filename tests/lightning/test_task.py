@@ -12,7 +12,7 @@ from attnmm.adapters import Adapter, SpeechAdapter, Tokens
 from attnmm.attention import Encoder
 from attnmm.lightning import ClassificationTask, warmup_cosine
 from attnmm.masks import Window
-from attnmm.nn import PoolingClassifier, TokenClassifier
+from attnmm.nn import Ensemble, PoolingClassifier, TokenClassifier
 from attnmm.nn.heads import masked_mean
 
 
@@ -49,7 +49,7 @@ def make_task(ensemble: int = 1) -> ClassificationTask:
         PoolingClassifier(16, 2),
         num_classes=2,
         lr=3e-3,
-        ensemble=ensemble,
+        ensemble=None if ensemble == 1 else Ensemble(ensemble),
     )
 
 
@@ -83,7 +83,8 @@ def test_checkpoint_round_trip(tmp_path, ensemble: int) -> None:
     trainer.save_checkpoint(path)
     fresh = make_task(ensemble)
     loaded = ClassificationTask.load_from_checkpoint(
-        path, adapter=fresh.adapter, encoder=fresh.encoder, head=fresh.head, weights_only=True
+        path, adapter=fresh.adapter, encoder=fresh.encoder, head=fresh.head, weights_only=True,
+        ensemble=None if ensemble == 1 else Ensemble(ensemble),  # modules built in Python are passed again
     )
     batch = SpeechAdapter.example_batch(2)
     task.eval(), loaded.eval()
@@ -131,7 +132,7 @@ def test_ensemble_members_are_fresh_and_averaged_in_probability() -> None:
     torch.manual_seed(0)
     task = make_task(3).eval()
     assert len(task.members) == 3 and task.members[0][0] is task.adapter
-    first, second = (dict(m.named_parameters()) for m in task.extra_members)
+    first, second = (dict(m.named_parameters()) for m in task.ensemble.members)
     own = dict(nn.ModuleDict({"adapter": task.adapter, "encoder": task.encoder, "head": task.head}).named_parameters())
     assert own.keys() == first.keys()
     # every weight matrix is drawn afresh (norm scales and zero biases may coincide by design)
@@ -145,9 +146,15 @@ def test_ensemble_members_are_fresh_and_averaged_in_probability() -> None:
 
 
 def test_single_model_state_dict_is_unchanged_and_bad_sizes_fail() -> None:
-    assert not any(k.startswith("extra_members") for k in make_task().state_dict())
-    with pytest.raises(ValueError, match="ensemble"):
+    assert not any(k.startswith("ensemble") for k in make_task().state_dict())
+    assert any(k.startswith("ensemble.members.0.encoder.") for k in make_task(2).state_dict())
+    with pytest.raises(ValueError, match="size must be an int >= 2"):
         make_task(0)
+    ensemble = Ensemble(2)
+    parts = (SpeechAdapter(d_model=16, channels=4), Encoder(16, 2, 1, 32), PoolingClassifier(16, 2))
+    assert len(ClassificationTask(*parts, 2, ensemble=ensemble).members) == 2
+    with pytest.raises(RuntimeError, match="already holds its members"):  # one Ensemble per task
+        ClassificationTask(*parts, 2, ensemble=ensemble)
 
 
 def make_tagger(ensemble: int = 1, aux_weight: float = 0.5) -> ClassificationTask:
@@ -159,7 +166,7 @@ def make_tagger(ensemble: int = 1, aux_weight: float = 0.5) -> ClassificationTas
         TokenClassifier(16, 17),
         num_classes=17,
         target_key="tags",
-        ensemble=ensemble,
+        ensemble=None if ensemble == 1 else Ensemble(ensemble),
         aux_heads={"xpos": TokenClassifier(16, 40)},
         aux_weight=aux_weight,
     )
@@ -182,14 +189,14 @@ def test_aux_heads_add_their_weighted_loss_and_leave_predictions_alone(ensemble:
     for i in range(ensemble):
         h, tokens, _ = task.encode(batch, member=i)
         head = task.members[i][2]
-        aux_head = task.aux_heads["xpos"] if i == 0 else task.extra_members[i - 1]["aux_heads"]["xpos"]
+        aux_head = task.aux_heads["xpos"] if i == 0 else task.ensemble.members[i - 1]["aux_heads"]["xpos"]
         main.append(ce(head(h, tokens).reshape(-1, 17), batch["tags"].reshape(-1)))
         aux.append(ce(aux_head(h, tokens).reshape(-1, 40), batch["xpos"].reshape(-1)))
     expected = torch.stack(main).mean() + 0.3 * torch.stack(aux).mean()
     loss = task.training_step(batch, 0)
     torch.testing.assert_close(loss, expected)
     loss.backward()
-    heads = [task.aux_heads] + [m["aux_heads"] for m in task.extra_members]
+    heads = [task.aux_heads] + [m["aux_heads"] for m in (task.ensemble.members if task.ensemble else [])]
     assert all(h["xpos"].linear.weight.grad.abs().sum() > 0 for h in heads)  # every member's head trains
     if ensemble == 2:  # each member has its own, freshly drawn head
         assert not torch.equal(heads[0]["xpos"].linear.weight, heads[1]["xpos"].linear.weight)

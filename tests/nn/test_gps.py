@@ -54,3 +54,36 @@ def test_layer_inside_a_pyg_model_with_edge_features() -> None:
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     out = layer(torch.randn(3, 8), edge_index, edge_attr=torch.randn(3, 3))
     assert out.shape == (3, 8)
+
+
+def test_local_layer_is_injected_and_copied_per_layer() -> None:
+    from torch_geometric.nn import GCNConv
+
+    conv = GCNConv(16, 16)
+    encoder = GPSEncoder(16, num_layers=2, heads=4, local=conv)
+    first, second = (layer.conv for layer in encoder.layers)
+    assert isinstance(first, GCNConv) and first is not conv and second is not first
+    assert not torch.equal(first.lin.weight, second.lin.weight)  # each layer's copy is drawn afresh
+    tokens = GraphAdapter(in_channels=16, d_model=16, scope="graph")(GraphAdapter.example_batch(2))
+    assert encoder(tokens.x, tokens.mask, tokens=tokens).shape == tokens.x.shape
+    assert GPSEncoder(16, local=None).layers[0].conv is None
+
+
+def test_global_attention_runs_under_the_adapters_mask() -> None:
+    from attnmm.masks import SameGraph
+
+    torch.manual_seed(0)
+    encoder = GPSEncoder(16, num_layers=1, heads=2, local="none", max_distance=2).eval()
+    batch = GraphAdapter.example_batch(3)
+    adapter = GraphAdapter(in_channels=16, d_model=16, scope="graph").eval()
+    graph_tokens = adapter(batch)
+    assert isinstance(graph_tokens.mask, SameGraph)
+    # no mask: every node attends its graph, as under the adapter's scope="graph" mask
+    expected = encoder(graph_tokens.x, None, tokens=graph_tokens)
+    torch.testing.assert_close(encoder(graph_tokens.x, graph_tokens.mask, tokens=graph_tokens), expected)
+    adapter.scope = "edges"
+    edge_tokens = adapter(batch)  # the same nodes, attending their in-edges only: another attention
+    torch.testing.assert_close(edge_tokens.x, graph_tokens.x)
+    assert not torch.allclose(encoder(edge_tokens.x, edge_tokens.mask, tokens=edge_tokens), expected)
+    with pytest.raises(ValueError, match="GPSEncoder cannot read a sequence incrementally"):
+        encoder(graph_tokens.x, graph_tokens.mask, tokens=graph_tokens, state=object())
