@@ -142,6 +142,11 @@ class GraphAdapter(Adapter):
         return torch.cat(parts).float()
 
     def forward(self, batch: Any) -> GraphTokens:
+        if getattr(batch, "edge_index", None) is None or getattr(batch, "num_nodes", None) is None:
+            raise ValueError(
+                f"GraphAdapter reads a PyG Data or Batch with edge_index and num_nodes, got {type(batch).__name__}; "
+                "build batches with torch_geometric.loader.DataLoader (or Batch.from_data_list)"
+            )
         N = int(batch.num_nodes)
         x = getattr(batch, "x", None)
         device = batch.edge_index.device

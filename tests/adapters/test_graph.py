@@ -64,3 +64,8 @@ def test_scope_graph_attends_every_node_of_the_graph() -> None:
     assert torch.equal(tokens.mask.dense(batch.num_nodes, batch.num_nodes), same)
     with pytest.raises(ValueError, match="scope must be 'edges'"):
         GraphAdapter(scope="nodes")  # type: ignore[arg-type]
+
+
+def test_a_batch_without_edges_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="GraphAdapter reads a PyG Data or Batch with edge_index"):
+        GraphAdapter(in_channels=16)({"x": torch.randn(3, 16)})
