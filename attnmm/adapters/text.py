@@ -130,29 +130,33 @@ class TextAdapter(Adapter):
     In training, ``word_dropout`` replaces real tokens by the unknown token, so the model learns to
     tag words it has never seen from their characters and context.
 
-    ``positional`` picks the encoding: ``"sinusoidal"`` (:class:`~attnmm.attention.SinusoidalPE`),
-    ``"learned"`` (:class:`~attnmm.attention.LearnedPE` with ``max_len`` positions), ``"rotary"``
-    (nothing is added here: give the encoder ``rotary=RotaryPE(D // H)``, which rotates queries and
-    keys in every layer) or ``"none"``.
+    ``positional`` is the encoding: a module called as ``pos(x, positions)`` (``positions`` (L,) or
+    ``None`` for 0..L-1; in YAML by ``class_path``), or a shorthand: ``"sinusoidal"``
+    (:class:`~attnmm.attention.SinusoidalPE`), ``"learned"`` (:class:`~attnmm.attention.LearnedPE`
+    with ``max_len`` positions), ``"rotary"`` (nothing is added here: give the encoder
+    ``rotary=RotaryPE(D // H)``, which rotates queries and keys in every layer) or ``"none"``. The
+    character features are likewise a module of one's own (``char_encoder``: chars (B, L, C) ->
+    (B, L, ``out_dim``)) or a shorthand for :class:`CharFeatures`.
 
     Args:
         vocab_size (int, optional): rows of the token embedding (at least the vocabulary's size).
             (default: :obj:`256`)
         d_model (int, optional): token width D. (default: :obj:`128`)
-        positional (str, optional): ``"sinusoidal"``, ``"learned"``, ``"rotary"`` or ``"none"``.
-            (default: :obj:`"sinusoidal"`)
+        positional (nn.Module or str, optional): a positional encoding module, or ``"sinusoidal"``,
+            ``"learned"``, ``"rotary"`` or ``"none"``. (default: :obj:`"sinusoidal"`)
         max_len (int, optional): longest sequence of the learned encoding. (default: :obj:`512`)
         mask (Mask, optional): the tokens' attention pattern, e.g. ``Causal()``,
             ``Window(8, 8)`` or ``Window(64, 0)`` (causal window), composed with the batch's
             :class:`~attnmm.masks.Padding` when it has ``lengths``; ``None`` is full attention.
             (default: :obj:`None`)
-        char_vocab_size (int, optional): characters of the character features; 0 turns them off.
-            (default: :obj:`0`)
+        char_vocab_size (int, optional): characters of the built-in character features; 0 turns
+            them off (unless ``char_encoder`` is a module). (default: :obj:`0`)
         char_dim (int, optional): character embedding width. (default: :obj:`32`)
         char_channels (int, optional): width of the character features. (default: :obj:`64`)
         char_kernel (int, optional): character convolution width. (default: :obj:`3`)
-        char_encoder (str, optional): ``"cnn"`` or ``"lstm"``, see :class:`CharFeatures`.
-            (default: :obj:`"cnn"`)
+        char_encoder (nn.Module or str, optional): a character encoder module with an ``out_dim``
+            attribute (then ``char_vocab_size``, ``char_dim``, ``char_channels`` and ``char_kernel``
+            are unused), or ``"cnn"`` or ``"lstm"``, see :class:`CharFeatures`. (default: :obj:`"cnn"`)
         word_dropout (float, optional): share of tokens replaced by the unknown token in training.
             (default: :obj:`0.0`)
         dropout (float, optional): dropout on the tokens. (default: :obj:`0.1`)
@@ -178,23 +182,25 @@ class TextAdapter(Adapter):
         self,
         vocab_size: int = 256,
         d_model: int = 128,
-        positional: Positional = "sinusoidal",
+        positional: nn.Module | Positional = "sinusoidal",
         max_len: int = 512,
         mask: Mask | None = None,
         char_vocab_size: int = 0,
         char_dim: int = 32,
         char_channels: int = 64,
         char_kernel: int = 3,
-        char_encoder: Literal["cnn", "lstm"] = "cnn",
+        char_encoder: nn.Module | Literal["cnn", "lstm"] = "cnn",
         word_dropout: float = 0.0,
         dropout: float = 0.1,
     ) -> None:
         super().__init__()
         self.vocab_size = check_nonneg_int("vocab_size", vocab_size, minimum=2)
         self.out_dim = check_nonneg_int("d_model", d_model, minimum=1)
-        if positional not in ("sinusoidal", "learned", "rotary", "none"):
-            raise ValueError(f"positional must be 'sinusoidal', 'learned', 'rotary' or 'none', got {positional!r}")
-        self.positional = positional
+        if not isinstance(positional, nn.Module) and positional not in ("sinusoidal", "learned", "rotary", "none"):
+            raise ValueError(
+                f"positional must be a module or 'sinusoidal', 'learned', 'rotary' or 'none', got {positional!r}"
+            )
+        self.positional = type(positional).__name__ if isinstance(positional, nn.Module) else positional
         if mask is not None and not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
         self.mask = mask
@@ -202,12 +208,21 @@ class TextAdapter(Adapter):
             raise ValueError(f"word_dropout must be in [0, 1), got {word_dropout}")
         self.word_dropout = float(word_dropout)
         self.embed = nn.Embedding(self.vocab_size, self.out_dim, padding_idx=PAD)
-        self.chars: CharFeatures | None = None
+        self.chars: nn.Module | None = None
         self.proj: nn.Linear | None = None
-        if check_nonneg_int("char_vocab_size", char_vocab_size):
+        if isinstance(char_encoder, nn.Module):
+            width = getattr(char_encoder, "out_dim", None)
+            if not isinstance(width, int) or width < 1:
+                raise ValueError(
+                    f"a char_encoder module needs an int attribute out_dim (its feature width), got {width!r} "
+                    f"on {type(char_encoder).__name__}"
+                )
+            self.chars = char_encoder
+        elif check_nonneg_int("char_vocab_size", char_vocab_size):
             self.chars = CharFeatures(char_vocab_size, char_dim, char_channels, char_kernel, char_encoder)
-            self.proj = nn.Linear(self.out_dim + self.chars.out_dim, self.out_dim)
-        self.pos: nn.Module | None = None
+        if self.chars is not None:
+            self.proj = nn.Linear(self.out_dim + int(self.chars.out_dim), self.out_dim)
+        self.pos: nn.Module | None = positional if isinstance(positional, nn.Module) else None
         if positional == "sinusoidal":
             self.pos = SinusoidalPE(self.out_dim)
         elif positional == "learned":
@@ -219,11 +234,10 @@ class TextAdapter(Adapter):
         nn.init.normal_(self.embed.weight, std=self.out_dim**-0.5)
         with torch.no_grad():
             self.embed.weight[PAD].zero_()
-        if self.chars is not None and self.proj is not None:
-            self.chars.reset_parameters()
-            self.proj.reset_parameters()
-        if isinstance(self.pos, LearnedPE):
-            self.pos.reset_parameters()
+        for part in (self.chars, self.proj, self.pos):
+            reset = getattr(part, "reset_parameters", None)
+            if callable(reset):
+                reset()
 
     def embed_tokens(self, ids: Tensor, chars: Tensor | None = None) -> Tensor:
         """Token features (B, L, D) before the positional encoding."""
@@ -241,7 +255,8 @@ class TextAdapter(Adapter):
         if self.chars is not None and self.proj is not None:
             if chars is None:
                 raise ValueError(
-                    "this TextAdapter has character features (char_vocab_size > 0): the batch needs 'chars'"
+                    "this TextAdapter has character features (char_vocab_size > 0 or a char_encoder module): "
+                    "the batch needs 'chars'"
                 )
             if chars.shape[:2] != ids.shape:
                 raise ValueError(

@@ -128,3 +128,30 @@ def test_lstm_char_features_in_the_adapter_and_bad_options() -> None:
         CharFeatures(20, channels=7, encoder="lstm")
     with pytest.raises(ValueError, match="encoder must be"):
         CharFeatures(20, encoder="gru")  # type: ignore[arg-type]
+
+
+def test_positional_encoding_and_char_encoder_are_injected_modules() -> None:
+    from attnmm.attention import LearnedPE
+
+    class Bag(torch.nn.Module):  # a character encoder of one's own: the mean character embedding
+        out_dim = 8
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(40, self.out_dim, padding_idx=PAD)
+
+        def forward(self, chars: torch.Tensor) -> torch.Tensor:
+            return self.embed(chars).mean(-2)  # (B, L, out_dim)
+
+    torch.manual_seed(0)
+    pos, bag = LearnedPE(20, 16), Bag()
+    adapter = TextAdapter(vocab_size=50, d_model=16, positional=pos, char_encoder=bag, dropout=0.0).eval()
+    assert adapter.pos is pos and adapter.chars is bag and adapter.proj is not None
+    ids, chars = torch.randint(2, 50, (2, 5)), torch.randint(1, 40, (2, 5, 3))
+    x = adapter({"tokens": ids, "chars": chars}).x
+    expected = pos(adapter.proj(torch.cat([adapter.embed(ids) * 16**0.5, bag(chars)], -1)))
+    torch.testing.assert_close(x, expected)
+    with pytest.raises(ValueError, match="needs an int attribute out_dim"):
+        TextAdapter(char_encoder=torch.nn.Identity())
+    with pytest.raises(ValueError, match="positional must be a module or"):
+        TextAdapter(positional="relative")  # type: ignore[arg-type]
