@@ -23,12 +23,15 @@ from lightning import LightningDataModule
 
 from attnmm.data import FSDDDataModule
 from attnmm.lightning import ClassificationTask, EncoderTask, RecipeCLI
-from attnmm.lightning.cli import CLASS_LINKS, Link
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "speech_truncated.yaml"
-# the data's classes: the task's and its heads' (a SequenceTask's CTC head and attention decoder)
+# the adapter's width and the data's classes: the encoder's, the task's and its heads' (a
+# ClassificationTask's head; a SequenceTask's CTC head and attention decoder)
 SPEECH_LINKS = (
+    *WIDTH_LINKS,
     *CLASS_LINKS,
+    *(Link("model.adapter.init_args.d_model", f"model.{head}.init_args.d_model") for head in ("ctc_head", "decoder")),
     Link("data.num_classes", "model.ctc_head.init_args.num_classes", apply_on="instantiate"),
     Link("data.num_classes", "model.decoder.init_args.num_classes", apply_on="instantiate"),
 )
