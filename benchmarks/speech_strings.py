@@ -89,6 +89,9 @@ def build_task(mask: str, decoding: str | None = None) -> Any:
     model = copy.deepcopy(_recipe()["model"])
     for head in ("ctc_head", "decoder"):  # the recipe links the heads' class count to the data's
         model["init_args"][head]["init_args"]["num_classes"] = FSDDStringsDataModule.num_classes
+    width = model["init_args"]["adapter"]["init_args"]["d_model"]
+    for part in ("encoder", "ctc_head", "decoder"):  # and the encoder's and heads' width to the adapter's
+        model["init_args"][part]["init_args"].setdefault("d_model", width)
     model["init_args"]["adapter"]["init_args"]["mask"] = MASKS[mask]
     if decoding is not None:
         model["init_args"]["decoding"] = decoding
@@ -404,7 +407,7 @@ def _der_section(models: dict[str, Any]) -> list[str]:
         f"{data['max_seconds']:g} s), decoded greedily (CTC best path){also}, on test strings of exactly n "
         f"digits drawn like the recipe's test strings from the test takes, test seed {data['test_seed']} "
         f"({counts}; the same strings for every mask). ± is one binomial standard error (digits taken as "
-        "independent).", "",
+        "independent): it covers the choice of test strings, not the training run (one seed per mask).", "",
         "| mask | training | decoding | " + " | ".join(_digits(n) for n in lengths) + " |",
         "|---|---|---|" + "---|" * len(lengths),
     ]
