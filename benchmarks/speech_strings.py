@@ -452,8 +452,10 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
     by = {(r["mask"], r["digits"]): r for r in rows}
     lines = [
         "### Where truncation pays: step time, memory and error by string length", "",
-        "Where each truncated mask starts to pay against Full, measured (the fewest digits from which it "
-        "pays at every longer length measured):", "",
+        "Where each truncated mask starts to pay against Full, measured: the fewest digits from which it "
+        f"pays at every longer length measured (at least {round(100 * (1 - PAYS))}% below Full's; for DER "
+        f"also by more than {DER_SE:g} binomial standard errors of the test strings, one training run per "
+        "mask):", "",
     ]
     for m in masks:
         if m != "Full":
