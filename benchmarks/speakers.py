@@ -12,8 +12,8 @@ Results go to ``benchmarks/results/speakers_<name>.json`` after every run (a rer
 already stored with the same command), and a markdown table is printed::
 
     ATTNMM_DATA=/path/to/data python -m benchmarks.speakers                 # isolated digits
-    ATTNMM_DATA=/path/to/data python -m benchmarks.speakers --task strings \\
-        --candidates norm_speed_noise --extra=--data.init_args.num_train=1000
+    ATTNMM_DATA=/path/to/data python -m benchmarks.speakers --task strings --candidates specaugment
+    ATTNMM_DATA=/path/to/data python -m benchmarks.speakers --table-only   # the stored table again
 """
 
 from __future__ import annotations
