@@ -28,11 +28,18 @@ VOCAB_LINKS = (
     Link("data.max_words", "model.adapter.init_args.vocab_size", apply_on="instantiate"),
     Link("data.max_chars", "model.adapter.init_args.char_vocab_size", apply_on="instantiate"),
 )
+# the auxiliary heads: one per auxiliary column of the data, of its class cap and the adapter's width
+AUX_LINKS = (
+    Link("data.aux_columns", "model.aux_heads.init_args.keys"),
+    Link("data.max_aux_classes", "model.aux_heads.init_args.num_classes"),
+    Link("model.adapter.init_args.d_model", "model.aux_heads.init_args.d_model"),
+)
 
 
 def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask, UDPOSDataModule, config=CONFIG, links=WIDTH_LINKS + HEAD_LINKS + CLASS_LINKS + VOCAB_LINKS,
+        ClassificationTask, UDPOSDataModule, config=CONFIG,
+        links=WIDTH_LINKS + HEAD_LINKS + CLASS_LINKS + VOCAB_LINKS + AUX_LINKS,
         args=args, run=run,
     )
 

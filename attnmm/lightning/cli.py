@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -297,7 +298,8 @@ class RecipeCLI(LightningCLI):
             node = config
             for key in parents:
                 node = node[key]
-            node[leaf] = values[0] if link.compute_fn is None else link.compute_fn(*values)
+            value = values[0] if link.compute_fn is None else link.compute_fn(*values)
+            node[leaf] = copy.deepcopy(value)  # (a value of its own: no YAML anchor in the printout)
 
     def _build_data(self, config: dict[str, Any]) -> Any:
         import importlib

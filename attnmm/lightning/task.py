@@ -172,12 +172,12 @@ class ClassificationTask(EncoderTask):
         ensemble (Ensemble, optional): train and predict with an ensemble of independently
             initialised copies of the model, e.g. ``Ensemble(2)``; ``None`` for one model.
             (default: :obj:`None`)
-        aux_heads (dict[str, nn.Module], optional): auxiliary heads, keyed by the batch key of their
-            targets: in training each reads the encoder output like ``head`` and adds
-            ``aux_weight`` times its cross-entropy to the loss (multi-task learning, e.g. XPOS tags
-            beside UPOS); each is logged as ``train_{key}_loss``, and ``train_loss`` is the total
-            minimised. They are not used to predict, and every ensemble member has its own.
-            (default: :obj:`None`)
+        aux_heads (dict[str, nn.Module] or nn.ModuleDict, optional): auxiliary heads, keyed by the
+            batch key of their targets (e.g. :class:`~attnmm.nn.TokenHeads`): in training each reads
+            the encoder output like ``head`` and adds ``aux_weight`` times its cross-entropy to the
+            loss (multi-task learning, e.g. XPOS tags beside UPOS); each is logged as
+            ``train_{key}_loss``, and ``train_loss`` is the total minimised. They are not used to
+            predict, and every ensemble member has its own. (default: :obj:`None`)
         aux_weight (float, optional): weight of each auxiliary loss. (default: :obj:`0.5`)
 
     Examples:
@@ -205,7 +205,7 @@ class ClassificationTask(EncoderTask):
         target_key: str = "label",
         optimizer: Literal["adamw", "adam"] = "adamw",
         ensemble: Ensemble | None = None,
-        aux_heads: dict[str, nn.Module] | None = None,
+        aux_heads: nn.ModuleDict | dict[str, nn.Module] | None = None,
         aux_weight: float = 0.5,
     ) -> None:
         super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer)
@@ -213,7 +213,7 @@ class ClassificationTask(EncoderTask):
         self.adapter = adapter
         self.encoder = encoder
         self.head = head
-        self.aux_heads = nn.ModuleDict(aux_heads or {})
+        self.aux_heads = aux_heads if isinstance(aux_heads, nn.ModuleDict) else nn.ModuleDict(aux_heads)
         if target_key in self.aux_heads:
             raise ValueError(f"an auxiliary head is keyed by the main target {target_key!r}; key it by its own targets")
         if not (aux_weight >= 0.0 and math.isfinite(aux_weight)):

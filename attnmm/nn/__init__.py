@@ -18,7 +18,13 @@ from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
 from attnmm.nn.gps import GPSEncoder, GPSLayer
 from attnmm.nn.graph_encoder import GraphAttentionEncoder
-from attnmm.nn.heads import AttentionDecoder, PoolingClassifier, SegmentPoolingClassifier, TokenClassifier
+from attnmm.nn.heads import (
+    AttentionDecoder,
+    PoolingClassifier,
+    SegmentPoolingClassifier,
+    TokenClassifier,
+    TokenHeads,
+)
 from attnmm.nn.propagation import PropagationEncoder
 from attnmm.nn.recurrent import RecurrentEncoder
 from attnmm.nn.spd_bias import ShortestPathBias
@@ -42,4 +48,5 @@ __all__ = [
     "SegmentPoolingClassifier",
     "ShortestPathBias",
     "TokenClassifier",
+    "TokenHeads",
 ]

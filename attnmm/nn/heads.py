@@ -120,6 +120,34 @@ class TokenClassifier(nn.Module):
         return self.linear(self.drop(h))
 
 
+class TokenHeads(nn.ModuleDict):
+    r"""One :class:`TokenClassifier` per key, of one width and one class count: the auxiliary heads of
+    multi-task tagging, keyed by the batch entries that hold their targets (e.g. XPOS tags and
+    dependency relations beside UPOS), as :class:`~attnmm.lightning.ClassificationTask` takes them.
+
+    A :class:`~torch.nn.ModuleDict`, so a recipe names it by ``class_path`` and links its ``d_model``
+    to the adapter's, its ``keys`` to the data's auxiliary columns and its ``num_classes`` to their
+    class cap: each is written once.
+
+    Args:
+        d_model (int): token width D.
+        keys (list[str]): batch keys of the targets, one head each, in this order.
+        num_classes (int): number of classes C of every head.
+        dropout (float, optional): dropout before each linear layer. (default: :obj:`0.0`)
+
+    Examples:
+        >>> import torch
+        >>> heads = TokenHeads(8, ["xpos", "deprel"], 40)
+        >>> {key: head(torch.randn(2, 5, 8)).shape[-1] for key, head in heads.items()}
+        {'xpos': 40, 'deprel': 40}
+    """
+
+    def __init__(self, d_model: int, keys: list[str], num_classes: int, dropout: float = 0.0) -> None:
+        if len(set(keys)) != len(keys) or not all(isinstance(k, str) and k for k in keys):
+            raise ValueError(f"keys must be distinct non-empty batch keys, got {keys!r}")
+        super().__init__({key: TokenClassifier(d_model, num_classes, dropout) for key in keys})
+
+
 class AttentionDecoderLayer(nn.Module):
     r"""A pre-norm transformer decoder block: causal self-attention over the labels so far, then
     cross-attention to the encoder's frames, then a feed-forward network.

@@ -241,3 +241,20 @@ def test_a_head_of_another_class_count_is_named() -> None:
     batch = {**SpeechAdapter.example_batch(2), "label": torch.tensor([0, 1])}
     with pytest.raises(ValueError, match="gives 3 logits per prediction but the task has num_classes=2"):
         task.training_step(batch, 0)
+
+
+def test_token_heads_are_the_aux_heads_dict_in_one_module() -> None:
+    from attnmm.adapters import TextAdapter
+    from attnmm.nn import TokenHeads
+
+    torch.manual_seed(0)
+    parts = (TextAdapter(vocab_size=256, d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17))
+    task = ClassificationTask(*parts, 17, target_key="tags", aux_heads=TokenHeads(16, ["xpos", "deprel"], 40))
+    torch.manual_seed(0)
+    parts = (TextAdapter(vocab_size=256, d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17))
+    as_dict = {"xpos": TokenClassifier(16, 40), "deprel": TokenClassifier(16, 40)}
+    same = ClassificationTask(*parts, 17, target_key="tags", aux_heads=as_dict)
+    for (k1, v1), (k2, v2) in zip(task.state_dict().items(), same.state_dict().items(), strict=True):
+        assert k1 == k2 and torch.equal(v1, v2), k1
+    with pytest.raises(ValueError, match="keys must be distinct"):
+        TokenHeads(16, ["xpos", "xpos"], 40)
