@@ -309,7 +309,7 @@ class ClassificationTask(EncoderTask):
                 member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
             for _, aux in outputs:
                 for key, aux_logits in aux.items():
-                    aux_losses[key].append(self._loss(aux_logits, batch[key], batch, stage)[0])
+                    aux_losses[key].append(self._loss(aux_logits, batch[key], batch, stage, key)[0])
         else:
             logits = self(batch)
         loss, flat_logits, flat_target = self._loss(logits, target, batch, stage)
@@ -327,11 +327,15 @@ class ClassificationTask(EncoderTask):
         self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
         return loss
 
-    def _loss(self, logits: Tensor, target: Tensor, batch: Any, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:
-        """Cross-entropy over the targets the stage scores, with the flat logits and targets used."""
+    def _loss(
+        self, logits: Tensor, target: Tensor, batch: Any, stage: Stage, key: str | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Cross-entropy over the targets the stage scores, with the flat logits and targets used
+        (``key``: the batch key of the targets, the main ``target_key`` by default)."""
         if logits.dim() == 3 and target.dim() == 2 and target.size(1) != logits.size(1):
             raise ValueError(f"per-token targets {tuple(target.shape)} do not match logits {tuple(logits.shape)}")
         flat_logits, flat_target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
+        self._check_targets(flat_target, logits.size(-1), stage, key or self.target_key)
         mask_key = f"{stage}_mask"
         if (isinstance(batch, dict) and mask_key in batch) or hasattr(batch, mask_key):
             keep = batch[mask_key].reshape(-1)
@@ -340,6 +344,22 @@ class ClassificationTask(EncoderTask):
             flat_logits.float(), flat_target, ignore_index=IGNORE_INDEX, label_smoothing=self.label_smoothing
         )
         return loss, flat_logits, flat_target
+
+    def _check_targets(self, target: Tensor, num_classes: int, stage: Stage, key: str) -> None:
+        """On the first batch of each stage and target key: every target is a class of the model (or
+        ``-100``), else an error naming the setting (cross-entropy would only say "out of bounds")."""
+        checked: set[tuple[str, str]] = self.__dict__.setdefault("_checked_targets", set())
+        if (stage, key) in checked:
+            return
+        checked.add((stage, key))
+        real = target[target != IGNORE_INDEX]
+        if real.numel() and (int(real.min()) < 0 or int(real.max()) >= num_classes):
+            what = "the task's num_classes" if key == self.target_key else f"the auxiliary head {key!r}'s num_classes"
+            raise ValueError(
+                f"batch[{key!r}] holds classes {int(real.min())}..{int(real.max())} but the model predicts "
+                f"{num_classes} ({what}): set it to the data's number of classes (the recipes link it to "
+                "data.num_classes)"
+            )
 
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self(batch).argmax(-1)

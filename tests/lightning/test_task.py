@@ -258,3 +258,11 @@ def test_token_heads_are_the_aux_heads_dict_in_one_module() -> None:
         assert k1 == k2 and torch.equal(v1, v2), k1
     with pytest.raises(ValueError, match="keys must be distinct"):
         TokenHeads(16, ["xpos", "xpos"], 40)
+
+
+def test_targets_outside_num_classes_name_the_setting() -> None:
+    task = make_task()  # two classes
+    batch = SpeechAdapter.example_batch(2)
+    batch["label"] = torch.tensor([1, 7])
+    with pytest.raises(ValueError, match=r"classes 1\.\.7 but the model predicts 2 \(the task's num_classes\)"):
+        task.validation_step(batch, 0)
