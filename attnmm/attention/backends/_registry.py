@@ -9,10 +9,13 @@ _BACKENDS: dict[str, Backend] = {}
 
 
 def register_backend(backend: Backend) -> Backend:
-    """Register a backend under ``backend.name``; names are unique."""
+    """Register a backend under ``backend.name``; names are unique (registering another instance of
+    the registered backend's class is a no-op, so a module that registers may run twice)."""
     if not backend.name:
         raise ValueError("a backend needs a non-empty name")
     if backend.name in _BACKENDS:
+        if type(_BACKENDS[backend.name]) is type(backend):  # the same backend again (a module run twice)
+            return _BACKENDS[backend.name]
         raise ValueError(f"a backend named {backend.name!r} is already registered")
     _BACKENDS[backend.name] = backend
     return backend
