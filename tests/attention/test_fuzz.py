@@ -190,8 +190,8 @@ def masks_for(
     """A mask of one of ``structures``: drawn from the narrowest strategy that covers them."""
     if structures <= {"full", "causal"}:
         mask = draw(fused_masks())
-    elif structures <= {"segments"}:
-        mask = draw(segments_masks(B, L, composed=False))[0]
+    elif "segments" in structures and structures <= {"segments", "band"}:  # Segments masks, packed documents
+        mask = draw(st.one_of(segments_masks(B, L, composed=False).map(lambda drawn: drawn[0]), documents_masks(B, L)))
     elif structures <= {"full", "causal", "band"}:
         mask = draw(band_masks(B, L, S, packed))
     else:
@@ -217,7 +217,7 @@ def cases(draw: st.DrawFn, backend: str, dtypes: list[torch.dtype] = DTYPES, pad
         low = 0 if supports.empty else 1
         high = 40 if draw(st.integers(0, 9)) == 0 else 8  # sometimes several band blocks
         L, S = draw(st.integers(low, high)), draw(st.integers(low, high))
-        if supports.structures <= {"segments"}:
+        if "segments" in supports.structures and supports.structures <= {"segments", "band"}:
             S = L  # segments lie over one sequence
     mask = draw(masks_for(supports.structures, B, L, S, packed, grid))
     E, Ev = draw(st.sampled_from([0, 1, 2, 3, 4, 4])), draw(st.sampled_from([0, 1, 2, 3, 3]))

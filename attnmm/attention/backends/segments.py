@@ -11,7 +11,7 @@ from torch import Tensor
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._sizes import output_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.masks import Segments
+from attnmm.masks import Causal, Documents, Full, Intersection, Mask, Segments, Window
 
 
 class SegmentsBackend(Backend):
@@ -37,6 +37,13 @@ class SegmentsBackend(Backend):
     Softmax or ReLU scores and dropout; no bias and no returned weights (the sparse backend computes
     those).
 
+    Packed documents are segments too: ``Documents(lengths)`` with one packing shared by the batch,
+    alone or intersected with ``Causal()``, ``Window`` or ``Full()`` (masks that depend on
+    :math:`i - j` only, so they read the same inside each document), is computed as the
+    :class:`~attnmm.masks.Segments` of its documents with that mask within each and no links
+    (:func:`documents_as_segments`): each document's causal attention is one fused SDPA call,
+    with nothing compiled per set of lengths.
+
     Examples:
         >>> import torch
         >>> from attnmm import attend
@@ -51,13 +58,17 @@ class SegmentsBackend(Backend):
 
     name = "segments"
     supports = Supports(
-        structures=frozenset({"segments"}), layouts=frozenset({"padded"}), bias=False, weights=False, empty=False
+        structures=frozenset({"segments", "band"}), layouts=frozenset({"padded"}), bias=False, weights=False,
+        empty=False,
     )
     preference = 15
 
     def check(self, problem: Problem) -> str | None:
-        if not isinstance(problem.effective_mask, Segments):  # pragma: no cover - only Segments say "segments"
-            return f"the mask {type(problem.effective_mask).__name__} is not a Segments mask"
+        if _view(problem) is None:
+            return (
+                f"the mask {problem.effective_mask!r:.80} is neither a Segments mask nor packed documents "
+                "(Documents shared by the batch, maybe & Causal, Window or Full)"
+            )
         return None
 
     def cost(self, problem: Problem) -> float | None:
@@ -74,7 +85,7 @@ class SegmentsBackend(Backend):
 
     def memory_bytes(self, problem: Problem) -> int:
         """The sum of every query segment's chosen backend's working memory, and the output."""
-        if not isinstance(problem.effective_mask, Segments):
+        if _view(problem) is None:
             return 0
         steps = [step for step in _plan(problem).values() if step is not None]
         return sum(step.backend.memory_bytes(step.problem) for step in steps) + output_bytes(problem)
@@ -82,8 +93,8 @@ class SegmentsBackend(Backend):
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         from attnmm.attention._memory import check_backend, check_pairs
 
-        mask = problem.effective_mask
-        assert isinstance(mask, Segments)
+        mask = _view(problem)
+        assert mask is not None
         q, v = problem.q, problem.v
         B = problem.B
         outs = []
@@ -151,8 +162,8 @@ def _plan(problem: Problem) -> dict[int, _Step | None]:
 
 def _rows(problem: Problem) -> dict[int, Problem | None]:
     """The attention of every query segment over its linked key segments (``None``: no link)."""
-    mask = problem.effective_mask
-    assert isinstance(mask, Segments)
+    mask = _view(problem)
+    assert mask is not None
     # one split of each input, not a slice per segment: a slice's backward writes its gradient into a
     # zero tensor of the input's full size, a split's joins every segment's gradient in one pass
     qs, ks, vs = (t.split(list(mask.sizes), dim=2) for t in (problem.q, problem.k, problem.v))
@@ -182,3 +193,55 @@ def _rows(problem: Problem) -> dict[int, Problem | None]:
             packed=False,
         )
     return rows
+
+
+#: Masks that depend on the offset i - j only: they read the same in a document's own coordinates.
+_SHIFT_INVARIANT = (Causal, Window, Full)
+
+
+def documents_as_segments(mask: Mask, length: int) -> Segments | None:
+    """The :class:`~attnmm.masks.Segments` form of packed documents over ``length`` positions: one
+    segment per non-empty document, with the other parts of the intersection (``Causal``, ``Window``,
+    ``Full``) within each and no links, and a last segment attending nothing for the positions past
+    the documents; ``None`` for any other mask (a per-item packing, another part).
+
+    Examples:
+        >>> from attnmm.masks import Causal, Documents
+        >>> documents_as_segments(Documents([2, 0, 3]) & Causal(), 6)
+        Segments(sizes=[2, 3, 1], within=[Causal(), Causal(), None], links=[[1, 0, 0], [0, 1, 0], [0, 0, 0]])
+    """
+    parts = list(mask.parts) if isinstance(mask, Intersection) else [mask]
+    documents = [p for p in parts if isinstance(p, Documents)]
+    rest = [p for p in parts if not isinstance(p, Documents | Full)]
+    if len(documents) != 1 or documents[0].batched or not all(isinstance(p, _SHIFT_INVARIANT) for p in rest):
+        return None
+    sizes = [int(n) for n in documents[0].lengths.tolist() if n > 0]
+    within: Mask | None = None
+    for p in rest:
+        within = p if within is None else within & p
+    tail = length - sum(sizes)
+    if tail < 0:
+        return None  # (the mask's own check refuses the length)
+    links = [[a == c for c in range(len(sizes))] for a in range(len(sizes))]
+    masks: list[Mask | None] = [within] * len(sizes)
+    if tail:
+        links = [[*row, False] for row in links] + [[False] * (len(sizes) + 1)]
+        masks.append(None)
+        sizes.append(tail)
+    return Segments(sizes, within=masks, links=links) if sizes else None
+
+
+#: Where a problem keeps the Segments form of its mask.
+_VIEW = "_segments_view"
+
+
+def _view(problem: Problem) -> Segments | None:
+    """The problem's mask as :class:`~attnmm.masks.Segments` (itself, or packed documents as their
+    segments), worked out once per call; ``None`` when it is neither."""
+    if _VIEW not in problem.__dict__:
+        mask = problem.effective_mask
+        view = mask if isinstance(mask, Segments) else None
+        if view is None and problem.L == problem.S and mask.structure.kind == "band":
+            view = documents_as_segments(mask, problem.L)
+        problem.__dict__[_VIEW] = view
+    return problem.__dict__[_VIEW]

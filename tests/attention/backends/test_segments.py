@@ -8,6 +8,8 @@ import pytest
 import torch
 from _compare import randn
 from _oracle import grads
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attnmm import attend
 from attnmm.attention._dispatch import choose_backend
@@ -99,9 +101,9 @@ def test_no_dense_mask_of_the_whole_sequence(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_refuses_what_it_does_not_compute() -> None:
     backend = get_backend("segments")
-    assert backend.unsupported(problem(Window(2, 2), 1, 8)) == "the mask is band, not segments"
+    assert "neither a Segments mask nor packed documents" in backend.unsupported(problem(Window(2, 2), 1, 8))
     composed = Segments([4, 4], lengths=[[4, 2]]) & Padding([8])
-    assert backend.unsupported(problem(composed, 1, 8)) == "the mask is sparse, not segments"
+    assert backend.unsupported(problem(composed, 1, 8)) == "the mask is sparse, not band or segments"
     assert backend.unsupported(problem(Segments([4, 4], within=[Causal(), None]), 1, 8, return_weights=True))
     assert backend.memory_bytes(problem(Window(2, 2), 1, 8)) == 0
 
@@ -117,3 +119,54 @@ def test_dropout_runs_per_segment() -> None:
     assert torch.all(out[0, :, 4:10] == 0) and torch.all(out[1, :, 2:4] == 0)
     for g in grads(out, [q, k, v]):
         assert torch.isfinite(g).all()
+
+
+@given(st.data(), st.integers(1, 2), st.integers(1, 12))
+def test_packed_documents_run_as_segments(data: st.DataObject, B: int, L: int) -> None:
+    # Documents shared by the batch, alone or & Causal / Window / Full: one segment per document
+    from _oracle import loop_attend
+
+    from attnmm.attention.backends.segments import documents_as_segments
+    from attnmm.masks import Causal, Documents, Full, Window
+
+    sizes = data.draw(st.lists(st.integers(0, 4), max_size=4))
+    total = 0
+    lengths = []
+    for n in sizes:
+        lengths.append(min(n, L - total))
+        total += lengths[-1]
+    extra = data.draw(st.sampled_from([None, Causal(), Window(1, 0), Window(0, 2), Full()]))
+    mask = Documents(lengths) if extra is None else Documents(lengths) & extra
+    assert documents_as_segments(mask, L) is not None
+    q, k, v = (torch.randn(B, 2, L, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = attend(q, k, v, mask, scale=0.5, backend="segments")
+    expected = loop_attend(q, k, v, mask, 0.5, "softmax", None)
+    torch.testing.assert_close(out, expected)
+    if not expected.requires_grad:  # no document: every output is 0, independent of the inputs
+        assert not out.any()
+        return
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad, allow_unused=True, materialize_grads=True)
+    want = torch.autograd.grad(expected, (q, k, v), grad, allow_unused=True, materialize_grads=True)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_other_band_masks_are_refused_by_name() -> None:
+    from attnmm.masks import Documents
+
+    q = torch.randn(2, 1, 6, 4)
+    for mask in [Window(1, 1), Documents([[3, 3], [2, 4]]) & Causal(), Documents([3, 3]) & Chunk(2, 1),
+                 Documents([3, 3]) & Padding([6, 4])]:
+        problem = Problem(q, q, q, mask, 0.5, 0.0, "softmax", None, False, False)
+        reason = get_backend("segments").unsupported(problem)
+        assert reason is not None and "neither a Segments mask nor packed documents" in reason, mask
+
+
+def test_dispatch_sends_many_packed_documents_to_segments() -> None:
+    from attnmm.masks import Documents
+
+    lengths = torch.tensor([700, 30, 1200, 500, 90, 1576])  # 4,096 tokens in 6 documents
+    q = torch.randn(1, 1, 4096, 16)
+    problem = Problem(q, q, q, Documents(lengths) & Causal(), 0.25, 0.0, "softmax", None, False, False)
+    assert choose_backend(problem).name == "segments"
