@@ -457,11 +457,11 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
         f"also by more than {DER_SE:g} binomial standard errors of the test strings, one training run per "
         "mask):", "",
     ]
-    for m in masks:
+    for m in masks + sorted(m for m in models if m not in masks and m != "Full"):
         if m != "Full":
-            said = [_pays(rows, m, "step_s", "step time"), _pays(rows, m, "peak_mb", "peak memory"),
-                    *_der_pays(models, m)]
-            lines.append(f"- **{m}**: " + "; ".join(said) + ".")
+            cost = [_pays(rows, m, "step_s", "step time"), _pays(rows, m, "peak_mb", "peak memory")] if m in masks \
+                else ["step time and memory not measured (not a mask of the cost part)"]
+            lines.append(f"- **{m}**: " + "; ".join([*cost, *_der_pays(models, m)]) + ".")
     untrained = [m for m in masks if not models.get(m, {}).get("der")]
     if untrained:
         names = ",".join(untrained)

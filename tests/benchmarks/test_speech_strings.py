@@ -117,6 +117,9 @@ def test_der_crossover_needs_ten_percent_and_two_standard_errors() -> None:
             "than 2 standard errors at 1 digit); rescore DER is at least 10% and 2 standard errors below Full's from "
             "20 digits on.") in text  # rescore at 1 digit: 0.02 vs 0.01 is 1.8 standard errors
     assert "DER of Full: not measured yet" not in text
+    store["models"]["Chunk(4, 4)"] = store["models"]["Chunk(8, 2)"]  # trained, but not a mask of the cost part
+    assert "- **Chunk(4, 4)**: step time and memory not measured (not a mask of the cost part); greedy DER is at " \
+        "least 10% and 2 standard errors below Full's from 20 digits on" in bench.render_section(store)
     store["models"]["Full"] = {**full, "num_train": 2000}
     assert "DER not compared (Chunk(8, 2) trained 4,000 strings x 10 epochs, Full 2,000 strings x 10 epochs)" in \
         bench.render_section(store)
