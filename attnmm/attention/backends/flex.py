@@ -1,4 +1,5 @@
-r"""FlexAttention on CUDA: a fused block-sparse kernel built from the mask's ``mask_mod``."""
+r"""FlexAttention: a fused block-sparse kernel built from the mask's ``mask_mod`` (CUDA, and CPU for
+inference)."""
 
 from __future__ import annotations
 
@@ -30,27 +31,34 @@ _block_masks: OrderedDict[tuple[Any, ...], tuple[Mask, Any]] = OrderedDict()
 
 
 @functools.cache
-def flex_available() -> str | None:
-    """``None`` when FlexAttention can run here, else the reason it cannot."""
-    if not torch.cuda.is_available():
-        return "CUDA is not available (FlexAttention cannot train on CPU)"
-    if importlib.util.find_spec("triton") is None:
-        return "triton is not installed (torch.compile has no GPU code generator)"
+def flex_available(device_type: str = "cuda") -> str | None:
+    """``None`` when FlexAttention can run on ``device_type`` here (``"cuda"`` or ``"cpu"``), else the
+    reason it cannot."""
     if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:  # pragma: no cover
         return "this torch build has no torch.nn.attention.flex_attention"
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not installed (torch.compile has no GPU code generator)"
     return None
 
 
 class FlexBackend(Backend):
     r"""``torch.nn.attention.flex_attention`` under ``torch.compile`` with the block mask of the mask's
-    :meth:`~attnmm.masks.Mask.mask_mod` (CUDA only).
+    :meth:`~attnmm.masks.Mask.mask_mod`: on CUDA, and on CPU for inference (torch compiles no
+    FlexAttention backward for the CPU).
 
     The block mask marks which (128 x 128) tiles of the score matrix hold an allowed pair; the fused
     kernel skips the others and applies ``mask_mod`` inside partial tiles, so the cost follows the
     mask's tiles. Block masks are cached per mask content (equal masks rebuilt per batch share one) and
     shape (B, L, S, device), the
-    :data:`CACHE_SIZE` most recent ones. Softmax scores
-    only, without bias, returned weights or dropout; queries with an empty allowed set get zero.
+    :data:`CACHE_SIZE` most recent ones. The kernel is compiled once with dynamic shapes, so batches
+    of new lengths reuse it (a second compilation comes for sequences shorter than one block).
+    Softmax scores only, without bias, returned weights or dropout; queries with an empty allowed set
+    get zero. On the CPU it runs in float32 without gradients and with masks shared by the batch (the
+    CPU kernel of a per-item mask fails to compile); dispatch has no calibrated cost for it there, so it
+    runs where asked for (``backend="flex"``).
     """
 
     name = "flex"
@@ -62,7 +70,7 @@ class FlexBackend(Backend):
         weights=False,
         dropout=False,
         empty=False,
-        devices=frozenset({"cuda"}),
+        devices=frozenset({"cuda", "cpu"}),
         dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}),
     )
     preference = 0
@@ -76,9 +84,19 @@ class FlexBackend(Backend):
         return dense_bytes(problem, 0, 9)
 
     def available(self) -> str | None:
-        return flex_available()
+        return flex_available("cpu")
 
     def check(self, problem: Problem) -> str | None:
+        device = problem.q.device.type
+        reason = flex_available(device)
+        if reason is not None:
+            return reason
+        if device == "cpu" and problem.training:
+            return "torch compiles no FlexAttention backward for the CPU (inference only there)"
+        if device == "cpu" and problem.q.dtype != torch.float32:
+            return f"{problem.q.dtype} on the CPU (float32 only there)"
+        if device == "cpu" and problem.effective_mask.batched:
+            return "a per-item mask (e.g. a batch's Padding) on the CPU, where its kernel does not compile"
         if problem.q.size(-1) < 16 or problem.v.size(-1) < 16:
             return "head dims below 16"
         return None
@@ -88,7 +106,7 @@ class FlexBackend(Backend):
         from torch.nn.attention.flex_attention import flex_attention
 
         if _compiled is None:
-            _compiled = torch.compile(flex_attention, dynamic=False)
+            _compiled = torch.compile(flex_attention, dynamic=True)  # new lengths reuse the kernel
         block_mask = block_mask_for(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.q.device)
         out = _compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
         nonempty = (problem.row_counts > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
