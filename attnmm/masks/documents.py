@@ -28,7 +28,9 @@ class Documents(IntervalMask):
     interval mask with the band ``(max length - 1, max length - 1)``: ``Documents(lengths) & Causal()``
     and ``Documents(lengths) & Window(left, right)`` stay banded (a document start is a lower bound of
     the band, a document end an upper one) and run on the band kernel in O(L * w), with no dense mask
-    and nothing compiled per length. The pairs are enumerated in O(nnz) from the ranges.
+    and nothing compiled per length; a packing shared by the batch (alone, ``& Causal()`` or
+    ``& Window``) also runs one document at a time on fused SDPA (the ``segments`` backend), and
+    dispatch picks by cost. The pairs are enumerated in O(nnz) from the ranges.
 
     Args:
         lengths (LongTensor or list): document lengths, shape (D,) for one packing shared by the batch,
