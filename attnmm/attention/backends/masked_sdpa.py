@@ -59,8 +59,11 @@ class MaskedSDPABackend(Backend):
         some_empty = not bool(nonempty.all())
         if some_empty:  # the fused kernel's output for an empty row is not the defined zero
             allowed = allowed | ~nonempty
+        attn_mask: Tensor = allowed
+        if problem.dropout_p > 0:  # the unfused kernel of dropout on CPU runs 2-2.5x faster on an additive mask
+            attn_mask = problem.q.new_zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
         out = F.scaled_dot_product_attention(
-            problem.q, problem.k, problem.v, attn_mask=allowed, dropout_p=problem.dropout_p, scale=problem.scale
+            problem.q, problem.k, problem.v, attn_mask=attn_mask, dropout_p=problem.dropout_p, scale=problem.scale
         )
         if some_empty:
             out = torch.where(nonempty, out, out.new_zeros(()))  # zero output, zero gradients
