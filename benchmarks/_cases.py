@@ -13,7 +13,7 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.masks import Graph, Grid, Mask, Window
-from benchmarks import gat_conv, graph_conv, mixed_sequence, packed_documents
+from benchmarks import gat_conv, graph_conv, mixed_sequence, packed_documents, recipe_models
 from benchmarks._measure import train_runner
 
 Inputs = dict[str, Any]
@@ -385,6 +385,42 @@ CASES: list[Case] = [
         _full_check,
         _overhead,
         rounds=41,
+    ),
+    Case(
+        "recipe_speech",
+        "speech recipe's model, training step, 32 FSDD-length clips, Padding only (full attention)",
+        "the same model with nn.TransformerEncoder",
+        ">= 1.0x the throughput",
+        recipe_models.build("speech"),
+        recipe_models.ours,
+        recipe_models.peer,
+        recipe_models.check,
+        recipe_models.throughput(32, 1.0),
+        rounds=7,
+    ),
+    Case(
+        "recipe_strings",
+        "same model, 8 strings of 20 digits (~12 s), Padding & Chunk(8, 2)",
+        "the same model with nn.TransformerEncoder, dense bool mask",
+        "> 1.0x the throughput",
+        recipe_models.build("strings"),
+        recipe_models.ours,
+        recipe_models.peer,
+        recipe_models.check,
+        recipe_models.throughput(8, 1.0001),
+        rounds=5,
+    ),
+    Case(
+        "recipe_text",
+        "character LM's shape, training step, 32 x 256 tokens, Causal",
+        "the same model with nn.TransformerEncoder (is_causal)",
+        ">= 1.0x the throughput",
+        recipe_models.build("text"),
+        recipe_models.ours,
+        recipe_models.peer,
+        recipe_models.check,
+        recipe_models.throughput(32, 1.0),
+        rounds=5,
     ),
 ]
 
