@@ -72,13 +72,14 @@ def fold_speakers(fold: int) -> tuple[str, str]:
     return SPEAKERS[fold], SPEAKERS[(fold + 1) % len(SPEAKERS)]
 
 
-def command(task: str, candidate: str, fold: int, extra: list[str]) -> list[str]:
-    """The recipe's ``fit`` command line of one run (without the interpreter)."""
+def command(task: str, candidate: str, fold: int, extra: list[str], val_speaker: bool = True) -> list[str]:
+    """The recipe's ``fit`` command line of one run (without the interpreter); without ``val_speaker``
+    the four other speakers are all trained on and the config's ``val_fraction`` draw validates."""
     spec = TASKS[task]
     test, val = fold_speakers(fold)
     return [
         "recipes/speech_truncated.py", "fit", f"--config={spec['config']}",
-        f"{spec['data']}.test_speakers=[{test}]", f"{spec['data']}.val_speakers=[{val}]",
+        f"{spec['data']}.test_speakers=[{test}]", *([f"{spec['data']}.val_speakers=[{val}]"] if val_speaker else []),
         *(f"{spec['adapter']}.{option}" for option in CANDIDATES[candidate]),
         "--trainer.enable_progress_bar=false", *extra,
     ]
@@ -95,10 +96,12 @@ def _best_val(run_dir: Path, metric: str, higher: bool) -> float:
     return max(values) if higher else min(values)
 
 
-def run(task: str, candidate: str, fold: int, extra: list[str], log_dir: Path) -> dict[str, Any]:
+def run(
+    task: str, candidate: str, fold: int, extra: list[str], log_dir: Path, val_speaker: bool = True
+) -> dict[str, Any]:
     """One ``fit`` in a temporary directory (one thread); its metrics, best validation value and wall time."""
     spec = TASKS[task]
-    cmd = command(task, candidate, fold, extra)
+    cmd = command(task, candidate, fold, extra, val_speaker)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     log = log_dir / f"{task}_{candidate}_fold{fold}.log"
     with tempfile.TemporaryDirectory() as tmp, log.open("w") as sink:
@@ -115,6 +118,7 @@ def run(task: str, candidate: str, fold: int, extra: list[str], log_dir: Path) -
         metrics = json.loads(metrics_file.read_text())
         best = _best_val(Path(tmp), spec["val"], spec["higher"])
     test, val = fold_speakers(fold)
+    val = val if val_speaker else "draw"
     return {
         "task": task, "candidate": candidate, "fold": fold, "test_speaker": test, "val_speaker": val,
         "command": " ".join(cmd), "val": best, "test": metrics[spec["test"]], "metrics": metrics,
@@ -159,6 +163,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--folds", nargs="+", type=int, default=list(range(len(SPEAKERS))))
     parser.add_argument("--extra", action="append", default=[], help="more recipe arguments, e.g. --extra=--x=1")
     parser.add_argument("--name", default=None, help="results file speakers_<name>.json (default: the task)")
+    parser.add_argument(
+        "--validation", choices=["speaker", "draw"], default="speaker",
+        help="speaker: the next speaker validates (3 trained on); draw: the 4 others are trained on, "
+        "the config's val_fraction of their takes validates",
+    )
     parser.add_argument("--table-only", action="store_true", help="print the stored results' table")
     args = parser.parse_args(argv)
     store = RESULTS / f"speakers_{args.name or args.task}.json"
@@ -168,10 +177,11 @@ def main(argv: list[str] | None = None) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         for candidate in args.candidates:  # candidate by candidate: each fold of one before the next
             for fold in args.folds:
-                cmd = " ".join(command(args.task, candidate, fold, args.extra))
+                val_speaker = args.validation == "speaker"
+                cmd = " ".join(command(args.task, candidate, fold, args.extra, val_speaker))
                 if any(r["command"] == cmd for r in runs):
                     continue
-                result = run(args.task, candidate, fold, args.extra, log_dir)
+                result = run(args.task, candidate, fold, args.extra, log_dir, val_speaker)
                 runs.append(result)
                 store.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
                 print(f"{candidate} fold {fold}: val {result['val']:.4f} test {result['test']:.4f} "
