@@ -46,7 +46,7 @@ def _write_speech_commands(root: Path) -> None:
 @pytest.fixture(scope="module")
 def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    write_fsdd(root)
+    write_fsdd(root, speakers=("ann", "bob", "theo", "yweweler"))  # the page's commands name theo and yweweler
     _write_speech_commands(root)
     return root
 
