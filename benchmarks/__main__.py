@@ -134,7 +134,7 @@ def main() -> None:
         store["density"] = {"rows": rows, "crossover": crossover}
     took = time.perf_counter() - started
     store["machine"] = (
-        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"{platform.processor() or platform.machine()}, {threads()} threads, torch {torch.__version__}, "
         f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {took / 60:.1f} min"
     )
     print(render_results(store))

@@ -14,7 +14,7 @@ import torch
 
 from attnmm import attend
 from attnmm.masks import Graph
-from benchmarks._measure import alternate, wait_for_idle
+from benchmarks._measure import alternate, threads, wait_for_idle
 
 DENSITIES = (0.01, 0.03, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7)
 
@@ -30,7 +30,7 @@ def random_mask(n: int, density: float, seed: int = 0) -> Graph:
 
 def sweep(n: int = 2048, rounds: int = 3) -> tuple[list[tuple[float, float, float]], float | None]:
     """Rows (density, t_sparse, t_dense) and the first density at which dense is at least as fast."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads())  # the run's (--threads, $ATTNMM_BENCH_THREADS, else 2)
     q, k, v = (torch.randn(n, 4, 64, generator=torch.Generator().manual_seed(s)).requires_grad_(True) for s in range(3))
     grad = torch.randn(n, 4, 64)
     rows = []
