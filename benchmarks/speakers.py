@@ -145,7 +145,8 @@ def table(runs: list[dict[str, Any]]) -> str:
     """Markdown: one row per candidate, the validation and test score of each fold and their mean ± std
     (sample standard deviation over the folds), in percent."""
     folds = sorted({r["fold"] for r in runs})
-    head = "| candidate | " + " | ".join(f"{fold_speakers(f)[0]} (val {fold_speakers(f)[1]})" for f in folds)
+    val_of = {r["fold"]: r.get("val_speaker", fold_speakers(r["fold"])[1]) for r in runs}
+    head = "| candidate | " + " | ".join(f"{fold_speakers(f)[0]} (val {val_of[f]})" for f in folds)
     lines = [head + " | val mean ± std | test mean ± std |", "|---" * (len(folds) + 3) + "|"]
     for candidate in dict.fromkeys(r["candidate"] for r in runs):
         mine = {r["fold"]: r for r in runs if r["candidate"] == candidate}
