@@ -2,6 +2,7 @@ r"""The band backend: blocked attention for banded masks, O(L * w) time and at m
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import torch
@@ -29,10 +30,15 @@ class BandBackend(Backend):
         a_{ij} = \frac{\mathbb{1}[\mathrm{start}_b(i) \le j < \mathrm{end}_b(i)] \exp(s_{ij} - m_i)}
         {\sum_{j'} \mathbb{1}[\mathrm{start}_b(i) \le j' < \mathrm{end}_b(i)] \exp(s_{ij'} - m_i)}
 
-    Blocks are processed in chunks of about 2M scores, so transient buffers stay small; the weights
-    (B * H * L * W values, W about 1.25 w) are kept for the backward pass, which is written by hand
-    on the same layout and sums window gradients back onto the keys. No (L, S) tensor is ever
-    built. Half-precision inputs are computed in float32.
+    Most blocks share one pattern of allowed slots, which enters the score product itself as an
+    additive (T, W) bias; the blocks at a sequence's ends or past a padded length are recomputed
+    with their own. Blocks are processed in chunks of about 2M scores, so transient buffers stay
+    small; in training the weights (B * H * L * W values, W about 1.25 w) are kept for the backward
+    pass, which is written by hand on the same layout and sums window gradients back onto the keys.
+    Without a gradient nothing is kept: the forward runs in pieces (whole short sequences, or spans
+    of a long one's query rows with the keys their band reaches), so its memory beyond the output
+    is a few pieces of 1 MB whatever L. No (L, S) tensor is ever built. Half-precision inputs are
+    computed in float32.
 
     Args:
         block (int, optional): queries per block T; ``None`` picks it from the band width.
@@ -63,6 +69,9 @@ class BandBackend(Backend):
         if left is None or right is None:
             return 0
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
+        if not problem.training and not problem.return_weights and problem.bias is None:
+            # the forward in pieces (_infer): about five buffers of a piece each
+            return 5 * 2 * _PIECE * compute_bytes(problem.q.dtype) + output_bytes(problem)
         slots = geo.B * geo.H * geo.nbp * geo.T * geo.W  # scores of every block's window
         padded = geo.B * geo.H * (geo.nbp + geo.c) * geo.T * max(problem.q.size(-1), problem.v.size(-1))
         # weights kept for backward, their gradient, returned weights; padded q, k, v and their gradients
@@ -96,7 +105,11 @@ class BandBackend(Backend):
         left, right = mask.structure.left, mask.structure.right
         assert left is not None and right is not None
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
-        start, end = _ranges(mask, geo, problem.batch_size, q.device)  # (B or 1, nbp, T)
+        if not problem.training and not problem.return_weights and problem.bias is None:
+            out = _infer(q.to(compute), k.to(compute), v.to(compute), mask, geo, problem)
+            return out.to(v.dtype), None
+        batch = None if problem.batch_size is None else torch.arange(problem.batch_size, device=q.device)
+        start, end = _ranges(mask, geo, batch, q.device)  # (B or 1, nbp, T)
         bias = _band_bias(problem, geo, compute) if problem.bias is not None else None
         out, weights = _BandAttention.apply(
             q.to(compute),
@@ -123,21 +136,70 @@ class BandBackend(Backend):
 
 
 def _ranges(
-    mask: IntervalMask, geo: BandGeometry, batch_size: int | None, device: torch.device
+    mask: IntervalMask, geo: BandGeometry, batch: Tensor | None, device: torch.device, row0: int = 0, key0: int = 0
 ) -> tuple[Tensor, Tensor]:
     """Allowed key range ``[start, end)`` of every query slot, each (B or 1, nbp, T); empty for the
-    padding queries past L."""
+    padding queries past L. ``batch`` holds the batch item of each of the B sequences (None: the mask
+    is the same for all); the layout's queries and keys start at rows ``row0`` and ``key0`` of the
+    mask (a piece of the sequence, see :func:`_infer`)."""
     i, _ = geo.positions(device)
     i = i.squeeze(-1)  # (nbp, T)
-    if batch_size is None:
-        b = torch.zeros((), dtype=torch.long, device=device)
-    else:
-        b = torch.arange(batch_size, device=device).view(-1, 1, 1)
-    start, end = mask.interval(b, i)
+    b = torch.zeros((), dtype=torch.long, device=device) if batch is None else batch.view(-1, 1, 1)
+    start, end = mask.interval(b, i + row0)
     shape = torch.broadcast_shapes(start.shape, end.shape, i.shape, b.shape)
-    start = start.expand(shape).clamp(0, geo.S)
-    end = torch.where(i < geo.L, end.expand(shape).clamp(0, geo.S), start)
+    start = (start.expand(shape) - key0).clamp(0, geo.S)
+    end = torch.where(i < geo.L, (end.expand(shape) - key0).clamp(0, geo.S), start)
     return start.reshape(-1, geo.nbp, geo.T), end.reshape(-1, geo.nbp, geo.T)
+
+
+#: Elements of each piece of an inference pass: queries, keys and scores are copied piece by piece.
+_PIECE = 1 << 18
+
+
+def _infer(q: Tensor, k: Tensor, v: Tensor, mask: IntervalMask, full: BandGeometry, problem: Problem) -> Tensor:
+    r"""The forward pass alone, when no gradient is needed, in pieces of about :data:`_PIECE` values:
+    a group of whole sequences when they are short, else a span of query rows of one sequence with
+    the keys its band reaches. Nothing is kept for a backward pass, so the extra memory beyond the
+    output stays a few pieces, whatever L."""
+    B, H, L, E = q.shape
+    S, Ev, T = k.size(2), v.size(-1), full.T
+    width = max(E, Ev, 1)
+    rows = max(T, _PIECE // width // T * T)  # query rows per piece, a multiple of the block
+    seqs = max(1, _PIECE // (width * max(L, 1)))  # sequences per piece
+    whole = seqs >= B * H and rows >= L  # one piece: the output is its layout's view, as in training
+    out = q.new_empty(B, H, L if not whole else 0, Ev)
+    qf, kf, vf, of = q.reshape(B * H, L, E), k.reshape(B * H, S, E), v.reshape(B * H, S, Ev), out.flatten(0, 1)
+    for s0 in range(0, B * H, seqs):
+        s1 = min(s0 + seqs, B * H)
+        batch = None
+        if problem.batch_size is not None:
+            batch = torch.div(torch.arange(s0, s1, device=q.device), H, rounding_mode="floor")
+        for r0 in range(0, L, rows):
+            r1 = min(r0 + rows, L)
+            k0, k1 = max(r0 - full.left, 0), min(r1 + full.right, S)  # the keys these rows' band reaches
+            if k1 <= k0:  # none: the rows attend nothing
+                if not whole:
+                    of[s0:s1, r0:r1] = 0
+                continue
+            shift = r0 - k0
+            geo = BandGeometry.build(s1 - s0, 1, r1 - r0, k1 - k0, full.left - shift, full.right + shift, T)
+            start, end = _ranges(mask, geo, batch, q.device, r0, k0)
+            qb = geo.pad_queries(qf[s0:s1, r0:r1].unsqueeze(1), problem.scale)
+            kwin = geo.windows(geo.pad_keys(kf[s0:s1, k0:k1].unsqueeze(1)))
+            vwin = geo.windows(geo.pad_keys(vf[s0:s1, k0:k1].unsqueeze(1)))
+            o = qb.new_empty(qb.size(0), geo.T, Ev)
+            chunks = geo.chunks() if whole else geo.chunks(2 * _PIECE)
+            scratch = qb.new_empty(max(g1 - g0 for g0, g1 in chunks), geo.T, geo.W)
+            pattern = _Pattern(geo, start, end, qb.dtype)
+            for g0, g1 in chunks:
+                a, _ = pattern.weights(g0, g1, qb, kwin, None, problem.score, out=scratch[: g1 - g0])
+                if problem.dropout_p > 0:
+                    a = torch.nn.functional.dropout(a, problem.dropout_p)
+                torch.bmm(a, vwin[g0:g1], out=o[g0:g1])
+            if whole:
+                return geo.unpad_queries(o).view(B, H, L, Ev)
+            of[s0:s1, r0:r1] = geo.unpad_queries(o).squeeze(1)
+    return out if not whole else q.new_zeros(B, H, L, Ev)  # one piece and no key in reach
 
 
 def _band_bias(problem: Problem, geo: BandGeometry, dtype: torch.dtype) -> Tensor:
@@ -153,41 +215,79 @@ def _band_bias(problem: Problem, geo: BandGeometry, dtype: torch.dtype) -> Tenso
     return dense.reshape(-1, geo.T, geo.W)  # (B*H*nbp, T, W)
 
 
-class _Chunk:
-    """The scores and weights of the global blocks ``g0:g1``."""
+class _Pattern:
+    """The allowed window slots of every block of a band layout, and the attention weights of a range
+    of its blocks.
 
-    def __init__(self, geo: BandGeometry, g0: int, g1: int, start: Tensor, end: Tensor) -> None:
-        g = torch.arange(g0, g1, device=start.device)
+    Most blocks of a band share one pattern (only the blocks at the ends of a sequence, or past a
+    padded length, differ): it is added to the scores inside the score product as a (1, T, W) bias of
+    0 and a large negative number, and the few blocks that differ are recomputed with their own. When
+    most blocks differ, every block gets its own (G, T, W) bias.
+    """
+
+    def __init__(self, geo: BandGeometry, start: Tensor, end: Tensor, dtype: torch.dtype) -> None:
+        g = torch.arange(geo.B * geo.H * geo.nbp, device=start.device)
         n = g % geo.nbp
         b = g // (geo.H * geo.nbp) if start.size(0) > 1 else torch.zeros_like(g)
         offset = (n * geo.T - geo.left).view(-1, 1)  # key index of each block's first window slot
-        lo, hi = start[b, n] - offset, end[b, n] - offset  # allowed window slots [lo, hi), (G, T)
-        if bool((lo == lo[:1]).all() and (hi == hi[:1]).all()):  # one pattern for every block
-            lo, hi = lo[:1], hi[:1]
-        slots = torch.arange(geo.W, device=g.device)
-        self.blocked = (slots < lo.unsqueeze(-1)) | (slots >= hi.unsqueeze(-1))  # (G or 1, T, W)
-        self.some_empty = bool((hi <= lo).any())
-        self.g0, self.g1 = g0, g1
+        self.lo, self.hi = start[b, n] - offset, end[b, n] - offset  # allowed window slots [lo, hi), (G, T)
+        self.slots = torch.arange(geo.W, device=g.device)
+        self.negative = torch.finfo(dtype).min / 4  # finite: a blocked score stays far below every allowed one
+        self.dtype = dtype
+        filled = (self.hi > self.lo).any(-1).nonzero().squeeze(1)  # blocks with at least one allowed pair
+        ref = int(filled[filled.numel() // 2]) if filled.numel() else 0
+        same = (self.lo == self.lo[ref]).all(-1) & (self.hi == self.hi[ref]).all(-1)
+        self.shared = 2 * int(same.sum()) >= same.numel()
+        self.bias = self._bias(self.lo[ref : ref + 1], self.hi[ref : ref + 1]) if self.shared else None
+        self.differ = (~same).nonzero().squeeze(1).tolist() if self.shared else []
+        empty = self.hi <= self.lo  # (G, T) queries with no allowed key
+        self.empty = empty.unsqueeze(-1)
+        self.with_empty = empty.any(-1).nonzero().squeeze(1).tolist()  # blocks holding such a query
+
+    def _bias(self, lo: Tensor, hi: Tensor) -> Tensor:
+        blocked = (self.slots < lo.unsqueeze(-1)) | (self.slots >= hi.unsqueeze(-1))
+        return torch.zeros(blocked.shape, dtype=self.dtype, device=lo.device).masked_fill_(blocked, self.negative)
+
+    def blocked(self, g0: int, g1: int) -> Tensor:
+        """The blocked slots of the blocks g0:g1, (G, T, W)."""
+        lo, hi = self.lo[g0:g1].unsqueeze(-1), self.hi[g0:g1].unsqueeze(-1)
+        return (self.slots < lo) | (self.slots >= hi)
 
     def weights(
-        self, qb: Tensor, kwin: Tensor, bias: Tensor | None, score: str, out: Tensor
+        self, g0: int, g1: int, qb: Tensor, kwin: Tensor, bias: Tensor | None, score: str, out: Tensor
     ) -> tuple[Tensor, Tensor | None]:
-        """Attention weights before dropout, written into ``out`` (G, T, W), and for ReLU scores the
-        row sizes (G or 1, T, 1)."""
-        g0, g1, blocked = self.g0, self.g1, self.blocked
+        """Attention weights of the blocks g0:g1 before dropout, written into ``out`` (G, T, W), and for
+        ReLU scores the row sizes (G, T, 1)."""
         if score == "relu":
+            blocked = self.blocked(g0, g1)
             s = torch.bmm(qb[g0:g1], kwin[g0:g1].transpose(1, 2), out=out)  # (G, T, W); qb is pre-scaled
             if bias is not None:
                 s = s.add_(bias[g0:g1])
             count = (~blocked).sum(-1, keepdim=True).clamp_min(1).to(s.dtype)
             return s.masked_fill_(blocked, 0.0).relu_().div_(count), count
-        s = torch.bmm(qb[g0:g1], kwin[g0:g1].transpose(1, 2))
-        if bias is not None:
-            s = s.add_(bias[g0:g1])
-        # the lowest finite value (not -inf) keeps empty rows finite; they are zeroed after
-        s = s.masked_fill_(blocked, torch.finfo(s.dtype).min)
+        d0, d1 = bisect.bisect_left(self.differ, g0), bisect.bisect_left(self.differ, g1)
+        few = 8 * (d1 - d0) <= g1 - g0  # few blocks differ: recompute them, else a bias per block
+        if self.bias is not None and few:
+            pattern = self.bias
+        else:
+            pattern = self._bias(self.lo[g0:g1], self.hi[g0:g1])
+        if bias is None:
+            s = torch.baddbmm(pattern, qb[g0:g1], kwin[g0:g1].transpose(1, 2), out=out)
+        else:
+            s = torch.baddbmm(bias[g0:g1], qb[g0:g1], kwin[g0:g1].transpose(1, 2), out=out).add_(pattern)
+        if self.bias is not None and few and d1 > d0:  # recomputed with their own pattern
+            d = torch.tensor(self.differ[d0:d1], device=qb.device)
+            part = torch.baddbmm(self._bias(self.lo[d], self.hi[d]), qb[d], kwin[d].transpose(1, 2))
+            s[d - g0] = part if bias is None else part.add_(bias[d])
         a = torch.ops.aten._softmax.out(s, -1, False, out=out)
-        return (a.masked_fill_(blocked, 0.0) if self.some_empty else a), None
+        # a query with no allowed key has spread its weight evenly over blocked slots: zero its row
+        e0, e1 = bisect.bisect_left(self.with_empty, g0), bisect.bisect_left(self.with_empty, g1)
+        if 4 * (e1 - e0) > g1 - g0:
+            a.masked_fill_(self.empty[g0:g1], 0.0)
+        elif e1 > e0:
+            d = torch.tensor(self.with_empty[e0:e1], device=a.device)
+            a[d - g0] = a[d - g0].masked_fill_(self.empty[d], 0.0)
+        return a, None
 
 
 class _BandAttention(torch.autograd.Function):
@@ -219,9 +319,9 @@ class _BandAttention(torch.autograd.Function):
         saved = qb.new_empty(nblk, geo.T, geo.W)  # the weights before dropout, for backward
         count = qb.new_empty(nblk, geo.T, 1) if score == "relu" else None
         weights = qb.new_empty(nblk, geo.T, geo.W) if need_weights else qb.new_empty(0)
+        pattern = _Pattern(geo, start, end, qb.dtype)
         for g0, g1 in geo.chunks():
-            chunk = _Chunk(geo, g0, g1, start, end)
-            a, n = chunk.weights(qb, kwin, bias, score, out=saved[g0:g1])
+            a, n = pattern.weights(g0, g1, qb, kwin, bias, score, out=saved[g0:g1])
             if count is not None and n is not None:
                 count[g0:g1] = n
             if keep is not None:
