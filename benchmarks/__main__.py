@@ -5,7 +5,8 @@ figures of docs/comparison.md are then rendered from that store alone (:mod:`ben
 :mod:`benchmarks._comparison`), so a page never quotes another run than the table's.
 
 Options: ``--cases window,graph`` runs a subset (the store then holds only those rows);
-``--no-write`` only prints; ``--no-density`` skips the density sweep; ``--render-only`` runs nothing
+``--no-write`` only prints; ``--no-density`` skips the density sweep; ``--no-recipe-steps`` skips
+the recipe steps (:mod:`benchmarks.recipe_steps`); ``--render-only`` runs nothing
 and rewrites both pages from the store.
 """
 
@@ -109,6 +110,9 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-density", action="store_true", help="skip the density sweep")
     parser.add_argument(
+        "--no-recipe-steps", action="store_true", help="skip the recipe steps (Full vs the mask, before and after)"
+    )
+    parser.add_argument(
         "--render-only", action="store_true", help="run nothing: rewrite the pages from the stored results"
     )
     parser.add_argument(
@@ -126,6 +130,17 @@ def main() -> None:
     wanted = [c for c in CASES if not args.cases or c.key in args.cases.split(",")]
     started = time.perf_counter()
     store: dict[str, Any] = {"rows": [run_case(case, memory=not args.no_memory) for case in wanted]}
+    if not args.no_recipe_steps:
+        from benchmarks import recipe_steps
+
+        print("== recipe steps: Full vs the recipe's mask, before and after dispatch by cost", flush=True)
+        samples, steps = 7, 3
+        store["recipe_steps"] = {
+            "rows": recipe_steps.sweep(samples=samples, steps=steps),
+            "threads": threads(),
+            "samples": samples,
+            "steps": steps,
+        }
     if not args.no_density:
         from benchmarks.density import sweep
 
