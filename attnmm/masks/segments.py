@@ -300,6 +300,25 @@ class Segments(_Blocks):
         blocks = (tuple(self.blocks[a][c] for c in cs),)
         return cs, _Blocks((self.sizes[a],), tuple(self.sizes[c] for c in cs), blocks, None, col_lengths)
 
+    def row_over_all(self, a: int) -> Mask | None:
+        """The mask of query segment ``a``'s queries over **all** the keys, in their own places (the
+        blocks of unlinked segments empty): the inputs' keys as they are, never copied together
+        (compare :meth:`row`), for kernels whose cost follows the allowed pairs; ``None`` when it
+        attends none.
+
+        Examples:
+            >>> from attnmm.masks import Causal, Segments, Window
+            >>> links = [[True, False, True], [True, True, False], [True, True, True]]
+            >>> m = Segments([3, 2, 1], within=[Window(1, 0), Causal(), None], links=links)
+            >>> m.row_over_all(0).dense(3, 6).int()
+            tensor([[1, 0, 0, 0, 0, 1],
+                    [1, 1, 0, 0, 0, 1],
+                    [0, 1, 1, 0, 0, 1]], dtype=torch.int32)
+        """
+        if all(m is None for m in self.blocks[a]):
+            return None
+        return _Blocks((self.sizes[a],), self.sizes, (self.blocks[a],), None, self.lengths)
+
     def __repr__(self) -> str:
         sizes = ", ".join(map(str, self.sizes))
         text = f"Segments(sizes=[{sizes}]"

@@ -29,7 +29,9 @@ class SegmentsBackend(Backend):
     where :math:`M_a` is :meth:`Segments.row(a) <attnmm.masks.Segments.row>`. Each of these K
     attentions is dispatched on its own: a segment that only attends itself under ``Window`` runs on
     the band kernel, under ``Causal`` or full attention on fused SDPA, under ``Grid`` on the sparse
-    kernel; a segment linked to several keeps its row of blocks (sparse, or dense where dense wins).
+    kernel; a segment linked to several keeps its row of blocks (sparse, or dense where dense wins),
+    over its linked keys laid one after another or, where that is not estimated cheaper (a sparse
+    row, whose cost follows its pairs), over all the keys in place, so nothing is copied.
     The queries of a segment past an item's length get output 0 (and gradient 0). Gradients flow
     through one split of each input and the concatenations. Its cost is the sum of the cost of every
     segment's chosen backend, so the dispatcher compares it with computing the whole mask on one
@@ -150,49 +152,92 @@ def _plan(problem: Problem) -> dict[int, _Step | None]:
     plan = problem.__dict__.get(_PLAN)
     if plan is None:
         plan = {}
-        for a, sub in _rows(problem).items():
-            if sub is None:
-                plan[a] = None
-                continue
-            chosen = _dispatch.candidates(sub)[0]
-            plan[a] = _Step(sub, chosen, chosen.cost(sub))
+        for a, forms in _rows(problem).items():
+            steps = []
+            for sub in forms:
+                chosen = _dispatch.candidates(sub)[0]
+                steps.append(_Step(sub, chosen, chosen.cost(sub)))
+            plan[a] = _cheapest(steps)
+            if len(steps) == 2 and plan[a] is steps[0]:  # the keys laid together: now for real
+                plan[a] = steps[0]._replace(problem=_laid_together(problem, a))
         problem.__dict__[_PLAN] = plan
     return plan
 
 
-def _rows(problem: Problem) -> dict[int, Problem | None]:
-    """The attention of every query segment over its linked key segments (``None``: no link)."""
+def _cheapest(steps: list[_Step]) -> _Step | None:
+    """The one step, or of the two forms of a segment linked to several (:func:`_rows`) the keys in
+    place unless laying them together is estimated cheaper (or a cost is unknown)."""
+    if len(steps) < 2:
+        return steps[0] if steps else None
+    together, over_all = steps
+    if together.cost is None or over_all.cost is None or together.cost < over_all.cost * (1 - 1e-6):
+        return together
+    return over_all
+
+
+def _rows(problem: Problem) -> dict[int, list[Problem]]:
+    """The attention of every query segment over its linked key segments, in the forms it may take
+    (none: no link). A segment linked to one key segment, or to all, uses the inputs as they are. A
+    segment linked to several is a choice: their keys laid one after another (a copy, which keeps a
+    dense or banded block's cost to its own keys), first in the list, or all the keys in their own
+    places, the blocks of unlinked segments empty (no copy, and as cheap for kernels whose cost
+    follows the allowed pairs; a slice of the inputs would not spare the copy: its backward writes
+    into a zero tensor of the input's size). The first form's keys are a stand-in of the right shape
+    until it is chosen (:func:`_laid_together`)."""
     mask = _view(problem)
     assert mask is not None
     # one split of each input, not a slice per segment: a slice's backward writes its gradient into a
     # zero tensor of the input's full size, a split's joins every segment's gradient in one pass
     qs, ks, vs = (t.split(list(mask.sizes), dim=2) for t in (problem.q, problem.k, problem.v))
-    rows: dict[int, Problem | None] = {}
+    rows: dict[int, list[Problem]] = {}
     for a in range(mask.num_segments):
         cs, row_mask = mask.row(a)
         if row_mask is None:
-            rows[a] = None
+            rows[a] = []
             continue
         if len(cs) == mask.num_segments:  # every segment, in order: the inputs themselves
-            keys, values = problem.k, problem.v
+            rows[a] = [_sub(problem, qs[a], problem.k, problem.v, row_mask)]
         elif len(cs) == 1:
-            keys, values = ks[cs[0]], vs[cs[0]]
+            rows[a] = [_sub(problem, qs[a], ks[cs[0]], vs[cs[0]], row_mask)]
         else:
-            keys = torch.cat([ks[c] for c in cs], dim=2)  # (B, H, S_a, E)
-            values = torch.cat([vs[c] for c in cs], dim=2)  # (B, H, S_a, Ev)
-        rows[a] = Problem(
-            qs[a],  # (B, H, n_a, E)
-            keys,
-            values,
-            row_mask,
-            scale=problem.scale,
-            dropout_p=problem.dropout_p,
-            score=problem.score,
-            bias=None,
-            return_weights=False,
-            packed=False,
-        )
+            S_a = sum(mask.sizes[c] for c in cs)
+            B, H, E, Ev = problem.B, problem.H, problem.k.size(-1), problem.v.size(-1)
+            keys = problem.k.new_zeros(()).expand(B, H, S_a, E)  # a stand-in: no memory
+            values = problem.v.new_zeros(()).expand(B, H, S_a, Ev)
+            over_all = mask.row_over_all(a)
+            assert over_all is not None
+            rows[a] = [
+                _sub(problem, qs[a], keys, values, row_mask),
+                _sub(problem, qs[a], problem.k, problem.v, over_all),
+            ]
     return rows
+
+
+def _laid_together(problem: Problem, a: int) -> Problem:
+    """Query segment ``a``'s attention over its linked key segments' keys copied one after another."""
+    mask = _view(problem)
+    assert mask is not None
+    cs, row_mask = mask.row(a)
+    assert row_mask is not None
+    qs, ks, vs = (t.split(list(mask.sizes), dim=2) for t in (problem.q, problem.k, problem.v))
+    keys = torch.cat([ks[c] for c in cs], dim=2)  # (B, H, S_a, E)
+    values = torch.cat([vs[c] for c in cs], dim=2)  # (B, H, S_a, Ev)
+    return _sub(problem, qs[a], keys, values, row_mask)
+
+
+def _sub(problem: Problem, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Problem:
+    return Problem(
+        q,  # (B, H, n_a, E)
+        k,
+        v,
+        mask,
+        scale=problem.scale,
+        dropout_p=problem.dropout_p,
+        score=problem.score,
+        bias=None,
+        return_weights=False,
+        packed=False,
+    )
 
 
 #: Masks that depend on the offset i - j only: they read the same in a document's own coordinates.

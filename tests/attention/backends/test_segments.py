@@ -60,7 +60,36 @@ def test_linked_segments_attend_their_keys_only(ran: list) -> None:
     q, k, v = (randn(1, 2, 13, 4, seed=s) for s in range(3))
     attend(q, k, v, mask, backend="segments")
     assert ran[0] == ("segments", 13, 13)
-    assert sorted((L, S) for _, L, S in ran[1:]) == [(3, 7), (4, 4), (6, 6)]
+    # the text's keys laid together (7), or all 13 in place when that is estimated as cheap (no copy)
+    text = [(L, S) for _, L, S in ran[1:] if L == 3]
+    assert sorted((L, S) for _, L, S in ran[1:] if L != 3) == [(4, 4), (6, 6)] and text in ([(3, 7)], [(3, 13)])
+    over_all = mask.row_over_all(2)
+    assert over_all is not None
+    allowed = over_all.dense(3, 13)
+    assert not allowed[:, 4:10].any() and allowed[:, :4].any() and allowed[:, 10:].any()
+
+
+def test_a_row_of_several_links_takes_the_cheaper_form() -> None:
+    # the audio frames attend their window and 2 shared tokens: pairs cost the same wherever the keys
+    # lie, so the keys are used in place; a dense row over far fewer keys than L is laid together
+    from attnmm.attention._problem import Problem
+    from attnmm.attention.backends.segments import _plan
+
+    mask = Segments([64, 32, 2], within=[Window(2, 2), None, None], links=[[True, False, True], [False, True, True],
+                                                                          [True, True, True]])
+    q, k, v = (randn(1, 2, 98, 8, seed=s) for s in range(3))
+    problem = Problem(q, k, v, mask, scale=8**-0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
+                      packed=False)
+    plan = _plan(problem)
+    for a, step in plan.items():
+        assert step is not None
+        out, _ = step.backend.forward(step.problem)
+        rows = slice(mask.offsets[a], mask.offsets[a + 1])
+        ref = attend(q, k, v, mask, backend="reference")[:, :, rows]
+        torch.testing.assert_close(out, ref)
+    assert plan[2].problem.S == 98  # the row linked to all: the inputs themselves
+    for a in (0, 1):  # pairs cost the same wherever the keys lie: the sparse kernel takes them in place
+        assert plan[a] is not None and (plan[a].backend.name != "sparse" or plan[a].problem.S == 98)
 
 
 @pytest.mark.parametrize("score", ["softmax", "relu"])
