@@ -2,6 +2,7 @@ r"""A recurrent encoder (LSTM or GRU) that takes the attention encoder's place i
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Literal
 
 import torch
@@ -117,32 +118,41 @@ class RecurrentEncoder(nn.Module):
                 f"{tuple(x.shape)}"
             )
         lengths = self._lengths(mask)
-        if state is not None:
-            if self.bidirectional or lengths is not None:
-                raise ValueError(
-                    "state= reads a sequence incrementally, which needs a unidirectional encoder and a batch "
-                    f"without padding, got bidirectional={self.bidirectional} and mask {mask!r}"
-                )
-            out, carried = self.rnn(x, state.get(self))  # (B, L, H)
-            state.set(self, carried)
-        elif lengths is None:
-            out, _ = self.rnn(x)  # (B, L, dirs * hidden)
-        else:
-            if lengths.numel() != x.size(0) or (lengths.numel() and int(lengths.max()) > x.size(1)):
-                raise ValueError(
-                    f"the mask's Padding lengths {lengths.tolist()} do not fit x of shape {tuple(x.shape)}"
-                )
-            packed = nn.utils.rnn.pack_padded_sequence(
-                x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+        if state is not None and (self.bidirectional or lengths is not None):
+            raise ValueError(
+                "state= reads a sequence incrementally, which needs a unidirectional encoder and a batch "
+                f"without padding, got bidirectional={self.bidirectional} and mask {mask!r}"
             )
-            out, _ = self.rnn(packed)
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+        if lengths is not None and (
+            lengths.numel() != x.size(0) or (lengths.numel() and int(lengths.max()) > x.size(1))
+        ):
+            raise ValueError(f"the mask's Padding lengths {lengths.tolist()} do not fit x of shape {tuple(x.shape)}")
+        # oneDNN computes no bfloat16 LSTM/GRU on every CPU ("unsupported datatype"): under CPU autocast
+        # the recurrence runs in float32, the layers around it stay in the autocast dtype
+        cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+        with torch.autocast("cpu", enabled=False) if cpu_autocast else contextlib.nullcontext():
+            out = self._recur(x.float() if cpu_autocast else x, lengths, state)
         if self.proj is not None:
             out = self.proj(out)
         out = self.norm(self.drop(out))  # (B, L, D)
         if lengths is not None:
             real = torch.arange(x.size(1), device=x.device) < lengths.to(x.device).view(-1, 1)  # (B, L)
             out = out * real.unsqueeze(-1)
+        return out
+
+    def _recur(self, x: Tensor, lengths: Tensor | None, state: IncrementalState | None) -> Tensor:
+        """The recurrence over x (B, L, D) -> (B, L, dirs * hidden), the arguments checked."""
+        if state is not None:
+            out, carried = self.rnn(x, state.get(self))  # (B, L, H)
+            state.set(self, carried)
+        elif lengths is None:
+            out, _ = self.rnn(x)  # (B, L, dirs * hidden)
+        else:
+            packed = nn.utils.rnn.pack_padded_sequence(
+                x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+            )
+            out, _ = self.rnn(packed)
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
         return out
 
     def _lengths(self, mask: Mask | None) -> Tensor | None:
