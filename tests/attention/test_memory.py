@@ -52,11 +52,24 @@ def test_a_sparse_form_that_cannot_fit_fails_early() -> None:
     ids=repr,
 )
 def test_dense_or_wide_working_memory_fails_early(mask: Mask, kwargs: dict, backend: str | None, hint: str) -> None:
-    q = huge(2**20)
+    q = torch.zeros(1, 1, 1, 8, requires_grad=True).expand(1, 1, 2**20, 8)  # training: weights kept for backward
     with pytest.raises(AttentionMemoryError, match=re.escape(hint)) as info:
         attend(q, q, q, mask, **kwargs)
     if backend is not None:
         assert f"for backend {backend!r}" in str(info.value)
+
+
+def test_band_inference_holds_pieces_only() -> None:
+    # without a gradient the band kernel keeps nothing for backward: a piece of rows and its scores
+    from attnmm.attention._problem import Problem
+    from attnmm.attention.backends import get_backend
+
+    q = huge(2**20)
+    band = get_backend("band")
+    wide = Problem(q, q, q, Window(2**19, 2**19), 1.0, 0.0, "softmax", None, False, False)
+    assert band.memory_bytes(wide) < 2**31  # a block's window of 2**20 scores: not the (L, w) band
+    narrow = Problem(q, q, q, Window(64, 64), 1.0, 0.0, "softmax", None, False, False)
+    assert band.memory_bytes(narrow) - 2**20 * 8 * 4 < 2**24  # beyond the output: under 16 MB
 
 
 def test_explicit_backend_is_checked_too() -> None:

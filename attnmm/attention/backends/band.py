@@ -70,8 +70,7 @@ class BandBackend(Backend):
             return 0
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
         if not problem.training and not problem.return_weights and problem.bias is None:
-            # the forward in pieces (_infer): about five buffers of a piece each
-            return 5 * 2 * _PIECE * compute_bytes(problem.q.dtype) + output_bytes(problem)
+            return _piece_bytes(problem, geo) + output_bytes(problem)
         slots = geo.B * geo.H * geo.nbp * geo.T * geo.W  # scores of every block's window
         padded = geo.B * geo.H * (geo.nbp + geo.c) * geo.T * max(problem.q.size(-1), problem.v.size(-1))
         # weights kept for backward, their gradient, returned weights; padded q, k, v and their gradients
@@ -156,6 +155,27 @@ def _ranges(
 _PIECE = 1 << 18
 
 
+def _piece_layout(L: int, E: int, Ev: int, T: int) -> tuple[int, int]:  # noqa: N803
+    """Query rows and sequences per piece of :func:`_infer`."""
+    width = max(E, Ev, 1)
+    rows = max(T, _PIECE // width // T * T)  # query rows per piece, a multiple of the block
+    seqs = max(1, _PIECE // (width * max(L, 1)))  # sequences per piece
+    return rows, seqs
+
+
+def _piece_bytes(problem: Problem, full: BandGeometry) -> int:
+    """Working memory of :func:`_infer`: one piece's padded queries, keys, values and output, and
+    its scores."""
+    E, Ev = problem.q.size(-1), problem.v.size(-1)
+    rows, seqs = _piece_layout(problem.L, E, Ev, full.T)
+    rows, seqs = min(rows, problem.L), min(seqs, problem.B * problem.H)
+    padded_rows = rows + (full.c + 1) * full.T
+    keys = min(problem.S, rows + full.left + full.right) + (full.c + 2) * full.T
+    chunk = max(2 * _PIECE, full.T * full.W)  # a chunk holds at least one block
+    elements = seqs * (padded_rows * (E + Ev) + keys * (E + Ev)) + chunk
+    return elements * compute_bytes(problem.q.dtype)
+
+
 def _infer(q: Tensor, k: Tensor, v: Tensor, mask: IntervalMask, full: BandGeometry, problem: Problem) -> Tensor:
     r"""The forward pass alone, when no gradient is needed, in pieces of about :data:`_PIECE` values:
     a group of whole sequences when they are short, else a span of query rows of one sequence with
@@ -163,9 +183,7 @@ def _infer(q: Tensor, k: Tensor, v: Tensor, mask: IntervalMask, full: BandGeomet
     output stays a few pieces, whatever L."""
     B, H, L, E = q.shape
     S, Ev, T = k.size(2), v.size(-1), full.T
-    width = max(E, Ev, 1)
-    rows = max(T, _PIECE // width // T * T)  # query rows per piece, a multiple of the block
-    seqs = max(1, _PIECE // (width * max(L, 1)))  # sequences per piece
+    rows, seqs = _piece_layout(L, E, Ev, T)
     whole = seqs >= B * H and rows >= L  # one piece: the output is its layout's view, as in training
     out = q.new_empty(B, H, L if not whole else 0, Ev)
     qf, kf, vf, of = q.reshape(B * H, L, E), k.reshape(B * H, S, E), v.reshape(B * H, S, Ev), out.flatten(0, 1)
