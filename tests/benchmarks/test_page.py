@@ -28,6 +28,21 @@ def test_store_has_a_row_per_case_and_the_density_sweep() -> None:
     assert len(store["density"]["rows"]) > 1
 
 
+def test_recipe_steps_are_on_the_page_with_their_verdicts() -> None:
+    from benchmarks import recipe_steps
+
+    steps = _page.load()["recipe_steps"]
+    rows = {r["row"] for r in steps["rows"]}
+    expected = {label for group in recipe_steps.ROWS.values() for label, _, _ in group()}
+    assert rows == expected  # every row of the module, measured before and after
+    section = _page.PAGE.read_text().split("## Recipe steps", 1)[1].split("\n## ", 1)[0]
+    for r in steps["rows"]:
+        met = "**yes**" if r["after"]["ratio"] <= recipe_steps.SLOWER_AT_MOST else "no"
+        assert f"| {r['row']} |" in section and section.split(f"| {r['row']} |", 1)[1].split("\n", 1)[0].endswith(
+            f"| {met} |"
+        )
+
+
 def test_threshold_on_the_page_is_the_code_s() -> None:
     density = _page.PAGE.read_text().split("## Density threshold", 1)[1]
     assert re.findall(r"`DENSE_THRESHOLD`, is (\d+\.\d+)", density) == [f"{DENSE_THRESHOLD:.2f}"]
