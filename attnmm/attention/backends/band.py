@@ -171,7 +171,8 @@ def _piece_bytes(problem: Problem, full: BandGeometry) -> int:
     rows, seqs = min(rows, problem.L), min(seqs, problem.B * problem.H)
     padded_rows = rows + (full.c + 1) * full.T
     keys = min(problem.S, rows + full.left + full.right) + (full.c + 2) * full.T
-    chunk = max(2 * _PIECE, full.T * full.W)  # a chunk holds at least one block
+    blocks = seqs * (-(-rows // full.T) + full.c)  # the blocks of a piece
+    chunk = min(max(2 * _PIECE, full.T * full.W), blocks * full.T * full.W)  # at least one block, at most all
     elements = seqs * (padded_rows * (E + Ev) + keys * (E + Ev)) + chunk
     return elements * compute_bytes(problem.q.dtype)
 
