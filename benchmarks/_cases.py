@@ -140,23 +140,23 @@ def _faster_within_memory(tp: float, to: float, mp: float, mo: float) -> tuple[s
     return f"{tp / to:.2f}x faster, no compile; peak {memory:.2f}x FlexAttention's", tp / to >= 1.5 and memory <= 2
 
 
-def _local_attention_peer(x: Inputs) -> Runner:
+def _local_attention() -> Any:
     """lucidrains' local-attention with the exact window +-64 (blocks of 64, one block looked at on each
     side, slots beyond 64 masked): installed for the benchmark only (benchmarks/requirements.txt)."""
     from local_attention import LocalAttention
 
-    layer = LocalAttention(
+    return LocalAttention(
         window_size=64, look_backward=1, look_forward=1, exact_windowsize=True, autopad=True, use_rotary_pos_emb=False
     )
+
+
+def _local_attention_peer(x: Inputs) -> Runner:
+    layer = _local_attention()
     return train_runner(lambda q, k, v: layer(q, k, v), x)
 
 
 def _local_attention_check(x: Inputs) -> str:
-    from local_attention import LocalAttention
-
-    layer = LocalAttention(
-        window_size=64, look_backward=1, look_forward=1, exact_windowsize=True, autopad=True, use_rotary_pos_emb=False
-    )
+    layer = _local_attention()
     ours = _grads(lambda q, k, v: attend(q, k, v, WINDOW), x)
     peer = _grads(lambda q, k, v: layer(q, k, v), x)
     ref = _grads(lambda q, k, v: attend(q, k, v, WINDOW, backend="reference"), x)

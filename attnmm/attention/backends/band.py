@@ -256,9 +256,9 @@ class _Pattern:
         filled = (self.hi > self.lo).any(-1).nonzero().squeeze(1)  # blocks with at least one allowed pair
         ref = int(filled[filled.numel() // 2]) if filled.numel() else 0
         same = (self.lo == self.lo[ref]).all(-1) & (self.hi == self.hi[ref]).all(-1)
-        self.shared = 2 * int(same.sum()) >= same.numel()
-        self.bias = self._bias(self.lo[ref : ref + 1], self.hi[ref : ref + 1]) if self.shared else None
-        self.differ = (~same).nonzero().squeeze(1).tolist() if self.shared else []
+        shared = 2 * int(same.sum()) >= same.numel()
+        self.bias = self._bias(self.lo[ref : ref + 1], self.hi[ref : ref + 1]) if shared else None
+        self.differ = (~same).nonzero().squeeze(1).tolist() if shared else []
         empty = self.hi <= self.lo  # (G, T) queries with no allowed key
         self.empty = empty.unsqueeze(-1)
         self.with_empty = empty.any(-1).nonzero().squeeze(1).tolist()  # blocks holding such a query
