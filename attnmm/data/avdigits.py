@@ -20,14 +20,24 @@ from attnmm.data._root import data_dir
 from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
 from attnmm.data.mnist import MNISTDataModule
 
-__all__ = ["AVDigits", "AVDigitsBatch", "AVDigitsDataModule", "Modality", "collate_avdigits", "pair_images"]
+__all__ = [
+    "AVDigits",
+    "AVDigitsBatch",
+    "AVDigitsDataModule",
+    "Corrupt",
+    "Modality",
+    "collate_avdigits",
+    "pair_images",
+]
 
 Modality = Literal["audio", "image"]
+#: Which modalities of an item the corruptions touch: ``"both"``, or ``"one"`` of the two, drawn per item.
+Corrupt = Literal["both", "one"]
 #: Per-split offsets of the seeds, so that the splits' pairings and corruptions differ.
 _SPLIT_SEED = {"train": 0, "val": 1, "test": 2}
 #: Independent random streams per example, one per kind of draw: turning one corruption on does not
 #: change the draws of another.
-_DRAW = {"drop": 0, "audio_noise": 1, "image_noise": 2, "occlusion": 3}
+_DRAW = {"drop": 0, "audio_noise": 1, "image_noise": 2, "occlusion": 3, "corrupt": 4}
 
 
 def pair_images(labels: Sequence[int], image_labels: Tensor, seed: int) -> list[int]:
@@ -74,6 +84,7 @@ def _check_options(
     image_noise: float | None,
     drop_modality: str | None,
     modality_dropout: float,
+    corrupt: str = "both",
 ) -> None:
     side = MNISTDataModule.image_size[-1]
     if audio_snr_db is not None and (isinstance(audio_snr_db, bool) or not math.isfinite(audio_snr_db)):
@@ -91,6 +102,11 @@ def _check_options(
         raise ValueError(f"drop_modality must be one of {list(get_args(Modality))} or None, got {drop_modality!r}")
     if not 0.0 <= modality_dropout <= 1.0:
         raise ValueError(f"modality_dropout is a probability in [0, 1], got {modality_dropout!r}")
+    if corrupt not in get_args(Corrupt):
+        raise ValueError(
+            f"corrupt says which modalities of an item the corruptions touch, one of {list(get_args(Corrupt))}; "
+            f"got {corrupt!r}"
+        )
 
 
 class AVDigits(Dataset):
@@ -106,6 +122,10 @@ class AVDigits(Dataset):
     - image noise: Gaussian noise of standard deviation ``image_noise`` added to the pixels, clipped
       to [0, 1];
     - occlusion: a square of ``image_occlusion`` pixels at a random position set to 0 (after the noise).
+
+    With ``corrupt="both"`` every item gets all of them; with ``corrupt="one"`` each item gets the
+    corruptions of one modality only, audio or image with equal chance (one sensor failing at a time),
+    the other modality left clean.
 
     A missing modality is an empty waveform (length 0) or an all-zero image, with ``audio_present`` or
     ``image_present`` false. ``drop_modality`` removes one modality from every item; otherwise
@@ -127,6 +147,8 @@ class AVDigits(Dataset):
             (default: :obj:`None`)
         modality_dropout (float, optional): probability that an item loses a modality. (default: ``0.0``)
         seed (int, optional): seed of the per-item draws; :obj:`None` draws afresh. (default: ``0``)
+        corrupt (str, optional): ``"both"`` modalities of every item are corrupted, or ``"one"`` of
+            them, drawn per item. (default: ``"both"``)
     """
 
     def __init__(
@@ -140,8 +162,9 @@ class AVDigits(Dataset):
         drop_modality: Modality | None = None,
         modality_dropout: float = 0.0,
         seed: int | None = 0,
+        corrupt: Corrupt = "both",
     ) -> None:
-        _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout)
+        _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
         if len(pairs) != len(clips):
             raise ValueError(f"got {len(pairs)} pairs for {len(clips)} recordings; pass one image index per recording")
         if images.dim() != 4 or images.dtype != torch.uint8:
@@ -151,6 +174,7 @@ class AVDigits(Dataset):
         self.clips, self.images, self.pairs = clips, images, list(pairs)
         self.audio_snr_db, self.image_occlusion, self.image_noise = audio_snr_db, image_occlusion, image_noise
         self.drop_modality, self.modality_dropout, self.seed = drop_modality, modality_dropout, seed
+        self.corrupt = corrupt
 
     def __len__(self) -> int:
         return len(self.clips)
@@ -167,14 +191,17 @@ class AVDigits(Dataset):
             u = self._rng(entropy, i, "drop").random(2)
             if u[0] < self.modality_dropout:
                 dropped = "audio" if u[1] < 0.5 else "image"
+        corrupted = {"audio", "image"}
+        if self.corrupt == "one":
+            corrupted = {"audio" if self._rng(entropy, i, "corrupt").random() < 0.5 else "image"}
         if dropped == "audio":
             waveform = waveform.new_zeros(0)
-        elif self.audio_snr_db is not None:
+        elif self.audio_snr_db is not None and "audio" in corrupted:
             noise = torch.from_numpy(self._rng(entropy, i, "audio_noise").standard_normal(len(waveform), np.float32))
             waveform = torchaudio.functional.add_noise(waveform, noise, torch.tensor(float(self.audio_snr_db)))
         if dropped == "image":
             image = torch.zeros_like(image)
-        else:
+        elif "image" in corrupted:
             if self.image_noise is not None:
                 noise = torch.from_numpy(self._rng(entropy, i, "image_noise").standard_normal(image.shape, np.float32))
                 image = (image + self.image_noise * noise).clamp_(0.0, 1.0)
@@ -263,7 +290,9 @@ class AVDigitsDataModule(LightningDataModule):
 
     Corruptions (:class:`AVDigits`: audio noise at ``audio_snr_db``, ``image_noise``, a zeroed square of
     ``image_occlusion`` pixels) apply to every split: drawn afresh in training, the same for each
-    validation and test example in every epoch and run. For a clean model tested on corrupted data,
+    validation and test example in every epoch and run. They touch both modalities of every example,
+    or with ``corrupt="one"`` one of the two per example (audio or image, equal chance, drawn like the
+    corruptions), as when one sensor fails at a time. For a clean model tested on corrupted data,
     test with a second DataModule that differs only in the corruptions: its pairs are the same.
     ``drop_modality`` removes one modality from every **test** example; ``modality_dropout`` removes
     one of the two from a training example with that probability. A removed recording has length 0,
@@ -296,6 +325,8 @@ class AVDigitsDataModule(LightningDataModule):
             (default: :obj:`None`)
         modality_dropout (float, optional): probability that a training example loses one modality.
             (default: ``0.0``)
+        corrupt (str, optional): ``"both"``: the corruptions touch both modalities of every example;
+            ``"one"``: one of the two, drawn per example. (default: ``"both"``)
         download (bool, optional): download the FSDD recordings when missing (MNIST is never
             downloaded). (default: :obj:`True`)
 
@@ -327,16 +358,17 @@ class AVDigitsDataModule(LightningDataModule):
         image_noise: float | None = None,
         drop_modality: Modality | None = None,
         modality_dropout: float = 0.0,
+        corrupt: Corrupt = "both",
         download: bool = True,
     ) -> None:
         super().__init__()
-        _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout)
+        _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
         self.fsdd = FSDDDataModule(root, batch_size, num_workers, test_speakers, val_fraction, seed, download)
         self.mnist = MNISTDataModule(root, batch_size, image_val_size, augment=False, num_workers=num_workers)
         self.root, self.batch_size, self.num_workers = root, batch_size, num_workers
         self.test_speakers, self.seed, self.test_seed = self.fsdd.test_speakers, seed, test_seed
         self.audio_snr_db, self.image_occlusion, self.image_noise = audio_snr_db, image_occlusion, image_noise
-        self.drop_modality, self.modality_dropout = drop_modality, modality_dropout
+        self.drop_modality, self.modality_dropout, self.corrupt = drop_modality, modality_dropout, corrupt
         self.train_set: AVDigits | None = None
         self.val_set: AVDigits | None = None
         self.test_set: AVDigits | None = None
@@ -378,6 +410,7 @@ class AVDigitsDataModule(LightningDataModule):
             drop_modality=self.drop_modality if split == "test" else None,
             modality_dropout=self.modality_dropout if split == "train" else 0.0,
             seed=None if split == "train" else seed,
+            corrupt=self.corrupt,
         )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
@@ -410,6 +443,7 @@ class AVDigitsDataModule(LightningDataModule):
             "image_noise": self.image_noise,
             "drop_modality": self.drop_modality,
             "modality_dropout": self.modality_dropout or None,
+            "corrupt": None if self.corrupt == "both" else self.corrupt,
         }
         return {k: v for k, v in options.items() if v is not None}
 
@@ -445,7 +479,9 @@ class AVDigitsDataModule(LightningDataModule):
             f"image noise std {self.image_noise:g}" if self.image_noise is not None else "",
             f"occluded square of side {self.image_occlusion}" if self.image_occlusion is not None else "",
         ]
-        lines.append("  corruptions: " + (", ".join(c for c in corruptions if c) or "none"))
+        touched = "" if self.corrupt == "both" else " (one modality per pair, drawn per pair)"
+        listed = ", ".join(c for c in corruptions if c)
+        lines.append("  corruptions: " + (listed + touched if listed else "none"))
         lines.append(
             f"  missing modalities: test drops {self.drop_modality or 'none'}, training modality dropout "
             f"{self.modality_dropout:g}"

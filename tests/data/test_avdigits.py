@@ -213,6 +213,35 @@ def test_image_occlusion_and_noise_are_seeded_per_example(root: Path) -> None:
     assert torch.equal(noise_only.val_set[0]["waveform"], clean.val_set[0]["waveform"])  # the audio untouched
 
 
+def test_corrupt_one_touches_one_modality_per_example(root: Path) -> None:
+    clean = _dm(root)
+    both = _dm(root, audio_snr_db=0.0, image_occlusion=6)
+    one, again = (_dm(root, audio_snr_db=0.0, image_occlusion=6, corrupt="one") for _ in range(2))
+    for split in ("val", "test"):
+        a, b, c, d = (getattr(dm, f"{split}_set") for dm in (clean, both, one, again))
+        touched = []
+        for i in range(len(a)):
+            audio = not torch.equal(c[i]["waveform"], a[i]["waveform"])
+            image = not torch.equal(c[i]["image"], a[i]["image"])
+            assert audio != image  # exactly one modality corrupted
+            touched.append(audio)
+            # the corrupted modality as under "both" (the same draws), the other clean
+            key = "waveform" if audio else "image"
+            assert torch.equal(c[i][key], b[i][key])
+            assert torch.equal(d[i]["waveform"], c[i]["waveform"]) and torch.equal(d[i]["image"], c[i]["image"])
+            assert c[i]["audio_present"] and c[i]["image_present"]
+        assert 0.3 < sum(touched) / len(touched) < 0.7  # audio or image, about equally
+    # training draws which modality afresh, from torch's global generator
+    torch.manual_seed(0)
+    first = [not torch.equal(one.train_set[i]["image"], clean.train_set[i]["image"]) for i in range(40)]
+    torch.manual_seed(0)
+    assert first == [not torch.equal(one.train_set[i]["image"], clean.train_set[i]["image"]) for i in range(40)]
+    assert 5 < sum(first) < 35
+    assert repr(one).endswith("corrupt='one', train=80, val=10, test=150)")
+    assert "(one modality per pair, drawn per pair)" in one.summary()
+    assert "drawn per pair" not in both.summary()
+
+
 @pytest.mark.parametrize("modality", ["audio", "image"])
 def test_drop_modality_removes_it_from_the_test_set_only(root: Path, modality: str) -> None:
     dm = _dm(root, drop_modality=modality)
@@ -285,6 +314,7 @@ def test_pair_images_reuses_images_only_when_short() -> None:
         ({"image_noise": -0.1}, "image_noise .* > 0"),
         ({"drop_modality": "video"}, r"drop_modality must be one of \['audio', 'image'\]"),
         ({"modality_dropout": 1.5}, r"modality_dropout is a probability in \[0, 1\]"),
+        ({"corrupt": "audio"}, r"corrupt says which modalities .* \['both', 'one'\]; got 'audio'"),
         ({"test_speakers": []}, "test_speakers is empty"),
         ({"image_val_size": 0}, "val_size"),
     ],
