@@ -10,13 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnmm.attention._problem import Problem
+from attnmm.attention.backends._cost import UNIT
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.masks import Mask
 from attnmm.masks._key import content_key
+from attnmm.masks.base import IntervalMask
 
 #: Block size of the block masks (FlexAttention's default).
 BLOCK_SIZE = 128
@@ -28,6 +31,8 @@ CACHE_SIZE = 32
 # (content key of the mask, B, L, S, device) -> (mask, block mask); holding the mask keeps the ids of
 # any objects its key names by identity from being reused
 _block_masks: OrderedDict[tuple[Any, ...], tuple[Mask, Any]] = OrderedDict()
+# the same key -> tiles holding an allowed pair, for the cost estimate
+_tile_counts: OrderedDict[tuple[Any, ...], tuple[Mask, tuple[int, int, int]]] = OrderedDict()
 
 
 @functools.cache
@@ -57,8 +62,15 @@ class FlexBackend(Backend):
     of new lengths reuse it (a second compilation comes for sequences shorter than one block).
     Softmax scores only, without bias, returned weights or dropout; queries with an empty allowed set
     get zero. On the CPU it runs in float32 without gradients and with masks shared by the batch (the
-    CPU kernel of a per-item mask fails to compile); dispatch has no calibrated cost for it there, so it
-    runs where asked for (``backend="flex"``).
+    CPU kernel of a per-item mask fails to compile).
+
+    Its cost estimate (:meth:`cost_terms`) counts the tiles the kernel visits, the mask positions a
+    block-mask build evaluates (none when the block mask is cached) and, until the kernel has been
+    compiled in this process, the compilation (seconds, calibrated like the rest). So dispatch
+    (``backend="auto"``) takes it where it is estimated fastest counting what a call would really pay:
+    on a CPU it is not compiled until a call asks for ``backend="flex"`` by name, and where the CPU
+    constants were measured it was slower than the band and sparse kernels on every problem
+    (``python -m benchmarks.calibrate``, docs/benchmarks.md).
     """
 
     name = "flex"
@@ -86,6 +98,18 @@ class FlexBackend(Backend):
     def available(self) -> str | None:
         return flex_available("cpu")
 
+    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+        """Multiply-adds over the (128 x 128) tiles holding an allowed pair, the positions of the
+        partial ones (where ``mask_mod`` runs), the tiles, the (L, S) positions where a block-mask
+        build evaluates ``mask_mod`` (0 when this mask's block mask is cached), and 10**6 for a kernel
+        not yet compiled in this process (so that its constant reads as seconds)."""
+        tiles, positions, partial = (problem.H * n for n in _tiles(problem))
+        cached = _block_mask_key(problem) in _block_masks
+        build = 0 if cached else (problem.batch_size or 1) * problem.L * problem.S
+        width = problem.q.size(-1) + problem.v.size(-1)
+        compile_ = 0.0 if _compiled is not None else 1 / UNIT
+        return float(positions * width), float(partial), float(tiles), float(build), compile_
+
     def check(self, problem: Problem) -> str | None:
         device = problem.q.device.type
         reason = flex_available(device)
@@ -111,6 +135,73 @@ class FlexBackend(Backend):
         out = _compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
         nonempty = (problem.row_counts > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
         return torch.where(nonempty, out, torch.zeros_like(out)), None
+
+
+def block_masks_clear() -> None:
+    """Forget every cached block mask (the next call of each mask builds it again)."""
+    _block_masks.clear()
+
+
+def reset_compiled() -> None:
+    """Forget the compiled kernel, so that the next call compiles it again (for measuring)."""
+    global _compiled
+    _compiled = None
+    torch._dynamo.reset()
+
+
+def _tiles(problem: Problem) -> tuple[int, int, int]:
+    """The (BLOCK_SIZE x BLOCK_SIZE) tiles of the B items' score matrices (one head) that hold an
+    allowed pair, as (tiles, their positions within L x S, the positions of the partial tiles, where
+    the kernel evaluates ``mask_mod``). For an interval mask, a row of tiles spans from its first
+    allowed key to its last, and a tile is full when every query row allows all its keys (O(B * L));
+    else the tiles are counted from the mask's pairs (O(nnz)). Cached per mask content and shape."""
+    key = _block_mask_key(problem)
+    if key in _tile_counts:
+        _tile_counts.move_to_end(key)
+        return _tile_counts[key][1]
+    mask, B, L, S, T = problem.effective_mask, problem.B, problem.L, problem.S, BLOCK_SIZE
+    items = 1 if problem.batch_size is None else B  # a shared mask: the same tiles in every item
+    rows, cols = -(-L // T), -(-S // T)
+    height = (L - torch.arange(rows) * T).clamp(max=T)  # real query rows of each row of tiles
+    if L == 0 or S == 0:
+        counts = (0, 0, 0)
+    elif isinstance(mask, IntervalMask):
+        b = torch.arange(items).view(-1, 1)
+        start, end = (x.clamp(0, S).expand(items, L) for x in mask.interval(b, torch.arange(L).view(1, -1)))
+        pad = rows * T - L
+        allowed = F.pad(end > start, (0, pad)).view(items, rows, T)
+        real = F.pad(torch.ones(L, dtype=torch.bool), (0, pad)).view(1, rows, T)
+        lo = F.pad(start, (0, pad), value=S).view(items, rows, T)
+        hi = F.pad(end, (0, pad)).view(items, rows, T)
+        first = lo.masked_fill(~allowed, S).amin(-1) // T
+        last = -(-hi.masked_fill(~allowed, 0).amax(-1) // T)
+        tiles = (last - first).clamp_min(0)
+        spanned = ((last * T).clamp(max=S) - first * T).clamp_min(0) * height  # positions of the tiles
+        # full tiles: allowed by every real query row of the row of tiles
+        full_lo = -(-lo.masked_fill(~real, 0).amax(-1) // T)
+        min_end = hi.masked_fill(~real, S).amin(-1)
+        full_hi = torch.where(min_end >= S, torch.full_like(min_end, cols), min_end // T)
+        full = ((full_hi * T).clamp(max=S) - full_lo * T).clamp_min(0) * height
+        counts = (int(tiles.sum()), int(spanned.sum()), int((spanned - full).clamp_min(0).sum()))
+    else:
+        pairs = problem.pairs()
+        tile = (pairs.row // T) * cols + pairs.col // T
+        if pairs.batch is not None:
+            tile = tile + pairs.batch * (rows * cols)
+        found, count = torch.unique(tile, return_counts=True)
+        r, c = (found % (rows * cols)) // cols, found % cols
+        size = height[r] * (S - c * T).clamp(max=T)
+        counts = (found.numel(), int(size.sum()), int(size[count < size].sum()))
+    counts = tuple(n * (B // items) for n in counts)
+    _tile_counts[key] = (problem.effective_mask, counts)
+    while len(_tile_counts) > CACHE_SIZE:
+        _tile_counts.popitem(last=False)
+    return counts  # type: ignore[return-value]
+
+
+def _block_mask_key(problem: Problem) -> tuple[Any, ...]:
+    mask = problem.effective_mask
+    return (content_key(mask), problem.batch_size, problem.L, problem.S, str(problem.q.device))
 
 
 def block_mask_for(mask: Mask, batch_size: int | None, num_rows: int, num_cols: int, device: torch.device) -> Any:

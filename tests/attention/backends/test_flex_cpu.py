@@ -67,3 +67,83 @@ def test_training_and_other_dtypes_are_refused_on_the_cpu() -> None:
     assert "per-item mask" in backend.unsupported(padded)
     with pytest.raises(ValueError, match="cannot compute this attention: torch compiles no FlexAttention backward"):
         attend(q, q, q, window, backend="flex")
+
+
+def _tile_problem(mask, L: int, S: int, B: int = 2, H: int = 3) -> Problem:  # noqa: ANN001
+    q, k = torch.randn(B, H, L, 16), torch.randn(B, H, S, 16)
+    return Problem(q, k, k, mask, 0.25, 0.0, "softmax", None, False, False)
+
+
+@pytest.mark.parametrize(
+    ("mask", "L", "S"),
+    [
+        (Window(64, 64), 1000, 1000),
+        (Window(300, 0), 700, 900),  # L != S
+        (Window(3, 3) & ~Window(0, 0), 129, 129),  # one row past a tile
+        (Documents([100, 0, 250, 90, 300]) & Causal(), 740, 740),
+        (Documents([128, 256, 130]) & Window(40, 0), 514, 514),
+        (Window(5, 5), 400, 300),  # the last queries have no key
+        (Grid(24, 24, 5), 576, 576),
+        (Grid(20, 20, 3) | Window(0, 0), 400, 400),
+    ],
+)
+def test_tiles_of_the_cost_match_the_block_mask(mask, L: int, S: int) -> None:  # noqa: ANN001
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    flex._tile_counts.clear()
+    tiles, positions, partial = flex._tiles(_tile_problem(mask, L, S))
+    block = create_block_mask(flex.as_mask_mod(mask), None, None, L, S, device="cpu", BLOCK_SIZE=flex.BLOCK_SIZE)
+    full = int(block.full_kv_num_blocks.sum()) if block.full_kv_num_blocks is not None else 0
+    assert tiles == 2 * (int(block.kv_num_blocks.sum()) + full)  # the B = 2 items of a shared mask
+    # positions: of every tile within L x S; partial: of the tiles the kernel applies mask_mod in
+    dense = mask.dense(L, S)
+    T = flex.BLOCK_SIZE
+    want_positions = want_partial = 0
+    for r in range(0, L, T):
+        for c in range(0, S, T):
+            tile = dense[r : r + T, c : c + T]
+            if tile.any():
+                want_positions += tile.numel()
+                want_partial += 0 if tile.all() else tile.numel()
+    assert (positions, partial) == (2 * want_positions, 2 * want_partial)
+
+
+def test_cost_counts_a_build_and_a_compile_only_until_done() -> None:
+    backend = flex.FlexBackend()
+    flex.block_masks_clear()
+    mask = Window(8, 8)
+    x = torch.randn(1, 2, 300, 16)
+    problem = Problem(x, x, x, mask, 0.25, 0.0, "softmax", None, False, False)
+    compiled = flex._compiled
+    try:
+        flex._compiled = None
+        terms = backend.cost_terms(problem)
+        assert terms[3] == 300 * 300 and terms[4] == 1e6
+        with torch.no_grad():
+            attend(x, x, x, Window(8, 8), backend="flex")  # an equal mask: its block mask is cached now
+        assert flex._compiled is not None
+        assert backend.cost_terms(problem)[3:] == (0.0, 0.0)
+    finally:
+        if compiled is not None:
+            flex._compiled = compiled
+
+
+def test_dispatch_takes_flex_on_the_cpu_by_its_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnmm.attention import _dispatch
+    from attnmm.attention.backends import _calibration
+
+    x = torch.randn(1, 2, 512, 16)
+    mask = Window(32, 32)
+    problem = Problem(x, x, x, mask, 0.25, 0.0, "softmax", None, False, False)
+    with torch.no_grad():
+        attend(x, x, x, mask, backend="flex")  # compiled, block mask cached
+        assert _dispatch.candidates(problem)[0].name != "flex"  # slower than the band and sparse kernels here
+        costs = {**_calibration.COSTS["cpu"], "flex": {"infer": (1e-7, 0.0, 0.0, 0.0, 0.0, 1.0)}}
+        monkeypatch.setitem(_calibration.COSTS, "cpu", costs)
+        assert _dispatch.candidates(problem)[0].name == "flex"  # estimated cheapest: dispatch takes it
+        flex.block_masks_clear()  # ... unless a block-mask build is due, which the estimate counts
+        costs["flex"] = {"infer": (1e-7, 0.0, 0.0, 0.0, 1.0, 1.0)}
+        assert _dispatch.candidates(problem)[0].name != "flex"
+        training = Problem(x.requires_grad_(), x, x, mask, 0.25, 0.0, "softmax", None, False, False)
+        with torch.enable_grad():
+            assert "flex" not in [b.name for b in _dispatch.candidates(training)]
