@@ -10,7 +10,7 @@ from attnmm import attend
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends import flex
 from attnmm.attention.backends.flex import flex_available
-from attnmm.masks import Causal, Documents, Grid, Padding, Window
+from attnmm.masks import Causal, Documents, Grid, Mask, Padding, Window
 
 pytestmark = pytest.mark.skipif(flex_available("cpu") is not None, reason=str(flex_available("cpu")))
 
@@ -69,7 +69,7 @@ def test_training_and_other_dtypes_are_refused_on_the_cpu() -> None:
         attend(q, q, q, window, backend="flex")
 
 
-def _tile_problem(mask, L: int, S: int, B: int = 2, H: int = 3) -> Problem:  # noqa: ANN001
+def _tile_problem(mask: Mask, L: int, S: int, B: int = 2, H: int = 3) -> Problem:
     q, k = torch.randn(B, H, L, 16), torch.randn(B, H, S, 16)
     return Problem(q, k, k, mask, 0.25, 0.0, "softmax", None, False, False)
 
@@ -87,7 +87,7 @@ def _tile_problem(mask, L: int, S: int, B: int = 2, H: int = 3) -> Problem:  # n
         (Grid(20, 20, 3) | Window(0, 0), 400, 400),
     ],
 )
-def test_tiles_of_the_cost_match_the_block_mask(mask, L: int, S: int) -> None:  # noqa: ANN001
+def test_tiles_of_the_cost_match_the_block_mask(mask: Mask, L: int, S: int) -> None:
     from torch.nn.attention.flex_attention import create_block_mask
 
     flex._tile_counts.clear()
