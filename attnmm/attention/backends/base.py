@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from attnmm.attention._problem import Problem
-from attnmm.attention.backends._cost import estimate
+from attnmm.attention.backends._cost import constants, estimate, mode
 from attnmm.masks.base import StructureKind
 
 #: Every mask structure (:attr:`Structure.kind <attnmm.masks.base.Structure>`).
@@ -141,6 +141,8 @@ class Backend(ABC):
     def cost(self, problem: Problem) -> float | None:
         """Estimated seconds for ``problem`` from the calibrated cost model, or ``None`` when this
         backend has no terms or no constants for the device and mode."""
+        if constants(self.name, problem.q.device.type, mode(problem)) is None:
+            return None  # no constants: the terms are not worked out
         terms = self.cost_terms(problem)
         return None if terms is None else estimate(self.name, problem, terms)
 
