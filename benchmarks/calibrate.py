@@ -11,8 +11,10 @@ constants are the non-negative least-squares fit, in relative error, of
 
     t = c_0 + sum_k c_k x_k
 
-to its measured times, and are written to ``attnmm/attention/backends/_calibration.py`` (the one
-place the code reads them) under the device type. Run it on an otherwise idle machine, with the
+to its measured times (FlexAttention, CPU inference only: each problem timed with its block mask
+cached and rebuilt per call, and its compilation timed apart, on fresh compilations), and are
+written to ``attnmm/attention/backends/_calibration.py`` (the one place the code reads them) under
+the device type. Run it on an otherwise idle machine, with the
 thread count training uses (``--threads``, default 1, the recipes' setting), after changing a
 backend; it takes a few minutes on CPU.
 
