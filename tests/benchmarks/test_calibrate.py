@@ -1,5 +1,6 @@
-"""benchmarks/calibrate.py without timing: its problems include long rows, and its fit recovers the
-sparse backend's constants, the row-length term included, from times that follow them."""
+"""benchmarks/calibrate.py: its problems include long rows, its fit recovers the sparse backend's
+constants, the row-length term included, from times that follow them (no timing), and FlexAttention's
+rows count a block-mask build only where the block mask is rebuilt."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pytest
 import torch
 
 from attnmm.attention.backends import get_backend
+from attnmm.attention.backends.flex import flex_available
+from attnmm.masks import Window
 from benchmarks import calibrate
 
 
@@ -36,3 +39,16 @@ def test_the_fit_recovers_the_row_length_term() -> None:
     assert error < 1e-3
     assert fitted[4] == pytest.approx(constants[4], rel=1e-2)
     torch.testing.assert_close(torch.tensor(fitted[:2]), torch.tensor(constants[:2]), rtol=0.05, atol=0.0)
+
+
+@pytest.mark.skipif(flex_available("cpu") is not None, reason=str(flex_available("cpu")))
+def test_flex_rows_count_a_build_only_where_the_block_mask_is_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 200, 16, generator=g) for _ in range(3))
+    monkeypatch.setattr(calibrate, "problems", lambda: [("window", q, k, v, Window(8, 8))])
+    rows = calibrate.measure("flex", "infer", 0.0)
+    assert [label for label, _, _ in rows] == ["window", "window, block mask rebuilt"]
+    (_, cached, t0), (_, rebuilt, t1) = rows
+    assert cached[3] == 0.0 and rebuilt[3] == 200 * 200  # the build's positions, only where it happens
+    assert cached[:3] == rebuilt[:3] and cached[4] == rebuilt[4] == 0.0  # compiled by the first call
+    assert t0 > 0 and t1 > 0
