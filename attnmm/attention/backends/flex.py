@@ -68,9 +68,9 @@ class FlexBackend(Backend):
     block-mask build evaluates (none when the block mask is cached) and, until the kernel has been
     compiled in this process, the compilation (seconds, calibrated like the rest). So dispatch
     (``backend="auto"``) takes it where it is estimated fastest counting what a call would really pay:
-    on a CPU it is not compiled until a call asks for ``backend="flex"`` by name, and where the CPU
-    constants were measured it was slower than the band and sparse kernels on every problem
-    (``python -m benchmarks.calibrate``, docs/benchmarks.md).
+    on a CPU it is not compiled until a call asks for ``backend="flex"`` by name, and with the CPU
+    constants calibrated so far its estimate stays above another backend's on every inference
+    problem of ``python -m benchmarks.calibrate``, compiled or not.
     """
 
     name = "flex"
