@@ -125,3 +125,9 @@ def test_attention_map_shows_the_segment_mask(
     for fig in figs.values():
         plt.close(fig)
     assert torch.isfinite(cli.model(batch)).all()
+
+
+def test_the_documented_corruption_options_reach_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli = _cli(tmp_path, monkeypatch, "--data.audio_snr_db=0", "--data.image_occlusion=14", "--data.corrupt=one")
+    data = cli.datamodule
+    assert (data.audio_snr_db, data.image_occlusion, data.corrupt) == (0.0, 14, "one")
