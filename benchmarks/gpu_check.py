@@ -22,7 +22,7 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.attention.backends import list_backends
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Segments, Window
 
 FAILURES: list[str] = []
 
@@ -81,6 +81,13 @@ def part1() -> None:
         (Grid(16, 16, 5, dilation=2), 2, 256, 256, False),
         (Grid(16, 16, 3, border="shift") & Padding(torch.tensor([256, 100])), 2, 256, 256, False),
         (Graph(edge_index, 300), 1, 300, 300, True),
+        # segmented sequences and packed documents (the segments backend, and flex on CUDA)
+        (Segments([100, 120, 16], within=[Window(8, 8), Causal(), None], links="full",
+                  lengths=[[100, 120, 16], [60, 0, 16]]), 2, 236, 236, False),
+        (Segments([64, 100, 4], within=[Grid(8, 8, 3), Chunk(10, 1), None],
+                  links=[[True, False, True], [False, True, True], [True, True, True]]), 2, 168, 168, False),
+        (Documents([100, 0, 150, 50]) & Causal(), 2, 300, 300, False),
+        (Documents([120, 180]) & Window(16, 0), 2, 300, 300, False),
     ]
     for dtype in (torch.float32, torch.bfloat16):
         for mask, *sizes, packed in cases:
