@@ -85,6 +85,8 @@ def _tile_problem(mask: Mask, L: int, S: int, B: int = 2, H: int = 3) -> Problem
         (Window(5, 5), 400, 300),  # the last queries have no key
         (Grid(24, 24, 5), 576, 576),
         (Grid(20, 20, 3) | Window(0, 0), 400, 400),
+        (Window(50, 0) & Padding([300, 0]), 300, 300),  # per item, one item empty (counted on CUDA)
+        (Grid(16, 16, 3) & Padding([256, 100]), 256, 256),
     ],
 )
 def test_tiles_of_the_cost_match_the_block_mask(mask: Mask, L: int, S: int) -> None:
@@ -92,40 +94,37 @@ def test_tiles_of_the_cost_match_the_block_mask(mask: Mask, L: int, S: int) -> N
 
     flex._tile_counts.clear()
     tiles, positions, partial = flex._tiles(_tile_problem(mask, L, S))
-    block = create_block_mask(flex.as_mask_mod(mask), None, None, L, S, device="cpu", BLOCK_SIZE=flex.BLOCK_SIZE)
+    items = mask.batch_size
+    block = create_block_mask(flex.as_mask_mod(mask), items, None, L, S, device="cpu", BLOCK_SIZE=flex.BLOCK_SIZE)
     full = int(block.full_kv_num_blocks.sum()) if block.full_kv_num_blocks is not None else 0
-    assert tiles == 2 * (int(block.kv_num_blocks.sum()) + full)  # the B = 2 items of a shared mask
+    copies = 2 if items is None else 1  # a shared mask: the same tiles in both items of the batch
+    assert tiles == copies * (int(block.kv_num_blocks.sum()) + full)
     # positions: of every tile within L x S; partial: of the tiles the kernel applies mask_mod in
-    dense = mask.dense(L, S)
+    dense = mask.dense(L, S).view(-1, L, S)
     T = flex.BLOCK_SIZE
     want_positions = want_partial = 0
-    for r in range(0, L, T):
-        for c in range(0, S, T):
-            tile = dense[r : r + T, c : c + T]
-            if tile.any():
-                want_positions += tile.numel()
-                want_partial += 0 if tile.all() else tile.numel()
-    assert (positions, partial) == (2 * want_positions, 2 * want_partial)
+    for item in dense:
+        for r in range(0, L, T):
+            for c in range(0, S, T):
+                tile = item[r : r + T, c : c + T]
+                if tile.any():
+                    want_positions += tile.numel()
+                    want_partial += 0 if tile.all() else tile.numel()
+    assert (positions, partial) == (copies * want_positions, copies * want_partial)
 
 
-def test_cost_counts_a_build_and_a_compile_only_until_done() -> None:
+def test_cost_counts_a_build_and_a_compile_only_until_done(monkeypatch: pytest.MonkeyPatch) -> None:
     backend = flex.FlexBackend()
     flex.block_masks_clear()
-    mask = Window(8, 8)
     x = torch.randn(1, 2, 300, 16)
-    problem = Problem(x, x, x, mask, 0.25, 0.0, "softmax", None, False, False)
-    compiled = flex._compiled
-    try:
-        flex._compiled = None
-        terms = backend.cost_terms(problem)
-        assert terms[3] == 300 * 300 and terms[4] == 1e6
-        with torch.no_grad():
-            attend(x, x, x, Window(8, 8), backend="flex")  # an equal mask: its block mask is cached now
-        assert flex._compiled is not None
-        assert backend.cost_terms(problem)[3:] == (0.0, 0.0)
-    finally:
-        if compiled is not None:
-            flex._compiled = compiled
+    problem = Problem(x, x, x, Window(8, 8), 0.25, 0.0, "softmax", None, False, False)
+    monkeypatch.setattr(flex, "_compiled", None)  # as in a fresh process (restored after the test)
+    terms = backend.cost_terms(problem)
+    assert terms[3] == 300 * 300 and terms[4] == 1e6
+    with torch.no_grad():
+        attend(x, x, x, Window(8, 8), backend="flex")  # an equal mask: its block mask is cached now
+    assert flex._compiled is not None
+    assert backend.cost_terms(problem)[3:] == (0.0, 0.0)
 
 
 def test_dispatch_takes_flex_on_the_cpu_by_its_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,7 +136,7 @@ def test_dispatch_takes_flex_on_the_cpu_by_its_estimate(monkeypatch: pytest.Monk
     problem = Problem(x, x, x, mask, 0.25, 0.0, "softmax", None, False, False)
     with torch.no_grad():
         attend(x, x, x, mask, backend="flex")  # compiled, block mask cached
-        assert _dispatch.candidates(problem)[0].name != "flex"  # slower than the band and sparse kernels here
+        assert _dispatch.candidates(problem)[0].name != "flex"  # its estimate is above another backend's here
         costs = {**_calibration.COSTS["cpu"], "flex": {"infer": (1e-7, 0.0, 0.0, 0.0, 0.0, 1.0)}}
         monkeypatch.setitem(_calibration.COSTS, "cpu", costs)
         assert _dispatch.candidates(problem)[0].name == "flex"  # estimated cheapest: dispatch takes it
