@@ -2,7 +2,7 @@
 
 from attnmm.data._audio import AudioBatch, AudioClips, collate_audio, read_audio
 from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
-from attnmm.data.augment import AddNoise, ChainAugment, SpeedPerturb
+from attnmm.data.augment import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb
 from attnmm.data.avdigits import AVDigitsDataModule
 from attnmm.data.cifar import CIFAR10DataModule
 from attnmm.data.fsdd import FSDDDataModule
@@ -20,6 +20,7 @@ __all__ = [
     "AddNoise",
     "AudioBatch",
     "AudioClips",
+    "BackgroundNoise",
     "CIFAR10DataModule",
     "ChainAugment",
     "DigitStringBatch",

@@ -11,15 +11,15 @@ import numpy as np
 import soundfile
 import torch
 from lightning.pytorch import LightningDataModule
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from attnmm.data._resumable import ResumableDataLoader
 
-__all__ = ["AudioBatch", "AudioClips", "audio_loader", "collate_audio", "read_audio"]
+__all__ = ["AudioBatch", "AudioClips", "audio_loader", "collate_audio", "read_audio", "read_speakers"]
 
 
-def read_audio(path: str | Path, sample_rate: int | None = None) -> np.ndarray:
+def read_audio(path: str | Path, sample_rate: int | None = None, start: int = 0, stop: int | None = None) -> np.ndarray:
     r"""Read a mono audio file as float32 samples in :math:`[-1, 1]` with :mod:`soundfile`.
 
     Multi-channel files are averaged to mono.
@@ -28,6 +28,9 @@ def read_audio(path: str | Path, sample_rate: int | None = None) -> np.ndarray:
         path (str or Path): the audio file (WAV, FLAC, ...).
         sample_rate (int, optional): the rate the file must have; a file with another rate is an
             error (nothing is resampled). (default: :obj:`None`, any rate)
+        start (int, optional): the first sample to read. (default: ``0``)
+        stop (int, optional): the sample to stop before; :obj:`None` is the end of the file.
+            (default: :obj:`None`)
 
     Returns:
         numpy.ndarray: the samples, shape ``(T,)``, dtype float32.
@@ -39,7 +42,7 @@ def read_audio(path: str | Path, sample_rate: int | None = None) -> np.ndarray:
     """
     fix = "replace it with an intact copy from the dataset's release, or delete it"
     try:
-        samples, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        samples, rate = soundfile.read(str(path), dtype="float32", always_2d=True, start=start, stop=stop)
     except Exception as err:  # soundfile raises LibsndfileError, TypeError or OSError depending on the fault
         raise RuntimeError(f"could not read audio file {path}: {err}. The file is corrupt or not audio; {fix}") from err
     truncated = _wav_truncation(path)
@@ -91,21 +94,46 @@ class AudioClips(Dataset):
         labels (Sequence[int]): the class index of each file.
         sample_rate (int): the rate every file must have.
         cache (bool, optional): keep decoded clips in memory. (default: :obj:`False`)
+        speakers (Sequence[str or None], optional): the speaker of each clip, :obj:`None` for a clip
+            without one (background noise); :attr:`num_speakers` counts them. (default: :obj:`None`,
+            not known)
+        spans (Sequence[tuple[int, int] or None], optional): the samples ``[start, stop)`` of each file
+            that make its clip, :obj:`None` for the whole file. (default: :obj:`None`, whole files)
 
     Examples:
         >>> clips = AudioClips([], [], sample_rate=8000)
         >>> len(clips)
         0
+        >>> AudioClips(["a.wav", "b.wav", "c.wav"], [0, 1, 1], 16000, speakers=["ann", "bob", None])
+        AudioClips(clips=3, speakers=2, sample_rate=16000)
     """
 
-    def __init__(self, paths: Sequence[Path], labels: Sequence[int], sample_rate: int, cache: bool = False) -> None:
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        labels: Sequence[int],
+        sample_rate: int,
+        cache: bool = False,
+        speakers: Sequence[str | None] | None = None,
+        spans: Sequence[tuple[int, int] | None] | None = None,
+    ) -> None:
         if len(paths) != len(labels):
             raise ValueError(f"got {len(paths)} paths but {len(labels)} labels; pass one label per file")
+        for name, values in (("speakers", speakers), ("spans", spans)):
+            if values is not None and len(values) != len(paths):
+                raise ValueError(f"got {len(paths)} paths but {len(values)} {name}; pass one per file (or None)")
         self.paths = list(paths)
         self.labels = [int(y) for y in labels]
         self.sample_rate = sample_rate
         self.cache = cache
+        self.speakers = None if speakers is None else list(speakers)
+        self.spans = None if spans is None else list(spans)
         self._clips: list[Tensor | None] = [None] * len(self.paths)
+
+    @property
+    def num_speakers(self) -> int | None:
+        r"""The number of distinct speakers (clips without one do not count); :obj:`None` when not known."""
+        return None if self.speakers is None else len({s for s in self.speakers if s is not None})
 
     def load(self) -> AudioClips:
         r"""Decode every clip now (requires ``cache=True``); returns ``self``."""
@@ -118,7 +146,8 @@ class AudioClips(Dataset):
     def _clip(self, i: int) -> Tensor:
         clip = self._clips[i]
         if clip is None:
-            clip = torch.from_numpy(read_audio(self.paths[i], self.sample_rate))
+            start, stop = (0, None) if self.spans is None or self.spans[i] is None else self.spans[i]
+            clip = torch.from_numpy(read_audio(self.paths[i], self.sample_rate, start, stop))
             if self.cache:
                 self._clips[i] = clip
         return clip
@@ -130,7 +159,54 @@ class AudioClips(Dataset):
         return self._clip(i), self.labels[i]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(clips={len(self)}, sample_rate={self.sample_rate})"
+        speakers = "" if self.speakers is None else f", speakers={self.num_speakers}"
+        return f"{type(self).__name__}(clips={len(self)}{speakers}, sample_rate={self.sample_rate})"
+
+
+def read_speakers(speakers: Sequence[str] | str | os.PathLike | None, name: str = "speakers") -> list[str] | None:
+    r"""Speaker ids given as a list, or as the path of a text file of ids, one per line.
+
+    In a file, blank lines and ``#`` comments (whole lines or line ends) are ignored.
+
+    Args:
+        speakers (list[str] or str or Path, optional): the ids, or the file that lists them;
+            :obj:`None` passes through.
+        name (str, optional): the argument's name, for the error messages. (default: ``"speakers"``)
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: no ids are given (an empty list or a file with none) or an id repeats.
+
+    Examples:
+        >>> read_speakers(["theo", "lucas"])
+        ['theo', 'lucas']
+        >>> import tempfile, os
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "held_out.txt")
+        ...     _ = open(path, "w").write("# unseen voices\ntheo\n\nlucas  # second\n")
+        ...     read_speakers(path)
+        ['theo', 'lucas']
+    """
+    if speakers is None:
+        return None
+    if isinstance(speakers, (str, os.PathLike)):
+        path = Path(speakers).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{name}: no file {path}; pass a list of speaker ids, or the path of a text file with one id "
+                "per line (blank lines and # comments are ignored)"
+            )
+        ids = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+        ids = [i for i in ids if i]
+        source = f" in {path}"
+    else:
+        ids, source = [str(s) for s in speakers], ""
+    if not ids:
+        raise ValueError(f"{name}: no speaker ids{source}; name at least one speaker, or pass None")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"{name}: speakers {repeated} are listed more than once{source}; list each speaker once")
+    return ids
 
 
 class AudioBatch(TypedDict):
@@ -177,10 +253,32 @@ def collate_audio(items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
     return {"waveform": waveform, "lengths": lengths, "label": label}
 
 
+class _AugmentedCollate:
+    """:func:`collate_audio`, then ``augment(waveform, lengths)`` on the padded batch (a class, so that
+    worker processes can pickle it)."""
+
+    def __init__(self, augment: nn.Module) -> None:
+        self.augment = augment
+
+    def __call__(self, items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
+        batch = collate_audio(items)
+        with torch.no_grad():
+            batch["waveform"], batch["lengths"] = self.augment(batch["waveform"], batch["lengths"])
+        return batch
+
+
 def audio_loader(
-    dataset: AudioClips | None, split: str, batch_size: int, num_workers: int, shuffle: bool
+    dataset: AudioClips | None,
+    split: str,
+    batch_size: int,
+    num_workers: int,
+    shuffle: bool,
+    augment: nn.Module | None = None,
 ) -> DataLoader:
-    r"""A DataLoader of :class:`AudioBatch` over ``dataset``; ``None`` means ``setup`` was not run for ``split``."""
+    r"""A DataLoader of :class:`AudioBatch` over ``dataset``; ``None`` means ``setup`` was not run for ``split``.
+
+    ``augment`` (a module ``(waveform, lengths) -> (waveform, lengths)``) is applied to each padded batch.
+    """
     if dataset is None:
         stage = "fit" if split in ("train", "val") else "test"
         raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{stage}') first")
@@ -190,23 +288,28 @@ def audio_loader(
         batch_size=batch_size,
         shuffle=shuffle,
         num_workers=num_workers,
-        collate_fn=collate_audio,
+        collate_fn=collate_audio if augment is None else _AugmentedCollate(augment),
         persistent_workers=num_workers > 0,
     )
 
 
 class AudioDataModule(LightningDataModule):
     """Base of the audio DataModules: the train/val/test loaders of :class:`AudioBatch` over the sets
-    a subclass's ``setup`` fills (``train_set``, ``val_set``, ``test_set``)."""
+    a subclass's ``setup`` fills (``train_set``, ``val_set``, ``test_set``). ``train_augment``, when a
+    subclass sets it, is applied to the training batches only (in training mode)."""
 
     batch_size: int
     num_workers: int
     train_set: AudioClips | None = None
     val_set: AudioClips | None = None
     test_set: AudioClips | None = None
+    train_augment: nn.Module | None = None
 
     def train_dataloader(self) -> DataLoader:
-        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, shuffle=True)
+        augment = self.train_augment
+        if augment is not None:
+            augment.train()
+        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, shuffle=True, augment=augment)
 
     def val_dataloader(self) -> DataLoader:
         return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, shuffle=False)

@@ -1,4 +1,4 @@
-r"""Waveform augmentations for speech: speed perturbation and additive noise, on padded batches.
+r"""Waveform augmentations for speech: speed perturbation, additive and background noise, on padded batches.
 
 Each is an :class:`~torch.nn.Module` called as ``augment(waveform, lengths) -> (waveform, lengths)``
 on a zero-padded batch, waveform (B, T) and real samples per item lengths (B,). They act only in
@@ -25,7 +25,7 @@ import torch
 import torchaudio
 from torch import Tensor, nn
 
-__all__ = ["AddNoise", "ChainAugment", "SpeedPerturb"]
+__all__ = ["AddNoise", "BackgroundNoise", "ChainAugment", "SpeedPerturb"]
 
 
 def _check_batch(name: str, waveform: Tensor, lengths: Tensor) -> None:
@@ -150,11 +150,7 @@ class AddNoise(nn.Module):
 
     def __init__(self, min_snr_db: float = 10.0, max_snr_db: float = 30.0, p: float = 0.5) -> None:
         super().__init__()
-        if not min_snr_db <= max_snr_db or not (math.isfinite(min_snr_db) and math.isfinite(max_snr_db)):
-            raise ValueError(f"need finite min_snr_db <= max_snr_db, got {min_snr_db} and {max_snr_db}")
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"p is a probability, in [0, 1]; got {p}")
-        self.min_snr_db, self.max_snr_db, self.p = float(min_snr_db), float(max_snr_db), float(p)
+        self.min_snr_db, self.max_snr_db, self.p = _check_snr(min_snr_db, max_snr_db, p)
 
     def forward(self, waveform: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         _check_batch(type(self).__name__, waveform, lengths)
@@ -170,6 +166,101 @@ class AddNoise(nn.Module):
 
     def extra_repr(self) -> str:
         return f"snr_db=[{self.min_snr_db:g}, {self.max_snr_db:g}], p={self.p:g}"
+
+
+def _check_snr(min_snr_db: float, max_snr_db: float, p: float) -> tuple[float, float, float]:
+    if not min_snr_db <= max_snr_db or not (math.isfinite(min_snr_db) and math.isfinite(max_snr_db)):
+        raise ValueError(f"need finite min_snr_db <= max_snr_db, got {min_snr_db} and {max_snr_db}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p is a probability, in [0, 1]; got {p}")
+    return float(min_snr_db), float(max_snr_db), float(p)
+
+
+class BackgroundNoise(nn.Module):
+    r"""Recorded background noise at a random signal-to-noise ratio, on the real samples only (the
+    background-noise mixing of Speech Commands' training, Warden 2018).
+
+    With probability ``p`` an item :math:`\mathbf{x}` of :math:`T_b` real samples gets
+
+    .. math::
+        \tilde{\mathbf{x}} = \mathbf{x} + g\, \mathbf{n}_{o:o+T_b}, \qquad
+        g = \sqrt{\frac{P_x}{P_n\, 10^{\mathrm{SNR}/10}}}
+
+    where :math:`\mathbf{n}` is a clip drawn uniformly from the noise bank, :math:`o` a random offset
+    in it (the clip repeats when shorter than the item), :math:`P_x` and :math:`P_n` the mean squares
+    of the item's real samples and of the noise slice, and the SNR is drawn uniformly in
+    ``[min_snr_db, max_snr_db]`` dB. Padding stays zero and lengths are unchanged; ``eval()`` makes it
+    the identity. An all-zero item or noise slice is left as it is.
+
+    The bank is set by :meth:`set_noise`. :class:`~attnmm.data.SpeechCommandsDataModule` does that
+    when given the module as ``noise_augment``: it sets the training split's ``_silence_`` clips (or
+    slices of ``_background_noise_``) and applies the module to the training batches only, so no noise
+    heard in training is in the validation or test clips.
+
+    Args:
+        min_snr_db (float, optional): lowest SNR in dB. (default: ``5.0``)
+        max_snr_db (float, optional): highest SNR in dB. (default: ``20.0``)
+        p (float, optional): probability that an item gets noise. (default: ``0.8``)
+
+    Shapes:
+        - **input:** waveform (B, T), lengths (B,)
+        - **output:** waveform (B, T), lengths (B,) (the same)
+
+    Examples:
+        >>> import torch
+        >>> noise = BackgroundNoise(min_snr_db=10.0, max_snr_db=10.0, p=1.0).set_noise([torch.randn(50)])
+        >>> noise
+        BackgroundNoise(snr_db=[10, 10], p=1, noise_clips=1)
+        >>> wave = torch.tensor([[1.0, -1.0, 1.0, -1.0, 1.0, 0.0, 0.0, 0.0]])  # 5 real samples
+        >>> out, lengths = noise(wave, torch.tensor([5]))
+        >>> bool((out[0, :5] != wave[0, :5]).all()), out[0, 5:].tolist(), lengths.tolist()
+        (True, [0.0, 0.0, 0.0], [5])
+    """
+
+    def __init__(self, min_snr_db: float = 5.0, max_snr_db: float = 20.0, p: float = 0.8) -> None:
+        super().__init__()
+        self.min_snr_db, self.max_snr_db, self.p = _check_snr(min_snr_db, max_snr_db, p)
+        self.noise: list[Tensor] = []  # the bank: data, not state, so not a buffer (kept out of checkpoints)
+
+    def set_noise(self, clips: Sequence[Tensor]) -> BackgroundNoise:
+        r"""Use ``clips`` (1-D tensors of samples, none empty) as the noise bank; returns ``self``."""
+        bank = [torch.as_tensor(c, dtype=torch.float32).detach().flatten() for c in clips]
+        empty = [i for i, c in enumerate(bank) if c.numel() == 0]
+        if empty:
+            raise ValueError(f"noise clips {empty[:10]} are empty; every noise clip needs at least one sample")
+        self.noise = bank
+        return self
+
+    def forward(self, waveform: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        _check_batch(type(self).__name__, waveform, lengths)
+        if not self.training or waveform.numel() == 0:
+            return waveform, lengths
+        if not self.noise:
+            raise RuntimeError(
+                "BackgroundNoise has no noise clips: pass it to SpeechCommandsDataModule as noise_augment (which "
+                "gives it the training split's noise after setup('fit')), or call set_noise(clips) first"
+            )
+        out = waveform.clone()
+        picks = torch.randint(len(self.noise), (waveform.size(0),)).tolist()
+        on = (torch.rand(waveform.size(0)) < self.p).tolist()
+        snr_db = torch.empty(waveform.size(0)).uniform_(self.min_snr_db, self.max_snr_db)
+        for b, n in enumerate(lengths.tolist()):
+            if not on[b] or n == 0:
+                continue
+            clip = self.noise[picks[b]]
+            size = clip.numel()
+            offset = int(torch.randint(size - n + 1 if size >= n else size, ()))  # a whole slice fits, if it can
+            piece = clip[(offset + torch.arange(n)) % size].to(waveform)  # (T_b,), the clip repeated if short
+            signal = waveform[b, :n].square().mean()
+            noise_power = piece.square().mean()
+            if float(signal) == 0.0 or float(noise_power) == 0.0:
+                continue
+            gain = (signal / (noise_power * 10.0 ** (float(snr_db[b]) / 10.0))).sqrt()
+            out[b, :n] += gain * piece
+        return out, lengths
+
+    def extra_repr(self) -> str:
+        return f"snr_db=[{self.min_snr_db:g}, {self.max_snr_db:g}], p={self.p:g}, noise_clips={len(self.noise)}"
 
 
 class ChainAugment(nn.Module):

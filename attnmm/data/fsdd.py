@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from attnmm.data._audio import AudioClips, AudioDataModule
+from attnmm.data._audio import AudioClips, AudioDataModule, read_speakers
 from attnmm.data._root import DATA_ENV, resolve_root
 
 FSDD_URL = "https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/tags/v1.0.10.tar.gz"
@@ -185,9 +185,11 @@ class FSDDDataModule(AudioDataModule):
     are decoded into memory in :meth:`setup` (the dataset is small). The label is the digit.
 
     Splits (:func:`split_fsdd`): with ``test_speakers=None`` the dataset's own split, takes 0-4 of every
-    speaker are the test set; with a list of speakers, all of their takes are the test set and none is
+    speaker are the test set; with speakers named, all of their takes are the test set and none is
     trained or validated on. Validation takes ``val_fraction`` of the training takes, per digit,
-    deterministically given ``seed``, or, with ``val_speakers``, all takes of those speakers.
+    deterministically given ``seed``, or, with ``val_speakers``, all takes of those speakers. Speakers
+    are named by a list or by the path of a text file with one id per line (blank lines and ``#``
+    comments ignored; read in :meth:`setup`).
 
     Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
     ``label`` (B,); :attr:`sample_rate` is 8000.
@@ -196,16 +198,16 @@ class FSDDDataModule(AudioDataModule):
         root (str or Path, optional): the base data folder holding ``fsdd/``. (default: :obj:`None`)
         batch_size (int, optional): clips per batch. (default: ``32``)
         num_workers (int, optional): DataLoader worker processes. (default: ``0``)
-        test_speakers (list[str], optional): speakers held out as the test set, e.g. ``["theo"]``.
-            (default: :obj:`None`, the dataset's own split)
+        test_speakers (list[str] or str, optional): speakers held out as the test set, e.g. ``["theo"]``,
+            or the path of a text file of ids, one per line. (default: :obj:`None`, the dataset's own split)
         val_fraction (float, optional): share of the training takes used for validation. (default: ``0.1``)
         seed (int, optional): seed of the validation split. (default: ``0``)
         download (bool, optional): download the release archive from GitHub when the recordings are
             missing. (default: :obj:`True`)
-        val_speakers (list[str], optional): speakers held out as the validation set (all their takes
-            outside the test set, never trained on), e.g. ``["lucas"]``, so that checkpoints and
-            settings are chosen on unseen voices; must not overlap ``test_speakers``; replaces the
-            ``val_fraction`` draw. (default: :obj:`None`)
+        val_speakers (list[str] or str, optional): speakers held out as the validation set (all their takes
+            outside the test set, never trained on), e.g. ``["lucas"]`` or a file as for ``test_speakers``,
+            so that checkpoints and settings are chosen on unseen voices; must not overlap
+            ``test_speakers``; replaces the ``val_fraction`` draw. (default: :obj:`None`)
 
     Examples:
         >>> dm = FSDDDataModule(root="/data", test_speakers=["theo"])
@@ -224,32 +226,30 @@ class FSDDDataModule(AudioDataModule):
         root: str | Path | None = None,
         batch_size: int = 32,
         num_workers: int = 0,
-        test_speakers: list[str] | None = None,
+        test_speakers: list[str] | str | None = None,
         val_fraction: float = 0.1,
         seed: int = 0,
         download: bool = True,
-        val_speakers: list[str] | None = None,
+        val_speakers: list[str] | str | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-        if test_speakers is not None and len(test_speakers) == 0:
+        if isinstance(test_speakers, (list, tuple)) and len(test_speakers) == 0:
             raise ValueError("test_speakers is empty; pass None for the dataset's own split, or name speakers")
-        if val_speakers is not None and len(val_speakers) == 0:
+        if isinstance(val_speakers, (list, tuple)) and len(val_speakers) == 0:
             raise ValueError("val_speakers is empty; pass None for a val_fraction draw of the training takes")
-        both = sorted(set(test_speakers or ()) & set(val_speakers or ()))
-        if both:
-            raise ValueError(
-                f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either "
-                "validated on or tested on, remove them from one of the lists"
-            )
         self.root = root
         self.batch_size = batch_size
         self.num_workers = num_workers
-        self.test_speakers = None if test_speakers is None else list(test_speakers)
-        self.val_speakers = None if val_speakers is None else list(val_speakers)
+        # a list is kept as a list; a file is read in setup
+        self.test_speakers = list(test_speakers) if isinstance(test_speakers, (list, tuple)) else test_speakers
+        self.val_speakers = list(val_speakers) if isinstance(val_speakers, (list, tuple)) else val_speakers
+        if isinstance(self.test_speakers, list) and isinstance(self.val_speakers, list):
+            self._check_disjoint(self.test_speakers, self.val_speakers)
+        self._held_out: dict[str, list[str] | None] = {}
         self.val_fraction = val_fraction
         self.seed = seed
         self.download = download
@@ -258,6 +258,15 @@ class FSDDDataModule(AudioDataModule):
         self.train_set: AudioClips | None = None
         self.val_set: AudioClips | None = None
         self.test_set: AudioClips | None = None
+
+    @staticmethod
+    def _check_disjoint(test: list[str] | None, val: list[str] | None) -> None:
+        both = sorted(set(test or ()) & set(val or ()))
+        if both:
+            raise ValueError(
+                f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either "
+                "validated on or tested on, remove them from one of the lists"
+            )
 
     @property
     def dataset_dir(self) -> Path:
@@ -287,10 +296,12 @@ class FSDDDataModule(AudioDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self._takes is None:
-            self._takes = scan_fsdd(self._recordings())
-            train, val, test = split_fsdd(
-                self._takes, self.test_speakers, self.val_fraction, self.seed, self.val_speakers
-            )
+            test_ids = read_speakers(self.test_speakers, "test_speakers")
+            val_ids = read_speakers(self.val_speakers, "val_speakers")
+            self._check_disjoint(test_ids, val_ids)
+            takes = scan_fsdd(self._recordings())
+            train, val, test = split_fsdd(takes, test_ids, self.val_fraction, self.seed, val_ids)
+            self._takes, self._held_out = takes, {"test": test_ids, "val": val_ids}
             self._splits = {"train": train, "val": val, "test": test}
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")
@@ -299,7 +310,8 @@ class FSDDDataModule(AudioDataModule):
 
     def _clips(self, split: str) -> AudioClips:
         takes = self._splits[split]
-        return AudioClips([t.path for t in takes], [t.digit for t in takes], self.sample_rate, cache=True).load()
+        paths, digits, speakers = [t.path for t in takes], [t.digit for t in takes], [t.speaker for t in takes]
+        return AudioClips(paths, digits, self.sample_rate, cache=True, speakers=speakers).load()
 
     @property
     def speakers(self) -> list[str]:
@@ -309,8 +321,16 @@ class FSDDDataModule(AudioDataModule):
         return sorted({t.speaker for t in self._takes})
 
     def _split_name(self) -> str:
-        name = "own" if self.test_speakers is None else f"test_speakers={self.test_speakers}"
-        return name if self.val_speakers is None else f"{name}, val_speakers={self.val_speakers}"
+        name = "own" if self.test_speakers is None else f"test_speakers={self.test_speakers!r}"
+        return name if self.val_speakers is None else f"{name}, val_speakers={self.val_speakers!r}"
+
+    def _named(self, split: str) -> str:
+        """The held-out speakers of ``split`` (test or val) for the summary; a file's ids after setup."""
+        given = self.test_speakers if split == "test" else self.val_speakers
+        ids = self._held_out.get(split)
+        if ids is None:
+            return ", ".join(given) if isinstance(given, list) else f"the speakers listed in {given}"
+        return ", ".join(ids) + ("" if isinstance(given, list) else f" (from {given})")
 
     def __repr__(self) -> str:
         sizes = "".join(f", {k}={len(v)}" for k, v in self._splits.items())
@@ -324,7 +344,7 @@ class FSDDDataModule(AudioDataModule):
         rule = (
             f"takes 0-{_OWN_TEST_TAKES - 1} of every speaker are the test set (the dataset's own split)"
             if self.test_speakers is None
-            else f"all takes of {', '.join(self.test_speakers)} are the test set"
+            else f"all takes of {self._named('test')} are the test set"
         )
         lines = [
             f"Free Spoken Digit Dataset at {self.dataset_dir / 'recordings'}",
@@ -333,7 +353,7 @@ class FSDDDataModule(AudioDataModule):
             + (
                 f"validation {self.val_fraction:.0%} of training takes per digit, seed {self.seed}"
                 if self.val_speakers is None
-                else f"all takes of {', '.join(self.val_speakers)} are the validation set"
+                else f"all takes of {self._named('val')} are the validation set"
             ),
         ]
         if self._takes is not None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torchaudio
 
-from attnmm.data import AddNoise, ChainAugment, SpeedPerturb
+from attnmm.data import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb
 
 
 def padded(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,3 +113,67 @@ def test_picked_by_class_path_in_a_config() -> None:
     adapter = parser.instantiate(parser.parse_object(config)).adapter
     chain = adapter.waveform_augment
     assert isinstance(chain, ChainAugment) and chain.steps[0].factors == [0.9, 1.1] and chain.steps[1].p == 0.25
+
+
+def _slice_of(diff: torch.Tensor, clip: torch.Tensor) -> int | None:
+    """The offset o with diff = g * clip[o:o+n] (the clip repeated) for some gain g > 0, else None."""
+    n, size = diff.numel(), clip.numel()
+    for o in range(size):
+        piece = clip[(o + torch.arange(n)) % size]
+        gain = float(diff @ piece / (piece @ piece))
+        if gain > 0 and torch.allclose(diff, gain * piece, atol=1e-5):
+            return o
+    return None
+
+
+def test_background_noise_mixes_slices_of_the_bank_at_the_snr() -> None:
+    torch.manual_seed(0)
+    bank = [torch.randn(1000), 3.0 * torch.randn(700)]
+    noise = BackgroundNoise(min_snr_db=10.0, max_snr_db=10.0, p=1.0).set_noise(bank)
+    wave, lengths = padded([600, 250, 1, 0, 700] * 4)
+    out, new = noise(wave, lengths)
+    assert new is lengths and out.shape == wave.shape
+    drawn = set()
+    for b, n in enumerate(lengths.tolist()):
+        assert not out[b, n:].any()  # padding stays zero
+        if n < 2:
+            continue
+        diff = out[b, :n] - wave[b, :n]
+        snr = 10 * math.log10(float(wave[b, :n].square().mean() / diff.square().mean()))
+        assert abs(snr - 10.0) < 1e-3
+        offsets = [_slice_of(diff, clip) for clip in bank]  # a whole slice of one clip of the bank
+        assert any(o is not None and o + n <= clip.numel() for o, clip in zip(offsets, bank))
+        drawn.update((k, o) for k, o in enumerate(offsets) if o is not None)
+    assert {k for k, _ in drawn} == {0, 1} and len(drawn) > 8  # random clips, random offsets
+
+
+def test_background_noise_repeats_a_short_clip_and_keeps_silence() -> None:
+    torch.manual_seed(1)
+    noise = BackgroundNoise(min_snr_db=0.0, max_snr_db=20.0, p=1.0).set_noise([torch.randn(7)])
+    wave, lengths = padded([40, 30])
+    wave[1] = 0.0  # an all-zero item: nothing to scale the noise to, it stays as it is
+    out, _ = noise(wave, lengths)
+    diff = out[0, :40] - wave[0, :40]
+    assert diff.abs().min() > 0 and torch.allclose(diff[:-7], diff[7:])  # the 7-sample clip, repeated
+    assert _slice_of(diff, noise.noise[0]) is not None
+    assert not out[1].any() and not out[0, 40:].any()
+
+
+def test_background_noise_probability_eval_and_errors() -> None:
+    torch.manual_seed(2)
+    many, n = padded([100] * 400)
+    noisy = (BackgroundNoise(p=0.5).set_noise([torch.randn(300)])(many, n)[0] != many).any(1).float().mean()
+    assert 0.4 < float(noisy) < 0.6
+    assert torch.equal(BackgroundNoise(p=0.0).set_noise([torch.randn(3)])(many, n)[0], many)
+    idle = BackgroundNoise(p=1.0)
+    out, new = idle.eval()(many, n)  # identity in eval, even without a bank
+    assert out is many and new is n
+    with pytest.raises(RuntimeError, match="no noise clips: pass it to SpeechCommandsDataModule as noise_augment"):
+        idle.train()(many, n)
+    with pytest.raises(ValueError, match=r"noise clips \[1\] are empty"):
+        idle.set_noise([torch.ones(3), torch.ones(0)])
+    with pytest.raises(ValueError, match="min_snr_db <= max_snr_db"):
+        BackgroundNoise(min_snr_db=30.0, max_snr_db=10.0)
+    with pytest.raises(ValueError, match="probability"):
+        BackgroundNoise(p=-0.1)
+    assert repr(BackgroundNoise()) == "BackgroundNoise(snr_db=[5, 20], p=0.8, noise_clips=0)"

@@ -103,6 +103,38 @@ def test_validation_speakers_errors(root: Path) -> None:
         FSDDDataModule(val_speakers=[])
 
 
+def test_held_out_speakers_from_a_file(root: Path, tmp_path: Path) -> None:
+    (tmp_path / "test.txt").write_text("# held out for testing\nbob\n\n")
+    (tmp_path / "val.txt").write_text("cid  # validation voice\n")
+    dm = FSDDDataModule(root=root, test_speakers=str(tmp_path / "test.txt"), val_speakers=tmp_path / "val.txt",
+                        download=False)
+    assert repr(dm).startswith(f"FSDDDataModule(root='{(root / 'fsdd').as_posix()}', split=test_speakers='")
+    dm.setup()
+    listed = FSDDDataModule(root=root, test_speakers=["bob"], val_speakers=["cid"], download=False)
+    listed.setup()
+    for split in ("train_set", "val_set", "test_set"):
+        assert getattr(dm, split).paths == getattr(listed, split).paths
+    assert {_parts(n)[1] for n in _ids(dm.test_set)} == {"bob"} and dm.test_set.num_speakers == 1
+    summary = dm.summary()
+    assert f"all takes of bob (from {tmp_path / 'test.txt'}) are the test set" in summary
+    assert "all takes of cid (from" in summary
+    assert "all takes of bob are the test set" in listed.summary()
+
+
+def test_speaker_file_errors(root: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="test_speakers: no file .*absent.txt; pass a list of speaker ids"):
+        FSDDDataModule(root=root, test_speakers=str(tmp_path / "absent.txt"), download=False).setup()
+    (tmp_path / "none.txt").write_text("# to do\n")
+    with pytest.raises(ValueError, match="val_speakers: no speaker ids in"):
+        FSDDDataModule(root=root, val_speakers=str(tmp_path / "none.txt"), download=False).setup()
+    (tmp_path / "zed.txt").write_text("zed\n")
+    with pytest.raises(ValueError, match=r"test_speakers \['zed'\] have no recordings"):
+        FSDDDataModule(root=root, test_speakers=str(tmp_path / "zed.txt"), download=False).setup()
+    (tmp_path / "bob.txt").write_text("bob\n")
+    with pytest.raises(ValueError, match=r"\['bob'\] are in both test_speakers and val_speakers"):
+        FSDDDataModule(root=root, test_speakers=["bob"], val_speakers=str(tmp_path / "bob.txt"), download=False).setup()
+
+
 def test_validation_is_deterministic_and_stratified(root: Path) -> None:
     def val_of(seed: int) -> set[str]:
         dm = FSDDDataModule(root=root, test_speakers=["cid"], val_fraction=0.2, seed=seed, download=False)
