@@ -11,7 +11,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification import MulticlassAccuracy, MultilabelAccuracy, MultilabelAveragePrecision
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
@@ -20,6 +20,7 @@ from attnmm.lightning.schedule import warmup_cosine
 from attnmm.nn.ensemble import Ensemble
 
 Stage = Literal["train", "val", "test"]
+Task = Literal["multiclass", "multilabel"]
 IGNORE_INDEX = -100
 
 
@@ -146,6 +147,23 @@ class ClassificationTask(EncoderTask):
     ``{stage}_acc``. Optimiser: AdamW (or Adam with an L2 penalty), fused where torch has the kernel,
     with linear warm-up and cosine decay over the run.
 
+    With ``task="multilabel"`` each item (graph, node) has ``num_classes`` independent binary labels
+    (e.g. the 10 functions of a Peptides-func peptide): targets are (B, C) of 0/1 (``NaN`` marks a
+    label not known for that item, as in OGB's molecule sets), the loss is binary cross-entropy with
+    logits, averaged over the known labels,
+
+    .. math::
+        \mathcal{L} = -\frac{1}{|K|} \sum_{(b, c) \in K} y_{bc} \log \sigma(z_{bc})
+        + (1 - y_{bc}) \log (1 - \sigma(z_{bc})),
+
+    and besides ``{stage}_loss`` it logs ``val_ap`` and ``test_ap``, the average precision of each
+    label averaged over the labels (torchmetrics' ``MultilabelAveragePrecision``, exact, over the whole
+    epoch: the predictions of every batch are kept and the metric is computed at the epoch's end; a
+    label without a positive in the epoch counts as 0), the metric of LRGB's Peptides-func, and
+    ``{stage}_acc``, the share of label decisions (probability > 0.5) that are right. Predictions
+    (:meth:`predict_step`) are then the 0/1 decisions per label. The recipes link ``task`` to the
+    DataModule's ``task``, so it follows the data.
+
     With an injected :class:`~attnmm.nn.Ensemble` of size n, the task holds n independently
     initialised copies of the adapter, encoder and head (``members``; the first is
     ``adapter``/``encoder``/``head``). They train side by side on the same batches, each on its own
@@ -179,6 +197,9 @@ class ClassificationTask(EncoderTask):
             ``train_{key}_loss``, and ``train_loss`` is the total minimised. They are not used to
             predict, and every ensemble member has its own. (default: :obj:`None`)
         aux_weight (float, optional): weight of each auxiliary loss. (default: :obj:`0.5`)
+        task (str, optional): ``"multiclass"`` (one class of ``num_classes`` per item, cross-entropy)
+            or ``"multilabel"`` (``num_classes`` binary labels per item, binary cross-entropy; no
+            ``label_smoothing`` or ``ensemble``). (default: :obj:`"multiclass"`)
 
     Examples:
         >>> import torch
@@ -189,6 +210,17 @@ class ClassificationTask(EncoderTask):
         >>> task = ClassificationTask(SpeechAdapter(d_model=32), Encoder(32, 4, 1, 64), PoolingClassifier(32, 10), 10)
         >>> task(SpeechAdapter.example_batch(2)).shape
         torch.Size([2, 10])
+
+        Multi-label graph classification (three binary labels per graph):
+
+        >>> from attnmm.adapters import GraphAdapter
+        >>> from attnmm.nn import GPSEncoder
+        >>> task = ClassificationTask(GraphAdapter(16, 32), GPSEncoder(32), PoolingClassifier(32, 3), 3,
+        ...                           target_key="y", task="multilabel")
+        >>> batch = GraphAdapter.example_batch(2)
+        >>> batch.y = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])  # (B, C): 0/1 per label
+        >>> task(batch).shape, task.predict_step(batch, 0).shape
+        (torch.Size([2, 3]), torch.Size([2, 3]))
     """
 
     def __init__(
@@ -207,6 +239,7 @@ class ClassificationTask(EncoderTask):
         ensemble: Ensemble | None = None,
         aux_heads: nn.ModuleDict | dict[str, nn.Module] | None = None,
         aux_weight: float = 0.5,
+        task: Task = "multiclass",
     ) -> None:
         super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer)
         self._save_config()
@@ -219,20 +252,47 @@ class ClassificationTask(EncoderTask):
         if not (aux_weight >= 0.0 and math.isfinite(aux_weight)):
             raise ValueError(f"aux_weight must be a finite weight >= 0, got {aux_weight}")
         self.aux_weight = float(aux_weight)
+        if task not in ("multiclass", "multilabel"):
+            raise ValueError(f"task must be 'multiclass' or 'multilabel', got {task!r}")
+        if task == "multilabel" and ensemble is not None:
+            raise ValueError(
+                "an Ensemble averages the members' class probabilities (softmax over classes), which does not fit "
+                "task='multilabel'; train one model (ensemble=None)"
+            )
+        if task == "multilabel" and label_smoothing:
+            raise ValueError(
+                f"label_smoothing smooths cross-entropy over classes (task='multiclass'); task='multilabel' takes "
+                f"binary cross-entropy without it: set label_smoothing=0.0, got {label_smoothing}"
+            )
+        self.task = task
         self.ensemble = ensemble
         if ensemble is not None:  # the other members: fresh copies of these parts
             parts: dict[str, nn.Module | None] = {"adapter": adapter, "encoder": encoder, "head": head}
             if self.aux_heads:
                 parts["aux_heads"] = self.aux_heads
             ensemble.build(parts)
-        self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=2)
+        self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=2 if task == "multiclass" else 1)
         self.label_smoothing, self.target_key = label_smoothing, target_key
-        self.accuracy = nn.ModuleDict(
-            {
-                f"{stage}_acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
-                for stage in ("train", "val", "test")
-            }
-        )
+        if task == "multiclass":
+            self.accuracy = nn.ModuleDict(
+                {
+                    f"{stage}_acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
+                    for stage in ("train", "val", "test")
+                }
+            )
+        else:
+            self.accuracy = nn.ModuleDict(
+                {
+                    f"{stage}_acc": MultilabelAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
+                    for stage in ("train", "val", "test")
+                }
+            )
+            self.average_precision = nn.ModuleDict(
+                {
+                    f"{stage}_ap": MultilabelAveragePrecision(num_classes, average="macro", ignore_index=IGNORE_INDEX)
+                    for stage in ("val", "test")
+                }
+            )
 
     @property
     def members(self) -> list[tuple[Adapter, nn.Module, nn.Module | None]]:
@@ -315,6 +375,8 @@ class ClassificationTask(EncoderTask):
         loss, flat_logits, flat_target = self._loss(logits, target, batch, stage)
         if member_losses:
             loss = torch.stack(member_losses).mean()
+        if self.task == "multilabel":
+            return self._log_multilabel(loss, flat_logits, flat_target, stage)
         n = int((flat_target != IGNORE_INDEX).sum())
         for key, losses in aux_losses.items():
             aux_loss = torch.stack(losses).mean()
@@ -327,11 +389,66 @@ class ClassificationTask(EncoderTask):
         self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
         return loss
 
+    def _log_multilabel(self, loss: Tensor, flat_logits: Tensor, flat_target: Tensor, stage: Stage) -> Tensor:
+        """Log the loss, the label accuracy and (validation, test) the average precision of a multi-label step."""
+        n = flat_target.size(0)
+        probs = flat_logits.detach().float().sigmoid()  # (R, C); probabilities, never read as logits
+        scored = torch.where(torch.isnan(flat_target), IGNORE_INDEX, flat_target).long()  # (R, C)
+        acc = self.accuracy[f"{stage}_acc"]
+        acc(probs, scored)
+        on_step = stage == "train"
+        self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
+        self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        if stage != "train":  # updated per batch, computed over the whole epoch
+            ap = self.average_precision[f"{stage}_ap"]
+            ap.update(probs, scored)
+            self.log(f"{stage}_ap", ap, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        return loss
+
+    def _multilabel_loss(
+        self, logits: Tensor, target: Tensor, batch: Any, stage: Stage
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Binary cross-entropy over the known labels of the items the stage scores, with the flat
+        logits and targets (R, C) used."""
+        if target.shape != logits.shape:
+            raise ValueError(
+                f"task='multilabel' needs batch[{self.target_key!r}] of the logits' shape {tuple(logits.shape)} "
+                f"(0/1 per label), got {tuple(target.shape)}; for one class per item use task='multiclass' "
+                "(the recipes link it to data.task)"
+            )
+        C = logits.size(-1)
+        flat_logits, flat_target = logits.reshape(-1, C), target.reshape(-1, C).float()  # (R, C)
+        checked: set[tuple[str, str]] = self.__dict__.setdefault("_checked_targets", set())
+        if (stage, self.target_key) not in checked:
+            checked.add((stage, self.target_key))
+            known = flat_target[~torch.isnan(flat_target)]
+            if ((known != 0) & (known != 1)).any():
+                raise ValueError(
+                    f"task='multilabel' needs 0/1 targets per label (NaN: unknown), but batch[{self.target_key!r}] "
+                    f"holds {sorted(set(known.unique().tolist()))[:5]}; for class ids use task='multiclass'"
+                )
+        mask_key = f"{stage}_mask"
+        if (isinstance(batch, dict) and mask_key in batch) or hasattr(batch, mask_key):
+            keep = batch[mask_key].reshape(-1)
+            flat_logits, flat_target = flat_logits[keep], flat_target[keep]
+        known = ~torch.isnan(flat_target)
+        loss = F.binary_cross_entropy_with_logits(flat_logits.float()[known], flat_target[known])
+        return loss, flat_logits, flat_target
+
     def _loss(
         self, logits: Tensor, target: Tensor, batch: Any, stage: Stage, key: str | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Cross-entropy over the targets the stage scores, with the flat logits and targets used
-        (``key``: the batch key of the targets, the main ``target_key`` by default)."""
+        (``key``: the batch key of the targets, the main ``target_key`` by default); binary
+        cross-entropy per label for the main targets of a multi-label task."""
+        if key is None and self.task == "multilabel":
+            return self._multilabel_loss(logits, target, batch, stage)
+        if key is None and target.is_floating_point() and target.shape == logits.shape:
+            raise ValueError(
+                f"batch[{self.target_key!r}] holds one value per class {tuple(target.shape)}, as multi-label targets "
+                "do, but the task is 'multiclass' (one class id per item): set task='multilabel' (the recipes "
+                "link it to data.task)"
+            )
         if logits.dim() == 3 and target.dim() == 2 and target.size(1) != logits.size(1):
             raise ValueError(f"per-token targets {tuple(target.shape)} do not match logits {tuple(logits.shape)}")
         flat_logits, flat_target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
@@ -362,4 +479,6 @@ class ClassificationTask(EncoderTask):
             )
 
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self(batch).argmax(-1)
+        """The predicted class per item; for ``task="multilabel"``, the 0/1 decision per label."""
+        logits = self(batch)
+        return (logits > 0).long() if self.task == "multilabel" else logits.argmax(-1)

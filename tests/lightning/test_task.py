@@ -266,3 +266,91 @@ def test_targets_outside_num_classes_name_the_setting() -> None:
     batch["label"] = torch.tensor([1, 7])
     with pytest.raises(ValueError, match=r"classes 1\.\.7 but the model predicts 2 \(the task's num_classes\)"):
         task.validation_step(batch, 0)
+
+
+# ------------------------------------------------------------------ multi-label
+
+
+class ToyPooled(Adapter):
+    """A toy adapter defined in the test: the batch's features (B, L, 4), every token real."""
+
+    out_dim = 4
+
+    def forward(self, batch: dict) -> Tokens:
+        x = batch["x"]
+        return Tokens(x, None, lengths=torch.full((x.size(0),), x.size(1)))
+
+
+def make_multilabel(labels: int = 3, **kwargs) -> ClassificationTask:
+    return ClassificationTask(
+        ToyPooled(), Encoder(4, 1, 1, 8, dropout=0.0), PoolingClassifier(4, labels), labels, task="multilabel",
+        **kwargs,
+    )
+
+
+def _multilabel_batches(n: int = 4, size: int = 6, labels: int = 3, seed: int = 0) -> list[dict]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        {"x": torch.randn(size, 5, 4, generator=g), "label": torch.randint(0, 2, (size, labels), generator=g).float()}
+        for _ in range(n)
+    ]
+
+
+def _reference_ap(scores: torch.Tensor, targets: torch.Tensor) -> float:
+    """Average precision of each label, averaged over labels: for one label, the precision at the rank of
+    each positive (scores sorted high to low, no ties), averaged over the positives."""
+    per_label = []
+    for c in range(scores.size(1)):
+        order = torch.argsort(scores[:, c], descending=True)
+        hits = targets[order, c]
+        precision = hits.cumsum(0) / torch.arange(1, hits.numel() + 1)
+        per_label.append(float(precision[hits == 1].sum() / hits.sum()))
+    return sum(per_label) / len(per_label)
+
+
+def test_multilabel_loss_is_binary_cross_entropy_over_the_known_labels() -> None:
+    torch.manual_seed(0)
+    task = make_multilabel()
+    task.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    (batch,) = _multilabel_batches(1)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    torch.testing.assert_close(task._shared_step(batch, "val"), bce(task(batch), batch["label"]))
+    batch["label"][0, 1] = batch["label"][3, 2] = float("nan")  # unknown labels are left out
+    known = ~batch["label"].isnan()
+    torch.testing.assert_close(task._shared_step(batch, "val"), bce(task(batch)[known], batch["label"][known]))
+    assert task.predict_step(batch, 0).tolist() == (task(batch) > 0).long().tolist()  # 0/1 per label
+
+
+def test_multilabel_average_precision_is_computed_over_the_whole_epoch(tmp_path) -> None:
+    torch.manual_seed(0)
+    task = make_multilabel()
+    batches = _multilabel_batches(4)
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    (res,) = trainer.validate(task, dataloaders=DataLoader(batches, batch_size=None), verbose=False)
+    assert set(res) == {"val_loss", "val_acc", "val_ap"}
+    task.eval()
+    with torch.no_grad():
+        scores = [task(b) for b in batches]
+    whole = _reference_ap(torch.cat(scores), torch.cat([b["label"] for b in batches]))
+    per_batch = sum(_reference_ap(s, b["label"]) for s, b in zip(scores, batches)) / len(batches)
+    assert res["val_ap"] == pytest.approx(whole, abs=1e-6)
+    assert abs(whole - per_batch) > 1e-3  # a mean of per-batch values would be another number
+    right = (torch.cat(scores) > 0) == torch.cat([b["label"] for b in batches])  # decisions at probability 0.5
+    assert res["val_acc"] == pytest.approx(float(right.float().mean()))
+
+
+def test_multilabel_refuses_what_does_not_fit() -> None:
+    with pytest.raises(ValueError, match="task must be 'multiclass' or 'multilabel'"):
+        ClassificationTask(ToyPooled(), Encoder(4, 1, 1, 8), PoolingClassifier(4, 3), 3, task="binary")
+    with pytest.raises(ValueError, match="Ensemble averages the members' class probabilities"):
+        make_multilabel(ensemble=Ensemble(2))
+    with pytest.raises(ValueError, match="set label_smoothing=0.0"):
+        make_multilabel(label_smoothing=0.1)
+    (batch,) = _multilabel_batches(1)
+    with pytest.raises(ValueError, match=r"holds one value per class \(6, 3\).*set task='multilabel'"):
+        ClassificationTask(ToyPooled(), Encoder(4, 1, 1, 8), PoolingClassifier(4, 3), 3).validation_step(batch, 0)
+    with pytest.raises(ValueError, match=r"needs batch\['label'\] of the logits' shape \(6, 3\).*task='multiclass'"):
+        make_multilabel().validation_step({**batch, "label": torch.tensor([0, 1, 2, 0, 1, 2])}, 0)
+    batch["label"][0, 0] = 2.0
+    with pytest.raises(ValueError, match="needs 0/1 targets per label"):
+        make_multilabel().validation_step(batch, 0)
