@@ -9,6 +9,7 @@ from attnmm.data.fsdd import FSDDDataModule
 from attnmm.data.fsdd_strings import DigitStringBatch, DigitStrings, FSDDStringsDataModule, collate_digit_strings
 from attnmm.data.graphs import MotifGraphsDataModule, motif_graphs
 from attnmm.data.mnist import MNISTDataModule
+from attnmm.data.nodes import NodeDataModule
 from attnmm.data.planetoid import PlanetoidDataModule
 from attnmm.data.shakespeare import ShakespeareDataModule
 from attnmm.data.speech_commands import SpeechCommandsDataModule
@@ -29,6 +30,7 @@ __all__ = [
     "FSDDStringsDataModule",
     "MNISTDataModule",
     "MotifGraphsDataModule",
+    "NodeDataModule",
     "PlanetoidDataModule",
     "ShakespeareDataModule",
     "SpeechCommandsDataModule",

@@ -1,4 +1,4 @@
-"""recipes/graph_node.py on the real Cora files."""
+"""recipes/graph_node.py on the real Cora files, and on a generated Actor graph with one flag."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from _graph_data import write_actor
 from _recipes import data_root, run_recipe
 
-pytestmark = pytest.mark.data
+from attnmm.lightning import ClassificationTask
 
 
+@pytest.mark.data
 def test_fast_dev_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data_root("planetoid")
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
@@ -20,9 +22,22 @@ def test_fast_dev_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "metrics written to" in proc.stdout
 
 
+@pytest.mark.data
 def test_gat_config_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data_root("planetoid")
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     config = Path(__file__).parents[2] / "recipes" / "configs" / "graph_node_gat.yaml"
     proc = run_recipe("graph_node", ["fit", "--trainer.fast_dev_run=true", f"--config={config}"], tmp_path)
     assert "GraphAttentionEncoder" in proc.stdout + proc.stderr and "metrics written to" in proc.stdout
+
+
+def test_actor_is_one_flag_away(tmp_path: Path) -> None:
+    """``--data.name Actor`` (and a split) is all it takes: the widths and classes follow the graph."""
+    write_actor(tmp_path / "data", features=6, classes=4)
+    args = ["fit", "--trainer.max_epochs=1", "--torch_threads=1", f"--data.root={tmp_path / 'data'}",
+            "--data.name", "Actor", "--data.split_index", "2"]
+    proc = run_recipe("graph_node", args, tmp_path)
+    assert "metrics written to" in proc.stdout
+    (ckpt,) = tmp_path.glob("runs/**/last.ckpt")
+    task = ClassificationTask.load_from_checkpoint(ckpt, weights_only=True)
+    assert (task.num_classes, task.adapter.in_channels, task.task) == (4, 6, "multiclass")

@@ -1,0 +1,87 @@
+"""Processed files written whole or not at all.
+
+A PyG dataset writes ``processed/`` next to its ``raw/`` folder while it processes. Interrupted or
+failed, it would leave a half-written folder that a later run trusts. :func:`process_staged` lets the
+dataset process in a staging folder next to the target and renames the finished folder into place;
+:func:`save_staged` does the same for one file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["drop_pyg_metadata", "process_staged", "save_staged"]
+
+
+def process_staged(
+    root: Path,
+    subdir: Path,
+    build: Callable[[Path], Any],
+    unreadable: Callable[[Exception], Exception],
+    label: str,
+    done: str = "data.pt",
+) -> None:
+    """Have ``build(staging_root)`` write ``<staging_root>/<subdir>/processed`` from the raw files (a link to
+    ``<root>/<subdir>/raw``), then rename that folder to ``<root>/<subdir>/processed``.
+
+    An error of ``build`` is turned into ``unreadable(error)`` (which names the bad raw file); either
+    way nothing is left in ``processed/``. A folder there without ``done`` (left by an interrupted run
+    of an older version) is replaced; a complete one written meanwhile by another process is kept.
+    ``label`` names the staging folder (``.<label>-processing-*``).
+    """
+    raw, target = root / subdir / "raw", root / subdir / "processed"
+    raw.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{label}-processing-", dir=root))
+    try:
+        stage = staging / subdir
+        stage.mkdir(parents=True, exist_ok=True)
+        os.symlink(raw.resolve(), stage / "raw", target_is_directory=True)  # the raw files, not a copy
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # PyG's notes on processing
+                build(staging)
+        except Exception as err:
+            raise unreadable(err) from err
+        if target.is_dir() and not (target / done).is_file():
+            shutil.rmtree(target)
+        try:
+            os.rename(stage / "processed", target)
+        except OSError:
+            if not (target / done).is_file():  # not a lost race with another process
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def drop_pyg_metadata(processed: Path) -> None:
+    """Delete PyG's ``pre_transform.pt`` and ``pre_filter.pt`` from ``processed``: PyG unpickles them
+    (``torch.load`` with ``weights_only=False``) only to warn when a pre-transform changed; attnmm uses
+    none, and without them nothing is unpickled when the dataset loads."""
+    for meta in ("pre_transform.pt", "pre_filter.pt"):
+        with contextlib.suppress(OSError):
+            (processed / meta).unlink(missing_ok=True)
+
+
+def save_staged(obj: Any, path: Path) -> None:
+    """``torch.save(obj, path)`` through a temporary file in the same folder, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plainly written file (mkstemp makes it private)
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
