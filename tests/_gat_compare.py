@@ -132,3 +132,31 @@ def check_dropout_in_training_only(ref: nn.Module, ours: nn.Module) -> None:
     a = ours(x, edge_index)
     torch.manual_seed(1)
     assert not torch.allclose(a, ours(x, edge_index))
+
+
+def check_output_ignores_weights_flag(
+    build: Callable[[], nn.Module], in_channels: int, edge_dim: int | None = None, seeds: int = 40
+) -> None:
+    """The output of a layer is the same, bit for bit, whether ``return_attention_weights`` is left out,
+    ``True`` or ``False``: for one layer per seed on small random graphs (2 to 12 nodes, where the
+    backends the core could pick differ most), given as an edge_index and as a sparse adjacency."""
+    from torch_geometric.utils import to_torch_csc_tensor
+
+    def output(result: Tensor | tuple[Tensor, object]) -> Tensor:
+        return result[0] if isinstance(result, tuple) else result
+
+    for seed in range(seeds):
+        torch.manual_seed(seed)
+        conv = build().eval()
+        n = 2 + seed % 11
+        x = torch.randn(n, in_channels)
+        edge_index = random_edges(n, n, 1 + 2 * n, seed, repeats=seed % 2 == 1)
+        edge_attr = None if edge_dim is None else torch.randn(edge_index.size(1), edge_dim)
+        plain = conv(x, edge_index, edge_attr)
+        for flag in (True, False):
+            out = output(conv(x, edge_index, edge_attr, return_attention_weights=flag))
+            assert torch.equal(out, plain), f"seed {seed}, return_attention_weights={flag}"
+        if edge_dim is None:
+            adj = to_torch_csc_tensor(torch.unique(edge_index, dim=1), size=(n, n)).t()  # (N_dst, N_src)
+            plain = conv(x, adj)
+            assert torch.equal(output(conv(x, adj, return_attention_weights=True)), plain), f"seed {seed}, sparse"

@@ -60,6 +60,57 @@ def read_edges(edge_index: object, num_src: int, num_dst: int) -> tuple[Tensor, 
     )
 
 
+def declared_size(edge_index: object) -> tuple[int | None, int | None]:
+    """``(N_src, N_dst)`` that the adjacency itself declares, as PyG reads it: the shape of a torch.sparse
+    matrix (N_dst, N_src) and the sparse size of a PyG ``EdgeIndex`` (either part may be ``None``);
+    ``(None, None)`` for a plain edge_index or a Mask."""
+    from torch_geometric.utils import is_torch_sparse_tensor
+
+    if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
+        return int(edge_index.size(1)), int(edge_index.size(0))
+    if isinstance(edge_index, Tensor) and type(edge_index) is not Tensor and hasattr(edge_index, "sparse_size"):
+        rows, cols = edge_index.sparse_size()  # PyG's EdgeIndex: (N_src, N_dst), None where unknown
+        return rows, cols
+    return None, None
+
+
+def node_counts(
+    x_src: Tensor,
+    x_dst: Tensor | None,
+    size: tuple[int | None, int | None] | None = None,
+    edge_index: object = None,
+) -> tuple[int, int]:
+    """``(N_src, N_dst)`` of one call, from the node features, PyG's ``size`` and the sizes a sparse
+    adjacency or an ``EdgeIndex`` declares (:func:`declared_size`), which must all agree. A missing
+    target set (``x_dst=None``) has as many nodes as ``size`` or the adjacency say, else as many as the
+    sources (PyG's rule)."""
+    if size is not None and (not isinstance(size, (tuple, list)) or len(size) != 2):
+        raise ValueError(f"size must be (N_src, N_dst), got {size!r}")
+    given = (None, None) if size is None else (size[0], size[1])
+    declared = declared_size(edge_index)
+    if any(g is not None and d is not None and g != d for g, d in zip(given, declared)):
+        raise ValueError(
+            f"size={tuple(given)} does not match the adjacency, which is (N_src, N_dst) = {declared}; "
+            f"pass size=None (the adjacency gives the sizes)"
+        )
+    expected = tuple(d if d is not None else g for g, d in zip(given, declared))
+    num_src = int(x_src.size(0))
+    num_dst = None if x_dst is None else int(x_dst.size(0))
+    if (expected[0] is not None and expected[0] != num_src) or (
+        expected[1] is not None and num_dst is not None and expected[1] != num_dst
+    ):
+        if declared == (None, None):
+            fix = f"size={tuple(given)} does not match the node features: (N_src, N_dst) = ({num_src}, {num_dst}); "
+            fix += "pass size=None or features with those many rows"
+        else:
+            fix = f"the adjacency is (N_src, N_dst) = {expected} but the node features have ({num_src}, {num_dst}) "
+            fix += "rows; pass features with those many rows or an adjacency of their sizes"
+        raise ValueError(fix)
+    if num_dst is None:
+        num_dst = num_src if expected[1] is None else int(expected[1])
+    return num_src, num_dst
+
+
 def edge_layout(
     edge_index: object, num_src: int, num_dst: int, extra: Mask | None, device: torch.device | None = None
 ) -> EdgeLayout:

@@ -126,26 +126,6 @@ def gat_edges(
     return GATEdges(layout, int(src.numel()), keep, kept, loops, None if extra is not None else full, "edges")
 
 
-def node_counts(x_src: Tensor, x_dst: Tensor | None, size: tuple[int | None, int | None] | None) -> tuple[int, int]:
-    """``(N_src, N_dst)`` from the node features and PyG's ``size`` (which must agree with them); a
-    missing target set (``x_dst=None``) has ``size[1]`` nodes, else as many as the sources."""
-    num_src = int(x_src.size(0))
-    num_dst = None if x_dst is None else int(x_dst.size(0))
-    if size is not None:
-        if len(size) != 2:
-            raise ValueError(f"size must be (N_src, N_dst), got {size!r}")
-        if (size[0] is not None and size[0] != num_src) or (
-            size[1] is not None and num_dst is not None and size[1] != num_dst
-        ):
-            raise ValueError(
-                f"size={tuple(size)} does not match the node features: (N_src, N_dst) = ({num_src}, "
-                f"{num_dst}); pass size=None or features with those many rows"
-            )
-        if num_dst is None and size[1] is not None:
-            num_dst = int(size[1])
-    return num_src, num_src if num_dst is None else num_dst
-
-
 def pair_scores(layout: EdgeLayout, score: ScoreFn, edge_attr: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """The score bias of every allowed pair (P, H) in ``mask.pairs()`` order, and, with edge features,
     each edge's score (M, H).
@@ -276,10 +256,9 @@ class AdditiveGraphAttention(nn.Module):
         k = values.new_zeros(values.size(0), H, 0)
         p = self.dropout if self.training else 0.0
         want = bool(return_attention_weights)  # PyG returns the weights when the flag is truthy
-        if want:
-            out, w = attend(q, k, values, layout.mask, bias=pair_bias_, dropout_p=p, return_weights=True)
-        else:
-            out = attend(q, k, values, layout.mask, bias=pair_bias_, dropout_p=p)  # (N_dst, H, C)
+        # the weights are asked for on every call: whether they come back enters attend's choice of
+        # backend (and its cost estimates), and the output must not depend on the flag
+        out, w = attend(q, k, values, layout.mask, bias=pair_bias_, dropout_p=p, return_weights=True)  # (N_dst, H, C)
         out = out.reshape(num_dst, H * C) if self.concat else out.mean(1)  # (N_dst, H*C) or (N_dst, C)
         if residual is not None:
             out = residual.add_(out)  # in place: the projection's output is not needed for its gradient
@@ -305,4 +284,4 @@ class AdditiveGraphAttention(nn.Module):
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
 
 
-__all__ = ["AdditiveGraphAttention", "GATEdges", "gat_edges", "glorot_", "node_counts", "pair_scores", "split_channels"]
+__all__ = ["AdditiveGraphAttention", "GATEdges", "gat_edges", "glorot_", "pair_scores", "split_channels"]

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm.masks import Mask
-from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_, node_counts
+from attnmm.nn._edges import node_counts
+from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_
 
 
 class GATConv(AdditiveGraphAttention):
@@ -58,9 +59,10 @@ class GATConv(AdditiveGraphAttention):
 
     Shapes:
         - **input:** node features x (N, F) or ((N_src, F_src), (N_dst, F_dst)) (the target features may
-          be ``None``, then ``size`` gives N_dst); edge_index (2, M), a torch.sparse adjacency
-          (N_dst, N_src), a PyG ``EdgeIndex`` or a packed attnmm :class:`~attnmm.masks.Mask`;
-          edge_attr (M, edge_dim), optional; size (N_src, N_dst), optional; mask, optional
+          be ``None``: then ``size``, a sparse adjacency or an ``EdgeIndex`` of known size gives N_dst,
+          else N_dst = N_src); edge_index (2, M), a torch.sparse adjacency (N_dst, N_src), a PyG
+          ``EdgeIndex`` or a packed attnmm :class:`~attnmm.masks.Mask`; edge_attr (M, edge_dim),
+          optional; size (N_src, N_dst), optional (checked against x and the adjacency); mask, optional
         - **output:** (N_dst, H * C) with ``concat=True``, else (N_dst, C); with a truthy
           ``return_attention_weights`` also ``(edge_index, alpha)``: the edges with the self loops
           added (for a sparse adjacency, the adjacency holding alpha) and alpha (M, H) (with an extra
@@ -150,7 +152,7 @@ class GATConv(AdditiveGraphAttention):
         """
         H, C = self.heads, self.out_channels
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
-        num_src, num_dst = node_counts(x_src, x_dst, size)
+        num_src, num_dst = node_counts(x_src, x_dst, size, edge_index)
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst
         assert lin_src is not None and lin_dst is not None

@@ -10,7 +10,8 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from attnmm.masks import Mask
-from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_, node_counts
+from attnmm.nn._edges import node_counts
+from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_
 
 #: Floats per (rows, H * C) working buffer of the pair scores: a few MB, reused block after block.
 CHUNK_FLOATS = 2**20
@@ -151,7 +152,7 @@ class GATv2Conv(AdditiveGraphAttention):
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         if x_dst is None:
             raise ValueError("GATv2Conv needs target features: pass x or (x_src, x_dst), not (x_src, None)")
-        num_src, num_dst = node_counts(x_src, x_dst, size)
+        num_src, num_dst = node_counts(x_src, x_dst, size, edge_index)
         values = self.lin_l(x_src).view(-1, H, C)  # (N_src, H, C): W_s x_j
         targets = values if self.share_weights and x_dst is x_src else self.lin_r(x_dst).view(-1, H, C)
         edges = self.edges(edge_index, num_src, num_dst, mask, x_src.device)

@@ -13,7 +13,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.masks import Mask
 from attnmm.masks._key import content_key
-from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, pair_bias
+from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, node_counts, pair_bias
 
 #: How many graph layouts the layers share (least recently used first out).
 LAYOUT_CACHE_SIZE = 8
@@ -141,8 +141,10 @@ class AttentionConv(nn.Module):
         ``return_attention_weights`` set to any bool also returns ``(edge_index, alpha)``, as PyG does.
         """
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        if x_dst is None:
+            raise ValueError("AttentionConv needs target features: pass x or (x_src, x_dst), not (x_src, None)")
         H, C = self.heads, self.out_channels
-        N_src, N_dst = x_src.size(0), x_dst.size(0)
+        N_src, N_dst = node_counts(x_src, x_dst, None, edge_index)
         layout = self._edge_layout(edge_index, N_src, N_dst, mask, x_dst.device)
         # (N, H, C) views of the projections: the sparse backend works on them in place
         q = self.lin_query(x_dst).view(-1, H, C)  # (N_dst, H, C)
@@ -159,15 +161,15 @@ class AttentionConv(nn.Module):
             edge = self.lin_edge(edge_attr).view(-1, H, C)  # (M, H, C)
             edge_bias = (q[layout.dst] * edge).sum(-1) / math.sqrt(C)  # (M, H)
         bias = pair_bias(layout, edge_bias)  # (P, H) or None
-        need_weights = isinstance(return_attention_weights, bool) or edge is not None
         p = self.dropout if self.training else 0.0
-        if need_weights:
-            out, w = attend(q, k, v, layout.mask, bias=bias, dropout_p=p, return_weights=True)  # (N_dst, H, C)
-            pair_w = w.values  # (P, H)
-        else:
-            out = attend(q, k, v, layout.mask, bias=bias, dropout_p=p)  # (N_dst, H, C)
+        # the weights are asked for on every call, wanted or not: whether they come back enters attend's
+        # choice of backend (masked dense SDPA and the band kernel's inference path return none, and
+        # round differently from the sparse kernel), and the output must not depend on
+        # return_attention_weights; PyG forms alpha on every call too
+        out, w = attend(q, k, v, layout.mask, bias=bias, dropout_p=p, return_weights=True)  # (N_dst, H, C)
+        pair_w = w.values  # (P, H)
         alpha = None
-        if need_weights and layout.src.numel():
+        if layout.src.numel() and (edge is not None or isinstance(return_attention_weights, bool)):
             alpha = edge_weights(layout, pair_w, edge_bias, bias)  # (M, H)
         if edge is not None and alpha is not None:
             out = out.index_add(0, layout.dst, alpha.unsqueeze(-1) * edge)  # sum_j alpha_ij W_6 e_ij

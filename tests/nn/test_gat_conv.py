@@ -12,6 +12,7 @@ from _gat_compare import (
     assert_same,
     check_dropout_in_training_only,
     check_extra_mask,
+    check_output_ignores_weights_flag,
     dense_reference,
     pair,
     random_edges,
@@ -26,6 +27,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from torch_geometric import EdgeIndex
     from torch_geometric.nn import GATConv as PyGGATConv
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor
 
 OPTIONS = [
     {},
@@ -78,6 +80,43 @@ def test_shared_projection_on_a_pair_and_missing_targets_with_size() -> None:
     small = edge_index[:, edge_index[1] < 3]
     out, _ = assert_same(ref, ours, (torch.randn(6, 8), None), small, size=(6, 3))  # sources only
     assert out.shape == (3, 8)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_missing_targets_sized_by_size_or_by_the_adjacency(residual: bool) -> None:
+    """Sources only, (x_src, None), on a bipartite layer: the targets number size[1], or as many as the
+    rows of a sparse adjacency (N_dst, N_src) or the sparse size of an EdgeIndex; no residual (there
+    are no target features), one self loop per target."""
+    ref, ours = pair(PyGGATConv, GATConv, (8, 5), 4, heads=2, residual=residual)
+    edge_index = torch.unique(random_edges(7, 4, 20, seed=10, repeats=False), dim=1)  # (2, M)
+    x_src = torch.randn(7, 8)
+    expected, _ = assert_same(ref, ours, (x_src, None), edge_index, size=(7, 4))
+    assert expected.shape == (4, 8)
+    coo = to_torch_coo_tensor(edge_index, size=(7, 4)).t()  # (N_dst, N_src) = (4, 7)
+    csr = to_torch_csc_tensor(edge_index, size=(7, 4)).t()  # the transposed CSC matrix is CSR
+    for adj in (coo, csr):
+        out, _ = assert_same(ref, ours, (x_src, None), adj)
+        torch.testing.assert_close(out, expected)
+    # PyG's own layer adds self loops for all 7 sources here (then has 7 targets): compared with size=
+    torch.testing.assert_close(ours((x_src, None), EdgeIndex(edge_index.contiguous(), sparse_size=(7, 4))), expected)
+
+
+def test_sizes_given_by_an_adjacency_must_agree() -> None:
+    conv = GATConv((8, 5), 4)
+    adj = to_torch_coo_tensor(torch.tensor([[0, 6], [1, 3]]), size=(7, 4)).t()  # (N_dst, N_src) = (4, 7)
+    with pytest.raises(ValueError, match=r"size=\(7, 3\) does not match the adjacency.*\(7, 4\)"):
+        conv((torch.randn(7, 8), None), adj, size=(7, 3))
+    with pytest.raises(ValueError, match=r"adjacency is \(N_src, N_dst\) = \(7, 4\) but the node features have \(7, 5"):
+        conv((torch.randn(7, 8), torch.randn(5, 5)), adj)
+
+
+@pytest.mark.parametrize("kw", [{}, {"heads": 2, "concat": False, "residual": True}, {"add_self_loops": False}])
+def test_output_does_not_depend_on_return_attention_weights(kw: dict) -> None:
+    check_output_ignores_weights_flag(lambda: GATConv(8, 16, **kw), 8)
+
+
+def test_output_does_not_depend_on_return_attention_weights_with_edge_features() -> None:
+    check_output_ignores_weights_flag(lambda: GATConv(8, 16, heads=2, edge_dim=3), 8, edge_dim=3)
 
 
 def test_isolated_nodes_get_the_bias_and_zero_gradient() -> None:

@@ -12,6 +12,7 @@ from _gat_compare import (
     assert_same,
     check_dropout_in_training_only,
     check_extra_mask,
+    check_output_ignores_weights_flag,
     pair,
     random_edges,
 )
@@ -23,6 +24,7 @@ from attnmm.nn import GATv2Conv, gatv2_conv
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor
 
 OPTIONS = [
     {},
@@ -76,6 +78,32 @@ def test_bipartite(kw: dict) -> None:
     x = (torch.randn(7, 8), torch.randn(4, 5))
     out, _ = assert_same(ref, ours, x, edge_index, edge_attr)
     torch.testing.assert_close(ours(x, edge_index, edge_attr, size=(7, 4)), out)  # size: PyG's has none
+
+
+@pytest.mark.parametrize("in_channels", [8, (8, 5)], ids=["one-width", "two-widths"])
+def test_bipartite_sparse_adjacency(in_channels: int | tuple[int, int]) -> None:
+    """A sparse adjacency (N_dst, N_src) of a bipartite graph gives the sizes: same as its edge_index,
+    and as PyG, for COO and CSR matrices."""
+    ref, ours = pair(PyGGATv2Conv, GATv2Conv, in_channels, 4, heads=2)
+    edge_index = torch.unique(random_edges(7, 4, 20, seed=11, repeats=False), dim=1)  # (2, M)
+    x = (torch.randn(7, 8), torch.randn(4, 5 if isinstance(in_channels, tuple) else 8))
+    expected, _ = assert_same(ref, ours, x, edge_index)
+    coo = to_torch_coo_tensor(edge_index, size=(7, 4)).t()  # (N_dst, N_src) = (4, 7)
+    csr = to_torch_csc_tensor(edge_index, size=(7, 4)).t()  # the transposed CSC matrix is CSR
+    for adj in (coo, csr):
+        out, _ = assert_same(ref, ours, x, adj)
+        torch.testing.assert_close(out, expected)
+    with pytest.raises(ValueError, match=r"adjacency is \(N_src, N_dst\) = \(7, 4\) but the node features have \(7, 3"):
+        ours((x[0], x[1][:3]), coo)
+
+
+@pytest.mark.parametrize("kw", [{}, {"heads": 2, "concat": False, "share_weights": True}, {"add_self_loops": False}])
+def test_output_does_not_depend_on_return_attention_weights(kw: dict) -> None:
+    check_output_ignores_weights_flag(lambda: GATv2Conv(8, 16, **kw), 8)
+
+
+def test_output_does_not_depend_on_return_attention_weights_with_edge_features() -> None:
+    check_output_ignores_weights_flag(lambda: GATv2Conv(8, 16, heads=2, edge_dim=3, residual=True), 8, edge_dim=3)
 
 
 def test_isolated_nodes_get_the_bias_and_zero_gradient() -> None:

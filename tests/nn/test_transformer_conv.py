@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from _gat_compare import check_output_ignores_weights_flag
 
 from attnmm.masks import Graph
 from attnmm.masks.graph_helpers import self_loops, virtual_nodes
@@ -15,6 +16,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from torch_geometric import EdgeIndex
     from torch_geometric.nn import TransformerConv
+    from torch_geometric.utils import to_torch_csc_tensor
 
 OPTIONS = [
     {},
@@ -118,6 +120,40 @@ def test_input_formats_agree() -> None:
     torch.testing.assert_close(ours(x, Graph(edge_index, 6)), expected)  # an attnmm mask as the adjacency
 
 
+@pytest.mark.parametrize("kw", [{"beta": True, "edge_dim": 2}, {"concat": False, "edge_dim": 2}, {}])
+def test_bipartite_sparse_adjacency(kw: dict) -> None:
+    """A sparse adjacency (N_dst, N_src) of a bipartite graph, with edge features in its order of edges:
+    the same as the edge_index, and as PyG, for COO and CSR matrices."""
+    ref, ours = _pair((8, 5), 4, heads=2, **kw)
+    x = (torch.randn(7, 8), torch.randn(4, 5))
+    edge_index = torch.unique(_graph(7, 4, 20, duplicates=False, seed=6).flip(0), dim=1).flip(0)  # by target
+    edge_attr = torch.randn(edge_index.size(1), 2) if kw.get("edge_dim") else None
+    expected = ours(x, edge_index, edge_attr)
+    coo = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(edge_index.size(1)), (4, 7)).coalesce()
+    csr = to_torch_csc_tensor(edge_index, size=(7, 4)).t()  # the transposed CSC matrix is CSR
+    for adj in (coo, csr):  # both list the edges by target, as edge_index does
+        out, (returned, alpha) = ours(x, adj, edge_attr, return_attention_weights=True)
+        torch.testing.assert_close(out, expected)
+        out_r, (_, alpha_r) = ref(x, adj, edge_attr, return_attention_weights=True)
+        torch.testing.assert_close(out, out_r, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(alpha, alpha_r, atol=1e-6, rtol=1e-4)
+        assert returned is adj
+    with pytest.raises(ValueError, match=r"adjacency is \(N_src, N_dst\) = \(7, 4\) but the node features have \(7, 3"):
+        ours((x[0], x[1][:3]), coo, edge_attr)
+
+
+OPTIONS_WITHOUT_EDGE_FEATURES = [{}, {"beta": True}, {"beta": True, "concat": False}, {"root_weight": False}]
+
+
+@pytest.mark.parametrize("kw", OPTIONS_WITHOUT_EDGE_FEATURES, ids=lambda kw: ",".join(kw) or "default")
+def test_output_does_not_depend_on_return_attention_weights(kw: dict) -> None:
+    check_output_ignores_weights_flag(lambda: AttentionConv(8, 16, heads=2, **kw), 8)
+
+
+def test_output_does_not_depend_on_return_attention_weights_with_edge_features() -> None:
+    check_output_ignores_weights_flag(lambda: AttentionConv(8, 16, heads=2, beta=True, edge_dim=3), 8, edge_dim=3)
+
+
 def test_extra_mask_is_united_with_the_edges() -> None:
     _, ours = _pair(8, 4, heads=2)
     x = torch.randn(6, 8)
@@ -193,6 +229,8 @@ def test_errors_name_expected_and_actual() -> None:
         AttentionConv(8, 4)(x, torch.zeros(3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="out of range"):
         AttentionConv(8, 4)(x, torch.tensor([[0], [7]]))
+    with pytest.raises(ValueError, match="needs target features"):
+        AttentionConv(8, 4)((x, None), edge_index)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="in_channels must be an int"):
         AttentionConv("8", 4)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
