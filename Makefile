@@ -10,7 +10,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1 torchaudio==2.11.0
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_PINS) -e ".[dev,docs]"
+	$(PY) -m pip install -q $(TORCH_PINS) -e ".[dev,docs,chem]"
 	touch $@
 
 lint: $(VENV)/.installed

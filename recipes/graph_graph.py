@@ -1,28 +1,39 @@
-"""Graph classification with a GPS graph transformer on synthetic motif graphs generated locally.
+"""Graph classification with a GPS graph transformer: generated motif graphs, a TU set or Peptides-func.
 
 Runs a LightningCLI (fit, validate, test, predict) with ``configs/graph_graph.yaml`` as default: each
 graph is a random Barabasi-Albert graph with a house or a 5-cycle motif attached (the label). Node
 tokens with random-walk positional encodings -> GPS layers (GIN message passing + global attention over
 each graph's nodes with a shortest-path bias, on the packed layout) -> mean pooling per graph -> 2
-classes. ``fit`` ends by testing the best checkpoint and writes ``metrics.json`` in the run's log directory.
+classes. ``--data.name`` picks other data (``GraphDataModule``): a TU set under its 10-fold protocol
+(``--data.fold``), or LRGB's Peptides-func (10 labels per graph, multi-label); the feature width, the
+class count and the task (multi-class or multi-label) follow the data. ``fit`` ends by testing the
+best checkpoint and writes ``metrics.json`` in the run's log directory.
 
     python recipes/graph_graph.py fit                               # default config
     python recipes/graph_graph.py fit --trainer.fast_dev_run=true   # smoke run
     python recipes/graph_graph.py fit --model.adapter.init_args.pe=laplacian
+    python recipes/graph_graph.py fit --data.name PROTEINS --data.fold 3
 """
 
 from pathlib import Path
 
-from attnmm.data import MotifGraphsDataModule
+from attnmm.data import GraphDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
-from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "graph_graph.yaml"
+
+# the data's node features in, and its task (one class, or binary labels, per graph)
+DATA_LINKS = (
+    Link("data.num_features", "model.adapter.init_args.in_channels", apply_on="instantiate"),
+    Link("data.task", "model.task", apply_on="instantiate"),
+)
 
 
 def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     return RecipeCLI(
-        ClassificationTask, MotifGraphsDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS, args=args, run=run,
+        ClassificationTask, GraphDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS + DATA_LINKS, args=args,
+        run=run,
     )
 
 

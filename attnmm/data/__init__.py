@@ -7,7 +7,7 @@ from attnmm.data.avdigits import AVDigitsDataModule
 from attnmm.data.cifar import CIFAR10DataModule
 from attnmm.data.fsdd import FSDDDataModule
 from attnmm.data.fsdd_strings import DigitStringBatch, DigitStrings, FSDDStringsDataModule, collate_digit_strings
-from attnmm.data.graphs import MotifGraphsDataModule, motif_graphs
+from attnmm.data.graphs import GraphDataModule, MotifGraphsDataModule, motif_graphs
 from attnmm.data.mnist import MNISTDataModule
 from attnmm.data.nodes import NodeDataModule
 from attnmm.data.planetoid import PlanetoidDataModule
@@ -28,6 +28,7 @@ __all__ = [
     "DigitStrings",
     "FSDDDataModule",
     "FSDDStringsDataModule",
+    "GraphDataModule",
     "MNISTDataModule",
     "MotifGraphsDataModule",
     "NodeDataModule",

@@ -1,11 +1,14 @@
-"""recipes/graph_graph.py on locally generated motif graphs (no data needed)."""
+"""recipes/graph_graph.py on locally generated motif graphs (no data needed), and on generated TU and
+Peptides-func files picked by ``--data.name``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from _recipes import run_recipe
+import pytest
+from _graph_data import write_peptides, write_tu
+from _recipes import recipe_main, run_recipe
 
 
 def test_fast_dev_run(tmp_path: Path) -> None:
@@ -14,3 +17,36 @@ def test_fast_dev_run(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "runs" / "graph_graph" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"} and 0.0 <= metrics["test_acc"] <= 1.0
     assert "metrics written to" in proc.stdout
+
+
+def _hparams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> dict:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    return dict(recipe_main("graph_graph")(list(args), run=False).model.hparams)
+
+
+def test_a_tu_set_is_one_flag_away(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--data.name`` (and ``--data.fold``) switch the default config to a TU set: the adapter's input
+    width, the class count and the task follow the data."""
+    write_tu(tmp_path / "data", graphs=40, classes=3, node_labels=4, edge_labels=2)
+    args = [f"--data.root={tmp_path / 'data'}", "--data.name=TOY", "--data.fold=1", "--data.batch_size=8"]
+    hp = _hparams(tmp_path, monkeypatch, *args)
+    assert (hp["adapter"]["init_args"]["in_channels"], hp["num_classes"], hp["task"]) == (4, 3, "multiclass")
+    run = tmp_path / "run"
+    run.mkdir()
+    run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
+    metrics = json.loads((run / "runs" / "graph_graph" / "metrics.json").read_text())
+    assert set(metrics) == {"test_acc", "test_loss"}
+
+
+def test_peptides_make_the_task_multilabel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("rdkit")
+    write_peptides(tmp_path / "data")
+    args = [f"--data.root={tmp_path / 'data'}", "--data.name=peptides-func", "--data.batch_size=3"]
+    hp = _hparams(tmp_path, monkeypatch, *args)
+    assert (hp["adapter"]["init_args"]["in_channels"], hp["num_classes"], hp["task"]) == (9, 10, "multilabel")
+    run = tmp_path / "run"
+    run.mkdir()
+    run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
+    metrics = json.loads((run / "runs" / "graph_graph" / "metrics.json").read_text())
+    assert set(metrics) == {"test_acc", "test_ap", "test_loss"}
