@@ -163,7 +163,8 @@ class GraphDataModule(LightningDataModule):
         super().__init__()
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be 'motifs', 'peptides-func' or a TU dataset's name, got {name!r}")
-        self.name, self.root, self.download = name, root, download
+        self.name: str = name
+        self.root, self.download = root, download
         self._refuse_foreign_options(locals())
         if self.kind == "motifs" and not (
             0.0 < val_fraction < 1.0 and 0.0 < test_fraction < 1.0 and val_fraction + test_fraction < 1.0

@@ -118,7 +118,8 @@ class NodeDataModule(LightningDataModule):
                 f"split_index picks one of geom-gcn's ten splits, but {name}'s {split!r} split is one split: "
                 "leave split_index at 0, or pass split='geom-gcn'"
             )
-        self.root, self.name, self.split, self.split_index = root, name, split, split_index
+        self.name: str = name
+        self.root, self.split, self.split_index = root, split, split_index
         self.normalize_features, self.download, self.to_undirected = normalize_features, download, to_undirected
         self.num_neighbors, self.batch_size = num_neighbors, batch_size
         self.data: Any = None

@@ -11,6 +11,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelAccuracy, MultilabelAveragePrecision
 
 from attnmm._checks import check_nonneg_int
@@ -394,13 +395,13 @@ class ClassificationTask(EncoderTask):
         n = flat_target.size(0)
         probs = flat_logits.detach().float().sigmoid()  # (R, C); probabilities, never read as logits
         scored = torch.where(torch.isnan(flat_target), IGNORE_INDEX, flat_target).long()  # (R, C)
-        acc = self.accuracy[f"{stage}_acc"]
+        acc = cast(Metric, self.accuracy[f"{stage}_acc"])
         acc(probs, scored)
         on_step = stage == "train"
         self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
         if stage != "train":  # updated per batch, computed over the whole epoch
-            ap = self.average_precision[f"{stage}_ap"]
+            ap = cast(Metric, self.average_precision[f"{stage}_ap"])
             ap.update(probs, scored)
             self.log(f"{stage}_ap", ap, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
         return loss
