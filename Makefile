@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # torch/torchvision/torchaudio versions known to work together (the cap of the build machines)
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1 torchaudio==2.11.0
 
-.PHONY: test lint typecheck docs serve bench demo clean
+.PHONY: test test-fast lint typecheck docs serve bench demo clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ typecheck: $(VENV)/.installed
 
 test: lint docs
 	$(PY) -m pytest
+
+# The quick loop for development (a few minutes): every test not marked slow, no docs build. Slow
+# (tests/conftest.py): recipe runs, DDP, kill-and-resume, benchmarks, examples, executed docs, long
+# fuzzing and the real-data tests.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow"
 
 # The documentation site (mkdocs.yml): --strict fails on a broken link, a missing page or figure, or an
 # unresolved API reference. The build first renders the missing figures (docs/hooks.py).

@@ -1,4 +1,9 @@
-"""Shared test configuration: hypothesis profiles and the tests directory on sys.path."""
+"""Shared test configuration: hypothesis profiles, the tests directory on sys.path, and the ``slow`` tier.
+
+``make test-fast`` runs the tests not marked ``slow``. Marked here by where they live: the recipe runs
+(``tests/recipes``: subprocesses, DDP, precision, reproducibility), the benchmarks, the examples, the docs'
+executed pages and tutorials (``test_docs.py``), the long backend fuzzing (``test_fuzz.py``) and every
+test on the real datasets (``@pytest.mark.data``); the kill-and-resume tests carry the marker themselves."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -18,3 +24,17 @@ settings.register_profile(
     "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("ATTNMM_HYPOTHESIS_PROFILE", "default"))
+
+#: Folders of ``tests/`` whose every test is slow, and single slow files.
+SLOW_FOLDERS = ("recipes", "benchmarks", "examples")
+SLOW_FILES = ("test_docs.py", "test_fuzz.py")
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path))
+        parts = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
+        slow = bool(parts) and (parts[0] in SLOW_FOLDERS or parts[-1] in SLOW_FILES)
+        if slow or item.get_closest_marker("data") is not None:
+            item.add_marker(pytest.mark.slow)

@@ -62,6 +62,9 @@ class MultimodalAdapter(Adapter):
             (default: :obj:`4`)
         cross_queries (list[str], optional): modalities whose queries attend the other modalities'
             keys under ``fusion="cross"``. (default: :obj:`None`, the first modality)
+        modalities (list[str], optional): the names of ``adapters`` to use, in that order; the others are
+            left out of the model (a single-modality baseline is the multimodal config with
+            ``modalities: [audio]``). (default: :obj:`None`, all of them)
 
     Shapes:
         - **input:** a batch every adapter reads, optionally with ``<name>_present`` (B,) bool flags
@@ -92,6 +95,7 @@ class MultimodalAdapter(Adapter):
         fusion: Fusion = "joint",
         num_fusion_tokens: int = 4,
         cross_queries: list[str] | None = None,
+        modalities: list[str] | None = None,
     ) -> None:
         super().__init__()
         if adapters is None:  # audio-visual digits
@@ -109,6 +113,14 @@ class MultimodalAdapter(Adapter):
                 raise TypeError(f"adapters[{name!r}] must be an Adapter, got {type(adapter).__name__}")
             if name == FUSION_SEGMENT:
                 raise ValueError(f"{FUSION_SEGMENT!r} names the bottleneck's segment; give the modality another name")
+        if modalities is not None:
+            unknown = [m for m in modalities if m not in adapters]
+            if not modalities or unknown or len(set(modalities)) != len(modalities):
+                raise ValueError(
+                    f"modalities must name distinct adapters, at least one; the adapters are {list(adapters)}, "
+                    f"got {modalities}"
+                )
+            adapters = {name: adapters[name] for name in modalities}
         if fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {list(FUSIONS)}, got {fusion!r}")
         self.out_dim = check_nonneg_int("d_model", d_model, minimum=1)

@@ -1,8 +1,12 @@
-"""The LightningCLI of the recipes: fit ends by testing the best checkpoint and writing metrics.json."""
+"""The LightningCLI of the recipes: trainer defaults said once, a run directory named after the config, and
+``fit`` ending by testing the best checkpoint and writing metrics.json."""
 
 from __future__ import annotations
 
+import argparse
 import copy
+import importlib
+import inspect
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -11,9 +15,9 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _get_module_type, _InstantiatorFn
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from attnmm.lightning.checkpoint import find_last_checkpoint
+from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
 
 
 def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
@@ -72,6 +76,14 @@ class Link(NamedTuple):
     compute_fn: Callable[..., Any] | None = None
     apply_on: Literal["parse", "instantiate"] = "parse"
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source,) if isinstance(self.source, str) else self.source
+
+    def value(self, values: Sequence[Any]) -> Any:
+        """The target's value from the sources' ``values``."""
+        return values[0] if self.compute_fn is None else self.compute_fn(*values)
+
 
 #: The adapter's token width ``d_model`` is the encoder's and the head's input width.
 WIDTH_LINKS = (
@@ -98,64 +110,97 @@ HEAD_LINKS = (
          "model.encoder.init_args.rotary.init_args.head_dim", compute_fn=head_dim),
     Link("model.encoder.init_args.num_heads", "model.encoder.init_args.position_bias.init_args.num_heads"),
 )
-_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
-def _accepts(config: Any, cls: Callable[..., Any] | None, key: str) -> bool:
-    """Whether the saved hyperparameters ``config`` (of ``cls``) have a place for the dotted ``key``: each
-    part on the way is there (not ``None``) and the last is a parameter of the class that holds it."""
-    import importlib
-    import inspect
+def best_checkpoint_name(monitor: str) -> str:
+    """The file name of the best checkpoint by ``monitor``: ``best-{epoch}-{<monitor>:.4f}``.
 
+    Examples:
+        >>> best_checkpoint_name("val_der")
+        'best-{epoch}-{val_der:.4f}'
+    """
+    return f"best-{{epoch}}-{{{monitor}:.4f}}"
+
+
+def _class(config: Any, default: Any) -> Any:
+    """The class a config node names by ``class_path`` (``default`` when it names none)."""
+    path = config.get("class_path") if isinstance(config, dict) else None
+    if path is None:
+        return default
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name, None)
+
+
+def _accepts(config: Any, cls: Any, key: str) -> bool:
+    """Whether the dumped config ``config`` (of ``cls``) has a place for the dotted ``key``: each part on
+    the way is there (not ``None``) and the last is a parameter of the class that holds it."""
     *parents, leaf = key.split(".")
     for part in parents:
         if not isinstance(config, dict) or config.get(part) is None:
             return False
         config = config[part]
-        if part == "init_args":
-            continue
-        path = config.get("class_path") if isinstance(config, dict) else None
-        if path is not None:
-            module, _, name = path.rpartition(".")
-            cls = getattr(importlib.import_module(module), name, None)
+        if part != "init_args":
+            cls = _class(config, cls)
     if not isinstance(config, dict) or cls is None:
         return False
     return leaf in inspect.signature(cls).parameters
 
 
-class _LinkedInstantiator(_InstantiatorFn):
-    """Lightning's instantiator (it records the values of instantiation links in the hyperparameters),
-    keeping only the links whose target is there: jsonargparse skips a target the chosen class lacks
-    (a ``SequenceTask`` has no ``num_classes``, a ``ClassificationTask`` no ``decoder``), Lightning
-    would fail on it. It also writes the values of links into a part of a part (the encoder's
-    ``rotary.init_args.head_dim``), which jsonargparse applies only while building that part, into the
-    hyperparameters, so a checkpoint rebuilds the model."""
+def _get(config: dict[str, Any], key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
-    def __call__(self, class_type: Any, *args: Any, applied_instantiation_links: dict, **kwargs: Any) -> Any:
-        self.cli._dump_config()
-        assert isinstance(self.cli, RecipeCLI)
-        self.cli._fill_parse_links(self.cli.config_dump)
-        hparams = self.cli.config_dump.get(self.key) or {}
-        kept = {}
-        for key, value in applied_instantiation_links.items():
-            inner = key[len(f"{self.key}."):].removeprefix("init_args.")
-            if not key.startswith(f"{self.key}.") or _accepts(hparams.get("init_args", hparams), class_type, inner):
-                kept[key] = value
-        return super().__call__(class_type, *args, applied_instantiation_links=kept, **kwargs)
+
+def _set(config: dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    for part in parents:
+        config = config[part]
+    config[leaf] = copy.deepcopy(value)  # (a value of its own: no YAML anchor in a printout)
+
+
+def _run_name(args: Any, config: str | Path | None) -> str | None:
+    """The stem of the last ``--config`` file among ``args`` (the command line when ``None``), else of
+    the recipe's default ``config``."""
+    argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | None) else []
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", action="append", default=[])
+    configs = pre.parse_known_args(argv)[0].config
+    named = [c for c in configs if isinstance(c, str) and c.endswith((".yaml", ".yml", ".json"))]
+    if named:
+        return Path(named[-1]).stem
+    return None if config is None else Path(config).stem
 
 
 class RecipeCLI(LightningCLI):
-    """LightningCLI for the recipes (subcommands fit, validate, test, predict).
+    """LightningCLI for the recipes (subcommands fit, validate, test, predict), with the trainer
+    defaults that every recipe shares said here once.
 
-    It adds one option to every subcommand, ``--torch_threads N``, which sets PyTorch's intra-op
-    threads before anything is built: small models on a busy CPU run far faster on one thread than
-    on threads that wait for each other.
+    **Trainer defaults** (a config or the command line overrides any of them): the CPU, one device;
+    a run directory ``runs/<name>``, where ``<name>`` is the stem of the last ``--config`` file given
+    (else of the recipe's default config), holding the TensorBoard logs (``version_N/``: checkpoints,
+    ``metrics.json``) and the CSV logs (``csv/version_N/``); checkpoints written atomically
+    (:class:`~attnmm.lightning.AtomicCheckpointIO`); ``seed_everything: 0``. Always present: a
+    :class:`~attnmm.lightning.RandomState` callback (resuming draws the random numbers an uninterrupted
+    run would) and a ``ModelCheckpoint``, configured under the ``checkpoint:`` key (``monitor``,
+    default ``val_acc``; ``mode``, default ``max``; the last checkpoint kept; the best named by
+    :func:`best_checkpoint_name` unless ``filename`` is given). So a recipe's config holds only what is
+    its own, and a variant config only what differs from it.
 
-    ``fit --ckpt_path last`` resumes from the newest ``last*.ckpt`` of any earlier run in the
-    run directory and goes on checkpointing next to it (Lightning alone looks only in the new run's
-    ``version_N`` directory, and would forget the best checkpoint so far).
+    It adds ``--torch_threads N`` to every subcommand, which sets PyTorch's intra-op threads before
+    anything is built (small models on a busy CPU run far faster on one thread than on threads that
+    wait for each other), and ``--test_after_fit`` (fit only, default true): after ``fit`` it tests the
+    best checkpoint (the last weights when no checkpoint was written, e.g. under
+    ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``, ``test_loss``, ...) as
+    ``metrics.json`` in the run's log directory; with ``--test_after_fit false``, for runs that choose
+    something on validation, it validates the best checkpoint instead and writes only the validation
+    metrics, so that no test number is computed, printed or logged. ``test`` writes them too.
 
-    Checkpoints are loaded with ``weights_only=True`` unless ``--weights_only=false`` is given.
+    ``fit --ckpt_path last`` resumes from the newest ``last*.ckpt`` of any earlier run in the run
+    directory and goes on checkpointing next to it (Lightning alone looks only in the new run's
+    ``version_N`` directory, and would forget the best checkpoint so far). Checkpoints are loaded with
+    ``weights_only=True`` unless ``--weights_only=false`` is given.
 
     In subclass mode (``subclass_mode_model=True`` / ``subclass_mode_data=True``) a config picks the
     task module and the DataModule by ``class_path`` (``--model attnmm.lightning.SequenceTask``,
@@ -175,10 +220,6 @@ class RecipeCLI(LightningCLI):
     get ``init_args`` inserted in subclass mode (``model.init_args.head.init_args.d_model``).
     ``--print_config`` shows the linked values too (jsonargparse's alone leaves them out), those
     read from the DataModule included.
-
-    After ``fit`` it tests the best checkpoint (the last weights when no checkpoint was written,
-    e.g. under ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``,
-    ``test_loss``, ...) as ``metrics.json`` in the run's log directory; ``test`` writes them too.
     """
 
     def __init__(
@@ -194,9 +235,14 @@ class RecipeCLI(LightningCLI):
         self._links = tuple(links)
         if config is not None:
             defaults = {"default_config_files": [str(config)]}
-            per_command = {cmd: defaults for cmd in _SUBCOMMANDS} if kwargs.get("run", True) else defaults
+            per_command = {cmd: defaults for cmd in self.subcommands()} if kwargs.get("run", True) else defaults
             kwargs.setdefault("parser_kwargs", per_command)
             kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        name = _run_name(kwargs.get("args"), config)
+        if name is not None:
+            kwargs.setdefault("trainer_defaults", self.recipe_trainer_defaults(f"runs/{name}"))
+        kwargs.setdefault("seed_everything_default", 0)
+        kwargs.setdefault("load_from_checkpoint_support", False)  # the hyperparameters are recorded here
         super().__init__(*args, **kwargs)
         # A process group left for interpreter teardown lets gloo's worker threads die inside
         # C++ destructors ("terminate called without an active exception", exit code 134) now
@@ -206,29 +252,44 @@ class RecipeCLI(LightningCLI):
             torch.distributed.barrier()
             torch.distributed.destroy_process_group()
 
+    @staticmethod
+    def recipe_trainer_defaults(run_dir: str) -> dict[str, Any]:
+        """The trainer defaults of every recipe, logging under ``run_dir`` (see the class docstring)."""
+        loggers = {"TensorBoardLogger": "", "CSVLogger": "csv"}
+        return {
+            "accelerator": "cpu",
+            "devices": 1,
+            "default_root_dir": run_dir,
+            "logger": [
+                {"class_path": f"lightning.pytorch.loggers.{cls}", "init_args": {"save_dir": run_dir, "name": name}}
+                for cls, name in loggers.items()
+            ],
+            "plugins": [{"class_path": "attnmm.lightning.AtomicCheckpointIO"}],  # never a truncated last.ckpt
+            "callbacks": [RandomState()],  # persistent: resume draws the same random numbers
+        }
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--torch_threads", type=int | None, default=None,
             help="intra-op CPU threads for PyTorch (default: PyTorch's choice, one per core)",
         )
+        parser.add_argument(
+            "--test_after_fit", type=bool, default=True,
+            help="fit only: test the best checkpoint after fitting and write the test metrics; false validates "
+                 "it instead and writes the validation metrics (for runs that choose on validation)",
+        )
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({"checkpoint.monitor": "val_acc", "checkpoint.mode": "max", "checkpoint.save_last": True})
         # subclass mode: the class a config without ``class_path`` gets (its keys are that class's init_args)
         for key, cls in self._default_classes.items():
             if cls is not None:
                 parser.set_defaults({key: {"class_path": f"{cls.__module__}.{cls.__qualname__}"}})
         for link in self._links:
-            sources = (link.source,) if isinstance(link.source, str) else link.source
-            source = tuple(self._subclass_key(s) for s in sources)
+            source = tuple(self._subclass_key(s) for s in link.sources)
             parser.link_arguments(
                 source[0] if len(source) == 1 else source, self._subclass_key(link.target),
                 compute_fn=link.compute_fn, apply_on=link.apply_on,
             )
-
-    def _add_instantiators(self) -> None:
-        # Lightning's two instantiators, tolerant of link targets the chosen classes lack
-        for key, cls, subclasses in (("model", self._model_class, self.subclass_mode_model),
-                                     ("data", self._datamodule_class, self.subclass_mode_data)):
-            instantiator = _LinkedInstantiator(cli=self, key=key)
-            self.parser.add_instantiator(instantiator, _get_module_type(cls), subclasses=subclasses)
 
     def _subclass_key(self, key: str) -> str:
         """``model.x`` as ``model.init_args.x`` when the model is parsed in subclass mode (same for data)."""
@@ -237,45 +298,53 @@ class RecipeCLI(LightningCLI):
             return f"{root}.init_args.{rest}"
         return key
 
+    def _subclass_roots(self) -> tuple[str, ...]:
+        return ("model",) * self.subclass_mode_model + ("data",) * self.subclass_mode_data
+
+    def _root_class(self, key: str) -> Any:
+        return self.model_class if key.startswith("model.") else self.datamodule_class
+
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         if self.subclass_mode_model or self.subclass_mode_data:
             args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
-        if self._links and isinstance(args, list | None):
+        if isinstance(args, list | None):
             args = list(sys.argv[1:] if args is None else args)
             if "--print_config" in args:
                 # jsonargparse leaves link targets out of --print_config; show the resolved values
                 super().parse_arguments(parser, [a for a in args if a != "--print_config"])
-                print(self._resolved_config(parser), end="")
+                print(self._resolved_config(), end="")
                 sys.exit(0)
         super().parse_arguments(parser, args)
 
-    def _resolved_config(self, parser: LightningArgumentParser) -> str:
-        """The parsed config as YAML with every link target filled in: the parse links' values, and
-        the instantiation links' values read from the DataModule (built for it, as a run would)."""
+    def _config_dict(self) -> dict[str, Any]:
+        """The parsed config of the subcommand as plain data, with the link targets jsonargparse filled."""
         import yaml
 
+        dump = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
         command = self.config.get("subcommand")
-        dump = yaml.safe_load(parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
-        config = dump[command] if command else dump
+        return dump[command] if command else dump
+
+    def _resolved(self, data: Any = None) -> dict[str, Any]:
+        """The parsed config as plain data with every link target filled in: the parse links' values, and
+        the instantiation links' values read from the DataModule ``data`` (built from the config when
+        ``None``, as a run would)."""
+        config = self._config_dict()
         self._fill_parse_links(config)
-        data = None
+        if config.get("checkpoint", {}).get("filename") is None:
+            config["checkpoint"]["filename"] = best_checkpoint_name(config["checkpoint"]["monitor"])
         for link in self._links:
-            if link.apply_on != "instantiate":
+            target = self._subclass_key(link.target)
+            if link.apply_on != "instantiate" or not _accepts(config, self._root_class(target), target):
                 continue
             if data is None:
                 data = self._build_data(config.get("data") or {})
-            sources = (link.source,) if isinstance(link.source, str) else link.source
-            values = [getattr(data, s.split(".", 1)[1]) for s in sources]
-            value = values[0] if link.compute_fn is None else link.compute_fn(*values)
-            target = self._subclass_key(link.target)
-            root = self.model_class if target.startswith("model.") else self.datamodule_class
-            if _accepts(config, root, target):  # a part that is there (not ``head: null``) and takes it
-                *parents, leaf = target.split(".")
-                node: Any = config
-                for key in parents:
-                    node = node[key]
-                node[leaf] = value
-        return yaml.safe_dump(config, sort_keys=False)
+            _set(config, target, link.value([getattr(data, s.split(".", 1)[1]) for s in link.sources]))
+        return config
+
+    def _resolved_config(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self._resolved(), sort_keys=False)
 
     def _fill_parse_links(self, config: dict[str, Any]) -> None:
         """Write the values of the parse links into ``config`` (a dumped config), where the target is a
@@ -283,35 +352,14 @@ class RecipeCLI(LightningCLI):
         for link in self._links:
             if link.apply_on != "parse":
                 continue
-            sources = (link.source,) if isinstance(link.source, str) else link.source
-            values = []
-            for source in sources:
-                node: Any = config
-                for key in self._subclass_key(source).split("."):
-                    node = node.get(key) if isinstance(node, dict) else None
-                values.append(node)
+            values = [_get(config, self._subclass_key(source)) for source in link.sources]
             target = self._subclass_key(link.target)
-            root = self.model_class if target.startswith("model.") else self.datamodule_class
-            if any(v is None for v in values) or not _accepts(config, root, target):
-                continue
-            *parents, leaf = target.split(".")
-            node = config
-            for key in parents:
-                node = node[key]
-            value = values[0] if link.compute_fn is None else link.compute_fn(*values)
-            node[leaf] = copy.deepcopy(value)  # (a value of its own: no YAML anchor in the printout)
+            if all(v is not None for v in values) and _accepts(config, self._root_class(target), target):
+                _set(config, target, link.value(values))
 
     def _build_data(self, config: dict[str, Any]) -> Any:
-        import importlib
-
-        if "class_path" in config:
-            module, _, name = config["class_path"].rpartition(".")
-            return getattr(importlib.import_module(module), name)(**config.get("init_args", {}))
-        cls: Any = self.datamodule_class
-        return cls(**config)
-
-    def _subclass_roots(self) -> tuple[str, ...]:
-        return ("model",) * self.subclass_mode_model + ("data",) * self.subclass_mode_data
+        cls = _class(config, self.datamodule_class)
+        return cls(**config.get("init_args", {})) if "class_path" in config else cls(**config)
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
@@ -320,6 +368,21 @@ class RecipeCLI(LightningCLI):
             if threads < 1:
                 raise ValueError(f"--torch_threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
+        if config.get("checkpoint.filename") is None:
+            config["checkpoint.filename"] = best_checkpoint_name(config["checkpoint.monitor"])
+
+    def after_instantiate_classes(self) -> None:
+        # The model's hyperparameters are its resolved config, every linked value included, in the form
+        # Lightning's ``instantiate_module`` rebuilds from: ``load_from_checkpoint(path)`` (and ``test
+        # --ckpt_path``) rebuild the model a run trained. (Lightning's own recording is switched off:
+        # it fails on a link into a part the chosen class lacks.)
+        model = self._resolved(self.datamodule).get("model") or {}
+        if not model:  # a model without arguments
+            return
+        if "class_path" in model:
+            model = {"_class_path": model["class_path"], **model.get("init_args", {})}
+        self.model.save_hyperparameters({**model, "_instantiator": "lightning.pytorch.cli.instantiate_module"},
+                                        logger=False)
 
     def _weights_only(self) -> None:
         # checkpoints hold tensors and plain values only: load them without unpickling any code
@@ -363,19 +426,23 @@ class RecipeCLI(LightningCLI):
         ckpt = "best" if trainer.checkpoint_callback is not None and getattr(
             trainer.checkpoint_callback, "best_model_path", ""
         ) else None
-        results = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
-        self._write(results)
+        if self.config[str(self.subcommand)].get("test_after_fit", True):
+            results = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
+            self._write(results, "test")
+        else:
+            results = trainer.validate(self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
+            self._write(results, "val")
 
     def after_test(self) -> None:
-        self._write([dict(self.trainer.callback_metrics)])
+        self._write([dict(self.trainer.callback_metrics)], "test")
 
-    def _write(self, results: list[dict[str, Any]]) -> None:
+    def _write(self, results: list[dict[str, Any]], prefix: str) -> None:
         # every process asks: under DDP ``log_dir`` is a broadcast from rank 0
         log_dir = self.trainer.log_dir or self.trainer.default_root_dir
         if not self.trainer.is_global_zero:
             return
         merged: dict[str, Any] = {}
         for r in results:
-            merged.update({k: v for k, v in r.items() if k.startswith("test")})
+            merged.update({k: v for k, v in r.items() if k.startswith(prefix)})
         path = write_metrics(merged, log_dir)
         print(f"metrics written to {path}: {json.dumps({k: round(float(v), 4) for k, v in merged.items()})}")

@@ -202,11 +202,28 @@ def test_links_of_each_pattern() -> None:
         ({"adapters": {}}, ValueError, "non-empty dict"),
         ({"adapters": {"fusion": ImageAdapter()}}, ValueError, "names the bottleneck's segment"),
         ({"adapters": {"image": nn.Linear(2, 2)}}, TypeError, r"adapters\['image'\] must be an Adapter"),
+        ({"modalities": ["video"]}, ValueError, r"modalities must name distinct adapters.*\['audio', 'image'\]"),
+        ({"modalities": []}, ValueError, "at least one"),
+        ({"modalities": ["audio", "audio"]}, ValueError, "distinct"),
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         MultimodalAdapter(**{"d_model": D, **kwargs})
+
+
+def test_modalities_leave_the_others_out() -> None:
+    """``modalities`` keeps the named adapters in its order: the single-modality model of a multimodal
+    config, whose parameters and tokens are those of an adapter given that modality alone."""
+    audio, image = SpeechAdapter(d_model=D, mask=Window(4, 1)), ImageAdapter(d_model=D, mask=Grid(7, 7, kernel=3))
+    only = MultimodalAdapter({"audio": audio, "image": image}, d_model=D, fusion="joint", modalities=["image"])
+    alone = MultimodalAdapter({"image": image}, d_model=D, fusion="joint")
+    assert only.names == ["image"] and not any(n.startswith("adapters.audio") for n, _ in only.named_parameters())
+    alone.load_state_dict(only.state_dict())
+    batch = MultimodalAdapter.example_batch(2)
+    assert torch.equal(only.eval()(batch).x, alone.eval()(batch).x)
+    both = MultimodalAdapter({"audio": audio, "image": image}, d_model=D, modalities=["image", "audio"])
+    assert both.segment_names == ["image", "audio"]
 
 
 def test_head_pools_each_segment_over_its_real_tokens() -> None:

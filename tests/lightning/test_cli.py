@@ -58,3 +58,72 @@ def test_print_config_shows_linked_values(tmp_path, capsys) -> None:
     assert exit_info.value.code == 0
     model = yaml.safe_load(capsys.readouterr().out)["model"]
     assert model == {"num_classes": 3, "width": 6, "out_width": 6}
+
+
+def test_cli_builds_on_public_api_only() -> None:
+    """Every name RecipeCLI takes from Lightning or jsonargparse is public (no leading underscore), and it
+    reaches into no private attribute of theirs."""
+    import ast
+    from pathlib import Path
+
+    import attnmm.lightning.cli as cli_module
+
+    tree = ast.parse(Path(cli_module.__file__).read_text())
+    imported = [
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        and (node.module or "").split(".")[0] in ("lightning", "jsonargparse") for alias in node.names
+    ]
+    assert imported and not [n for n in imported if n.startswith("_")]
+    own = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    private = {
+        node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+        and not node.attr.startswith("__") and node.attr not in own
+    }
+    assert private <= {"_links", "_default_classes"}, private  # RecipeCLI's own attributes
+
+
+class _Scored(BoringModel):
+    def validation_step(self, batch, batch_idx):
+        loss = super().validation_step(batch, batch_idx)["x"]
+        self.log_dict({"val_acc": -loss, "val_loss": loss})
+
+    def test_step(self, batch, batch_idx):
+        self.log("test_acc", 0.5)
+
+
+def _fit(tmp_path, *args: str) -> tuple[RecipeCLI, str]:
+    import contextlib
+    import io
+
+    config = tmp_path / "my_variant.yaml"
+    config.write_text("trainer:\n  max_epochs: 1\n  limit_train_batches: 2\n  limit_val_batches: 2\n"
+                      "  limit_test_batches: 2\n  enable_progress_bar: false\n")
+    out = io.StringIO()
+    with contextlib.chdir(tmp_path), contextlib.redirect_stdout(out):
+        cli = RecipeCLI(_Scored, BoringDataModule, args=["fit", f"--config={config}", *args])
+    return cli, out.getvalue()
+
+
+def test_run_directory_and_loggers_follow_the_config_name(tmp_path) -> None:
+    cli, _ = _fit(tmp_path)
+    trainer = cli.trainer
+    assert trainer.default_root_dir == "runs/my_variant"
+    assert [type(lg).__name__ for lg in trainer.loggers] == ["TensorBoardLogger", "CSVLogger"]
+    assert {lg.save_dir for lg in trainer.loggers} == {"runs/my_variant"}
+    assert (tmp_path / "runs" / "my_variant" / "version_0" / "metrics.json").is_file()
+    # the trainer defaults said once: a best checkpoint by val_acc beside last.ckpt, the random state kept
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "runs/my_variant/version_0/checkpoints").iterdir()) == [
+        "best", "last.ckpt"]
+    assert any(type(cb).__name__ == "RandomState" for cb in trainer.callbacks)
+
+
+def test_test_after_fit_false_writes_validation_metrics_only(tmp_path) -> None:
+    import json
+
+    cli, printed = _fit(tmp_path, "--test_after_fit=false", "--checkpoint.monitor=val_loss", "--checkpoint.mode=min")
+    metrics = json.loads((tmp_path / "runs/my_variant/version_0/metrics.json").read_text())
+    assert set(metrics) == {"val_acc", "val_loss"}
+    assert "test" not in printed.lower()
+    assert not any(k.startswith("test") for k in cli.trainer.callback_metrics)
+    (best,) = (tmp_path / "runs/my_variant/version_0/checkpoints").glob("best-*")
+    assert best.name.startswith("best-epoch=0-val_loss=")  # the name follows the monitored metric

@@ -56,7 +56,8 @@ def test_fast_dev_run(generated_root: Path, tmp_path: Path, config: str | None) 
     extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_{config}.yaml'}"]
     args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *extra]
     run_recipe("multimodal_digits", args, tmp_path)
-    metrics = json.loads((tmp_path / "runs" / "multimodal_digits" / "metrics.json").read_text())
+    run = "multimodal_digits" + ("" if config is None else f"_{config}")  # named after the config
+    metrics = json.loads((tmp_path / "runs" / run / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 
 
