@@ -30,18 +30,19 @@ class ResumableDataLoader(DataLoader):
     sampler with its own ``state_dict``/``load_state_dict`` (e.g. an epoch count) is saved and
     restored along with it.
 
-    Lightning fetches one batch ahead of the one it trains on (to know which batch is last), so at
-    a mid-epoch save one batch handed out has not been trained on; it is handed out again on resume.
-    Not for ``persistent_workers=True`` (the worker iterator outlives the epoch).
+    Lightning fetches one batch ahead of the one it trains on only from a loader without a length
+    (to know which batch is last; with a length it needs not): then at a mid-epoch save one batch
+    handed out has not been trained on, and it is handed out again on resume. Not for
+    ``persistent_workers=True`` (the worker iterator outlives the epoch).
 
     Examples:
         >>> loader = ResumableDataLoader(list(range(6)), batch_size=2, shuffle=True)
         >>> it = iter(loader)
-        >>> first, second = next(it), next(it)  # Lightning has trained on ``first``, fetched ``second``
+        >>> first = next(it)  # Lightning has trained on ``first`` (a loader with a length: no fetch ahead)
         >>> state = loader.state_dict()
         >>> rest = [b.tolist() for b in it]
         >>> loader.load_state_dict(state)
-        >>> [b.tolist() for b in loader] == [second.tolist(), *rest]
+        >>> [b.tolist() for b in loader] == rest
         True
     """
 
@@ -68,7 +69,9 @@ class ResumableDataLoader(DataLoader):
         mid_epoch = not resume["exhausted"]
         sampler = self._stateful_sampler()
         if mid_epoch:
-            set_rng_state(resume["epoch_rng"])
+            # the shuffle is drawn at the first fetch: from the epoch's state when batches were handed out
+            # before the save, else (nothing fetched yet) from the state of the save
+            set_rng_state(resume["epoch_rng"] if resume["handed_out"] > 0 else resume["rng"])
             if sampler is not None and resume.get("epoch_sampler") is not None:
                 sampler.load_state_dict(resume["epoch_sampler"])
         self._epoch_rng = get_rng_state()
@@ -77,17 +80,26 @@ class ResumableDataLoader(DataLoader):
         batches = super().__iter__()
         if mid_epoch and resume["handed_out"] > 0:
             # fetch again what was handed out before the save (the shuffle is drawn at the first
-            # fetch), then put back the random state of the save; the last of these batches was
-            # only prefetched by Lightning, not trained on, so it is handed out again
+            # fetch), then put back the random state of the save; from a loader without a length the
+            # last of these batches was only fetched ahead by Lightning, not trained on: hand it out again
             for _ in range(resume["handed_out"]):
                 pending = next(batches)
             self._handed_out = resume["handed_out"]
             set_rng_state(resume["rng"])
-            yield pending
+            if not self._sized():
+                yield pending
         for batch in batches:
             self._handed_out += 1
             yield batch
         self._exhausted = True
+
+    def _sized(self) -> bool:
+        """Whether the loader has a length (then Lightning fetches no batch ahead)."""
+        try:
+            len(self)
+        except TypeError:
+            return False
+        return True
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader is: this epoch's starting random state, batches handed out, and the

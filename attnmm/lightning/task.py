@@ -17,7 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy, MultilabelAccuracy, 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.attention.state import IncrementalState
-from attnmm.lightning.schedule import warmup_cosine
+from attnmm.lightning.schedule import WarmupCosine
 from attnmm.nn.ensemble import Ensemble
 
 Stage = Literal["train", "val", "test"]
@@ -129,12 +129,21 @@ class EncoderTask(L.LightningModule):
             lr=self.lr,
             fused=fused or None,
         )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = max(1, int(self.warmup_fraction * total))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, warmup, total, self.min_lr_ratio)
-        )
+        # the run's length is set in on_train_start, after a resumed run has restored its checkpoint
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(self.warmup_fraction, self.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        # Counting the steps sets up the training data; done here (not in configure_optimizers, which runs
+        # before a resumed run's restore), the training loader gets its mid-epoch state back on resume.
+        total = self.trainer.estimated_stepping_batches
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            for i, schedule in enumerate(getattr(scheduler, "lr_lambdas", ())):
+                if isinstance(schedule, WarmupCosine):
+                    schedule.start(int(total))
+                    group = scheduler.optimizer.param_groups[i]
+                    group["lr"] = scheduler.base_lrs[i] * schedule(scheduler.last_epoch)
 
 
 class ClassificationTask(EncoderTask):

@@ -98,6 +98,11 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path: Path)
     assert f"resuming from {last.relative_to(crashed)}" in proc.stdout
     assert (crashed / "starts.txt").read_text().split() == ["0", "12"]
     assert _metrics(crashed) == _metrics(whole)
+    # the weights at the end: the training after the resume was the uninterrupted run's, batch for batch
+    # (whichever checkpoint the test metrics came from)
+    ends = [torch.load(find_last_checkpoint(run / "runs"), weights_only=True) for run in (whole, crashed)]
+    assert ends[0]["global_step"] == ends[1]["global_step"] == 24
+    assert all(torch.equal(v, ends[1]["state_dict"][k]) for k, v in ends[0]["state_dict"].items())
 
 
 def test_atomic_save_keeps_old_checkpoint_when_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
