@@ -22,15 +22,19 @@ from pathlib import Path
 
 from attnmm.data import AVDigitsDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
-from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS
+from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "multimodal_digits.yaml"
+# the audio adapter's sample rate is the data's (FSDD's recordings), so a config cannot disagree with it
+RATE_LINKS = (Link("data.sample_rate", "model.adapter.init_args.adapters.audio.init_args.sample_rate",
+                   apply_on="instantiate"),)
 
 
 def main(args: list[str] | None = None, run: bool = True) -> RecipeCLI:
     # the fused width (MultimodalAdapter's d_model) is the encoder's and the head's; the classes, the data's
     return RecipeCLI(
-        ClassificationTask, AVDigitsDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS, args=args, run=run
+        ClassificationTask, AVDigitsDataModule, config=CONFIG, links=WIDTH_LINKS + CLASS_LINKS + RATE_LINKS, args=args,
+        run=run,
     )
 
 

@@ -12,8 +12,7 @@ testing the best checkpoint and writes ``metrics.json`` in the run's log directo
     python recipes/speech_truncated.py fit --trainer.fast_dev_run=true   # smoke run
     python recipes/speech_truncated.py fit --model.adapter.init_args.mask=attnmm.masks.Chunk \\
         --model.adapter.init_args.mask.init_args.size=8 --model.adapter.init_args.mask.init_args.left_chunks=2
-    python recipes/speech_truncated.py fit --data attnmm.data.SpeechCommandsDataModule \\
-        --model.adapter.init_args.sample_rate=16000                      # Speech Commands (16 kHz)
+    python recipes/speech_truncated.py fit --data attnmm.data.SpeechCommandsDataModule   # 16 kHz, linked
     python recipes/speech_truncated.py fit --config recipes/configs/speech_truncated_strings.yaml
 """
 
@@ -34,6 +33,8 @@ SPEECH_LINKS = (
     *(Link("model.adapter.init_args.d_model", f"model.{head}.init_args.d_model") for head in ("ctc_head", "decoder")),
     Link("data.num_classes", "model.ctc_head.init_args.num_classes", apply_on="instantiate"),
     Link("data.num_classes", "model.decoder.init_args.num_classes", apply_on="instantiate"),
+    # the adapter's sample rate is the data's, so a config cannot disagree with its data
+    Link("data.sample_rate", "model.adapter.init_args.sample_rate", apply_on="instantiate"),
 )
 
 

@@ -2,7 +2,7 @@
 
 from attnmm.data._audio import AudioBatch, AudioClips, collate_audio, read_audio
 from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
-from attnmm.data.augment import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb
+from attnmm.data.augment import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb, TimeShift
 from attnmm.data.avdigits import AVDigitsDataModule
 from attnmm.data.cifar import CIFAR10DataModule
 from attnmm.data.fsdd import FSDDDataModule
@@ -36,6 +36,7 @@ __all__ = [
     "ShakespeareDataModule",
     "SpeechCommandsDataModule",
     "SpeedPerturb",
+    "TimeShift",
     "UDPOSDataModule",
     "UPOS_TAGS",
     "Vocabulary",

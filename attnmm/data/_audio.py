@@ -10,6 +10,7 @@ from typing import TypedDict
 import numpy as np
 import soundfile
 import torch
+import torchaudio
 from lightning.pytorch import LightningDataModule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
@@ -99,6 +100,10 @@ class AudioClips(Dataset):
             not known)
         spans (Sequence[tuple[int, int] or None], optional): the samples ``[start, stop)`` of each file
             that make its clip, :obj:`None` for the whole file. (default: :obj:`None`, whole files)
+        file_rate (int, optional): the rate every file has, when it is not ``sample_rate``: each clip
+            is then resampled from ``file_rate`` to ``sample_rate`` Hz when read
+            (:func:`torchaudio.functional.resample`; ``spans`` count samples of the files). (default:
+            :obj:`None`, the files are at ``sample_rate``)
 
     Examples:
         >>> clips = AudioClips([], [], sample_rate=8000)
@@ -106,6 +111,8 @@ class AudioClips(Dataset):
         0
         >>> AudioClips(["a.wav", "b.wav", "c.wav"], [0, 1, 1], 16000, speakers=["ann", "bob", None])
         AudioClips(clips=3, speakers=2, sample_rate=16000)
+        >>> AudioClips(["a.wav"], [0], 8000, file_rate=16000)  # read at 16 kHz, resampled to 8 kHz
+        AudioClips(clips=1, sample_rate=8000, file_rate=16000)
     """
 
     def __init__(
@@ -116,6 +123,7 @@ class AudioClips(Dataset):
         cache: bool = False,
         speakers: Sequence[str | None] | None = None,
         spans: Sequence[tuple[int, int] | None] | None = None,
+        file_rate: int | None = None,
     ) -> None:
         if len(paths) != len(labels):
             raise ValueError(f"got {len(paths)} paths but {len(labels)} labels; pass one label per file")
@@ -128,6 +136,9 @@ class AudioClips(Dataset):
         self.cache = cache
         self.speakers = None if speakers is None else list(speakers)
         self.spans = None if spans is None else list(spans)
+        if file_rate is not None and file_rate < 1:
+            raise ValueError(f"file_rate is the files' rate in Hz (>= 1), or None for sample_rate; got {file_rate}")
+        self.file_rate = sample_rate if file_rate is None else int(file_rate)
         self._clips: list[Tensor | None] = [None] * len(self.paths)
 
     @property
@@ -147,7 +158,9 @@ class AudioClips(Dataset):
         clip = self._clips[i]
         if clip is None:
             start, stop = (0, None) if self.spans is None or self.spans[i] is None else self.spans[i]
-            clip = torch.from_numpy(read_audio(self.paths[i], self.sample_rate, start, stop))
+            clip = torch.from_numpy(read_audio(self.paths[i], self.file_rate, start, stop))
+            if self.file_rate != self.sample_rate:
+                clip = torchaudio.functional.resample(clip, self.file_rate, self.sample_rate)
             if self.cache:
                 self._clips[i] = clip
         return clip
@@ -160,7 +173,8 @@ class AudioClips(Dataset):
 
     def __repr__(self) -> str:
         speakers = "" if self.speakers is None else f", speakers={self.num_speakers}"
-        return f"{type(self).__name__}(clips={len(self)}{speakers}, sample_rate={self.sample_rate})"
+        rate = "" if self.file_rate == self.sample_rate else f", file_rate={self.file_rate}"
+        return f"{type(self).__name__}(clips={len(self)}{speakers}, sample_rate={self.sample_rate}{rate})"
 
 
 def read_speakers(speakers: Sequence[str] | str | os.PathLike | None, name: str = "speakers") -> list[str] | None:

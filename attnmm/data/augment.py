@@ -1,4 +1,5 @@
-r"""Waveform augmentations for speech: speed perturbation, additive and background noise, on padded batches.
+r"""Waveform augmentations for speech: speed perturbation, time shift, additive and background noise, on
+padded batches.
 
 Each is an :class:`~torch.nn.Module` called as ``augment(waveform, lengths) -> (waveform, lengths)``
 on a zero-padded batch, waveform (B, T) and real samples per item lengths (B,). They act only in
@@ -25,7 +26,7 @@ import torch
 import torchaudio
 from torch import Tensor, nn
 
-__all__ = ["AddNoise", "BackgroundNoise", "ChainAugment", "SpeedPerturb"]
+__all__ = ["AddNoise", "BackgroundNoise", "ChainAugment", "SpeedPerturb", "TimeShift"]
 
 
 def _check_batch(name: str, waveform: Tensor, lengths: Tensor) -> None:
@@ -121,6 +122,70 @@ class SpeedPerturb(nn.Module):
 
     def extra_repr(self) -> str:
         return f"factors={self.factors}"
+
+
+class TimeShift(nn.Module):
+    r"""A random time shift of each utterance within its own length (the shift augmentation of
+    keyword spotting, e.g. Warden 2018 and Tang & Lin 2018's res8).
+
+    With probability ``p`` an item of :math:`n` real samples is shifted by :math:`s` samples,
+    :math:`s` drawn uniformly from the integers in :math:`[-\lfloor f n \rfloor, \lfloor f n \rfloor]`,
+    :math:`f` = ``max_shift``:
+
+    .. math::
+        \tilde{x}_t = x_{t - s} \text{ for } 0 \le t - s < n, \qquad \tilde{x}_t = 0 \text{ otherwise},
+        \qquad 0 \le t < n,
+
+    so a positive shift delays the utterance and a negative one advances it; what leaves the item is
+    dropped and what enters is silence. The shift is a share of each item's length (10% of a
+    one-second clip is 100 ms at any sample rate), so it needs no sample rate. Lengths and padding
+    are unchanged; ``eval()`` makes it the identity.
+
+    Args:
+        max_shift (float, optional): the largest shift, as a share of the item's real length, in
+            ``[0, 1)``. (default: ``0.1``)
+        p (float, optional): probability that an item is shifted. (default: ``1.0``)
+
+    Shapes:
+        - **input:** waveform (B, T), lengths (B,)
+        - **output:** waveform (B, T), lengths (B,) (the same)
+
+    Examples:
+        >>> import torch
+        >>> shift = TimeShift(max_shift=0.5)
+        >>> _ = torch.manual_seed(0)
+        >>> wave = torch.tensor([[1.0, 2.0, 3.0, 4.0, 0.0], [5.0, 6.0, 0.0, 0.0, 0.0]])
+        >>> out, lengths = shift(wave, torch.tensor([4, 2]))
+        >>> out, lengths.tolist()
+        (tensor([[0., 0., 1., 2., 0.],
+                [0., 5., 0., 0., 0.]]), [4, 2])
+    """
+
+    def __init__(self, max_shift: float = 0.1, p: float = 1.0) -> None:
+        super().__init__()
+        if not 0.0 <= max_shift < 1.0:
+            raise ValueError(f"max_shift is a share of each item's length, in [0, 1) (0.1: 10%), got {max_shift}")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p is a probability, in [0, 1]; got {p}")
+        self.max_shift, self.p = float(max_shift), float(p)
+
+    def forward(self, waveform: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        _check_batch(type(self).__name__, waveform, lengths)
+        if not self.training or waveform.numel() == 0 or self.max_shift == 0.0:
+            return waveform, lengths
+        B, T = waveform.shape
+        n = lengths.to(waveform.device)  # (B,)
+        limit = torch.floor(self.max_shift * n.double()).long()  # (B,)
+        shift = (torch.rand(B, dtype=torch.float64) * (2 * limit.cpu() + 1)).floor().long() - limit.cpu()
+        shift = shift.to(waveform.device) * (torch.rand(B) < self.p).to(waveform.device)  # (B,)
+        t = torch.arange(T, device=waveform.device)  # (T,)
+        source = t[None, :] - shift[:, None]  # (B, T): where each output sample comes from
+        keep = (source >= 0) & (source < n[:, None]) & (t[None, :] < n[:, None])
+        out = waveform.gather(1, source.clamp(0, T - 1)) * keep
+        return out, lengths
+
+    def extra_repr(self) -> str:
+        return f"max_shift={self.max_shift:g}, p={self.p:g}"
 
 
 class AddNoise(nn.Module):

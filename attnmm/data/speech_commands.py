@@ -37,6 +37,8 @@ _LISTS = {"val": "validation_list.txt", "test": "testing_list.txt"}
 _TAKE = re.compile(r"^(?P<speaker>[0-9A-Za-z]+)_nohash_(?P<take>\d+)\.wav$")
 _UNKNOWN_TAKE = re.compile(r"^(?P<word>[^_]+)_(?P<speaker>[0-9A-Za-z]+)_nohash_(?P<take>\d+)\.wav$")
 _SPLITS = ("train", "val", "test")
+#: The sample rate of the dataset's files (and of its background recordings), in Hz
+FILE_RATE = 16000
 
 __all__ = [
     "CORE_COMMANDS",
@@ -345,7 +347,9 @@ class SpeechCommandsDataModule(AudioDataModule):
     second: batches are padded to their longest clip.
 
     Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
-    ``label`` (B,); :attr:`sample_rate` is 16000 (link a model's sample rate to it). The split sets are
+    ``label`` (B,); :attr:`sample_rate` is the files' 16000 Hz unless ``sample_rate`` asks for another rate,
+    to which every clip (and noise clip) is then resampled when read, e.g. 8000 to pretrain a model for
+    FSDD's 8 kHz recordings (link a model's sample rate to it). The split sets are
     :class:`~attnmm.data.AudioClips` whose ``speakers`` give each clip's speaker; :meth:`summary` and the
     ``repr`` report the clips and speakers of each split.
 
@@ -378,6 +382,8 @@ class SpeechCommandsDataModule(AudioDataModule):
         noise_augment (nn.Module, optional): an augmentation ``(waveform, lengths) -> (waveform, lengths)``
             applied to training batches; its modules with a ``set_noise`` method (e.g.
             :class:`~attnmm.data.BackgroundNoise`) get :meth:`train_noise`. (default: :obj:`None`)
+        sample_rate (int, optional): the rate of the waveforms in Hz; clips are resampled from the files'
+            16000 Hz when it differs. (default: ``16000``)
 
     Examples:
         >>> dm = SpeechCommandsDataModule(root="/data", labels=["yes", "no"], include_unknown=True)
@@ -386,9 +392,9 @@ class SpeechCommandsDataModule(AudioDataModule):
         >>> dm = SpeechCommandsDataModule(root="/data/speech_commands_test_v0.02", layout="classes")
         >>> dm.class_names[-3:], dm.num_classes
         (('go', '_unknown_', '_silence_'), 12)
+        >>> SpeechCommandsDataModule(root="/data", sample_rate=8000).sample_rate  # resampled when read
+        8000
     """
-
-    sample_rate: int = 16000
 
     def __init__(
         self,
@@ -407,8 +413,11 @@ class SpeechCommandsDataModule(AudioDataModule):
         val_speakers: list[str] | str | None = None,
         test_root: str | Path | None = None,
         noise_augment: nn.Module | None = None,
+        sample_rate: int = FILE_RATE,
     ) -> None:
         super().__init__()
+        if not isinstance(sample_rate, int) or sample_rate < 1:
+            raise ValueError(f"sample_rate is a rate in Hz (an int >= 1, e.g. 16000 or 8000), got {sample_rate!r}")
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
         words = list(CORE_COMMANDS if labels is None else labels)
@@ -459,6 +468,7 @@ class SpeechCommandsDataModule(AudioDataModule):
         self.val_speakers = list(val_speakers) if isinstance(val_speakers, (list, tuple)) else val_speakers
         self.test_root = test_root
         self.noise_augment = noise_augment
+        self.sample_rate = sample_rate
         self._found: tuple[str, Path] | None = None
         self._splits: dict[str, list[SpeechClip]] | None = None
         self._held_out: dict[str, list[str] | None] = {}
@@ -587,7 +597,7 @@ class SpeechCommandsDataModule(AudioDataModule):
                 for split, pairs in scan_speech_commands(folder).items()
             }
             noise_dir = folder / BACKGROUND_FOLDER
-            slices = slice_background(noise_dir, self.sample_rate) if noise_dir.is_dir() else []
+            slices = slice_background(noise_dir, FILE_RATE) if noise_dir.is_dir() else []
             for split, clips in split_speech_commands(slices, self.val_fraction, self.test_fraction, self.seed).items():
                 splits[split] += clips
             return splits
@@ -656,6 +666,7 @@ class SpeechCommandsDataModule(AudioDataModule):
             self.sample_rate,
             speakers=[c.speaker for c, _ in kept],
             spans=[c.span for c, _ in kept],
+            file_rate=FILE_RATE,
         )
 
     @property
@@ -671,7 +682,9 @@ class SpeechCommandsDataModule(AudioDataModule):
                 raise RuntimeError("the training noise is known after setup(); call dm.setup('fit') first")
             silence = [c for c in self._splits["train"] if c.word == SILENCE]
             spans = [c.span for c in silence]
-            noise = AudioClips([c.path for c in silence], [0] * len(silence), self.sample_rate, spans=spans)
+            noise = AudioClips(
+                [c.path for c in silence], [0] * len(silence), self.sample_rate, spans=spans, file_rate=FILE_RATE
+            )
             self._noise = [noise[i][0] for i in range(len(noise))]
         return self._noise
 
@@ -737,7 +750,8 @@ class SpeechCommandsDataModule(AudioDataModule):
         r"""A few lines on the data found, the classes and the split (complete after :meth:`setup`)."""
         lines = [
             f"Speech Commands v0.02 at {self.dataset_dir} (layout {self.dataset_layout!r})",
-            f"  {self.sample_rate} Hz mono, {self.num_classes} classes: {', '.join(self.class_names)}",
+            f"  {self.sample_rate} Hz mono{self._resampled()}, {self.num_classes} classes: "
+            + ", ".join(self.class_names),
             f"  split: {self._rule()}",
         ]
         if self._splits is not None:
@@ -750,6 +764,9 @@ class SpeechCommandsDataModule(AudioDataModule):
                 count = sum(c.word == SILENCE for c in self._splits["train"])
                 lines.append(f"  noise augmentation on training batches, from the {count} training noise clips")
         return "\n".join(lines)
+
+    def _resampled(self) -> str:
+        return "" if self.sample_rate == FILE_RATE else f" (resampled from {FILE_RATE} Hz)"
 
     def __str__(self) -> str:
         return self.summary()

@@ -131,6 +131,18 @@ def _class(config: Any, default: Any) -> Any:
     return getattr(importlib.import_module(module), name, None)
 
 
+def _built(value: Any) -> Any:
+    """A dumped config value with every ``{"class_path": ..., "init_args": ...}`` node inside it built
+    (e.g. a DataModule's ``noise_augment``), as jsonargparse builds them for a run."""
+    if isinstance(value, dict) and "class_path" in value:
+        return _class(value, None)(**_built(value.get("init_args") or {}))
+    if isinstance(value, dict):
+        return {k: _built(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_built(v) for v in value]
+    return value
+
+
 def _accepts(config: Any, cls: Any, key: str) -> bool:
     """Whether the dumped config ``config`` (of ``cls``) has a place for the dotted ``key``: each part on
     the way is there (not ``None``) and the last is a parameter of the class that holds it."""
@@ -359,7 +371,7 @@ class RecipeCLI(LightningCLI):
 
     def _build_data(self, config: dict[str, Any]) -> Any:
         cls = _class(config, self.datamodule_class)
-        return cls(**config.get("init_args", {})) if "class_path" in config else cls(**config)
+        return cls(**_built(config.get("init_args", {}) if "class_path" in config else config))
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
