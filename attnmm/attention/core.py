@@ -119,6 +119,11 @@ def attend(
         q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1, H, N, E)
     if mask is not None:
         mask.check(q.size(2), k.size(2), q.size(0))
+    as_packed = packed
+    if packed and mask is not None and bias is None and not return_weights:
+        padded = mask.as_padded()  # the same allowed set over one padded item, which more backends take
+        if padded is not None:
+            mask, as_packed = padded, False
     problem = Problem(
         q,
         k,
@@ -129,7 +134,7 @@ def attend(
         score=score,
         bias=None,
         return_weights=return_weights,
-        packed=packed,
+        packed=as_packed,
     )
     check_pairs(problem, with_bias=bias is not None)  # before anything enumerates the pairs
     if bias is not None:

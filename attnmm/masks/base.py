@@ -92,6 +92,13 @@ class Mask(ABC):
         """The batch size a batched mask was built for, else ``None``."""
         return None
 
+    def as_padded(self) -> Mask | None:
+        """This packed-layout mask as a padded-layout mask of one item (B = 1, L = S = N) with the same
+        allowed set, where it has one that backends exploit (the graphs of a
+        :class:`~attnmm.masks.SameGraph` are packed :class:`~attnmm.masks.Documents`); ``None``, the
+        default, where it has none. :func:`~attnmm.attend` computes a packed problem under it."""
+        return None
+
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         """Raise ``ValueError`` when the mask cannot describe an (L, S) attention of that batch."""
         if num_rows < 0 or num_cols < 0:

@@ -43,12 +43,24 @@ class SameGraph(Mask):
         counts = torch.bincount(batch, minlength=self.num_graphs)
         self._start = (counts.cumsum(0) - counts)[batch]  # first node of each node's graph (N,)
         self._end = self._start + counts[batch]
+        self._documents: Mask | None = None  # the padded form, built when asked
 
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         super().check(num_rows, num_cols, batch_size)
         n = self.batch.numel()
         if (num_rows, num_cols) != (n, n):
             raise ValueError(f"{self!r} describes {n} nodes, but the input has L={num_rows} and S={num_cols}")
+
+    def as_padded(self) -> Mask:
+        """The graphs as :class:`~attnmm.masks.Documents` of their sizes, packed one after another (the
+        nodes of a graph are contiguous): the same allowed set, which :func:`~attnmm.attend` computes
+        one graph at a time on fused SDPA (the ``segments`` backend) where that is estimated cheaper
+        than the pairs on the sparse kernel."""
+        if self._documents is None:
+            from attnmm.masks.documents import Documents
+
+            self._documents = Documents(torch.bincount(self.batch, minlength=self.num_graphs))
+        return self._documents
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         graph = self.batch.to(q_idx.device)
