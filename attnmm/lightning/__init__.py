@@ -1,6 +1,7 @@
 """The Lightning side of the recipes: task modules, callbacks, checkpointing, the recipe CLI and sampling
 (the heads are model parts, in :mod:`attnmm.nn`)."""
 
+from attnmm.lightning.averaging import AverageCheckpoints
 from attnmm.lightning.callbacks import AttentionMapLogger
 from attnmm.lightning.checkpoint import AtomicCheckpointIO, RandomState, find_last_checkpoint
 from attnmm.lightning.cli import RecipeCLI, write_metrics
@@ -12,6 +13,7 @@ from attnmm.lightning.task import ClassificationTask, EncoderTask
 __all__ = [
     "AtomicCheckpointIO",
     "AttentionMapLogger",
+    "AverageCheckpoints",
     "ClassificationTask",
     "EncoderTask",
     "RandomState",

@@ -67,6 +67,11 @@ class SequenceTask(EncoderTask):
         optimizer (str, optional): ``"adamw"`` or ``"adam"``. (default: :obj:`"adamw"`)
         target_key (str, optional): batch key of the targets. (default: :obj:`"targets"`)
         length_key (str, optional): batch key of the target lengths. (default: :obj:`"target_lengths"`)
+        init_from (str, optional): a checkpoint, backbone file or shipped backbone name whose adapter
+            and encoder weights ``fit`` starts from; the CTC head and the decoder stay new (see
+            :class:`~attnmm.lightning.EncoderTask`). (default: :obj:`None`)
+        freeze_encoder_epochs (int, optional): epochs during which the loaded adapter and encoder are
+            frozen, at the start of training. (default: :obj:`0`)
 
     Examples:
         >>> import torch
@@ -102,8 +107,10 @@ class SequenceTask(EncoderTask):
         optimizer: Literal["adamw", "adam"] = "adamw",
         target_key: str = "targets",
         length_key: str = "target_lengths",
+        init_from: str | None = None,
+        freeze_encoder_epochs: int = 0,
     ) -> None:
-        super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer)
+        super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer, init_from, freeze_encoder_epochs)
         self._save_config()
         self.adapter, self.encoder, self.ctc_head, self.decoder = adapter, encoder, ctc_head, decoder
         if not isinstance(ctc_head, CTCHead):

@@ -38,12 +38,24 @@ class EncoderTask(L.LightningModule):
     ``_shared_step``: :class:`ClassificationTask` (one label per item, token or node) and
     :class:`~attnmm.lightning.SequenceTask` (label sequences, CTC and attention decoding).
 
+    Starting from a trained model: with ``init_from``, ``fit`` begins by loading the adapter and encoder
+    weights of a compatible model (a checkpoint, a backbone file, or the name of a backbone shipped in
+    ``attnmm/pretrained/``; see :mod:`attnmm.lightning.pretrained`), before a resumed run restores its
+    own checkpoint over them; the head (or heads) keep their fresh initialisation, so the new task may
+    have other classes. A model built differently is refused with the mismatching entries named. With
+    ``freeze_encoder_epochs`` = N, the adapter and encoder are frozen (no gradient, no update, no weight
+    decay) for the first N epochs, so the new head learns on the loaded features before they change.
+
     Args:
         lr (float, optional): peak learning rate. (default: :obj:`1e-3`)
         weight_decay (float, optional): AdamW weight decay, or Adam's L2 penalty. (default: :obj:`0.01`)
         warmup_fraction (float, optional): share of the steps spent warming up. (default: :obj:`0.05`)
         min_lr_ratio (float, optional): final learning rate as a share of ``lr``. (default: :obj:`0.0`)
         optimizer (str, optional): ``"adamw"`` or ``"adam"``. (default: :obj:`"adamw"`)
+        init_from (str, optional): the checkpoint or backbone file (or shipped name) whose adapter and
+            encoder weights ``fit`` starts from. (default: :obj:`None`, a fresh initialisation)
+        freeze_encoder_epochs (int, optional): epochs at the start of training during which the adapter
+            and encoder are frozen; needs ``init_from``. (default: :obj:`0`)
     """
 
     adapter: Adapter
@@ -56,6 +68,8 @@ class EncoderTask(L.LightningModule):
         warmup_fraction: float = 0.05,
         min_lr_ratio: float = 0.0,
         optimizer: Literal["adamw", "adam"] = "adamw",
+        init_from: str | None = None,
+        freeze_encoder_epochs: int = 0,
     ) -> None:
         super().__init__()
         if not 0.0 <= warmup_fraction < 1.0:
@@ -65,6 +79,14 @@ class EncoderTask(L.LightningModule):
         if optimizer not in ("adamw", "adam"):
             raise ValueError(f"optimizer must be 'adamw' or 'adam', got {optimizer!r}")
         self.optimizer_name = optimizer
+        self.freeze_encoder_epochs = check_nonneg_int("freeze_encoder_epochs", freeze_encoder_epochs)
+        if self.freeze_encoder_epochs and init_from is None:
+            raise ValueError(
+                f"freeze_encoder_epochs={freeze_encoder_epochs} freezes loaded weights, but init_from is None: give "
+                "init_from (a checkpoint to start from), or set freeze_encoder_epochs=0"
+            )
+        self.init_from = None if init_from is None else str(init_from)
+        self._backbone_loaded = False
 
     def _save_config(self) -> None:
         """Save the constructor arguments as hyperparameters, keeping only configs, never modules.
@@ -132,6 +154,25 @@ class EncoderTask(L.LightningModule):
         # the run's length is set in on_train_start, after a resumed run has restored its checkpoint
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(self.warmup_fraction, self.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.init_from is not None and not self._backbone_loaded:
+            self.load_backbone(self.init_from)
+
+    def load_backbone(self, source: str) -> list[str]:
+        """Load the adapter and encoder weights of ``source`` (see :func:`~attnmm.lightning.pretrained.load_backbone`),
+        as ``fit`` does with ``init_from``; returns the names loaded."""
+        from attnmm.lightning.pretrained import load_backbone
+
+        names = load_backbone(self, source)
+        self._backbone_loaded = True
+        return names
+
+    def on_train_epoch_start(self) -> None:
+        if self.freeze_encoder_epochs:
+            frozen = self.current_epoch < self.freeze_encoder_epochs
+            for part in (self.adapter, self.encoder):
+                part.requires_grad_(not frozen)
 
     def on_train_start(self) -> None:
         # Counting the steps sets up the training data; done here (not in configure_optimizers, which runs
@@ -210,6 +251,11 @@ class ClassificationTask(EncoderTask):
         task (str, optional): ``"multiclass"`` (one class of ``num_classes`` per item, cross-entropy)
             or ``"multilabel"`` (``num_classes`` binary labels per item, binary cross-entropy; no
             ``label_smoothing`` or ``ensemble``). (default: :obj:`"multiclass"`)
+        init_from (str, optional): a checkpoint, backbone file or shipped backbone name whose adapter
+            and encoder weights ``fit`` starts from, with this task's own (new) head, e.g. a model of
+            other classes (see :class:`EncoderTask`). (default: :obj:`None`)
+        freeze_encoder_epochs (int, optional): epochs during which the loaded adapter and encoder are
+            frozen, at the start of training. (default: :obj:`0`)
 
     Examples:
         >>> import torch
@@ -250,8 +296,10 @@ class ClassificationTask(EncoderTask):
         aux_heads: nn.ModuleDict | dict[str, nn.Module] | None = None,
         aux_weight: float = 0.5,
         task: Task = "multiclass",
+        init_from: str | None = None,
+        freeze_encoder_epochs: int = 0,
     ) -> None:
-        super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer)
+        super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer, init_from, freeze_encoder_epochs)
         self._save_config()
         self.adapter = adapter
         self.encoder = encoder
@@ -275,6 +323,11 @@ class ClassificationTask(EncoderTask):
                 f"binary cross-entropy without it: set label_smoothing=0.0, got {label_smoothing}"
             )
         self.task = task
+        if ensemble is not None and init_from is not None:
+            raise ValueError(
+                "init_from loads one backbone, but an Ensemble's members are independently initialised copies: "
+                "train one model from the checkpoint (ensemble=None), or an ensemble without init_from"
+            )
         self.ensemble = ensemble
         if ensemble is not None:  # the other members: fresh copies of these parts
             parts: dict[str, nn.Module | None] = {"adapter": adapter, "encoder": encoder, "head": head}
