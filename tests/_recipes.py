@@ -78,6 +78,36 @@ def write_fsdd(root: Path, speakers: tuple[str, ...] = ("ann", "bob", "theo"), t
                 soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip, 8000, subtype="PCM_16")
 
 
+#: The words of the Speech Commands folders written by :func:`write_speech_commands`: the ten commands and,
+#: in ``_unknown_``, the 25 other words of the v0.02 test companion set (the pretraining config names them all)
+SPEECH_COMMANDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+OTHER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "backward", "bed",
+               "bird", "cat", "dog", "follow", "forward", "happy", "house", "learn", "marvin", "sheila", "tree",
+               "visual", "wow")
+
+
+def write_speech_commands(root: Path, speakers: int = 10, silence: int = 10) -> None:
+    """``speech_commands_test_v0.02/``, the 12 class folders: every speaker says every word once (0.25 s of
+    16 kHz noise; speaker ids ``s00000``...), the other words in ``_unknown_``, and ``silence`` noise clips."""
+    import soundfile
+
+    folder = root / "speech_commands_test_v0.02"
+    g = np.random.default_rng(0)
+
+    def clip() -> np.ndarray:
+        return (0.1 * g.standard_normal(4000)).astype(np.float32)
+
+    for word in (*SPEECH_COMMANDS, "_unknown_", "_silence_"):
+        (folder / word).mkdir(parents=True)
+    for s in range(speakers):
+        for word in SPEECH_COMMANDS:
+            soundfile.write(folder / word / f"s{s:05d}_nohash_0.wav", clip(), 16000, subtype="PCM_16")
+        for word in OTHER_WORDS:
+            soundfile.write(folder / "_unknown_" / f"{word}_s{s:05d}_nohash_0.wav", clip(), 16000, subtype="PCM_16")
+    for n in range(silence):
+        soundfile.write(folder / "_silence_" / f"{n}.wav", clip(), 16000, subtype="PCM_16")
+
+
 def write_idx(path: Path, values: np.ndarray) -> None:
     """A gzipped uint8 IDX file (MNIST's format: images (N, 28, 28) or labels (N,))."""
     magic = 2051 if values.ndim == 3 else 2049
@@ -157,7 +187,7 @@ def write_planetoid(root: Path, name: str = "Cora", features: int = 5, classes: 
 #: data folder -> the writer of its generated files
 WRITERS: dict[str, Callable[[Path], None]] = {
     "fsdd": write_fsdd, "MNIST": write_mnist, "tinyshakespeare": write_shakespeare,
-    "ud_english_ewt": write_ud, "planetoid": write_planetoid,
+    "ud_english_ewt": write_ud, "planetoid": write_planetoid, "speech_commands_test_v0.02": write_speech_commands,
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torchaudio
 
-from attnmm.data import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb
+from attnmm.data import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb, TimeShift
 
 
 def padded(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +43,9 @@ def test_speed_mixes_factors_per_item() -> None:
 
 def test_augmentations_are_identity_in_eval() -> None:
     wave, lengths = padded([500, 200])
-    for module in (SpeedPerturb([0.5]), AddNoise(p=1.0), ChainAugment([SpeedPerturb([2.0]), AddNoise(p=1.0)])):
+    chain = ChainAugment([SpeedPerturb([2.0]), AddNoise(p=1.0)])
+    modules = (SpeedPerturb([0.5]), AddNoise(p=1.0), TimeShift(0.5), chain)
+    for module in modules:
         out, new = module.eval()(wave, lengths)
         assert out is wave and new is lengths
 
@@ -177,3 +179,49 @@ def test_background_noise_probability_eval_and_errors() -> None:
     with pytest.raises(ValueError, match="probability"):
         BackgroundNoise(p=-0.1)
     assert repr(BackgroundNoise()) == "BackgroundNoise(snr_db=[5, 20], p=0.8, noise_clips=0)"
+
+
+def _shifted(clip: torch.Tensor, s: int) -> torch.Tensor:
+    """``clip`` moved by ``s`` samples within its own length (the oracle of TimeShift)."""
+    out = torch.zeros_like(clip)
+    n = clip.numel()
+    for t in range(n):
+        if 0 <= t - s < n:
+            out[t] = clip[t - s]
+    return out
+
+
+def test_time_shift_moves_each_item_within_its_length() -> None:
+    torch.manual_seed(0)
+    wave, lengths = padded([100, 40, 1, 0, 77])
+    wave += 10.0 * (wave != 0)  # no real sample is 0, so a shift can be read off
+    shift = TimeShift(max_shift=0.2)
+    seen: dict[int, set[int]] = {b: set() for b in range(5)}
+    for _ in range(60):
+        out, new = shift(wave, lengths)
+        assert new is lengths and out.shape == wave.shape
+        for b, n in enumerate(lengths.tolist()):
+            assert not out[b, n:].any()  # the padding stays zero
+            clip = wave[b, :n]
+            matches = [s for s in range(-n, n + 1) if torch.equal(out[b, :n], _shifted(clip, s))]
+            assert matches, f"item {b} is not a shift of itself"
+            s = min(matches, key=abs)
+            assert abs(s) <= int(0.2 * n)  # at most 20% of the item's own length
+            seen[b].add(s)
+    assert len(seen[0]) > 10 and min(seen[0]) < 0 < max(seen[0])  # both ways, many shifts
+    assert seen[2] == {0} and seen[3] == {0}  # 1 sample: floor(0.2) = 0, no shift
+
+
+def test_time_shift_probability_and_errors() -> None:
+    wave, lengths = padded([200] * 16)
+    out, _ = TimeShift(max_shift=0.5, p=0.0)(wave, lengths)
+    assert torch.equal(out, wave)
+    out, _ = TimeShift(max_shift=0.0)(wave, lengths)
+    assert out is wave
+    assert repr(TimeShift(0.1, p=0.5)) == "TimeShift(max_shift=0.1, p=0.5)"
+    with pytest.raises(ValueError, match=r"share of each item's length, in \[0, 1\)"):
+        TimeShift(max_shift=1.0)
+    with pytest.raises(ValueError, match="probability"):
+        TimeShift(p=-0.1)
+    with pytest.raises(ValueError, match=r"waveform \(B, T\) and lengths \(B,\)"):
+        TimeShift()(torch.zeros(2, 10), torch.tensor([10]))

@@ -545,3 +545,30 @@ def test_real_speech_commands_test_set() -> None:
     assert "(157 speakers)" in repr(dm) and "train: " in dm.summary()
     batch = next(iter(dm.val_dataloader()))
     assert batch["waveform"].shape[1] == 16000 and float(batch["waveform"].abs().max()) <= 1.0
+
+
+def test_sample_rate_resamples_clips_and_noise(classes: Path) -> None:
+    """sample_rate=8000 reads the 16 kHz files and resamples every clip (and the noise bank) to 8 kHz."""
+    import torchaudio
+
+    from attnmm.data import BackgroundNoise
+
+    with pytest.raises(ValueError, match="sample_rate is a rate in Hz"):
+        SpeechCommandsDataModule(root=classes, sample_rate=0)
+    native = SpeechCommandsDataModule(root=classes, seed=1)
+    noise = BackgroundNoise(p=1.0)
+    dm = SpeechCommandsDataModule(root=classes, seed=1, sample_rate=8000, noise_augment=noise)
+    native.setup()
+    dm.setup()
+    assert dm.sample_rate == 8000 and native.sample_rate == 16000
+    assert dm.split_speakers == native.split_speakers  # the same split
+    for i in (0, 7, len(dm.train_set) - 1):  # a word clip, another, a _silence_ clip
+        clip, label = dm.train_set[i]
+        original, same_label = native.train_set[i]
+        assert label == same_label
+        torch.testing.assert_close(clip, torchaudio.functional.resample(original, 16000, 8000))
+        assert clip.numel() == (original.numel() + 1) // 2
+    assert len(noise.noise) == len(native.train_noise())
+    assert all(a.numel() == (b.numel() + 1) // 2 for a, b in zip(noise.noise, native.train_noise()))
+    assert repr(dm.test_set).endswith("sample_rate=8000, file_rate=16000)")
+    assert "8000 Hz mono (resampled from 16000 Hz)" in dm.summary()

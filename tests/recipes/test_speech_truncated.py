@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from _recipes import RECIPES, data_root, recipe_main, run_recipe, write_fsdd
+from _recipes import RECIPES, data_root, recipe_main, run_recipe, write_fsdd, write_speech_commands
 
 ROOT = RECIPES.parent
 PAGE = ROOT / "docs" / "recipes" / "speech.md"
+CONFIGS = RECIPES / "configs"
 
 
 def documented_commands() -> list[list[str]]:
@@ -53,7 +54,7 @@ def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_page_documents_the_commands() -> None:
     commands = [" ".join(c) for c in documented_commands()]
-    assert "fit --data attnmm.data.SpeechCommandsDataModule --model.adapter.init_args.sample_rate=16000" in commands
+    assert "fit --data attnmm.data.SpeechCommandsDataModule" in commands
     assert "fit --config recipes/configs/speech_truncated_strings.yaml" in commands
     assert len(commands) >= 8
 
@@ -115,3 +116,70 @@ def test_short_fit_writes_loadable_checkpoint(tmp_path: Path) -> None:
     assert isinstance(task.adapter, SpeechAdapter) and isinstance(task.adapter.mask, Chunk)
     assert task.eval()(SpeechAdapter.example_batch(2)).shape == (2, 10)
     assert torch.isfinite(task(SpeechAdapter.example_batch(1))).all()
+
+
+# ------------------------------------------------------------------ many voices: keyword spotting, pretraining
+
+
+@pytest.fixture(scope="module")
+def commands_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Generated Speech Commands class folders (10 speakers, every word) and FSDD recordings."""
+    root = tmp_path_factory.mktemp("commands")
+    write_speech_commands(root)
+    write_fsdd(root)
+    return root
+
+
+def test_commands_config(commands_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keyword-spotting config: 12 classes at 16 kHz (the adapter's rate linked to the data's),
+    speakers disjoint, noise from the training silence clips, time shift and speed perturbation."""
+    from attnmm.data import ChainAugment, SpeechCommandsDataModule, SpeedPerturb, TimeShift
+
+    monkeypatch.chdir(tmp_path)
+    cli = recipe_main("speech_truncated")([
+        "fit", f"--config={CONFIGS / 'speech_truncated_commands.yaml'}", "--trainer.fast_dev_run=true",
+        f"--data.root={commands_root}",
+    ])
+    dm = cli.datamodule
+    assert isinstance(dm, SpeechCommandsDataModule) and dm.num_classes == 12 and dm.dataset_layout == "classes"
+    assert cli.model.adapter.sample_rate == dm.sample_rate == 16000 and cli.model.num_classes == 12
+    steps = cli.model.adapter.waveform_augment
+    assert isinstance(steps, ChainAugment) and [type(m) for m in steps.steps] == [TimeShift, SpeedPerturb]
+    assert dm.noise_augment is not None and len(dm.noise_augment.noise) == 8  # 8 of the 10 silence clips
+    speakers = dm.split_speakers
+    assert (len(speakers["train"]), len(speakers["val"]), len(speakers["test"])) == (8, 1, 1)
+    metrics = json.loads((tmp_path / "runs" / "speech_truncated_commands" / "metrics.json").read_text())
+    assert set(metrics) == {"test_acc", "test_loss"}
+
+
+def test_pretrain_then_fine_tune(commands_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two documented commands on generated data: pretrain on Speech Commands resampled to 8 kHz,
+    export the backbone, fine-tune the FSDD default from it (frozen for an epoch, a new 10-digit head);
+    a model of another width is refused with the mismatching parameters named."""
+    from attnmm.lightning.pretrained import backbone_state
+    from attnmm.lightning.pretrained import main as export
+
+    monkeypatch.chdir(tmp_path)
+    main = recipe_main("speech_truncated")
+    short = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
+             "--trainer.enable_progress_bar=false", f"--data.root={commands_root}"]
+    pre = main(["fit", f"--config={CONFIGS / 'speech_truncated_pretrain.yaml'}", "--trainer.max_epochs=1", *short])
+    assert pre.datamodule.sample_rate == pre.model.adapter.sample_rate == 8000
+    assert pre.model.num_classes == 36 and pre.datamodule.class_names[10:12] == ("zero", "one")
+    best = pre.trainer.checkpoint_callback.best_model_path
+    export([best, str(tmp_path / "backbone.pt")])
+    backbone = backbone_state(tmp_path / "backbone.pt")
+    assert backbone and not any(k.startswith("head.") for k in backbone)
+
+    fine = main(["fit", f"--model.init_from={tmp_path / 'backbone.pt'}", "--model.freeze_encoder_epochs=1",
+                 "--trainer.max_epochs=2", *short])
+    model = fine.model
+    assert model._backbone_loaded and model.num_classes == 10 and model.head.linear.out_features == 10
+    assert all(p.requires_grad for p in model.parameters())  # unfrozen after the first epoch
+    assert fine.model.hparams["init_from"] == str(tmp_path / "backbone.pt")
+    metrics = json.loads(next((tmp_path / "runs" / "speech_truncated").glob("version_*/metrics.json")).read_text())
+    assert set(metrics) == {"test_acc", "test_loss"}
+
+    with pytest.raises(ValueError, match=r"adapter\.proj\.weight \(96, 288\) vs \(64, 288\)"):
+        main(["fit", f"--model.init_from={best}", "--model.adapter.init_args.d_model=64", "--trainer.max_epochs=1",
+              *short])
