@@ -4,9 +4,11 @@ For each of FSDD's five speakers (fold ``i``: test speaker ``SPEAKERS[i]``), the
 trained on three speakers, its checkpoint chosen on the next speaker in the cyclic order
 (``--data.val_speakers``, never trained on) and tested on the held-out one
 (``--data.test_speakers``). Each candidate of :data:`CANDIDATES` (the adapter's options: SpecAugment
-alone, + per-utterance normalisation, + speed perturbation and noise) runs every fold, one ``fit`` at
-a time in a fresh process (one thread). The rule that picks a candidate reads validation numbers
-only: the highest mean validation score over the folds (``docs/results.md``, "Unseen speakers").
+alone, + per-utterance normalisation, + speed perturbation and noise; and the model's of
+:data:`MODEL_OPTIONS`: starting from the backbone pretrained on Speech Commands, frozen or not for the
+first epochs) runs every fold, one ``fit`` at a time in a fresh process (one thread). The rule that
+picks a candidate reads validation numbers only: the highest mean validation score over the folds
+(``docs/results.md``, "Unseen speakers").
 
 Results go to ``benchmarks/results/speakers_<name>.json`` after every run (a rerun skips the runs
 already stored with the same command), and a markdown table is printed::
@@ -43,12 +45,14 @@ TASKS: dict[str, dict[str, Any]] = {
     "digits": {
         "config": "recipes/configs/speech_truncated.yaml",
         "data": "--data",
+        "model": "--model",
         "adapter": "--model.adapter.init_args",
         "val": "val_acc", "test": "test_acc", "higher": True,
     },
     "strings": {
         "config": "recipes/configs/speech_truncated_strings.yaml",
         "data": "--data.init_args",
+        "model": "--model.init_args",
         "adapter": "--model.init_args.adapter.init_args",
         "val": "val_der", "test": "test_der", "higher": False,
     },
@@ -64,6 +68,16 @@ CANDIDATES: dict[str, list[str]] = {
     "specaugment": [],
     "norm": ["utterance_norm=true"],
     "norm_speed_noise": ["utterance_norm=true", f"waveform_augment={_SPEED_NOISE}"],
+    "transfer": [],
+    "transfer_freeze": [],
+}
+#: The backbone the transfer candidates start from: shipped in ``attnmm/pretrained/``, pretrained on Speech
+#: Commands at 8 kHz (``recipes/configs/speech_truncated_pretrain.yaml``, docs/recipes/speech.md)
+BACKBONE = "speech_commands_8k"
+#: Candidates' options of the task module (``name=value`` after the task's model prefix)
+MODEL_OPTIONS: dict[str, list[str]] = {
+    "transfer": [f"init_from={BACKBONE}"],
+    "transfer_freeze": [f"init_from={BACKBONE}", "freeze_encoder_epochs=5"],
 }
 
 
@@ -81,6 +95,7 @@ def command(task: str, candidate: str, fold: int, extra: list[str], val_speaker:
         "recipes/speech_truncated.py", "fit", f"--config={spec['config']}",
         f"{spec['data']}.test_speakers=[{test}]", *([f"{spec['data']}.val_speakers=[{val}]"] if val_speaker else []),
         *(f"{spec['adapter']}.{option}" for option in CANDIDATES[candidate]),
+        *(f"{spec['model']}.{option}" for option in MODEL_OPTIONS.get(candidate, [])),
         "--trainer.enable_progress_bar=false", *extra,
     ]
 

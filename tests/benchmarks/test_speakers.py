@@ -17,7 +17,15 @@ def test_command_names_the_split_and_the_candidate() -> None:
     assert "--model.adapter.init_args.utterance_norm=true" in cmd and cmd[-1] == "--trainer.max_epochs=1"
     strings = command("strings", "specaugment", 0, [])
     assert "--data.init_args.test_speakers=[george]" in strings and "--data.init_args.val_speakers=[jackson]" in strings
-    assert set(CANDIDATES) == {"specaugment", "norm", "norm_speed_noise"}
+    assert set(CANDIDATES) == {"specaugment", "norm", "norm_speed_noise", "transfer", "transfer_freeze"}
+    transfer = command("digits", "transfer_freeze", 0, [])
+    assert "--model.init_from=speech_commands_8k" in transfer and "--model.freeze_encoder_epochs=5" in transfer
+    assert "--model.init_args.init_from=speech_commands_8k" in command("strings", "transfer", 0, [])
+    # the commands of the earlier candidates are unchanged, so their stored runs are found again
+    assert command("digits", "specaugment", 1, []) == [
+        "recipes/speech_truncated.py", "fit", "--config=recipes/configs/speech_truncated.yaml",
+        "--data.test_speakers=[jackson]", "--data.val_speakers=[lucas]", "--trainer.enable_progress_bar=false",
+    ]
 
 
 def test_table_means_and_sample_std() -> None:
