@@ -126,6 +126,16 @@ def _mask_sweeps() -> Figure:
     return graph_mask_sweep.figure(graph_mask_sweep.load_stores())
 
 
+def _kws_confusion() -> Figure:
+    """Confusion matrices of the keyword-spotting model and its CNN peer on unseen speakers (docs/results.md),
+    from the evaluations ``python -m benchmarks.kws`` stored."""
+    if str(DOCS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
+    from benchmarks import kws
+
+    return kws.figure(kws.load_stores())
+
+
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the
 #: measurements of docs/rnn.md.
 FIGURES: dict[str, Callable[[], Figure]] = {
@@ -164,6 +174,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "rnn_longrange": _rnn_figure("rnn_longrange"),
     "rnn_streaming": _rnn_figure("rnn_streaming"),
     "speech_strings_cost": _speech_strings_cost,
+    "kws_confusion": _kws_confusion,
 }
 
 #: File stem -> name of the docs/trained_maps.py function drawing it, ``fn(steps, use_data) -> Figure``:
