@@ -23,10 +23,15 @@ from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "graph_graph.yaml"
 
-# the data's node features in, and its task (one class, or binary labels, per graph)
+# the data's node features in (embedded per column where they are categories, bonds too), and its task (one
+# class, or binary labels, per graph); the data computes the adapter's positional encoding once per graph
 DATA_LINKS = (
     Link("data.num_features", "model.adapter.init_args.in_channels", apply_on="instantiate"),
+    Link("data.feature_cardinalities", "model.adapter.init_args.cardinalities", apply_on="instantiate"),
+    Link("data.edge_feature_cardinalities", "model.adapter.init_args.edge_cardinalities", apply_on="instantiate"),
     Link("data.task", "model.task", apply_on="instantiate"),
+    Link("model.adapter.init_args.pe", "data.pe"),
+    Link("model.adapter.init_args.pe_dim", "data.pe_dim"),
 )
 
 

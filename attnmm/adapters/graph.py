@@ -13,6 +13,7 @@ from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.masks import SameGraph
 from attnmm.masks.graph_helpers import graph_mask
+from attnmm.nn.categorical import CategoricalEncoder
 
 PE = Literal["none", "laplacian", "random_walk"]
 
@@ -38,12 +39,22 @@ class GraphAdapter(Adapter):
         \mathbf{x}^{(0)}_i = \mathbf{W} \left[\mathbf{x}_i \,\|\, \mathbf{p}_i\right] + \mathbf{b},
         \qquad A(i) = \{j : (j \to i) \in \mathcal{E}\} \;(\cup \{i\})
 
-    where :math:`\mathbf{p}_i` is an optional positional encoding computed with PyG's transforms:
-    the ``pe_dim`` Laplacian eigenvectors of smallest non-trivial eigenvalue (``"laplacian"``,
-    ``AddLaplacianEigenvectorPE``; their signs are flipped at random in training, since an eigenvector's
-    sign is arbitrary) or the random-walk return probabilities of 1 to ``pe_dim`` steps
-    (``"random_walk"``, ``AddRandomWalkPE``). An encoding already stored on the batch under
-    :attr:`pe_attr` (e.g. by a dataset transform) is used as is; otherwise it is computed per graph.
+    where :math:`\mathbf{p}_i` is an optional positional encoding computed with PyG's transforms
+    (:func:`~attnmm.data.encodings.graph_encoding`): the ``pe_dim`` Laplacian eigenvectors of smallest
+    non-trivial eigenvalue (``"laplacian"``, ``AddLaplacianEigenvectorPE``; their signs are flipped at
+    random in training, since an eigenvector's sign is arbitrary) or the random-walk return
+    probabilities of 1 to ``pe_dim`` steps (``"random_walk"``, RWSE, ``AddRandomWalkPE``). An encoding
+    already stored on the batch under :attr:`pe_attr` (computed once per graph by the data, e.g.
+    :class:`~attnmm.data.GraphDataModule` with ``pe``) is used as is; otherwise it is computed per
+    graph of every batch.
+
+    Categorical node features (atoms of a molecule: atomic number, chirality, ...) are embedded instead,
+    one table per column, summed (:class:`~attnmm.nn.CategoricalEncoder`, OGB's atom encoder), and the
+    encoding projected and added,
+    :math:`\mathbf{x}^{(0)}_i = \sum_c \mathbf{E}_c[x_{ic}] + \mathbf{W}_p \mathbf{p}_i + \mathbf{b}`,
+    when ``cardinalities`` are given; ``edge_cardinalities`` embed categorical edge features (bonds) the
+    same way into :attr:`GraphTokens.edge_attr` (M, D), for local layers that read edge features (GINE).
+
     The mask (``scope``) is the batch's block-diagonal :class:`~attnmm.masks.Graph` of in-edges
     (``"edges"``, the attention of GNN layers), or every node of the same graph
     (``"graph"``, :class:`~attnmm.masks.SameGraph`: the global attention of graph transformers).
@@ -57,19 +68,38 @@ class GraphAdapter(Adapter):
         pe_dim (int, optional): width of the positional encoding. (default: :obj:`8`)
         self_loops (bool, optional): let every node attend itself too (``scope="edges"``; a node always
             attends itself under ``"graph"``). (default: :obj:`True`)
+        dropout (float, optional): dropout on the input features (on the embedded ones with
+            ``cardinalities``) in training. (default: :obj:`0.0`)
         scope (str, optional): the mask, ``"edges"`` or ``"graph"``. (default: :obj:`"edges"`)
-        dropout (float, optional): dropout on the input features in training. (default: :obj:`0.0`)
+        cardinalities (list[int], optional): the category count of each of the F node feature columns,
+            when ``x`` holds categories (long); ``None`` for float features. (default: :obj:`None`)
+        edge_cardinalities (list[int], optional): the category count of each ``edge_attr`` column, to
+            embed categorical edge features to width D; ``None`` passes ``edge_attr`` on as it is.
+            (default: :obj:`None`)
 
     Shapes:
-        - **input:** a PyG ``Data`` or ``Batch`` with N nodes (``x`` (N, F) optional, ``edge_index`` (2, M))
+        - **input:** a PyG ``Data`` or ``Batch`` with N nodes (``x`` (N, F) optional, ``edge_index`` (2, M),
+          ``edge_attr`` (M, F_e) optional)
         - **output:** :class:`GraphTokens` with x (N, D), a Graph mask over N nodes, ``batch`` (N,)
-          and the edges (the mask is a SameGraph under ``scope="graph"``)
+          and the edges, ``edge_attr`` (M, D) with ``edge_cardinalities`` (the mask is a SameGraph
+          under ``scope="graph"``)
 
     Examples:
         >>> adapter = GraphAdapter(in_channels=16, d_model=32, pe="random_walk", pe_dim=4)
         >>> tokens = adapter(GraphAdapter.example_batch(2))
         >>> tokens.x.shape[1], tokens.mask.num_dst == tokens.x.shape[0]
         (32, True)
+
+        Atoms and bonds as categories (a molecule of 3 atoms, 2 bonds both ways):
+
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> mol = Data(x=torch.tensor([[6, 0], [6, 0], [8, 1]]), edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
+        ...            edge_attr=torch.tensor([[0], [0], [1], [1]]))
+        >>> adapter = GraphAdapter(2, 32, cardinalities=[119, 2], edge_cardinalities=[4])
+        >>> tokens = adapter(mol)
+        >>> tokens.x.shape, tokens.edge_attr.shape
+        (torch.Size([3, 32]), torch.Size([4, 32]))
     """
 
     def __init__(
@@ -81,6 +111,8 @@ class GraphAdapter(Adapter):
         self_loops: bool = True,
         dropout: float = 0.0,
         scope: Literal["edges", "graph"] = "edges",
+        cardinalities: list[int] | None = None,
+        edge_cardinalities: list[int] | None = None,
     ) -> None:
         super().__init__()
         if scope not in ("edges", "graph"):
@@ -99,14 +131,33 @@ class GraphAdapter(Adapter):
         self.drop = nn.Dropout(dropout)
         width = self.in_channels + self.pe_dim
         self.proj: nn.Linear | None = None
-        if d_model is not None:
+        self.atoms: CategoricalEncoder | None = None
+        self.bonds: CategoricalEncoder | None = None
+        if (cardinalities is not None or edge_cardinalities is not None) and d_model is None:
+            raise ValueError("categorical features (cardinalities, edge_cardinalities) are embedded to width d_model: "
+                             "set d_model")
+        if cardinalities is not None:
+            if len(cardinalities) != self.in_channels:
+                raise ValueError(
+                    f"cardinalities gives {len(cardinalities)} columns but in_channels is {self.in_channels}: give "
+                    "one category count per node feature column"
+                )
+            assert d_model is not None
+            self.atoms = CategoricalEncoder(cardinalities, d_model)
+            if self.pe_dim:
+                self.proj = nn.Linear(self.pe_dim, d_model)  # the encoding, added to the embedded features
+        elif d_model is not None:
             self.proj = nn.Linear(width, check_nonneg_int("d_model", d_model, minimum=1))
+        if edge_cardinalities is not None:
+            assert d_model is not None
+            self.bonds = CategoricalEncoder(edge_cardinalities, d_model)
         self.out_dim = width if d_model is None else d_model
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.proj is not None:
-            self.proj.reset_parameters()
+        for part in (self.proj, self.atoms, self.bonds):
+            if part is not None:
+                part.reset_parameters()
 
     @property
     def pe_attr(self) -> str:
@@ -128,18 +179,17 @@ class GraphAdapter(Adapter):
         """The positional encoding (N, pe_dim) of ``batch``: stored, or computed per graph."""
         stored = getattr(batch, self.pe_attr, None)
         if stored is not None:
-            return stored
-        transform = self.transform()
+            if stored.dim() != 2 or stored.size(1) != self.pe_dim:
+                raise ValueError(
+                    f"the batch stores {self.pe_attr} of shape {tuple(stored.shape)} but the adapter's pe_dim is "
+                    f"{self.pe_dim}: compute the data's encodings with the adapter's width (GraphDataModule's "
+                    "pe_dim), or set pe_dim to theirs"
+                )
+            return stored.float()
+        from attnmm.data.encodings import graph_encoding
+
         graphs = batch.to_data_list() if hasattr(batch, "to_data_list") else [batch]
-        parts = []
-        for g in graphs:
-            g = g.clone()
-            n = int(g.num_nodes)
-            if self.pe == "laplacian" and n <= self.pe_dim:  # too small for pe_dim eigenvectors: pad with zeros
-                parts.append(torch.zeros(n, self.pe_dim, device=g.edge_index.device))
-                continue
-            parts.append(getattr(transform(g), self.pe_attr))
-        return torch.cat(parts).float()
+        return torch.cat([graph_encoding(g, self.pe, self.pe_dim) for g in graphs])
 
     def forward(self, batch: Any) -> GraphTokens:
         if getattr(batch, "edge_index", None) is None or getattr(batch, "num_nodes", None) is None:
@@ -157,26 +207,33 @@ class GraphAdapter(Adapter):
                 f"node features must be (N, in_channels) = ({N}, {self.in_channels}), got {tuple(x.shape)}; "
                 "set in_channels to the dataset's feature width"
             )
-        x = x.float()
+        pe = None
         if self.pe != "none":
-            pe = self.encoding(batch).to(x)
+            pe = self.encoding(batch).to(device=device, dtype=torch.float)
             if self.pe == "laplacian" and self.training:
                 pe = pe * (torch.randint(0, 2, (1, self.pe_dim), device=device) * 2 - 1)  # random signs
-            x = torch.cat([x, pe], dim=-1)
-        h = self.drop(x)
-        if self.proj is not None:
-            h = self.proj(h)  # (N, D)
+        if self.atoms is not None:  # categories: embedded, the encoding projected and added
+            h = self.drop(self.atoms(x))  # (N, D)
+            if pe is not None and self.proj is not None:
+                h = h + self.proj(pe)
+        else:
+            x = x.float()
+            h = self.drop(x if pe is None else torch.cat([x, pe], dim=-1))
+            if self.proj is not None:
+                h = self.proj(h)  # (N, D)
         graph = getattr(batch, "batch", None)
         if graph is None:
             graph = torch.zeros(N, dtype=torch.long, device=device)
         mask = SameGraph(graph) if self.scope == "graph" else graph_mask(batch, self_loops=self.self_loops)
-        return GraphTokens(
-            h,
-            mask,
-            batch=graph,
-            edge_index=batch.edge_index,
-            edge_attr=getattr(batch, "edge_attr", None),
-        )
+        edge_attr = getattr(batch, "edge_attr", None)
+        if self.bonds is not None:
+            if edge_attr is None:
+                raise ValueError(
+                    "edge_cardinalities embeds categorical edge features, but the batch has no edge_attr: give "
+                    "edge_cardinalities=None for graphs without edge features"
+                )
+            edge_attr = self.bonds(edge_attr.view(edge_attr.size(0), -1))  # (M, D)
+        return GraphTokens(h, mask, batch=graph, edge_index=batch.edge_index, edge_attr=edge_attr)
 
     @classmethod
     def example_batch(cls, batch_size: int = 2) -> Any:

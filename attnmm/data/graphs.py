@@ -13,6 +13,7 @@ from lightning.pytorch import LightningDataModule
 
 from attnmm._checks import check_nonneg_int
 from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data.encodings import Encoding, add_encodings
 
 __all__ = ["GraphDataModule", "MotifGraphsDataModule", "motif_graphs"]
 
@@ -102,6 +103,14 @@ class GraphDataModule(LightningDataModule):
       :attr:`edge_feature_cardinalities`. Built once from the SMILES with RDKit (``pip install
       attnmm[chem]``) and cached.
 
+    ``pe`` computes a positional or structural encoding of every graph once, in :meth:`setup`
+    (:func:`~attnmm.data.encodings.add_encodings`: random-walk return probabilities of 1 to ``pe_dim``
+    steps, RWSE, or ``pe_dim`` Laplacian eigenvectors, by PyG's transforms), stored on each graph as
+    ``random_walk_pe`` or ``laplacian_pe``, so batches carry them and a
+    :class:`~attnmm.adapters.GraphAdapter` with the same ``pe`` reads them instead of computing them
+    per batch; the encodings of a TU set or Peptides-func are cached (keyed by the graphs' structure).
+    ``graph_graph.py`` links the adapter's ``pe`` and ``pe_dim`` here, so a config names them once.
+
     Options of another kind of data must keep their defaults (an error names any that do not).
     The model's sizes come from the data: :attr:`num_features`, :attr:`num_edge_features`,
     :attr:`num_classes`, :attr:`task` and the cardinalities, read by the recipes' links before the
@@ -130,6 +139,9 @@ class GraphDataModule(LightningDataModule):
             (default: :obj:`64`)
         download (bool, optional): fetch missing files (TU: from the TU collection by PyG;
             peptides: LRGB's release). (default: :obj:`False`)
+        pe (str, optional): the encoding computed once per graph: ``"none"``, ``"random_walk"`` or
+            ``"laplacian"``. (default: :obj:`"none"`)
+        pe_dim (int, optional): its width: random-walk steps or eigenvectors. (default: :obj:`8`)
 
     Examples:
         >>> dm = GraphDataModule(num_graphs=20, batch_size=4)
@@ -159,6 +171,8 @@ class GraphDataModule(LightningDataModule):
         use_node_attr: bool = False,
         max_degree: int = 64,
         download: bool = False,
+        pe: Encoding = "none",
+        pe_dim: int = 8,
     ) -> None:
         super().__init__()
         if not isinstance(name, str) or not name:
@@ -185,6 +199,9 @@ class GraphDataModule(LightningDataModule):
             raise ValueError(f"fold must be 0 to num_folds - 1 = {num_folds - 1}, got {fold}")
         self.fold_seed, self.use_node_attr = fold_seed, use_node_attr
         self.max_degree = check_nonneg_int("max_degree", max_degree, minimum=1)
+        if pe not in ("none", "random_walk", "laplacian"):
+            raise ValueError(f"pe must be 'none', 'random_walk' or 'laplacian', got {pe!r}")
+        self.pe, self.pe_dim = pe, check_nonneg_int("pe_dim", pe_dim, minimum=1)
         self.splits: dict[str, list[Any]] = {}
         #: The indices (into the dataset's graphs) of each split, after :meth:`setup`.
         self.split_indices: dict[str, torch.Tensor] = {}
@@ -278,6 +295,7 @@ class GraphDataModule(LightningDataModule):
             graphs, index = peptides_func(self.root, self.download)
         else:
             graphs, index = self._tu()
+        add_encodings(graphs, self.pe, self.pe_dim, cache=self.kind != "motifs", progress=self.kind == "peptides")
         self.split_indices = {stage: index[stage] for stage in _STAGES}
         self.splits = {stage: [graphs[i] for i in index[stage].tolist()] for stage in ("test", "val", "train")}
 
@@ -320,6 +338,8 @@ class GraphDataModule(LightningDataModule):
         parts = [f"name={self.name!r}"]
         if self.kind == "tu":
             parts.append(f"fold={self.fold}/{self.num_folds}, fold_seed={self.fold_seed}")
+        if self.pe != "none":
+            parts.append(f"pe={self.pe!r}, pe_dim={self.pe_dim}")
         if self.splits:
             parts.append(", ".join(f"{stage}={len(self.splits[stage])}" for stage in _STAGES))
         else:

@@ -6,11 +6,13 @@
   score bias.
 - Sequences: the recurrent baseline of the attention encoders (:class:`RecurrentEncoder`).
 - Image patch grids: self-attention that computes a convolution, and the CNN baseline (:mod:`attnmm.nn.cnn`).
+- Categorical features (atoms, bonds) as summed embeddings per column (:class:`CategoricalEncoder`).
 - Heads after the encoder: pooled and per-token classifiers, per-segment pooling of a multimodal
   sequence, the CTC head and the attention decoder of sequence recognition; and deep ensembles
   (:class:`Ensemble`) of whole models.
 """
 
+from attnmm.nn.categorical import CategoricalEncoder
 from attnmm.nn.cnn import ConvAsAttention, ConvEncoder
 from attnmm.nn.ctc import CTCHead
 from attnmm.nn.ensemble import Ensemble
@@ -33,6 +35,7 @@ from attnmm.nn.transformer_conv import AttentionConv
 __all__ = [
     "AttentionConv",
     "AttentionDecoder",
+    "CategoricalEncoder",
     "CTCHead",
     "Ensemble",
     "ConvAsAttention",

@@ -3,6 +3,7 @@ r"""A GPS graph transformer layer: local message passing plus global masked atte
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, Literal
 
 import torch
@@ -41,6 +42,9 @@ class GPSLayer(nn.Module):
     :math:`A(i)` is every node of i's graph (:class:`~attnmm.masks.SameGraph`, built from
     ``batch``), and any packed mask can replace it (e.g. the graph's edges united with random expander
     edges, Exphormer-style). Nothing is padded to a dense batch, so the cost follows the mask's pairs.
+    With ``attention=False`` the global branch is left out,
+    :math:`\mathbf{X}' = \mathrm{Norm}(\mathbf{X}_L + \mathrm{MLP}(\mathbf{X}_L))`: the layer of a
+    message-passing network alone, the baseline that shows what attention adds.
 
     Args:
         channels (int): node width D.
@@ -51,6 +55,8 @@ class GPSLayer(nn.Module):
         dropout (float, optional): dropout on the branch outputs and in the MLP. (default: :obj:`0.0`)
         attn_dropout (float, optional): dropout on the attention weights. (default: :obj:`0.0`)
         norm (str, optional): ``"batch"``, ``"layer"`` or ``"none"``. (default: :obj:`"batch"`)
+        attention (bool, optional): keep the global attention branch; ``False`` needs a ``conv``.
+            (default: :obj:`True`)
 
     Shapes:
         - **input:** x (N, D), edge_index (2, M), batch (N,) optional, mask over N nodes optional,
@@ -75,13 +81,16 @@ class GPSLayer(nn.Module):
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         norm: Norm = "batch",
+        attention: bool = True,
     ) -> None:
         super().__init__()
         self.channels = check_nonneg_int("channels", channels, minimum=1)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if conv is None and not attention:
+            raise ValueError("a GPSLayer needs a local conv, global attention or both: give a conv or attention=True")
         self.conv = conv
-        self.attn = MultiHeadAttention(channels, heads, dropout=attn_dropout)
+        self.attn = MultiHeadAttention(channels, heads, dropout=attn_dropout) if attention else None
         self.mlp = nn.Sequential(
             nn.Linear(channels, 2 * channels),
             nn.ReLU(),
@@ -107,17 +116,22 @@ class GPSLayer(nn.Module):
         bias: Tensor | None = None,
         edge_attr: Tensor | None = None,
     ) -> Tensor:
-        if mask is None:  # every node attends the nodes of its graph (all nodes without a batch vector)
-            mask = SameGraph(batch if batch is not None else x.new_zeros(x.size(0), dtype=torch.long))
-        h_attn = self.attn(x, mask=mask, bias=bias)  # (N, D)
-        out = self.norm_attn(x + self.drop(h_attn))
+        out: Tensor | None = None
+        if self.attn is not None:
+            if mask is None:  # every node attends the nodes of its graph (all nodes without a batch vector)
+                mask = SameGraph(batch if batch is not None else x.new_zeros(x.size(0), dtype=torch.long))
+            h_attn = self.attn(x, mask=mask, bias=bias)  # (N, D)
+            out = self.norm_attn(x + self.drop(h_attn))
         if self.conv is not None:
             h = self.conv(x, edge_index) if edge_attr is None else self.conv(x, edge_index, edge_attr)
-            out = out + self.norm_local(x + self.drop(h))  # (N, D)
+            local = self.norm_local(x + self.drop(h))  # (N, D)
+            out = local if out is None else out + local
+        assert out is not None
         return self.norm_out(out + self.mlp(out))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.channels}, conv={self.conv}, heads={self.attn.num_heads})"
+        heads = "off" if self.attn is None else self.attn.num_heads
+        return f"{type(self).__name__}({self.channels}, conv={self.conv}, heads={heads})"
 
 
 class GPSEncoder(nn.Module):
@@ -127,9 +141,11 @@ class GPSEncoder(nn.Module):
     Called as every encoder is, ``encoder(x, mask, tokens=tokens)``: the global attention runs under
     the adapter's ``mask`` (e.g. every node of its graph with ``GraphAdapter(scope="graph")``, or the
     graph's edges united with expander edges) and the local layers pass messages along the edges of
-    :class:`~attnmm.adapters.GraphTokens`. Without a mask every node attends the nodes of its graph;
-    without tokens, ``mask`` must be a :class:`~attnmm.masks.Graph`, whose edges are then used and
-    whose nodes form one graph.
+    :class:`~attnmm.adapters.GraphTokens`, with the tokens' edge features (``edge_attr``) for a local
+    layer that reads them (one whose ``forward`` takes ``edge_attr`` after ``edge_index``, e.g. GINE).
+    Without a mask every node attends the nodes of its graph; without tokens, ``mask`` must be a
+    :class:`~attnmm.masks.Graph`, whose edges are then used and whose nodes form one graph.
+    ``attention=False`` leaves out the global attention: a message-passing network of the same layers.
 
     Args:
         d_model (int): node width D.
@@ -137,14 +153,18 @@ class GPSEncoder(nn.Module):
         heads (int, optional): attention heads. (default: :obj:`4`)
         local (nn.Module or str, optional): the local layer: any PyG convolution called as
             ``conv(x, edge_index)`` that keeps width D (each layer gets a freshly initialised copy;
-            in YAML by ``class_path``), ``"gin"`` (GINConv with a 2-layer MLP), ``"attention"``
-            (:class:`AttentionConv`), or ``None``/``"none"`` for global attention only.
+            in YAML by ``class_path``), ``"gin"`` (GINConv with a 2-layer MLP), ``"gine"`` (GINEConv
+            with a 2-layer MLP, Hu et al., 2020: messages :math:`\mathrm{ReLU}(\mathbf{x}_j + \mathbf{e}_{ji})`
+            with edge features of width D, e.g. embedded by ``GraphAdapter(edge_cardinalities=...)``),
+            ``"attention"`` (:class:`AttentionConv`), or ``None``/``"none"`` for global attention only.
             (default: :obj:`"gin"`)
         dropout (float, optional): dropout in the layers. (default: :obj:`0.0`)
         attn_dropout (float, optional): dropout on the attention weights. (default: :obj:`0.0`)
         max_distance (int, optional): use a shortest-path bias up to this distance; ``None`` for none.
             (default: :obj:`None`)
         norm (str, optional): ``"batch"``, ``"layer"`` or ``"none"``. (default: :obj:`"batch"`)
+        attention (bool, optional): the global attention in every layer; ``False`` for message passing
+            alone (needs a ``local`` layer). (default: :obj:`True`)
 
     Shapes:
         - **input:** x (N, D), a packed mask over N nodes, optionally the adapter's tokens
@@ -165,20 +185,30 @@ class GPSEncoder(nn.Module):
         d_model: int,
         num_layers: int = 2,
         heads: int = 4,
-        local: nn.Module | Literal["gin", "attention", "none"] | None = "gin",
+        local: nn.Module | Literal["gin", "gine", "attention", "none"] | None = "gin",
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         max_distance: int | None = None,
         norm: Norm = "batch",
+        attention: bool = True,
     ) -> None:
         super().__init__()
-        if not (local is None or isinstance(local, nn.Module) or local in ("gin", "attention", "none")):
-            raise ValueError(f"local must be a module, 'gin', 'attention', 'none' or None, got {local!r}")
+        if not (local is None or isinstance(local, nn.Module) or local in ("gin", "gine", "attention", "none")):
+            raise ValueError(f"local must be a module, 'gin', 'gine', 'attention', 'none' or None, got {local!r}")
+        if not attention and (local is None or local == "none"):
+            raise ValueError("attention=False leaves message passing alone: give a local layer (e.g. local='gine')")
+        if not attention and max_distance is not None:
+            raise ValueError(
+                "max_distance biases the global attention, which attention=False leaves out: set it to None"
+            )
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
         self.layers = nn.ModuleList(
-            GPSLayer(d_model, _local(local, d_model, heads), heads, dropout, attn_dropout, norm)
+            GPSLayer(d_model, _local(local, d_model, heads), heads, dropout, attn_dropout, norm, attention)
             for _ in range(check_nonneg_int("num_layers", num_layers, minimum=1))
         )
+        # which local layers read edge features (a forward taking edge_attr third, as GINEConv's)
+        self._reads_edges = [_reads_edges(layer.conv) for layer in self.layers]
+        self._edges_of_width_d = local == "gine"  # the built GINE layers add edge features of width D
         self.spd = None if max_distance is None else ShortestPathBias(heads, max_distance)
         self.reset_parameters()
 
@@ -206,9 +236,30 @@ class GPSEncoder(nn.Module):
             batch = getattr(tokens, "batch", None)
             mask = SameGraph(batch if batch is not None else x.new_zeros(N, dtype=torch.long))
         bias = None if self.spd is None else self.spd(mask, edge_index, N)  # (P, H)
-        for layer in self.layers:
-            x = layer(x, edge_index, mask=mask, bias=bias)
+        edge_attr = getattr(tokens, "edge_attr", None)
+        if self._edges_of_width_d:
+            _check_edge_width(edge_attr, self.d_model)
+        for layer, reads_edges in zip(self.layers, self._reads_edges):
+            x = layer(x, edge_index, mask=mask, bias=bias, edge_attr=edge_attr if reads_edges else None)
         return x
+
+
+def _reads_edges(conv: nn.Module | None) -> bool:
+    """Whether ``conv(x, edge_index, edge_attr)`` hands it edge features (its third argument is ``edge_attr``)."""
+    if conv is None:
+        return False
+    names = list(inspect.signature(conv.forward).parameters)
+    return len(names) > 2 and names[2] == "edge_attr"
+
+
+def _check_edge_width(edge_attr: Tensor | None, width: int) -> None:
+    if edge_attr is None or edge_attr.dim() != 2 or edge_attr.size(1) != width:
+        got = None if edge_attr is None else tuple(edge_attr.shape)
+        raise ValueError(
+            f"local='gine' adds edge features of the model's width D = {width} to the messages, got edge_attr {got}: "
+            "embed categorical edge features with GraphAdapter(edge_cardinalities=...), or inject "
+            "GINEConv(..., edge_dim=F_e) as local for float ones"
+        )
 
 
 def _local(kind: nn.Module | str | None, channels: int, heads: int) -> nn.Module | None:
@@ -219,11 +270,11 @@ def _local(kind: nn.Module | str | None, channels: int, heads: int) -> nn.Module
             if callable(reset):
                 reset()
         return conv
-    if kind == "gin":
-        from torch_geometric.nn import GINConv
+    if kind in ("gin", "gine"):
+        from torch_geometric.nn import GINConv, GINEConv
 
         mlp = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, channels))
-        return GINConv(mlp)
+        return GINConv(mlp) if kind == "gin" else GINEConv(mlp)
     if kind == "attention":
         if channels % heads:
             raise ValueError(f"local='attention' needs heads to divide d_model, got {heads} and {channels}")

@@ -27,7 +27,10 @@ def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:
 
 class PoolingClassifier(nn.Module):
     r"""Pools the encoder's tokens over each item and classifies,
-    :math:`\mathbf{y} = \mathbf{W} \,\mathrm{pool}_{i \le n_b} \mathbf{h}_i + \mathbf{b}`.
+    :math:`\mathbf{y} = \mathbf{W} \,\mathrm{pool}_{i \le n_b} \mathbf{h}_i + \mathbf{b}`,
+    optionally through ``hidden_layers`` hidden layers first (an MLP head,
+    :math:`\mathbf{z} \leftarrow \mathrm{ReLU}(\mathbf{W}_l \mathbf{z} + \mathbf{b}_l)` of width D each, as
+    the graph-level heads of GraphGPS and of the LRGB baselines).
 
     Mean pooling counts only real tokens (``Tokens.lengths``) in the padded layout and uses each
     graph's nodes (``Tokens.batch``) in the packed layout.
@@ -36,7 +39,9 @@ class PoolingClassifier(nn.Module):
         d_model (int): token width D.
         num_classes (int): number of classes C.
         pooling (str, optional): ``"mean"`` or ``"max"``. (default: :obj:`"mean"`)
-        dropout (float, optional): dropout before the linear layer. (default: :obj:`0.0`)
+        dropout (float, optional): dropout before each linear layer. (default: :obj:`0.0`)
+        hidden_layers (int, optional): hidden layers of width D before the output layer.
+            (default: :obj:`0`)
 
     Shapes:
         - **input:** h (B, L, D) or packed (N, D), and the adapter's :class:`Tokens`
@@ -52,20 +57,26 @@ class PoolingClassifier(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_classes: int, pooling: Literal["mean", "max"] = "mean", dropout: float = 0.0
+        self, d_model: int, num_classes: int, pooling: Literal["mean", "max"] = "mean", dropout: float = 0.0,
+        hidden_layers: int = 0,
     ) -> None:
         super().__init__()
         if pooling not in ("mean", "max"):
             raise ValueError(f"pooling must be 'mean' or 'max', got {pooling!r}")
         self.pooling = pooling
         self.drop = nn.Dropout(dropout)
-        self.linear = nn.Linear(
-            check_nonneg_int("d_model", d_model, minimum=1), check_nonneg_int("num_classes", num_classes, minimum=1)
-        )
+        width = check_nonneg_int("d_model", d_model, minimum=1)
+        hidden: list[nn.Module] = []
+        for _ in range(check_nonneg_int("hidden_layers", hidden_layers)):
+            hidden += [nn.Dropout(dropout), nn.Linear(width, width), nn.ReLU()]
+        self.hidden = nn.Sequential(*hidden) if hidden else None
+        self.linear = nn.Linear(width, check_nonneg_int("num_classes", num_classes, minimum=1))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.linear.reset_parameters()
+        for module in [*(self.hidden or []), self.linear]:
+            if isinstance(module, nn.Linear):
+                module.reset_parameters()
 
     def pool(self, h: Tensor, tokens: Tokens) -> Tensor:
         """Pooled features (B, D)."""
@@ -83,7 +94,10 @@ class PoolingClassifier(nn.Module):
         return torch.where(keep.any(1, keepdim=True), pooled, torch.zeros_like(pooled))
 
     def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
-        return self.linear(self.drop(self.pool(h, tokens)))
+        z = self.pool(h, tokens)  # (B, D)
+        if self.hidden is not None:
+            z = self.hidden(z)
+        return self.linear(self.drop(z))
 
 
 class TokenClassifier(nn.Module):
