@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _graph_data import write_peptides
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -32,6 +33,22 @@ SMOKE = {
     "text_pos": ("ud_english_ewt", []),
     "text_lm": ("tinyshakespeare", ["--data.block_size=64", "--data.eval_stride=64"]),
 }
+
+
+#: Overlays whose data is not their recipe's default -> (the folder of the generated files they read, the
+#: arguments that make their smoke run small); always generated: the real sets take minutes to build.
+CONFIG_SMOKE = {
+    "graph_graph_peptides": ("lrgb", ["--data.batch_size=4"]),
+    "graph_graph_peptides_mpnn": ("lrgb", ["--data.batch_size=4"]),
+}
+
+
+def config_smoke_args(recipe: str, config: str | None = None) -> list[str]:
+    """The small-run arguments of ``config`` (an overlay's name, or ``None`` for the recipe's default)."""
+    if config in CONFIG_SMOKE:
+        folder, extra = CONFIG_SMOKE[config]
+        return [f"--data.root={generated_root(folder)}", *extra]
+    return smoke_args(recipe)
 
 
 def smoke_params(exclude: tuple[str, ...] = ()) -> list[str]:
@@ -185,9 +202,10 @@ def write_planetoid(root: Path, name: str = "Cora", features: int = 5, classes: 
 
 
 #: data folder -> the writer of its generated files
-WRITERS: dict[str, Callable[[Path], None]] = {
+WRITERS: dict[str, Callable[[Path], object]] = {
     "fsdd": write_fsdd, "MNIST": write_mnist, "tinyshakespeare": write_shakespeare,
     "ud_english_ewt": write_ud, "planetoid": write_planetoid, "speech_commands_test_v0.02": write_speech_commands,
+    "lrgb": write_peptides,
 }
 
 

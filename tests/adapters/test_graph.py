@@ -69,3 +69,39 @@ def test_scope_graph_attends_every_node_of_the_graph() -> None:
 def test_a_batch_without_edges_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="GraphAdapter reads a PyG Data or Batch with edge_index"):
         GraphAdapter(in_channels=16)({"x": torch.randn(3, 16)})
+
+
+def _molecule() -> object:
+    from torch_geometric.data import Data
+
+    return Data(x=torch.tensor([[6, 0], [6, 1], [8, 0]]), edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
+                edge_attr=torch.tensor([[0, 1], [0, 1], [2, 0], [2, 0]]))
+
+
+def test_categorical_atoms_and_bonds_are_embedded() -> None:
+    """Atoms: the sum of one embedding per column, the encoding projected and added; bonds: embedded the
+    same way into tokens.edge_attr (M, D)."""
+    mol = _molecule()
+    adapter = GraphAdapter(2, 8, pe="random_walk", pe_dim=3, cardinalities=[10, 2], edge_cardinalities=[3, 2]).eval()
+    tokens = adapter(mol)
+    assert adapter.atoms is not None and adapter.bonds is not None and adapter.proj is not None
+    pe = adapter.encoding(mol)
+    torch.testing.assert_close(tokens.x, adapter.atoms(mol.x) + adapter.proj(pe))
+    torch.testing.assert_close(tokens.edge_attr, adapter.bonds(mol.edge_attr))
+    assert tokens.edge_attr.shape == (4, 8)
+    plain = GraphAdapter(2, 8, cardinalities=[10, 2])(mol)  # no encoding: the embeddings alone
+    assert plain.x.shape == (3, 8) and plain.edge_attr is mol.edge_attr  # bonds passed on as they are
+
+
+def test_categorical_errors() -> None:
+    from torch_geometric.data import Data
+
+    with pytest.raises(ValueError, match="cardinalities gives 3 columns but in_channels is 2"):
+        GraphAdapter(2, 8, cardinalities=[10, 2, 2])
+    with pytest.raises(ValueError, match="embedded to width d_model: set d_model"):
+        GraphAdapter(2, None, cardinalities=[10, 2])
+    mol = _molecule()
+    with pytest.raises(ValueError, match="the batch has no edge_attr"):
+        GraphAdapter(2, 8, cardinalities=[10, 2], edge_cardinalities=[3])(Data(x=mol.x, edge_index=mol.edge_index))
+    with pytest.raises(ValueError, match="column 0 holds categories 6 to 8, but its table has 5"):
+        GraphAdapter(2, 8, cardinalities=[5, 2])(mol)

@@ -87,3 +87,80 @@ def test_global_attention_runs_under_the_adapters_mask() -> None:
     assert not torch.allclose(encoder(edge_tokens.x, edge_tokens.mask, tokens=edge_tokens), expected)
     with pytest.raises(ValueError, match="GPSEncoder cannot read a sequence incrementally"):
         encoder(graph_tokens.x, graph_tokens.mask, tokens=graph_tokens, state=object())
+
+
+def _gine_reference(conv: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """GINE (Hu et al., 2020) by a loop over the edges: mlp((1 + eps) x_i + sum_{j -> i} relu(x_j + e_ji))."""
+    agg = torch.zeros_like(x)
+    for m, (j, i) in enumerate(edge_index.t().tolist()):
+        agg[i] += torch.relu(x[j] + e[m])
+    return conv.nn((1 + conv.eps) * x + agg)
+
+
+def test_gine_reads_the_tokens_bond_embeddings_and_equals_a_reference() -> None:
+    """local='gine': each layer's GINEConv gets the adapter's embedded edge features; with attention off
+    the layer is Norm(X_L + MLP(X_L)), X_L = Norm(X + GINE(X, E)), checked against a loop over the edges."""
+    from torch_geometric.data import Data
+
+    torch.manual_seed(0)
+    mol = Data(
+        x=torch.tensor([[6, 0], [6, 1], [8, 0], [7, 1]]),
+        edge_index=torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]]),
+        edge_attr=torch.tensor([[0], [0], [1], [1], [2], [2]]),
+    )
+    adapter = GraphAdapter(2, 8, cardinalities=[10, 2], edge_cardinalities=[3], scope="graph").eval()
+    tokens = adapter(mol)
+    assert tokens.edge_attr is not None and tokens.edge_attr.shape == (6, 8)
+    encoder = GPSEncoder(8, num_layers=2, heads=2, local="gine", attention=False, norm="layer").eval()
+    x = tokens.x
+    for layer in encoder.layers:
+        assert layer.attn is None
+        local = layer.norm_local(x + _gine_reference(layer.conv, x, mol.edge_index, tokens.edge_attr))
+        x = layer.norm_out(local + layer.mlp(local))
+    torch.testing.assert_close(encoder(tokens.x, tokens.mask, tokens=tokens), x)
+    # with attention: the same GINE branch, plus the global one
+    gps = GPSEncoder(8, num_layers=1, heads=2, local="gine", norm="layer").eval()
+    layer = gps.layers[0]
+    local = layer.norm_local(tokens.x + _gine_reference(layer.conv, tokens.x, mol.edge_index, tokens.edge_attr))
+    both = layer.norm_attn(tokens.x + layer.attn(tokens.x, mask=tokens.mask)) + local
+    torch.testing.assert_close(gps(tokens.x, tokens.mask, tokens=tokens), layer.norm_out(both + layer.mlp(both)))
+
+
+def test_message_passing_alone_and_its_errors() -> None:
+    adapter = GraphAdapter(in_channels=16, d_model=16, scope="graph")
+    tokens = adapter(GraphAdapter.example_batch(2))
+    mpnn = GPSEncoder(16, num_layers=2, local="gin", attention=False)
+    assert mpnn(tokens.x, tokens.mask, tokens=tokens).shape == tokens.x.shape
+    full = GPSEncoder(16, num_layers=2, local="gin")
+    assert sum(p.numel() for p in full.parameters()) > sum(p.numel() for p in mpnn.parameters())
+    assert "heads=off" in repr(mpnn.layers[0])
+    with pytest.raises(ValueError, match="give a local layer"):
+        GPSEncoder(16, local="none", attention=False)
+    with pytest.raises(ValueError, match="max_distance biases the global attention"):
+        GPSEncoder(16, attention=False, max_distance=3)
+    with pytest.raises(ValueError, match="needs a local conv, global attention or both"):
+        GPSLayer(16, conv=None, attention=False)
+    with pytest.raises(ValueError, match=r"local='gine' adds edge features of the model's width D = 16"):
+        GPSEncoder(16, local="gine")(tokens.x, tokens.mask, tokens=tokens)  # example graphs have no edge_attr
+
+
+def test_edge_features_reach_only_layers_that_read_them() -> None:
+    """A local layer whose forward takes ``edge_attr`` third gets the tokens' edge features; GIN (no
+    edge features) is called as before."""
+    from torch_geometric.data import Data
+    from torch_geometric.nn import GINEConv
+
+    calls = []
+
+    class Spy(GINEConv):
+        def forward(self, x, edge_index, edge_attr=None, size=None):  # type: ignore[no-untyped-def, override]
+            calls.append(edge_attr)
+            return super().forward(x, edge_index, edge_attr, size)
+
+    data = Data(x=torch.randn(3, 4), edge_index=torch.tensor([[0, 1], [1, 2]]), edge_attr=torch.randn(2, 5))
+    tokens = GraphAdapter(in_channels=4, d_model=8, scope="graph")(data)  # float edge features passed on
+    encoder = GPSEncoder(8, num_layers=2, heads=2, local=Spy(torch.nn.Linear(8, 8), edge_dim=5))
+    encoder(tokens.x, tokens.mask, tokens=tokens)
+    assert len(calls) == 2 and all(c is tokens.edge_attr for c in calls)
+    gin = GPSEncoder(8, num_layers=1, heads=2, local="gin")
+    assert gin(tokens.x, tokens.mask, tokens=tokens).shape == (3, 8)  # GINConv takes no edge_attr

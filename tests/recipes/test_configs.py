@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from _recipes import SMOKE, recipe_main, smoke_args
+from _recipes import CONFIG_SMOKE, SMOKE, config_smoke_args, recipe_main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "recipes" / "configs"
 RECIPES = sorted({p.stem for p in CONFIGS.parent.glob("*.py")})
@@ -40,9 +40,10 @@ def _leaves(node: Any, path: str = "") -> dict[str, Any]:
     return out
 
 
-def _data_args(recipe: str) -> list[str]:
-    """A recipe's data on any machine: the real data, else generated files (:data:`SMOKE`)."""
-    return smoke_args(recipe) if recipe in SMOKE else []
+def _data_args(recipe: str, config: str | None = None) -> list[str]:
+    """A recipe's (or an overlay's) data on any machine: the real data, else generated files (:data:`SMOKE`,
+    :data:`CONFIG_SMOKE`)."""
+    return config_smoke_args(recipe, config) if recipe in SMOKE or config in CONFIG_SMOKE else []
 
 
 def _at(config: dict[str, Any], path: str) -> Any:
@@ -57,7 +58,7 @@ def _at(config: dict[str, Any], path: str) -> Any:
 def _resolved(recipe: str, config: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """``--print_config`` of the recipe with ``config`` on top of its default."""
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
-    args = ["fit", *([f"--config={CONFIGS / f'{config}.yaml'}"] if config else []), *_data_args(recipe),
+    args = ["fit", *([f"--config={CONFIGS / f'{config}.yaml'}"] if config else []), *_data_args(recipe, config),
             "--print_config"]
     out = io.StringIO()
     with redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
@@ -114,7 +115,7 @@ def test_every_config_rebuilds_from_its_hyperparameters(
     recipe = _recipe(config)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
-    args = ([f"--config={CONFIGS / f'{config}.yaml'}"] if config != recipe else []) + _data_args(recipe)
+    args = ([f"--config={CONFIGS / f'{config}.yaml'}"] if config != recipe else []) + _data_args(recipe, config)
     cli: Any = recipe_main(recipe)(args, run=False)
     hparams = {k: v for k, v in cli.model.hparams.items() if k != "_instantiator"}
     rebuilt = instantiate_module(type(cli.model), hparams)

@@ -50,3 +50,32 @@ def test_peptides_make_the_task_multilabel(tmp_path: Path, monkeypatch: pytest.M
     run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
     metrics = json.loads((run / "runs" / "graph_graph" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_ap", "test_loss"}
+
+
+@pytest.mark.parametrize(
+    ("config", "attention"), [("graph_graph_peptides", True), ("graph_graph_peptides_mpnn", False)]
+)
+def test_the_peptides_configs(config: str, attention: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Peptides-func configs: categorical atoms and bonds embedded (cardinalities from the data), RWSE of
+    16 steps computed once by the data (the adapter's pe linked to it), GINE, within LRGB's 500k parameters;
+    a smoke run on generated peptides writes test_ap."""
+    pytest.importorskip("rdkit")
+    write_peptides(tmp_path / "data")
+    path = Path(__file__).resolve().parents[2] / "recipes" / "configs" / f"{config}.yaml"
+    args = [f"--config={path}", f"--data.root={tmp_path / 'data'}", "--data.batch_size=4"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    cli = recipe_main("graph_graph")(list(args), run=False)
+    model, data = cli.model, cli.datamodule
+    assert (data.pe, data.pe_dim) == ("random_walk", 16) == (model.adapter.pe, model.adapter.pe_dim)
+    assert model.adapter.atoms.cardinalities == data.feature_cardinalities
+    assert model.adapter.bonds.cardinalities == data.edge_feature_cardinalities
+    assert all(type(layer.conv).__name__ == "GINEConv" for layer in model.encoder.layers)
+    assert all((layer.attn is not None) == attention for layer in model.encoder.layers)
+    params = sum(p.numel() for p in model.parameters())
+    assert params == (415_498 if attention else 266_506) and params <= 500_000  # as results.md records
+    run = tmp_path / "run"
+    run.mkdir()
+    run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
+    metrics = json.loads((run / "runs" / config / "metrics.json").read_text())
+    assert set(metrics) == {"test_acc", "test_ap", "test_loss"} and 0.0 <= metrics["test_ap"] <= 1.0
