@@ -29,7 +29,7 @@ from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from attnmm.attention.weights import AttentionWeights
-from attnmm.masks import Grid, Mask
+from attnmm.masks import Mask
 
 #: Colours of :func:`plot_grid_neighbourhood`: outside A(i), allowed neighbour, the query patch.
 NEIGHBOURHOOD_COLOURS = ("#f2f2f2", "#4c72b0", "#dd8452")
@@ -130,7 +130,7 @@ def plot_masks(
 
 
 def plot_grid_neighbourhood(
-    mask: Grid,
+    mask: Mask,
     patch: int | tuple[int, int],
     *,
     ax: Axes | None = None,
@@ -140,10 +140,11 @@ def plot_grid_neighbourhood(
 
     Cells hold 0 (not in :math:`A(i)`), 1 (an allowed neighbour) or 2 (the query patch i itself,
     which a :class:`~attnmm.masks.Grid` mask always allows). Patches are numbered row-major,
-    :math:`i = r \cdot \mathrm{width} + c`.
+    :math:`i = r \cdot \mathrm{width} + c`. Any mask over a patch grid works (its
+    :attr:`~attnmm.masks.Mask.grid_size`: a ``Grid``, its compositions, a mask of one's own).
 
     Args:
-        mask (Grid): the 2-D neighbourhood mask.
+        mask (Mask): a mask over a patch grid (one item of a batched mask: the first).
         patch (int or (int, int)): the query patch, as a flat index i or as (row, column).
         ax (matplotlib.axes.Axes, optional): axes to draw into; a new figure when ``None``.
             (default: :obj:`None`)
@@ -159,18 +160,20 @@ def plot_grid_neighbourhood(
         >>> fig.axes[0].images[0].get_array().tolist()
         [[1, 2, 1, 0], [1, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     """
-    if not isinstance(mask, Grid):
+    grid = mask.grid_size if isinstance(mask, Mask) else None
+    if grid is None:
         raise TypeError(
-            f"plot_grid_neighbourhood needs an attnmm.masks.Grid mask, got {type(mask).__name__} "
-            f"{mask!r:.80}; use plot_mask for other masks"
+            f"plot_grid_neighbourhood needs a mask over a patch grid (e.g. attnmm.masks.Grid), got "
+            f"{type(mask).__name__} {mask!r:.80}; use plot_mask for other masks"
         )
-    index = _patch_index(mask, patch)
+    height, width = grid
+    index = _patch_index(mask, grid, patch)
     zero = torch.zeros((), dtype=torch.long)
-    keys = torch.arange(mask.num_patches)
+    keys = torch.arange(height * width)
     allowed = mask.mask_mod(zero, zero, torch.tensor(index), keys)  # row i of the mask, O(P)
-    allowed = allowed.view(mask.height, mask.width)  # (height, width)
+    allowed = allowed.expand(height * width).reshape(height, width)  # (height, width)
     cells = allowed.to(torch.uint8).numpy().copy()
-    cells[index // mask.width, index % mask.width] = 2
+    cells[index // width, index % width] = 2
     fig, ax = _figure_and_axes(ax, cells.shape)
     ax.imshow(
         cells,
@@ -184,7 +187,7 @@ def plot_grid_neighbourhood(
     ax.set_xlabel("patch column")
     ax.set_ylabel("patch row")
     if title is None:
-        row, col = divmod(index, mask.width)
+        row, col = divmod(index, width)
         title = f"{_wrap(repr(mask))}\npatch {index} = ({row}, {col}), |A(i)| = {int(allowed.sum())}"
     ax.set_title(title, fontsize="medium")
     return fig
@@ -283,15 +286,16 @@ def _select_item(mask: Mask, allowed: Tensor, b: int) -> Tensor:
     return allowed
 
 
-def _patch_index(mask: Grid, patch: object) -> int:
-    """Flat row-major index of ``patch`` (an int or a (row, column) pair), range-checked."""
+def _patch_index(mask: Mask, grid: tuple[int, int], patch: object) -> int:
+    """Flat row-major index of ``patch`` (an int or a (row, column) pair) on the ``grid``, range-checked."""
+    height, width = grid
     if isinstance(patch, tuple):
         if len(patch) != 2:
             raise ValueError(f"patch must be an int or a (row, column) pair, got {patch!r}")
-        row = _check_index("patch row", patch[0], mask.height, f"rows in {mask!r}")
-        col = _check_index("patch column", patch[1], mask.width, f"columns in {mask!r}")
-        return row * mask.width + col
-    return _check_index("patch", patch, mask.num_patches, f"patches in {mask!r}")
+        row = _check_index("patch row", patch[0], height, f"rows in {mask!r}")
+        col = _check_index("patch column", patch[1], width, f"columns in {mask!r}")
+        return row * width + col
+    return _check_index("patch", patch, height * width, f"patches in {mask!r}")
 
 
 def _weights_matrix(

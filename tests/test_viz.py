@@ -123,9 +123,16 @@ def test_grid_neighbourhood_dilation_and_row_col_patch() -> None:
     assert (cells > 0).sum() == 9 and cells[2, 2] == 2 and cells[0, 0] == 1 and cells[1, 1] == 0
 
 
+def test_grid_neighbourhood_of_a_composed_mask() -> None:
+    """Any mask over a patch grid draws: the plot asks the mask for its grid, not for its class."""
+    mask = Grid(4, 4, kernel=3) & Window(5, 0)  # a 3 x 3 neighbourhood, and no later patch
+    cells = _image(plot_grid_neighbourhood(mask, 5))
+    np.testing.assert_array_equal(cells > 0, mask.dense(16)[5].view(4, 4).numpy())
+
+
 def test_grid_neighbourhood_errors() -> None:
-    with pytest.raises(TypeError, match=r"needs an attnmm\.masks\.Grid mask, got Window"):
-        plot_grid_neighbourhood(Window(1, 1), 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"needs a mask over a patch grid.*got Window"):
+        plot_grid_neighbourhood(Window(1, 1), 0)
     grid = Grid(3, 4, kernel=3)
     with pytest.raises(ValueError, match=r"patch must be in \[0, 12\).*got 12"):
         plot_grid_neighbourhood(grid, 12)

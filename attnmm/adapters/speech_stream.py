@@ -4,11 +4,9 @@ recogniser on top of it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import reduce
 from itertools import combinations
-from operator import and_
 from typing import Any, NamedTuple
 
 import torch
@@ -16,8 +14,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.speech import SpeechAdapter
-from attnmm.masks import And, Chunk, Full, Grid, Intersection, IntervalMask, Mask, Not, Or, Padding
-from attnmm.masks._pairs import Pairs
+from attnmm.masks import Mask
 
 #: Mel frames between tokens: the two stride-2 convolutions of the adapter.
 _SUBSAMPLING = 4
@@ -48,8 +45,12 @@ class SpeechStream:
       the chunk; ``Chunk(4, 1) & Window(2, 0)``: causal, ``step = 1``), and a union ``|`` when
       every part is (``Chunk(4, 1) | Causal()``: ``step = 4``; chunks of sizes 4 and 6 together:
       ``step = 12``);
-    - the batch's :class:`~attnmm.masks.Padding` in an intersection (as the adapter adds it) is
-      dropped: every streamed frame is real.
+    - the batch's key padding (:class:`~attnmm.masks.Padding`, as the adapter adds it) is dropped:
+      every streamed frame is real.
+
+    The stream asks the mask everything it needs (its look-ahead, the first key a later frame may
+    attend, its part between a step's frames and the cache), so a new mask streams once it answers
+    these (:class:`~attnmm.masks.Mask`).
 
     Anything else is refused with the part at fault: ``Window(left, right)`` with ``right > 0``
     outside an intersection with a chunk (each layer looks ``right`` frames past its input, so the
@@ -196,7 +197,7 @@ class SpeechStream:
         """Run the frames x (B, n, D) at positions [position, position + n) through every layer,
         attending to each layer's cache and to themselves under the mask."""
         start, end = self._position, self._position + x.size(1)
-        first = _first_key(self.mask, end)  # no later query attends a key before it
+        first = self.mask.first_key(end)  # no later query attends a key before it
         keep_from = self._cache_start if first is None else min(max(self._cache_start, first), end)
         if self.max_cache is not None and end - keep_from > self.max_cache:
             raise ValueError(
@@ -204,7 +205,7 @@ class SpeechStream:
                 f"still attend {end - keep_from} earlier frames, more than the cache may hold; raise "
                 "max_cache, or train with a mask of bounded history (e.g. Chunk(size, left_chunks))"
             )
-        mask = _Offset(self.mask, start, self._cache_start)
+        mask = self.mask.shifted(start, self._cache_start)  # the step's queries and the cached keys
         h = x
         for i, layer in enumerate(self._layers):
             normed = layer.norm1(h)  # (B, n, D)
@@ -219,59 +220,13 @@ class SpeechStream:
 # ---------------------------------------------------------------------- what a mask lets a stream do
 
 
-def _parts(mask: Mask) -> Iterator[Mask]:
-    """``mask`` and every operand of its compositions, depth first."""
-    yield mask
-    if isinstance(mask, (And, Or, Not, Intersection)):
-        for part in mask.parts:
-            yield from _parts(part)
-
-
-def _without_padding(mask: Mask | None) -> Mask | None:
-    """``mask`` less the Padding parts of a top-level intersection (every streamed frame is real)."""
-    if isinstance(mask, Padding):
-        return None
-    if isinstance(mask, (And, Intersection)):
-        kept = [p for p in mask.parts if not isinstance(p, Padding)]
-        return reduce(and_, kept) if kept else None
-    return mask
-
-
-def _look_ahead_error(mask: Mask, step: int) -> str | None:
-    """``None`` when no query of ``mask`` attends a key at or past the end of its block of ``step``
-    frames (blocks start at multiples of ``step``); else why not, naming the part at fault."""
-    if isinstance(mask, Chunk):
-        if step % mask.size == 0:
-            return None
-        return f"{mask!r} ends its chunks at multiples of {mask.size}, not of {step}"
-    if isinstance(mask, (And, Intersection)):
-        reasons = [_look_ahead_error(p, step) for p in mask.parts]
-        if any(r is None for r in reasons):
-            return None  # one bounded part bounds the intersection
-        return "; ".join(r for r in reasons if r is not None)
-    if isinstance(mask, Or):  # a union is bounded only if every part is
-        return next((r for p in mask.parts if (r := _look_ahead_error(p, step)) is not None), None)
-    if isinstance(mask, Not):
-        return f"{mask!r} is a complement, which may allow any later frame"
-    if isinstance(mask, Full):
-        return "Full() lets every frame attend the whole utterance"
-    if isinstance(mask, IntervalMask):
-        right = mask.band[1]
-        if right == 0:
-            return None
-        if right is None:
-            return f"{mask!r} has no bound on how far ahead a frame may look"
-        return (
-            f"{mask!r} lets frame i attend frame i + {right}, across chunk boundaries, and each layer adds "
-            f"that look-ahead again (num_layers x {right} frames), so it grows with depth"
-        )
-    return f"{mask!r} states no bound on how far ahead a frame may look"
-
-
 def _stream_plan(mask: Mask | None) -> tuple[Mask, int]:
-    """The mask a :class:`SpeechStream` evaluates (``mask`` less the batch's Padding) and its
-    ``step``: the smallest block length such that no frame attends past the end of its block.
-    Raise, naming the mask and the part at fault, when the look-ahead is not bounded so.
+    """The mask a :class:`SpeechStream` evaluates (``mask`` on real frames only: its key padding
+    dropped) and its ``step``: the smallest block length such that no frame attends past the end of
+    its block. Raise, naming the mask and the part at fault, when the look-ahead is not bounded so.
+    Everything is asked of the mask (:meth:`~attnmm.masks.Mask.without_padding`,
+    :attr:`~attnmm.masks.Mask.block_sizes`, :meth:`~attnmm.masks.Mask.lookahead_error`), which answers
+    from its parts.
 
     Examples:
         >>> from attnmm.masks import Causal, Chunk, Padding, Window
@@ -285,71 +240,31 @@ def _stream_plan(mask: Mask | None) -> tuple[Mask, int]:
         "alone, intersected (&) with Window(left, right), Causal() or Padding, or united (|) with Causal(), "
         "or a causal mask such as Window(left, 0)"
     )
-    stripped = _without_padding(mask)
-    if stripped is None:
-        raise ValueError(f"SpeechStream cannot stream under {mask!r}: full attention sees the whole utterance{how}")
-    for part in _parts(stripped):
-        if part.layout == "packed" or isinstance(part, Grid):
-            raise ValueError(
-                f"SpeechStream cannot stream under {mask!r}: {part!r} is not a mask over time frames "
-                f"(a {'graph' if part.layout == 'packed' else '2-D patch grid'} mask){how}"
-            )
+    stripped = None if mask is None else mask.without_padding()
+    if stripped is None or stripped.structure.kind == "full":
+        what = "no mask" if stripped is None else repr(stripped)
+        raise ValueError(
+            f"SpeechStream cannot stream under {mask!r}: {what} is full attention, which sees the whole utterance{how}"
+        )
+    if stripped.layout == "packed" or stripped.grid_size is not None:
+        kind = "graph" if stripped.layout == "packed" else "2-D patch grid"
+        raise ValueError(
+            f"SpeechStream cannot stream under {mask!r}: {stripped!r} is not a mask over time frames (a {kind} "
+            f"mask){how}"
+        )
     if stripped.batched:
         raise ValueError(
             f"SpeechStream cannot stream under {mask!r}: it depends on the batch item, but a batch of streams "
-            "shares one mask (Padding is supported only intersected, as the adapter adds it)"
+            "shares one mask (only key padding is dropped: every streamed frame is real)"
         )
-    sizes = sorted({p.size for p in _parts(stripped) if isinstance(p, Chunk)})
-    reason = _look_ahead_error(stripped, math.lcm(*sizes) if sizes else 1)
+    sizes = sorted(stripped.block_sizes)
+    reason = stripped.lookahead_error(math.lcm(*sizes) if sizes else 1)
     if reason is not None:
         raise ValueError(f"SpeechStream cannot stream under {mask!r}: {reason}{how}")
-    # the steps that work are the multiples of the lcm of some of the chunk sizes: try the smallest first
+    # the steps that work are the multiples of the lcm of some of the block sizes: try the smallest first
     steps = sorted({math.lcm(*c) if c else 1 for k in range(len(sizes) + 1) for c in combinations(sizes, k)})
-    step = next(s for s in steps if _look_ahead_error(stripped, s) is None)
+    step = next(s for s in steps if stripped.lookahead_error(s) is None)
     return stripped, step
-
-
-def _first_key(mask: Mask, end: int) -> int | None:
-    """The first key that a query at position ``end`` or later may attend under ``mask`` (a lower
-    bound), or ``None`` when such a query may attend any earlier key (e.g. under ``Causal()``).
-
-    Examples:
-        >>> from attnmm.masks import Causal, Chunk, Window
-        >>> _first_key(Chunk(4, 1), 12), _first_key(Chunk(4, 1) & Window(2, 0), 12)
-        (8, 10)
-        >>> _first_key(Chunk(4, 1) | Causal(), 12) is None
-        True
-    """
-    if isinstance(mask, Chunk):
-        return max(0, (end // mask.size - mask.left_chunks) * mask.size)
-    if isinstance(mask, (And, Intersection)):  # a key must be allowed by every part
-        known = [b for p in mask.parts if (b := _first_key(p, end)) is not None]
-        return max(known) if known else None
-    if isinstance(mask, Or):  # by any part
-        bounds = [_first_key(p, end) for p in mask.parts]
-        return None if None in bounds else min(b for b in bounds if b is not None)
-    if isinstance(mask, IntervalMask) and mask.band[0] is not None:
-        return max(0, end - mask.band[0])
-    return None
-
-
-class _Offset(Mask):
-    """``inner`` between the queries at positions ``q_offset + i`` and the keys at ``kv_offset + j``:
-    the mask of one streaming step, with the stream's absolute frame positions."""
-
-    def __init__(self, inner: Mask, q_offset: int, kv_offset: int) -> None:
-        self.inner, self.q_offset, self.kv_offset = inner, q_offset, kv_offset
-
-    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return self.inner.mask_mod(b, h, q_idx + self.q_offset, kv_idx + self.kv_offset)
-
-    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
-        # a step's queries and cached keys span a few chunks, so filtering the L x S pairs is cheap
-        row, col = self.dense(num_rows, num_cols, device=device).nonzero(as_tuple=True)
-        return Pairs(row, col, None, num_rows, num_cols, None)
-
-    def __repr__(self) -> str:
-        return f"{self.inner!r} at queries {self.q_offset}.., keys {self.kv_offset}.."
 
 
 # ---------------------------------------------------------------------- a streaming CTC recogniser

@@ -4,12 +4,14 @@ from attnmm.attention._memory import AttentionMemoryError
 from attnmm.attention.core import attend
 from attnmm.attention.encoder import Encoder, EncoderLayer
 from attnmm.attention.multihead import MultiHeadAttention
+from attnmm.attention.plan import AttentionPlan
 from attnmm.attention.positional import LearnedPE, RotaryPE, Sinusoidal2DPE, SinusoidalPE, sinusoid
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.state import IncrementalState
 from attnmm.attention.weights import AttentionWeights
 
 __all__ = [
+    "AttentionPlan",
     "AttentionMemoryError",
     "AttentionWeights",
     "Encoder",

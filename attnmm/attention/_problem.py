@@ -9,7 +9,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnmm.masks import Full, Mask, Pairs
+from attnmm.masks import Full, Mask, Pairs, Segments
 from attnmm.masks.base import IntervalMask, Structure
 
 
@@ -63,6 +63,14 @@ class Problem:
     def effective_mask(self) -> Mask:
         """The mask, with ``None`` read as :class:`~attnmm.masks.Full`."""
         return self.mask if self.mask is not None else Full()
+
+    @cached_property
+    def blocks(self) -> Segments | None:
+        """The mask as blocks computed one by one (:meth:`~attnmm.masks.Mask.as_blocks`: a ``Segments``
+        mask, packed documents), worked out once per call; ``None`` for one block or the packed layout."""
+        if self.packed or self.effective_mask.layout == "packed":
+            return None
+        return self.effective_mask.as_blocks(self.L, self.S)
 
     @cached_property
     def structure(self) -> Structure:

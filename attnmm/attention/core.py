@@ -12,6 +12,7 @@ from torch import Tensor
 from attnmm.attention._dispatch import choose_backend
 from attnmm.attention._memory import check_backend, check_pairs
 from attnmm.attention._problem import Problem
+from attnmm.attention.plan import AttentionPlan
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
 
@@ -20,7 +21,7 @@ from attnmm.masks import Mask
 def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Mask | None = ..., *, scale: float | None = ...,
     dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
-    return_weights: Literal[False] = ..., backend: str = ...,
+    return_weights: Literal[False] = ..., backend: str = ..., plan: AttentionPlan | None = ...,
 ) -> Tensor: ...
 
 
@@ -28,7 +29,7 @@ def attend(
 def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Mask | None = ..., *, scale: float | None = ...,
     dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
-    return_weights: Literal[True], backend: str = ...,
+    return_weights: Literal[True], backend: str = ..., plan: AttentionPlan | None = ...,
 ) -> tuple[Tensor, AttentionWeights]: ...
 
 
@@ -44,6 +45,7 @@ def attend(
     bias: Tensor | None = None,
     return_weights: bool = False,
     backend: str = "auto",
+    plan: AttentionPlan | None = None,
 ) -> Tensor | tuple[Tensor, AttentionWeights]:
     r"""Masked attention, softmax over the allowed set :math:`A(i)` of a :class:`~attnmm.masks.Mask`.
 
@@ -74,6 +76,10 @@ def attend(
             (default: :obj:`False`)
         backend (str, optional): ``"auto"`` or a registered backend name, for tests and
             benchmarks. (default: :obj:`"auto"`)
+        plan (AttentionPlan, optional): the plan of the forward this call is part of: a call equal to
+            an earlier one of the plan (same mask, sizes, dtype, ...) takes its backend and the mask's
+            derived forms instead of dispatching again (:class:`~attnmm.attention.AttentionPlan`).
+            (default: :obj:`None`, dispatch here)
 
     Raises:
         AttentionMemoryError: the mask's sparse form or the chosen backend's working memory would
@@ -141,8 +147,12 @@ def attend(
         problem.bias = _check_bias(bias, problem)
     if problem.B == 0 or problem.H == 0:
         backend = "reference"  # an empty batch: nothing to compute, whichever backend was named
-    chosen = choose_backend(problem, backend)
-    check_backend(problem, chosen)
+    chosen = plan.take(problem) if plan is not None and backend == "auto" else None
+    if chosen is None:
+        chosen = choose_backend(problem, backend)
+        check_backend(problem, chosen)
+        if plan is not None and backend == "auto":
+            plan.keep(problem, chosen)
     with torch.autocast(q.device.type, enabled=False) if autocast else contextlib.nullcontext():
         out, values = chosen.forward(problem)
     if packed:

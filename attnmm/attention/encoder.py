@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.attention.multihead import MultiHeadAttention
+from attnmm.attention.plan import AttentionPlan
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.state import IncrementalState
@@ -111,21 +112,21 @@ class EncoderLayer(nn.Module):
     @overload
     def forward(
         self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ...,
-        return_weights: Literal[False] = ..., state: IncrementalState | None = ...,
+        return_weights: Literal[False] = ..., state: IncrementalState | None = ..., plan: AttentionPlan | None = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
         self, x: Tensor, mask: Mask | None = ..., *, bias: Tensor | None = ..., return_weights: Literal[True],
-        state: IncrementalState | None = ...,
+        state: IncrementalState | None = ..., plan: AttentionPlan | None = ...,
     ) -> tuple[Tensor, AttentionWeights]: ...
 
     def forward(
         self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False,
-        state: IncrementalState | None = None,
+        state: IncrementalState | None = None, plan: AttentionPlan | None = None,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         h = self.norm1(x)  # (B, L, D)
-        result = self.attn(h, mask=mask, bias=bias, return_weights=return_weights, state=state)
+        result = self.attn(h, mask=mask, bias=bias, return_weights=return_weights, state=state, plan=plan)
         h, weights = result if isinstance(result, tuple) else (result, None)
         x = x + self.drop(h)
         x = x + self.drop(self.ffn(self.norm2(x)))  # (B, L, D)
@@ -141,7 +142,8 @@ class Encoder(nn.Module):
         \mathrm{Encoder}(\mathbf{X}) = \mathrm{LN}(\mathbf{X}^{(\mathrm{num\_layers})})
 
     A ``position_bias`` is shared by all layers (as in T5) and computed once per forward; a
-    ``rotary`` embedding is applied in every layer. With ``state`` (an
+    ``rotary`` embedding is applied in every layer. Dispatch too is made once per forward: the layers
+    share an :class:`~attnmm.attention.AttentionPlan` (the backend and the mask's sparse form). With ``state`` (an
     :class:`~attnmm.attention.IncrementalState`), a causal encoder reads its input a few tokens at a
     time from key/value caches, as :class:`~attnmm.attention.MultiHeadAttention` describes (not with
     a ``position_bias``).
@@ -244,12 +246,13 @@ class Encoder(nn.Module):
             rel = self.position_bias(mask, L, L, None if x.dim() == 2 else x.size(0))  # (P, H)
             bias = rel if bias is None else rel + (bias.unsqueeze(-1) if bias.dim() == 1 else bias)
         all_weights: list[AttentionWeights] = []
+        plan = AttentionPlan()  # one dispatch for every layer: same mask, same sizes
         for layer in self.layers:
             if return_weights:
-                x, weights = layer(x, mask, bias=bias, return_weights=True, state=state)
+                x, weights = layer(x, mask, bias=bias, return_weights=True, state=state, plan=plan)
                 all_weights.append(weights)
             else:
-                x = layer(x, mask, bias=bias, state=state)  # (B, L, D)
+                x = layer(x, mask, bias=bias, state=state, plan=plan)  # (B, L, D)
         x = self.norm(x)
         return (x, all_weights) if return_weights else x
 

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
+from attnmm.attention.plan import AttentionPlan
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.state import IncrementalState, causal_reach
@@ -58,7 +59,8 @@ class MultiHeadAttention(nn.Module):
     (``Causal()`` or ``Window(left, 0)``), each later call's single token attends the cached keys and
     values, and the cache keeps the keys the next token may attend (all of them under ``Causal()``,
     the last ``left`` under ``Window(left, 0)``). The outputs equal those of one call on the whole
-    sequence.
+    sequence. ``plan`` (an :class:`~attnmm.attention.AttentionPlan`) shares one dispatch among the
+    layers of a forward (an :class:`~attnmm.attention.Encoder` passes its own).
 
     Examples:
         >>> import torch
@@ -131,12 +133,14 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., mask: Mask | None = ...,
         *, bias: Tensor | None = ..., return_weights: Literal[False] = ..., state: IncrementalState | None = ...,
+        plan: AttentionPlan | None = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., mask: Mask | None = ...,
         *, bias: Tensor | None = ..., return_weights: Literal[True], state: IncrementalState | None = ...,
+        plan: AttentionPlan | None = ...,
     ) -> tuple[Tensor, AttentionWeights]: ...
 
     def forward(
@@ -149,6 +153,7 @@ class MultiHeadAttention(nn.Module):
         bias: Tensor | None = None,
         return_weights: bool = False,
         state: IncrementalState | None = None,
+        plan: AttentionPlan | None = None,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         if state is not None and (key is not None or value is not None or query.dim() != 3):
             raise ValueError(
@@ -181,10 +186,10 @@ class MultiHeadAttention(nn.Module):
         weights: AttentionWeights | None = None
         if return_weights:
             out, weights = attend(
-                q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, return_weights=True
+                q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, return_weights=True, plan=plan
             )
         else:
-            out = attend(q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias)
+            out = attend(q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, plan=plan)
         if packed:
             out = out.flatten(-2)  # (N, D)
         else:

@@ -9,8 +9,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.attention._memory import PAIR_BYTES, check_mask_pairs
-from attnmm.masks import Full, Grid, Mask
-from attnmm.masks.compose import find_part
+from attnmm.masks import Full, Mask
 
 
 def _offset_range(name: str, low: int, high: int, dilation: int) -> tuple[int, int, int]:
@@ -179,8 +178,7 @@ class RelativePositionBias(nn.Module):
         return index
 
     def _width(self, mask: Mask, num_rows: int, num_cols: int) -> int:
-        grid = find_part(mask, Grid)
-        size = (grid.height, grid.width) if grid is not None else self.grid_size
+        size = mask.grid_size if mask.grid_size is not None else self.grid_size
         if size is None:
             raise ValueError(
                 f"a 2-D relative bias needs the patch grid's width to turn indices into (row, col), "

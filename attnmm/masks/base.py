@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
 from attnmm.masks._pairs import Pairs, pairs_from_ranges
+
+if TYPE_CHECKING:
+    from attnmm.masks.segments import Segments
 
 #: What a dispatcher may exploit: ``full`` (every key), ``causal`` (j <= i), ``band`` (an interval
 #: of bounded width around the diagonal), ``interval`` (one contiguous key range per query, unbounded
@@ -61,6 +64,14 @@ class Mask(ABC):
     composition operators ``&`` (:math:`A \cap A'`), ``|`` (:math:`A \cup A'`) and ``~``
     (complement). :attr:`structure` tells the dispatcher what it may exploit.
 
+    A mask also answers what its consumers need to know, so none of them tests for a mask class:
+    :meth:`shifted` (the block of a longer sequence, in its own coordinates), :meth:`as_blocks` (its
+    segments, computed block by block), :meth:`first_key`, :attr:`block_sizes` and
+    :meth:`lookahead_error` (what a stream may drop and when it may emit), :attr:`padding_lengths` and
+    :meth:`without_padding` (the batch's real lengths), :attr:`grid_size` and :attr:`grid_window` (the
+    patch grid), :attr:`segmentation` (the segments a head pools). Each has a default that claims
+    nothing; a mask overrides what it knows, and a composition answers from its parts.
+
     Attributes:
         layout (str, optional): ``"padded"`` for masks of (B, H, L, E) batches, ``"packed"`` for
             masks of PyG's packed node layout (N, H, E), ``None`` when the mask works for both.
@@ -109,6 +120,72 @@ class Mask(ABC):
                 f"{self!r} was built for a batch of {own} items but the input has batch size "
                 f"{batch_size}; build the mask from this batch's lengths"
             )
+
+    # ---------------------------------------------------------------- what consumers ask
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        r"""The mask between the queries at positions ``q_offset + i`` and the keys at
+        ``kv_offset + j``: :math:`A'_b(i) = \{j : \mathrm{kv\_offset} + j \in
+        A_b(\mathrm{q\_offset} + i)\}`, the block of a longer sequence in its own coordinates.
+
+        The default is a :class:`~attnmm.masks.shifted.Shifted` view of this mask; a mask whose
+        allowed set depends on :math:`i - j` only returns itself for equal offsets, and an interval
+        mask stays an interval mask (so a block of a band stays a band).
+        """
+        from attnmm.masks.shifted import Shifted
+
+        return Shifted(self, q_offset, kv_offset)
+
+    def as_blocks(self, num_rows: int, num_cols: int) -> Segments | None:
+        """The mask as a :class:`~attnmm.masks.Segments` mask over ``num_rows`` x ``num_cols`` positions
+        when it is made of blocks that can be computed one by one (a ``Segments`` mask, packed
+        ``Documents`` and their intersections), else ``None`` (the default)."""
+        return None
+
+    def first_key(self, end: int) -> int | None:
+        """A lower bound on the keys that any query at position ``end`` or later may attend (keys before
+        it can be forgotten by a stream), or ``None`` when such a query may attend any earlier key."""
+        return None
+
+    @property
+    def block_sizes(self) -> frozenset[int]:
+        """Lengths of the blocks whose ends bound the look-ahead (a ``Chunk``'s size); a stream steps by
+        a multiple of them."""
+        return frozenset()
+
+    def lookahead_error(self, step: int) -> str | None:
+        """``None`` when no query attends a key at or past the end of its block of ``step`` positions
+        (blocks start at multiples of ``step``), so a stream may emit a block once it has arrived;
+        else why not, naming the mask at fault."""
+        return f"{self!r} states no bound on how far ahead a query may look"
+
+    @property
+    def padding_lengths(self) -> Tensor | None:
+        """The real length of every batch item (B,) when the mask allows no key at or past it (a
+        ``Padding``'s lengths), else ``None``."""
+        return None
+
+    def without_padding(self) -> Mask:
+        """The mask on a batch whose every token is real: key padding dropped (``Padding`` becomes
+        ``Full()``)."""
+        return self
+
+    @property
+    def grid_size(self) -> tuple[int, int] | None:
+        """``(height, width)`` of the patch grid the mask is over (patches row-major), or ``None``."""
+        return None
+
+    @property
+    def grid_window(self) -> tuple[int, int] | None:
+        """``(kernel, dilation)`` when the mask is exactly a zero-padded convolution's receptive field on
+        its grid (a ``Grid`` with truncated borders, maybe intersected with full masks), else ``None``."""
+        return None
+
+    @property
+    def segmentation(self) -> tuple[tuple[int, ...], Tensor | None] | None:
+        """``(sizes, lengths)`` of the segments the mask lays out (``lengths`` (B, K) or ``None`` when
+        every segment is whole), or ``None`` for a mask of one sequence."""
+        return None
 
     # ---------------------------------------------------------------- derived representations
 
@@ -244,6 +321,28 @@ class IntervalMask(Mask):
         if left is not None and right is not None:
             return Structure("band", left, right, self.batched)
         return Structure("interval", left, right, self.batched)
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        from attnmm.masks.shifted import ShiftedInterval
+
+        return ShiftedInterval(self, q_offset, kv_offset)
+
+    def first_key(self, end: int) -> int | None:
+        """``end - left`` from the band (``None`` without a left bound)."""
+        left = self.band[0]
+        return None if left is None else max(0, end - left)
+
+    def lookahead_error(self, step: int) -> str | None:
+        """Bounded when the band's right side is 0 (no query looks ahead)."""
+        right = self.band[1]
+        if right == 0:
+            return None
+        if right is None:
+            return f"{self!r} has no bound on how far ahead a query may look"
+        return (
+            f"{self!r} lets query i attend key i + {right}, across block boundaries, and each layer adds "
+            f"that look-ahead again (num_layers x {right} positions), so it grows with depth"
+        )
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         start, end = self.interval(b, q_idx)

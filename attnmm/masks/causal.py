@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import IntervalMask, Structure
+from attnmm.masks.base import IntervalMask, Mask, Structure
 
 
 @register_mask
@@ -34,6 +34,9 @@ class Causal(IntervalMask):
     @property
     def structure(self) -> Structure:
         return Structure("causal", None, 0)
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return self if q_offset == kv_offset else super().shifted(q_offset, kv_offset)  # j <= i reads the same
 
     def __repr__(self) -> str:
         return "Causal()"

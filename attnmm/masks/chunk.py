@@ -6,7 +6,7 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import UNBOUNDED, IntervalMask
+from attnmm.masks.base import UNBOUNDED, IntervalMask, Mask
 
 
 @register_mask
@@ -52,6 +52,25 @@ class Chunk(IntervalMask):
     @property
     def band(self) -> tuple[int | None, int | None]:
         return (self.left_chunks + 1) * self.size - 1, self.size - 1
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        if q_offset == kv_offset and q_offset % self.size == 0:  # the chunks read the same from a chunk start
+            return self
+        return super().shifted(q_offset, kv_offset)
+
+    def first_key(self, end: int) -> int | None:
+        """The first position of the earliest chunk a query at ``end`` or later still sees."""
+        return max(0, (end // self.size - self.left_chunks) * self.size)
+
+    @property
+    def block_sizes(self) -> frozenset[int]:
+        return frozenset({self.size})
+
+    def lookahead_error(self, step: int) -> str | None:
+        """A chunk's look-ahead is the rest of the chunk: bounded by blocks of a multiple of ``size``."""
+        if step % self.size == 0:
+            return None
+        return f"{self!r} ends its chunks at multiples of {self.size}, not of {step}"
 
     def __repr__(self) -> str:
         return f"Chunk(size={self.size}, left_chunks={self.left_chunks})"

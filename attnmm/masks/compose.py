@@ -2,7 +2,9 @@ r"""Composition of masks: intersection ``&``, union ``|`` and complement ``~``."
 
 from __future__ import annotations
 
-from typing import TypeVar
+from functools import reduce
+from operator import and_
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import Tensor
@@ -11,6 +13,9 @@ from attnmm.masks._pairs import Pairs, pairs_from_keys
 from attnmm.masks.base import IntervalMask, Mask, Structure
 from attnmm.masks.causal import Causal
 from attnmm.masks.full import Full
+
+if TYPE_CHECKING:
+    from attnmm.masks.segments import Segments
 
 
 def _layout(parts: tuple[Mask, ...], op: str) -> str | None:
@@ -62,8 +67,68 @@ class _Composite(Mask):
     def __repr__(self) -> str:
         return f" {self._op} ".join(_wrap(p, type(self)) for p in self.parts)
 
+    @property
+    def block_sizes(self) -> frozenset[int]:
+        return frozenset().union(*(p.block_sizes for p in self.parts))
 
-class Intersection(_Composite, IntervalMask):
+    @property
+    def grid_size(self) -> tuple[int, int] | None:
+        return next((g for p in self.parts if (g := p.grid_size) is not None), None)
+
+
+def _not_full(parts: tuple[Mask, ...]) -> list[Mask]:
+    return [p for p in parts if p.structure.kind != "full" or p.batched]
+
+
+class _Meet(_Composite):
+    """What an intersection answers from its parts: a key must be allowed by every part."""
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return reduce(and_, (p.shifted(q_offset, kv_offset) for p in self.parts))
+
+    def as_blocks(self, num_rows: int, num_cols: int) -> Segments | None:
+        """The blocks of the one part made of blocks, each intersected with the other parts seen from
+        the block's offsets (``Documents(lengths) & Causal()``: each document causal on its own)."""
+        for i, part in enumerate(self.parts):
+            blocks = part.as_blocks(num_rows, num_cols)
+            if blocks is None:
+                continue
+            others = [p for j, p in enumerate(self.parts) if j != i]
+            rest = reduce(and_, others) if others else None
+            return blocks if rest is None else blocks.intersect_blocks(rest)
+        return None
+
+    def first_key(self, end: int) -> int | None:
+        known = [k for p in self.parts if (k := p.first_key(end)) is not None]
+        return max(known) if known else None
+
+    def lookahead_error(self, step: int) -> str | None:
+        reasons = [p.lookahead_error(step) for p in self.parts]
+        if any(r is None for r in reasons):
+            return None  # one bounded part bounds the intersection
+        return "; ".join(r for r in reasons if r is not None)
+
+    @property
+    def padding_lengths(self) -> Tensor | None:
+        known = [n for p in self.parts if (n := p.padding_lengths) is not None]
+        return reduce(torch.minimum, known) if known else None
+
+    def without_padding(self) -> Mask:
+        kept = _not_full(tuple(p.without_padding() for p in self.parts))
+        return reduce(and_, kept) if kept else Full()
+
+    @property
+    def grid_window(self) -> tuple[int, int] | None:
+        core = _not_full(self.parts)
+        return core[0].grid_window if len(core) == 1 else None
+
+    @property
+    def segmentation(self) -> tuple[tuple[int, ...], Tensor | None] | None:
+        found = [s for p in self.parts if (s := p.segmentation) is not None]
+        return found[0] if len(found) == 1 else None
+
+
+class Intersection(_Meet, IntervalMask):
     r"""Intersection of interval masks, itself an interval mask:
     :math:`[\max_k \mathrm{start}_k, \min_k \mathrm{end}_k)`. Built by ``&``; keeps band structure.
 
@@ -104,7 +169,7 @@ class Intersection(_Composite, IntervalMask):
         return IntervalMask.structure.fget(self)  # type: ignore[attr-defined]
 
 
-class And(_Composite):
+class And(_Meet):
     r"""Intersection :math:`A(i) \cap A'(i)` of general masks. Built by ``&``.
 
     The sparse form enumerates the sparser operand's pairs and keeps those the other allows, so it
@@ -183,6 +248,22 @@ class Or(_Composite):
             return None
         return min(sum(bounds), (batch_size or 1) * num_rows * num_cols)  # type: ignore[arg-type]
 
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return Or(*(p.shifted(q_offset, kv_offset) for p in self.parts))
+
+    def first_key(self, end: int) -> int | None:
+        """A key allowed by any part: the earliest of the parts' bounds (``None`` if one has none)."""
+        bounds = [p.first_key(end) for p in self.parts]
+        return None if any(b is None for b in bounds) else min(b for b in bounds if b is not None)
+
+    def lookahead_error(self, step: int) -> str | None:
+        """A union is bounded only if every part is."""
+        return next((r for p in self.parts if (r := p.lookahead_error(step)) is not None), None)
+
+    def without_padding(self) -> Mask:
+        parts = [p.without_padding() for p in self.parts]
+        return Full() if len(_not_full(tuple(parts))) < len(parts) else Or(*parts)
+
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         keys = []
         for p in self.parts:
@@ -211,6 +292,15 @@ class Not(_Composite):
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return ~self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return Not(self.parts[0].shifted(q_offset, kv_offset))
+
+    def lookahead_error(self, step: int) -> str | None:
+        return f"{self!r} is a complement, which may allow any later position"
+
+    def without_padding(self) -> Mask:
+        return Not(self.parts[0].without_padding())
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
         """B * L * S: the complement's sparse form filters every pair (see :meth:`_pairs`)."""

@@ -3,12 +3,16 @@ r"""Packed documents: many variable-length documents in one sequence, attention 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask
+
+if TYPE_CHECKING:
+    from attnmm.masks.segments import Segments
 
 
 @register_mask
@@ -125,6 +129,31 @@ class Documents(IntervalMask):
     def band(self) -> tuple[int | None, int | None]:
         width = max(int(self.lengths.max()) - 1, 0) if self.lengths.numel() else 0
         return width, width
+
+    def as_blocks(self, num_rows: int, num_cols: int) -> Segments | None:
+        """One packing shared by the batch as :class:`~attnmm.masks.Segments`: a segment per non-empty
+        document attending itself, and a last one attending nothing for the positions past the
+        documents; ``None`` for a packing per item (its blocks differ by item) or L != S.
+
+        Examples:
+            >>> Documents([2, 0, 3]).as_blocks(6, 6)
+            Segments(sizes=[2, 3, 1], links=[[1, 0, 0], [0, 1, 0], [0, 0, 0]])
+        """
+        from attnmm.masks.segments import Segments
+
+        if self.batched or num_rows != num_cols:
+            return None
+        sizes = [int(n) for n in self.lengths.tolist() if n > 0]
+        tail = num_rows - sum(sizes)
+        if tail < 0:
+            return None  # (the mask's own check refuses the length)
+        links = [[a == c for c in range(len(sizes) + 1)] for a in range(len(sizes))]
+        if tail:
+            links.append([False] * (len(sizes) + 1))
+            sizes.append(tail)
+        else:
+            links = [row[:-1] for row in links]
+        return Segments(sizes, links=links) if sizes else None
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
         """The exact count, the sum of the squared lengths, in O(D)."""

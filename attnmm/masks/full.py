@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import UNBOUNDED, IntervalMask, Structure
+from attnmm.masks.base import UNBOUNDED, IntervalMask, Mask, Structure
 
 
 @register_mask
@@ -31,6 +31,12 @@ class Full(IntervalMask):
     @property
     def structure(self) -> Structure:
         return Structure("full")
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return self  # every key, from anywhere
+
+    def lookahead_error(self, step: int) -> str | None:
+        return "Full() lets every query attend the whole sequence"
 
     def __repr__(self) -> str:
         return "Full()"

@@ -75,6 +75,16 @@ class Grid(Mask):
         """P = height * width."""
         return self.height * self.width
 
+    @property
+    def grid_size(self) -> tuple[int, int] | None:
+        return self.height, self.width
+
+    @property
+    def grid_window(self) -> tuple[int, int] | None:
+        """``(kernel, dilation)`` with truncated borders (a convolution's receptive field); ``None`` for
+        NATTEN's shifted window."""
+        return (self.kernel, self.dilation) if self.border == "truncate" else None
+
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         super().check(num_rows, num_cols, batch_size)
         p = self.num_patches

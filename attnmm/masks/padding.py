@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import IntervalMask
+from attnmm.masks.base import IntervalMask, Mask
+from attnmm.masks.full import Full
 
 
 @register_mask
@@ -60,6 +61,13 @@ class Padding(IntervalMask):
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         end = self.lengths.to(b.device)[b]
         return torch.zeros_like(end), end + q_idx * 0
+
+    @property
+    def padding_lengths(self) -> Tensor | None:
+        return self.lengths
+
+    def without_padding(self) -> Mask:
+        return Full()  # every key real: all allowed
 
     def __repr__(self) -> str:
         values = self.lengths.tolist()

@@ -263,6 +263,42 @@ class Segments(_Blocks):
         return len(self.sizes)
 
     @property
+    def segmentation(self) -> tuple[tuple[int, ...], Tensor | None] | None:
+        return self.sizes, self.lengths
+
+    def as_blocks(self, num_rows: int, num_cols: int) -> Segments | None:
+        return self if num_rows == num_cols == sum(self.sizes) else None
+
+    def intersect_blocks(self, other: Mask) -> Segments:
+        """``self & other`` as segments: every block intersected with ``other`` seen from the block's
+        offsets (:meth:`Mask.shifted`), so each block keeps the structure of its own mask.
+
+        Examples:
+            >>> from attnmm.masks import Causal, Segments
+            >>> Segments([2, 3], links=[[True, False], [True, True]]).intersect_blocks(Causal())
+            Segments(sizes=[2, 3], within=[Causal(), Causal()], links=[[1, 0], [Causal() at queries 2.., keys 0.., 1]])
+        """
+        offsets = self.offsets
+        within = [
+            None if self.blocks[k][k] is None else other.shifted(o, o) if m is None else m & other.shifted(o, o)
+            for k, (o, m) in enumerate(zip(offsets, self.within))
+        ]
+        table: list[list[Link]] = []
+        for a in range(self.num_segments):
+            row: list[Link] = []
+            for c in range(self.num_segments):
+                block = self.blocks[a][c]
+                if a == c:
+                    row.append(block is not None)
+                elif block is None:
+                    row.append(False)
+                else:
+                    shifted = other.shifted(offsets[a], offsets[c])
+                    row.append(shifted if block.structure.kind == "full" and not block.batched else block & shifted)
+            table.append(row)
+        return Segments(self.sizes, within=within, links=table, lengths=self.lengths)
+
+    @property
     def offsets(self) -> list[int]:
         """First position of every segment and the total length, ``[o_0, ..., o_K]`` (K + 1,)."""
         return self._row_offsets.tolist()

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import UNBOUNDED, IntervalMask
+from attnmm.masks.base import UNBOUNDED, IntervalMask, Mask
 
 
 @register_mask
@@ -45,6 +45,9 @@ class Window(IntervalMask):
     @property
     def band(self) -> tuple[int | None, int | None]:
         return self.left, self.right
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return self if q_offset == kv_offset else super().shifted(q_offset, kv_offset)  # i - j reads the same
 
     def __repr__(self) -> str:
         return f"Window(left={self.left}, right={self.right})"

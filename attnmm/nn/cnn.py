@@ -15,7 +15,6 @@ from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.masks import Grid, Mask
-from attnmm.masks.compose import find_part
 
 
 class ConvAsAttention(nn.Module):
@@ -219,8 +218,13 @@ class ConvEncoder(nn.Module):
         \mathbf{X}^{(\ell)} = \mathrm{ConvBlock}_\ell(\mathbf{X}^{(\ell - 1)}), \qquad
         \mathrm{ConvEncoder}(\mathbf{X}) = \mathrm{LN}(\mathbf{X}^{(\mathrm{num\_layers})})
 
-    The grid comes from ``grid_size`` or, when unset, from the :class:`~attnmm.masks.Grid` in the
-    mask the adapter hands over (the mask is otherwise unused: the kernel is the neighbourhood).
+    A ``kernel`` x ``kernel`` convolution (zero-padded) lets patch :math:`i` see exactly the allowed set
+    of ``Grid(height, width, kernel)``, so that is the mask it honours: a mask whose
+    :attr:`~attnmm.masks.Mask.grid_window` is ``(kernel, 1)``, maybe with the key padding of whole
+    images. Any other mask (another kernel, a dilation, NATTEN's shifted border, padded images, a
+    window over a sequence, full attention) is refused, naming it: a convolution cannot compute it.
+    Without a mask the convolution's own neighbourhood is used, on the ``grid_size`` grid. The grid
+    comes from ``grid_size`` or, when unset, from the mask's :attr:`~attnmm.masks.Mask.grid_size`.
 
     Args:
         d_model (int): token width D.
@@ -254,6 +258,7 @@ class ConvEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
+        self.kernel = kernel
         self.grid_size = grid_size
         self.layers = nn.ModuleList(
             ConvBlock(d_model, kernel, dim_feedforward, dropout) for _ in range(self.num_layers)
@@ -273,20 +278,30 @@ class ConvEncoder(nn.Module):
         refuse_encoder_options(self, state, return_weights)
         if x.dim() != 3:
             raise ValueError(f"ConvEncoder expects patch tokens (B, L, D), got shape {tuple(x.shape)}")
-        if self.grid_size is not None:
-            height, width = self.grid_size
-        else:
-            grid = find_part(mask, Grid)
-            if grid is None:
-                raise ValueError(
-                    f"ConvEncoder needs the patch grid: give it grid_size=(height, width) or a Grid mask, got {mask!r}"
-                )
-            height, width = grid.height, grid.width
+        grid = self.grid_size if self.grid_size is not None else None if mask is None else mask.grid_size
+        if grid is None:
+            raise ValueError(
+                f"ConvEncoder needs the patch grid: give it grid_size=(height, width) or a Grid mask, got {mask!r}"
+            )
+        height, width = grid
+        if mask is not None:
+            self._check_mask(mask, x.size(1))
         if height * width != x.size(1):
             raise ValueError(f"a {height} x {width} grid has {height * width} patches, the input has L={x.size(1)}")
         for layer in self.layers:
             x = layer(x, height, width)  # (B, L, D)
         return self.norm(x)
+
+    def _check_mask(self, mask: Mask, num_patches: int) -> None:
+        """Refuse, naming it, a mask that a ``kernel`` x ``kernel`` convolution does not compute."""
+        lengths = mask.padding_lengths
+        whole = lengths is None or bool((lengths == num_patches).all())
+        if not whole or mask.without_padding().grid_window != (self.kernel, 1):
+            raise ValueError(
+                f"ConvEncoder computes a {self.kernel} x {self.kernel} convolution over the patch grid, which "
+                f"honours Grid(height, width, kernel={self.kernel}) only (truncated borders, no dilation, whole "
+                f"images), not {mask!r}; give the adapter that mask, or use an attention encoder for this one"
+            )
 
 
 __all__ = ["ConvBlock", "ConvEncoder"]

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
-from attnmm.masks import Graph, Mask, SameGraph
+from attnmm.masks import Mask, SameGraph
 from attnmm.nn.spd_bias import ShortestPathBias
 from attnmm.nn.transformer_conv import AttentionConv
 
@@ -143,9 +143,10 @@ class GPSEncoder(nn.Module):
     graph's edges united with expander edges) and the local layers pass messages along the edges of
     :class:`~attnmm.adapters.GraphTokens`, with the tokens' edge features (``edge_attr``) for a local
     layer that reads them (one whose ``forward`` takes ``edge_attr`` after ``edge_index``, e.g. GINE).
-    Without a mask every node attends the nodes of its graph; without tokens, ``mask`` must be a
-    :class:`~attnmm.masks.Graph`, whose edges are then used and whose nodes form one graph.
-    ``attention=False`` leaves out the global attention: a message-passing network of the same layers.
+    Without a mask every node attends the nodes of its graph; without tokens, ``mask`` must be a mask of
+    the packed node layout (a :class:`~attnmm.masks.Graph`), whose allowed pairs are then the edges and
+    whose nodes form one graph. ``attention=False`` leaves out the global attention: a message-passing
+    network of the same layers.
 
     Args:
         d_model (int): node width D.
@@ -224,14 +225,15 @@ class GPSEncoder(nn.Module):
     ) -> Tensor:
         refuse_encoder_options(self, state, return_weights)
         edge_index = getattr(tokens, "edge_index", None)
-        if edge_index is None:
-            if not isinstance(mask, Graph):
-                raise ValueError(
-                    f"GPSEncoder needs the edges: pass tokens=GraphTokens (from GraphAdapter) or a Graph mask, "
-                    f"got mask {mask!r} and no tokens"
-                )
-            edge_index = mask.edge_index
         N = x.size(0)
+        if edge_index is None:
+            if mask is None or mask.layout != "packed":
+                raise ValueError(
+                    f"GPSEncoder needs the edges: pass tokens=GraphTokens (from GraphAdapter) or a mask of the "
+                    f"packed node layout (a Graph mask: its pairs are the edges), got mask {mask!r} and no tokens"
+                )
+            pairs = mask.pairs(N, N, device=x.device)  # query i, key j: the edge j -> i
+            edge_index = torch.stack([pairs.col, pairs.row])  # (2, M)
         if mask is None:
             batch = getattr(tokens, "batch", None)
             mask = SameGraph(batch if batch is not None else x.new_zeros(N, dtype=torch.long))

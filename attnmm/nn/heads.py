@@ -4,6 +4,7 @@ recognition (the CTC head is in :mod:`attnmm.nn.ctc`)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 import torch
@@ -13,7 +14,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.positional import SinusoidalPE
-from attnmm.masks import Causal, Mask, Padding, Segments
+from attnmm.masks import Causal, Mask, Padding
 
 
 def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:
@@ -354,8 +355,9 @@ class SegmentPoolingClassifier(nn.Module):
     predictions are averaged (late fusion: each modality predicts alone); without, one classifier
     reads the mean of the present segments' pooled features. A segment an item lacks is left out of
     its average, so an item with one modality is classified from that one. The segment layout and
-    lengths come from the tokens' :class:`~attnmm.masks.Segments` mask (e.g. of
-    :class:`~attnmm.adapters.MultimodalAdapter`); a mask of another kind is one segment of every token.
+    lengths come from the tokens' mask (:attr:`~attnmm.masks.Mask.segmentation`: a
+    :class:`~attnmm.masks.Segments` mask, e.g. of :class:`~attnmm.adapters.MultimodalAdapter`, alone or
+    intersected); a mask of one sequence is one segment of every token.
 
     Args:
         d_model (int): token width D.
@@ -393,13 +395,14 @@ class SegmentPoolingClassifier(nn.Module):
 
     def pool(self, h: Tensor, tokens: Tokens) -> tuple[Tensor, Tensor]:
         """Pooled features (B, K, D) of every segment, and which segments each item has (B, K)."""
-        mask = tokens.mask
-        if not isinstance(mask, Segments):  # one segment: the real tokens
+        layout = None if tokens.mask is None else tokens.mask.segmentation
+        if layout is None:  # one segment: the real tokens
             n = tokens.lengths if tokens.lengths is not None else torch.full((h.size(0),), h.size(1))
             offsets, lengths = [0, h.size(1)], n.view(-1, 1)
         else:
-            full = torch.tensor(mask.sizes, dtype=torch.long).expand(h.size(0), -1)
-            offsets, lengths = mask.offsets, full if mask.lengths is None else mask.lengths
+            sizes, real = layout
+            full = torch.tensor(sizes, dtype=torch.long).expand(h.size(0), -1)
+            offsets, lengths = [0, *itertools.accumulate(sizes)], full if real is None else real
         lengths = lengths.to(h.device)  # (B, K)
         pooled = []
         for k in range(len(offsets) - 1):

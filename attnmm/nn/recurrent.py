@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention.state import IncrementalState
-from attnmm.masks import Causal, Full, Intersection, Mask, Padding
+from attnmm.masks import Mask
 
 _CELLS: dict[str, type[nn.LSTM] | type[nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -157,18 +157,20 @@ class RecurrentEncoder(nn.Module):
 
     def _lengths(self, mask: Mask | None) -> Tensor | None:
         """The Padding lengths in ``mask``, after checking that the recurrence honours the mask."""
-        parts = list(mask.parts) if isinstance(mask, Intersection) else [] if mask is None else [mask]
-        paddings = [p for p in parts if isinstance(p, Padding)]
-        honoured = (Padding, Full) if self.bidirectional else (Padding, Full, Causal)
-        others = [p for p in parts if not isinstance(p, honoured)]
-        if others or len(paddings) > 1:
+        if mask is None:
+            return None
+        # the recurrence reads everything (bidirectional) or every earlier position: it honours a mask that
+        # is, on the real tokens, full (or causal), and the batch's key padding as its lengths
+        honoured = ("full",) if self.bidirectional else ("full", "causal")
+        core = mask.without_padding()
+        if core.batched or core.structure.kind not in honoured:
             reads = "the whole sequence" if self.bidirectional else "every earlier position"
             allowed = "None, Full()" if self.bidirectional else "None, Full(), Causal()"
             raise ValueError(
                 f"a {'bidirectional ' if self.bidirectional else ''}recurrent encoder reads {reads}, so it "
                 f"cannot honour the mask {mask!r}; use {allowed}, optionally & one Padding(lengths)"
             )
-        return paddings[0].lengths if paddings else None
+        return mask.padding_lengths
 
     def extra_repr(self) -> str:
         return f"hidden_size={self.hidden_size}, cell={self.cell!r}, bidirectional={self.bidirectional}"

@@ -7,22 +7,11 @@ import re
 
 import pytest
 import torch
+from _streaming import stream_in_pieces
 
 from attnmm.adapters import SpeechAdapter, SpeechStream
 from attnmm.attention import Encoder
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window
-
-
-def stream_in_pieces(stream: SpeechStream, audio: torch.Tensor, seed: int) -> torch.Tensor:
-    """Push ``audio`` (B, T) in random pieces, from one sample to half a second, then flush."""
-    g = torch.Generator().manual_seed(seed)
-    pieces, start = [], 0
-    while start < audio.size(1):
-        n = int(torch.randint(1, 4000, (1,), generator=g))
-        pieces.append(stream.push(audio[:, start : start + n]))
-        start += n
-    pieces.append(stream.flush())
-    return torch.cat(pieces, 1)
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Window
 
 
 @pytest.mark.parametrize(
@@ -111,15 +100,15 @@ def test_unbounded_history_grows_or_hits_max_cache() -> None:
 @pytest.mark.parametrize(
     "mask,why",
     [
-        (Chunk(4, 1) | Window(0, 8), r"Window\(left=0, right=8\) lets frame i attend frame i \+ 8.*grows with depth"),
-        (Window(4, 2), r"frame i \+ 2"),
-        (Padding([30]) & Window(16, 4), r"frame i \+ 4"),
+        (Chunk(4, 1) | Window(0, 8), r"Window\(left=0, right=8\) lets query i attend key i \+ 8.*grows with depth"),
+        (Window(4, 2), r"key i \+ 2"),
+        (Padding([30]) & Window(16, 4), r"key i \+ 4"),
         (~Chunk(4, 1), "is a complement"),
         (Full(), "Full"),
         (Chunk(4, 1) | Full(), "Full"),
         (None, "full attention"),
         (Padding([30]), "full attention"),
-        (Chunk(4, 1) | (Causal() & Padding([30])), "depends on the batch item"),
+        (Chunk(4, 1) & Documents([[8, 8], [4, 12]]), "depends on the batch item"),
         (Graph(torch.tensor([[0, 1], [1, 0]]), 2) & Chunk(4, 1), "not a mask over time frames"),
         (Grid(4, 4, 3) & Chunk(4, 1), "not a mask over time frames"),
     ],

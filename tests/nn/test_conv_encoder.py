@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from attnmm.masks import Grid, Padding
-from attnmm.masks.compose import find_part
+from attnmm.masks import Full, Grid, Mask, Padding, Window
 from attnmm.nn.cnn import ConvEncoder
 
 
@@ -18,7 +19,9 @@ def test_grid_from_mask_or_argument() -> None:
     explicit = ConvEncoder(8, 2, dim_feedforward=16, grid_size=(3, 4)).eval()
     explicit.load_state_dict(enc.state_dict())
     torch.testing.assert_close(explicit(x), out)
-    assert repr(find_part(Padding([12, 12]) & Grid(3, 4, 3), Grid)) == "Grid(height=3, width=4, kernel=3)"
+    whole = ConvEncoder(8, 2, dim_feedforward=16).eval()
+    whole.load_state_dict(enc.state_dict())
+    torch.testing.assert_close(whole(x, Padding([12, 12]) & Grid(3, 4, 3)), out)  # whole images: the same
 
 
 def test_locality_matches_the_kernel() -> None:
@@ -34,3 +37,16 @@ def test_errors() -> None:
         ConvEncoder(4, 1)(torch.randn(1, 9, 4), None)
     with pytest.raises(ValueError, match="a 3 x 3 grid has 9 patches, the input has L=10"):
         ConvEncoder(4, 1, grid_size=(3, 3))(torch.randn(1, 10, 4))
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [Grid(3, 4, kernel=5), Grid(3, 4, kernel=3, dilation=2), Grid(3, 4, kernel=3, border="shift"),
+     Grid(3, 4, kernel=3) & Padding([12, 8]), Grid(3, 4, kernel=3) & Window(1, 1), Window(1, 1), Full()],
+    ids=repr,
+)
+def test_a_mask_the_convolution_does_not_compute_is_refused_by_name(mask: Mask) -> None:
+    """A 3 x 3 convolution computes Grid(h, w, kernel=3) and nothing else: any other mask (another
+    kernel or dilation, NATTEN's border, padded images, a composition, no grid) is named, not ignored."""
+    with pytest.raises(ValueError, match=r"ConvEncoder computes a 3 x 3 convolution.*not " + re.escape(repr(mask))):
+        ConvEncoder(8, 1, dim_feedforward=16, grid_size=(3, 4))(torch.randn(2, 12, 8), mask)

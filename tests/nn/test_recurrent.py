@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnmm.attention import IncrementalState
-from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Padding, Window
+from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Padding, Window
 from attnmm.nn import RecurrentEncoder
 
 D = 12
@@ -56,6 +56,13 @@ def test_unidirectional_accepts_causal_and_full_masks(mask) -> None:
     assert RecurrentEncoder(D)(torch.randn(2, 5, D), mask).shape == (2, 5, D)
 
 
+def test_padding_intersected_twice_is_the_shorter_padding() -> None:
+    """The recurrence asks the mask for its real lengths: two paddings intersected allow the shorter."""
+    enc = RecurrentEncoder(D).eval()
+    x = torch.randn(2, 5, D)
+    torch.testing.assert_close(enc(x, Padding([5, 2]) & Padding([4, 4])), enc(x, Padding([4, 2])))
+
+
 @pytest.mark.parametrize(
     "mask",
     [
@@ -66,7 +73,7 @@ def test_unidirectional_accepts_causal_and_full_masks(mask) -> None:
         Causal() | Window(1, 1),
         ~Causal(),
         Graph(torch.tensor([[0, 1], [1, 2]]), 5),
-        Padding([5, 2]) & Padding([4, 4]),
+        Documents([[3, 2], [2, 3]]),
     ],
     ids=repr,
 )

@@ -11,7 +11,7 @@ from torch import Tensor
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends._sizes import output_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.masks import Causal, Documents, Full, Intersection, Mask, Segments, Window
+from attnmm.masks import Mask, Segments
 
 
 class SegmentsBackend(Backend):
@@ -40,11 +40,10 @@ class SegmentsBackend(Backend):
     those).
 
     Packed documents are segments too: ``Documents(lengths)`` with one packing shared by the batch,
-    alone or intersected with ``Causal()``, ``Window`` or ``Full()`` (masks that depend on
-    :math:`i - j` only, so they read the same inside each document), is computed as the
-    :class:`~attnmm.masks.Segments` of its documents with that mask within each and no links
-    (:func:`documents_as_segments`): each document's causal attention is one fused SDPA call,
-    with nothing compiled per set of lengths.
+    alone or intersected with other masks, is computed as the :class:`~attnmm.masks.Segments` of its
+    documents, each with the other masks seen from the document's offset
+    (:meth:`Mask.as_blocks <attnmm.masks.Mask.as_blocks>`): each document's causal attention is one
+    fused SDPA call, with nothing compiled per set of lengths.
 
     Examples:
         >>> import torch
@@ -60,7 +59,8 @@ class SegmentsBackend(Backend):
 
     name = "segments"
     supports = Supports(
-        structures=frozenset({"segments", "band"}), layouts=frozenset({"padded"}), bias=False, weights=False,
+        structures=frozenset({"segments", "band", "interval", "sparse"}), layouts=frozenset({"padded"}), bias=False,
+        weights=False,
         empty=False,
     )
     preference = 15
@@ -240,53 +240,6 @@ def _sub(problem: Problem, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Probl
     )
 
 
-#: Masks that depend on the offset i - j only: they read the same in a document's own coordinates.
-_SHIFT_INVARIANT = (Causal, Window, Full)
-
-
-def documents_as_segments(mask: Mask, length: int) -> Segments | None:
-    """The :class:`~attnmm.masks.Segments` form of packed documents over ``length`` positions: one
-    segment per non-empty document, with the other parts of the intersection (``Causal``, ``Window``,
-    ``Full``) within each and no links, and a last segment attending nothing for the positions past
-    the documents; ``None`` for any other mask (a per-item packing, another part).
-
-    Examples:
-        >>> from attnmm.masks import Causal, Documents
-        >>> documents_as_segments(Documents([2, 0, 3]) & Causal(), 6)
-        Segments(sizes=[2, 3, 1], within=[Causal(), Causal(), None], links=[[1, 0, 0], [0, 1, 0], [0, 0, 0]])
-    """
-    parts = list(mask.parts) if isinstance(mask, Intersection) else [mask]
-    documents = [p for p in parts if isinstance(p, Documents)]
-    rest = [p for p in parts if not isinstance(p, Documents | Full)]
-    if len(documents) != 1 or documents[0].batched or not all(isinstance(p, _SHIFT_INVARIANT) for p in rest):
-        return None
-    sizes = [int(n) for n in documents[0].lengths.tolist() if n > 0]
-    within: Mask | None = None
-    for p in rest:
-        within = p if within is None else within & p
-    tail = length - sum(sizes)
-    if tail < 0:
-        return None  # (the mask's own check refuses the length)
-    links = [[a == c for c in range(len(sizes))] for a in range(len(sizes))]
-    masks: list[Mask | None] = [within] * len(sizes)
-    if tail:
-        links = [[*row, False] for row in links] + [[False] * (len(sizes) + 1)]
-        masks.append(None)
-        sizes.append(tail)
-    return Segments(sizes, within=masks, links=links) if sizes else None
-
-
-#: Where a problem keeps the Segments form of its mask.
-_VIEW = "_segments_view"
-
-
 def _view(problem: Problem) -> Segments | None:
-    """The problem's mask as :class:`~attnmm.masks.Segments` (itself, or packed documents as their
-    segments), worked out once per call; ``None`` when it is neither."""
-    if _VIEW not in problem.__dict__:
-        mask = problem.effective_mask
-        view = mask if isinstance(mask, Segments) else None
-        if view is None and problem.L == problem.S and mask.structure.kind == "band":
-            view = documents_as_segments(mask, problem.L)
-        problem.__dict__[_VIEW] = view
-    return problem.__dict__[_VIEW]
+    """The problem's mask as :class:`~attnmm.masks.Segments` (:attr:`Problem.blocks`)."""
+    return problem.blocks

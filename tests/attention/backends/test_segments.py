@@ -131,8 +131,11 @@ def test_no_dense_mask_of_the_whole_sequence(monkeypatch: pytest.MonkeyPatch) ->
 def test_refuses_what_it_does_not_compute() -> None:
     backend = get_backend("segments")
     assert "neither a Segments mask nor packed documents" in backend.unsupported(problem(Window(2, 2), 1, 8))
-    composed = Segments([4, 4], lengths=[[4, 2]]) & Padding([8])
-    assert backend.unsupported(problem(composed, 1, 8)) == "the mask is sparse, not band or segments"
+    composed = Segments([4, 4], lengths=[[4, 2]]) & Padding([6])  # blocks, each seen with its padding
+    assert backend.unsupported(problem(composed, 1, 8)) is None
+    q, k, v = (randn(1, 2, 8, 4, seed=s) for s in range(3))
+    expected = attend(q, k, v, composed, backend="reference")
+    torch.testing.assert_close(attend(q, k, v, composed, backend="segments"), expected)
     assert backend.unsupported(problem(Segments([4, 4], within=[Causal(), None]), 1, 8, return_weights=True))
     assert backend.memory_bytes(problem(Window(2, 2), 1, 8)) == 0
 
@@ -152,10 +155,10 @@ def test_dropout_runs_per_segment() -> None:
 
 @given(st.data(), st.integers(1, 2), st.integers(1, 12))
 def test_packed_documents_run_as_segments(data: st.DataObject, B: int, L: int) -> None:
-    # Documents shared by the batch, alone or & Causal / Window / Full: one segment per document
+    # Documents shared by the batch, alone or & any mask: one segment per document, each with the other
+    # masks seen from the document's offset (a chunk or a padding does not read the same from there)
     from _oracle import loop_attend
 
-    from attnmm.attention.backends.segments import documents_as_segments
     from attnmm.masks import Causal, Documents, Full, Window
 
     sizes = data.draw(st.lists(st.integers(0, 4), max_size=4))
@@ -164,9 +167,10 @@ def test_packed_documents_run_as_segments(data: st.DataObject, B: int, L: int) -
     for n in sizes:
         lengths.append(min(n, L - total))
         total += lengths[-1]
-    extra = data.draw(st.sampled_from([None, Causal(), Window(1, 0), Window(0, 2), Full()]))
+    padding = Padding(data.draw(st.lists(st.integers(0, L), min_size=B, max_size=B)))
+    extra = data.draw(st.sampled_from([None, Causal(), Window(1, 0), Window(0, 2), Full(), Chunk(2, 1), padding]))
     mask = Documents(lengths) if extra is None else Documents(lengths) & extra
-    assert documents_as_segments(mask, L) is not None
+    assert mask.as_blocks(L, L) is not None
     q, k, v = (torch.randn(B, 2, L, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     out = attend(q, k, v, mask, scale=0.5, backend="segments")
     expected = loop_attend(q, k, v, mask, 0.5, "softmax", None)
@@ -185,8 +189,7 @@ def test_other_band_masks_are_refused_by_name() -> None:
     from attnmm.masks import Documents
 
     q = torch.randn(2, 1, 6, 4)
-    for mask in [Window(1, 1), Documents([[3, 3], [2, 4]]) & Causal(), Documents([3, 3]) & Chunk(2, 1),
-                 Documents([3, 3]) & Padding([6, 4])]:
+    for mask in [Window(1, 1), Documents([[3, 3], [2, 4]]) & Causal(), Documents([[3, 3], [2, 4]]) & Chunk(2, 1)]:
         problem = Problem(q, q, q, mask, 0.5, 0.0, "softmax", None, False, False)
         reason = get_backend("segments").unsupported(problem)
         assert reason is not None and "neither a Segments mask nor packed documents" in reason, mask
