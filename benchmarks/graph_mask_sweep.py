@@ -14,7 +14,13 @@ Masks (self loops included in each, as in the recipes):
   (``graph_helpers.virtual_nodes``); its input is a learned vector that every variant's model has;
 - ``expander`` / ``expanderD``: the edges and random expander edges of degree D (default 4) inside each
   graph, drawn once per seed as in Exphormer (``graph_helpers.expander``);
-- ``full``: full attention inside each graph (``SameGraph``).
+- ``full``: full attention inside each graph (``SameGraph``);
+- ``self``: every node attends itself only (with the ego-neighbour model of Actor: an MLP);
+- ``knnK`` (e.g. ``knn10``): the K most similar nodes by feature cosine similarity (``feature_knn``);
+- ``A|B``: the union of masks (e.g. ``graph|knn10``; not with ``virtual`` or ``full``).
+
+Masks add self loops unless the model keeps a node's own features apart from its neighbours'
+(``GraphAdapter(self_loops=False)``, as the Actor config does).
 
 Tasks: ``cora`` (Planetoid Cora, public split, under ``$ATTNMM_DATA``; the GAT-style model of
 ``benchmarks.graph_node_sweep``, ``recipes/configs/graph_node_gat.yaml``, trained full batch) and
@@ -22,15 +28,25 @@ Tasks: ``cora`` (Planetoid Cora, public split, under ``$ATTNMM_DATA``; the GAT-s
 the recipe's adapter, random-walk encodings and mean pooling, in mini-batches). Every epoch is
 evaluated; the reported validation and test accuracies are those of the first epoch with the best
 validation accuracy, so nothing is chosen on test. ``--config`` overrides the task's config (JSON).
+
+Real data (:mod:`benchmarks._recipe_sweep`): ``actor`` (geom-gcn's splits), ``proteins`` (Errica et al.'s
+folds) and ``peptides`` (the official split, average precision) train the model of their recipe config
+(``recipes/configs/graph_node_actor.yaml``, ``graph_graph_tu.yaml``, ``graph_graph_peptides.yaml``) with
+its optimiser and schedule for ``--epochs`` epochs (a short schedule), the mask swapped; replicates are
+``--splits`` (one seed, ``--seeds``' first) or, for peptides, ``--seeds``. ``--render-docs`` rewrites the
+tables of docs/graphs.md from the stored sweeps (:func:`render_docs`); docs/make_figures.py draws one
+figure per dataset (:func:`task_figure`).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +58,11 @@ from torch import Tensor, nn
 
 from attnmm.adapters import GraphAdapter
 from attnmm.masks import Graph, Mask, SameGraph
+from attnmm.masks.feature_knn import feature_knn
 from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
 from attnmm.nn import GraphAttentionEncoder
+from benchmarks import _recipe_sweep
+from benchmarks._recipe_sweep import REAL_TASKS
 from benchmarks.graph_node_sweep import DEFAULTS as NODE_DEFAULTS
 from benchmarks.graph_node_sweep import build_encoder
 
@@ -57,37 +76,48 @@ GRAPH_DEFAULTS: dict[str, Any] = dict(
 #: Where the runs of the docs (docs/results.md, the figure of docs/make_figures.py) are stored.
 STORE = Path(__file__).parent / "results"
 #: The command's tasks and their kind: node classification on one graph, or classification of graphs.
-TASKS = {"cora": "node", "motifs": "graph"}
-_NAME = re.compile(r"^(graph|virtual|full|khop(\d+)|expander(\d*))$")
+TASKS = {"cora": "node", "motifs": "graph", **{name: task.kind for name, task in REAL_TASKS.items()}}
+_NAME = re.compile(r"^(graph|virtual|full|self|khop(\d+)|knn(\d+)|expander(\d*))$")
+_VALID = "graph, khopK (e.g. khop2), virtual, expander[D], full, self, knnK (e.g. knn10), A|B (a union)"
 
 
 def parse_mask(name: str) -> tuple[str, int]:
-    """``(kind, parameter)`` of a mask name: ``khop3`` -> ``("khop", 3)``, ``expander`` -> ``("expander", 4)``."""
+    """``(kind, parameter)`` of a mask name: ``khop3`` -> ``("khop", 3)``, ``expander`` -> ``("expander", 4)``,
+    ``knn10`` -> ``("knn", 10)``; a union ``A|B`` -> ``("union", 0)`` (each part checked)."""
+    if "|" in name:
+        parts = name.split("|")
+        kinds = [parse_mask(part)[0] for part in parts]
+        if any(k in ("virtual", "full", "union") for k in kinds) or len(parts) < 2:
+            raise ValueError(f"a union {name!r} takes masks of edges (not virtual or full); valid parts: {_VALID}")
+        return "union", 0
     m = _NAME.match(name)
     if m is None:
-        raise ValueError(f"unknown mask {name!r}; valid: graph, khopK (e.g. khop2), virtual, expander[D], full")
+        raise ValueError(f"unknown mask {name!r}; valid: {_VALID}")
     if m.group(2):
         return "khop", int(m.group(2))
+    if m.group(3):
+        return "knn", int(m.group(3))
     if name.startswith("expander"):
-        return "expander", int(m.group(3) or 4)
+        return "expander", int(m.group(4) or 4)
     return name, 0
 
 
 def add_expander(data: Any, name: str, generator: torch.Generator) -> Any:
     """A shallow copy of ``data`` (one graph) with ``expander_index``, its random expander edges (2, M_x),
-    when ``name`` is an expander mask; ``data`` itself otherwise. PyG's batching offsets the index."""
-    kind, degree = parse_mask(name)
-    if kind != "expander":
+    when ``name`` is (or unites) an expander mask; ``data`` itself otherwise. PyG's batching offsets the index."""
+    degrees = [parse_mask(part)[1] for part in name.split("|") if parse_mask(part)[0] == "expander"]
+    if not degrees:
         return data
     data = copy.copy(data)
-    data.expander_index = expander(int(data.num_nodes), degree, generator=generator).edge_index
+    data.expander_index = expander(int(data.num_nodes), degrees[0], generator=generator).edge_index
     return data
 
 
-def build_mask(name: str, data: Any) -> tuple[Mask, int]:
-    """The mask ``name`` over a PyG ``Data`` or ``Batch``, and how many virtual nodes it appends (G or 0).
+def build_mask(name: str, data: Any, loops: bool = True) -> tuple[Mask, int]:
+    """The mask ``name`` over a PyG ``Data`` or ``Batch``, and how many virtual nodes it appends (G or 0);
+    with self loops unless ``loops`` is false (``full`` always has them).
 
-    Expander masks read the ``expander_index`` of :func:`add_expander`.
+    Expander masks read the ``expander_index`` of :func:`add_expander`; ``knnK`` reads the features ``x``.
     """
     kind, k = parse_mask(name)
     N, edge_index = int(data.num_nodes), data.edge_index
@@ -96,17 +126,30 @@ def build_mask(name: str, data: Any) -> tuple[Mask, int]:
         batch = torch.zeros(N, dtype=torch.long, device=edge_index.device)
     if kind == "full":
         return SameGraph(batch), 0
+    own = self_loops(N)
     if kind == "virtual":
         G = int(batch.max()) + 1 if N else 0
-        return Graph(edge_index, N + G) | virtual_nodes(N, batch) | self_loops(N + G), G
+        mask = Graph(edge_index, N + G) | virtual_nodes(N, batch)
+        return (mask | self_loops(N + G) if loops else mask), G
+    if kind == "union":
+        mask: Mask = build_mask(name.split("|")[0], data, loops)[0]
+        for part in name.split("|")[1:]:
+            mask = mask | build_mask(part, data, loops)[0]
+        return mask, 0
+    if kind == "self":
+        return own, 0
     if kind == "khop":
-        return k_hop(edge_index, N, k) | self_loops(N), 0
-    if kind == "expander":
-        extra = getattr(data, "expander_index", None)
-        if extra is None:
-            raise ValueError(f"mask {name!r} needs the graph's expander edges: pass add_expander(data, ...) first")
-        edge_index = torch.cat([edge_index, extra], 1)
-    return Graph(edge_index, N) | self_loops(N), 0
+        mask = k_hop(edge_index, N, k)
+    elif kind == "knn":
+        mask = feature_knn(data.x, k, batch=batch)
+    else:
+        if kind == "expander":
+            extra = getattr(data, "expander_index", None)
+            if extra is None:
+                raise ValueError(f"mask {name!r} needs the graph's expander edges: pass add_expander(data, ...) first")
+            edge_index = torch.cat([edge_index, extra], 1)
+        mask = Graph(edge_index, N)
+    return (mask | own if loops else mask), 0
 
 
 def _say(line: str) -> None:
@@ -255,9 +298,42 @@ def sweep(kind: str, data: Any, masks: list[str], seeds: list[int], config: dict
     return runs
 
 
+def sweep_real(task: str, masks: list[str], splits: list[int | None], seed: int, epochs: int,
+               log: Callable[[str], None] | None = _say,
+               after_run: Callable[[list[dict[str, Any]]], None] | None = None,
+               args: list[str] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    """One run per mask and split of a real-data task (:data:`REAL_TASKS`): its recipe config's model and
+    training (:func:`benchmarks._recipe_sweep.train`), ``epochs`` epochs, the mask swapped; ``args`` are
+    recipe options given to every run. For a task with one official split, ``splits`` is ``[None]`` and
+    ``seed`` varies between calls."""
+    for name in masks:
+        parse_mask(name)
+    spec = REAL_TASKS[task]
+    runs, total = [], len(masks) * len(splits)
+    for name in masks:
+        for split in splits:
+            model, data = _recipe_sweep.build(spec, split, list(args))
+            generator = torch.Generator().manual_seed(seed)
+            if spec.kind == "node":
+                data.data = add_expander(data.data, name, generator)
+            else:
+                data.splits = {k: [add_expander(g, name, generator) for g in gs] for k, gs in data.splits.items()}
+            loops = getattr(model.adapter, "self_loops", True)
+            result = _recipe_sweep.train(model, data, functools.partial(build_mask, name, loops=loops), spec.kind,
+                                         spec.metric, epochs, seed, log)
+            r = {"mask": name, "seed": seed, "split": split, **result}
+            runs.append(r)
+            if log is not None:
+                log(f"[{task} {len(runs)}/{total}] {name} split {split} seed {seed}: val {100 * r['val']:.1f}, "
+                    f"test {100 * r['test']:.1f}, {r['pairs']:,.0f} pairs, train {r['train_s']:.1f} s")
+            if after_run is not None:
+                after_run(runs)
+    return runs
+
+
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per mask, in the order run: mean and sample std over seeds of the accuracies (%) and times (s), and
-    the mean number of pairs (expander edges are drawn per seed)."""
+    """Per mask, in the order run: mean and sample std over the replicates (seeds or splits) of the scores
+    (%) and times (s), and the mean number of pairs (expander edges are drawn per replicate)."""
     out = []
     for name in dict.fromkeys(r["mask"] for r in runs):
         rs = [r for r in runs if r["mask"] == name]
@@ -269,19 +345,50 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(runs: list[dict[str, Any]], kind: str) -> str:
-    """The sweep's table: mask, pairs attended, validation and test accuracy (mean ± std), train time."""
+def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "test") -> dict[str, float] | None:
+    """``mask``'s score minus ``reference``'s on the same replicates (split, seed), in points: mean, sample std,
+    standard error and how many replicates ``mask`` wins; ``None`` without two shared replicates."""
+    def by(name: str) -> dict[tuple[Any, Any], float]:
+        return {(r.get("split"), r["seed"]): 100 * r[key] for r in runs if r["mask"] == name}
+
+    a, b = by(mask), by(reference)
+    common = sorted(set(a) & set(b), key=str)
+    if len(common) < 2:
+        return None
+    diffs = [a[c] - b[c] for c in common]
+    std = statistics.stdev(diffs)
+    return {"mean": statistics.fmean(diffs), "std": std, "sem": std / len(diffs) ** 0.5,
+            "wins": sum(d > 0 for d in diffs), "n": len(diffs)}
+
+
+def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", reference: str | None = None) -> str:
+    """The sweep's table: mask, pairs attended, validation and test score (mean ± std), train time; with a
+    ``reference`` mask among the runs, each mask's paired test difference to it too."""
     pairs = "pairs attended" if kind == "node" else "pairs attended (per graph)"
-    lines = [f"| mask | {pairs} | validation acc | test acc | train time per run |", "|---|---|---|---|---|"]
+    score = "AP" if metric == "ap" else "acc"
+    extra = reference is not None and any(r["mask"] == reference for r in runs)
+    head = f"| mask | {pairs} | validation {score} | test {score} | train time per run |"
+    lines = [head + (f" test − `{reference}`, paired |" if extra else ""), "|---" * (6 if extra else 5) + "|"]
     for r in summarize(runs):
-        lines.append(f"| `{r['mask']}` | {r['pairs']:,.0f} | {r['val']:.2f} ± {r['val_std']:.2f} | "
-                     f"{r['test']:.2f} ± {r['test_std']:.2f} | {r['train_s']:.1f} ± {r['train_s_std']:.1f} s |")
+        shown = r["mask"].replace("|", "\\|")  # a union's bar would split the table's cell
+        line = (f"| `{shown}` | {r['pairs']:,.0f} | {r['val']:.2f} ± {r['val_std']:.2f} | "
+                f"{r['test']:.2f} ± {r['test_std']:.2f} | {r['train_s']:.1f} ± {r['train_s_std']:.1f} s |")
+        if extra:
+            d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
+            line += (f" {d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher) |" if d else " |")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
-def figure(stores: list[dict[str, Any]]) -> Any:
-    """Per stored sweep, test accuracy (mean ± std over seeds) against pairs attended (marker area: train
-    time) and against train time per run."""
+def _replicates(store: dict[str, Any]) -> str:
+    splits = [s for s in store.get("splits") or [] if s is not None]
+    return f"{len(splits)} splits" if splits else f"{len(store['seeds'])} seeds"
+
+
+def figure(stores: list[dict[str, Any]], anchors: bool = False) -> Any:
+    """Per stored sweep, test score (mean ± std over the replicates) against pairs attended (marker area:
+    train time) and against train time per run; with ``anchors``, the published numbers of a real-data
+    task as horizontal lines."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 3.6 * len(stores)), layout="constrained")
@@ -292,26 +399,89 @@ def figure(stores: list[dict[str, Any]]) -> Any:
         for i, r in enumerate(rows):
             size = 30 + 400 * r["train_s"] / most
             left.errorbar(r["pairs"], r["test"], yerr=r["test_std"], fmt="none", ecolor="grey", capsize=3)
-            left.scatter(r["pairs"], r["test"], s=size, alpha=0.7, color=f"C{i}")
+            left.scatter(r["pairs"], r["test"], s=size, alpha=0.7, color=f"C{i % 10}")
             left.annotate(r["mask"], (r["pairs"], r["test"]), textcoords="offset points", xytext=(6, 6))
             right.errorbar(r["train_s"], r["test"], xerr=r["train_s_std"], yerr=r["test_std"], fmt="o", capsize=3,
-                           color=f"C{i}")
+                           color=f"C{i % 10}")
             right.annotate(r["mask"], (r["train_s"], r["test"]), textcoords="offset points", xytext=(6, 6))
+        spec = REAL_TASKS.get(store["task"])
+        if anchors and spec is not None:
+            for ax in (left, right):
+                for j, (label, value) in enumerate(spec.anchors):
+                    ax.axhline(value, color="grey", lw=0.8, ls=(0, (4, 2 + j)))
+                    if ax is right:
+                        ax.annotate(label, (1.0, value), xycoords=("axes fraction", "data"), fontsize=7,
+                                    color="grey", ha="right", va="bottom")
         per = "" if store["kind"] == "node" else " per graph"
-        left.set(xscale="log", xlabel=f"pairs attended{per} (marker area: train time)", ylabel="test accuracy (%)",
-                 title=f"{store['task']}: accuracy against pairs attended")
-        right.set(xscale="log", xlabel="train time per run (s)", ylabel="test accuracy (%)",
-                  title=f"{store['task']}: accuracy against time ({len(store['seeds'])} seeds)")
+        score = "test AP x 100" if store.get("metric") == "ap" else "test accuracy (%)"
+        left.set(xscale="log", xlabel=f"pairs attended{per} (marker area: train time)", ylabel=score,
+                 title=f"{store['task']}: {score.split(' (')[0]} against pairs attended")
+        right.set(xscale="log", xlabel="train time per run (s)", ylabel=score,
+                  title=f"{store['task']}: against time ({_replicates(store)})")
     return fig
 
 
-def load_stores(folder: Path = STORE) -> list[dict[str, Any]]:
-    """The stored sweeps of ``folder`` (by default the ones docs/results.md reports), in :data:`TASKS` order."""
-    paths = [folder / f"graph_mask_sweep_{task}.json" for task in TASKS]
+def load_stores(folder: Path = STORE, tasks: tuple[str, ...] = ("cora", "motifs")) -> list[dict[str, Any]]:
+    """The stored sweeps of ``tasks`` in ``folder`` (by default the ones docs/results.md reports), in that order."""
+    paths = [folder / f"graph_mask_sweep_{task}.json" for task in tasks]
     stores = [json.loads(p.read_text()) for p in paths if p.exists()]
     if not stores:
         raise FileNotFoundError(f"no stored sweeps in {folder}: python -m benchmarks.graph_mask_sweep --out {folder}")
     return stores
+
+
+def task_figure(task: str, folder: Path = STORE) -> Any:
+    """The figure of one real-data task's stored sweep, with its anchors (docs/make_figures.py)."""
+    return figure(load_stores(folder, (task,)), anchors=True)
+
+
+#: The page whose marked sections :func:`render_docs` rewrites.
+DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
+
+
+def _marker(task: str) -> tuple[str, str]:
+    return (f"<!-- mask-sweep:{task} (rendered from benchmarks/results/graph_mask_sweep_{task}.json by "
+            "python -m benchmarks.graph_mask_sweep --render-docs) -->", f"<!-- /mask-sweep:{task} -->")
+
+
+def render_section(store: dict[str, Any]) -> str:
+    """A real-data sweep's section: how it ran, its table (paired differences to ``self`` where it ran) and
+    the published anchors."""
+    spec = REAL_TASKS[store["task"]]
+    epochs = store["config"]["epochs"]
+    reps = _replicates(store)
+    splits = [s for s in store.get("splits") or [] if s is not None]
+    over = f"splits {splits[0]}-{splits[-1]}, seed {store['seeds'][0]}" if splits else f"seeds {store['seeds']}"
+    lines = [
+        f"`{store['command']}` ({store['started']}, {store['wall_s'] / 60:.0f} min for {len(store['runs'])} runs, "
+        f"{store['threads']} thread). The model and training of `{spec.config}` (its optimiser and schedule), "
+        f"**{epochs} epochs** (a short schedule), the mask swapped; {over}. Scores are those of the first "
+        f"epoch with the best validation score; ± is the standard deviation over the {reps}; the paired column "
+        "is the mean difference to `self` on the same replicate, ± its standard error.",
+        "",
+        markdown(store["runs"], store["kind"], store.get("metric", "acc"), reference="self").rstrip("\n"),
+        "",
+        f"Published ({spec.protocol}): " + ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) + ".",
+    ]
+    return "\n".join(lines)
+
+
+def render_docs(page: Path = DOCS_PAGE, folder: Path = STORE) -> list[str]:
+    """Rewrite the marked sections of ``page`` from the stored sweeps; returns the tasks rendered (a section
+    whose store is missing is left as it is)."""
+    text = page.read_text()
+    done = []
+    for task in REAL_TASKS:
+        start, end = _marker(task)
+        path = folder / f"graph_mask_sweep_{task}.json"
+        if start not in text or not path.exists():
+            continue
+        before, rest = text.split(start, 1)
+        _, after = rest.split(end, 1)
+        text = f"{before}{start}\n{render_section(json.loads(path.read_text()))}\n{end}{after}"
+        done.append(task)
+    page.write_text(text)
+    return done
 
 
 def load_task(task: str, config: dict[str, Any]) -> Any:
@@ -331,16 +501,28 @@ def load_task(task: str, config: dict[str, Any]) -> Any:
     return prepare_graphs(dm.splits, c["pe_dim"])
 
 
+def _splits(text: str) -> list[int]:
+    lo, dash, hi = text.partition("-")
+    return list(range(int(lo), int(hi) + 1)) if dash else [int(s) for s in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.graph_mask_sweep", description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=list(TASKS), default="cora")
     parser.add_argument("--masks", default="graph,khop2,virtual,expander,full", help="comma-separated mask names")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    parser.add_argument("--splits", default="0-9", help="real data: the splits or folds, 0-9 or 0,3 (default: 0-9)")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: the task config's)")
-    parser.add_argument("--config", default="{}", help="JSON overrides of the task's config")
+    parser.add_argument("--config", default="{}", help="JSON overrides of the task's config (cora, motifs)")
     parser.add_argument("--out", type=Path, default=Path("runs/graph_mask_sweep"), help="output folder")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    parser.add_argument("--render-docs", action="store_true", help="only rewrite docs/graphs.md's tables from --out")
     args = parser.parse_args(argv)
+    if args.render_docs:
+        done = render_docs(folder=args.out)
+        print(f"rendered {', '.join(done) or 'nothing'} into {DOCS_PAGE}")
+        return {"rendered": done}
     torch.set_num_threads(args.threads)
     config = json.loads(args.config)
     if args.epochs is not None:
@@ -350,18 +532,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     stem = args.out / f"graph_mask_sweep_{args.task}"
     started = time.perf_counter()
     kind = TASKS[args.task]
-    defaults = NODE_DEFAULTS if kind == "node" else GRAPH_DEFAULTS
-    store = {"task": args.task, "kind": kind, "masks": masks, "seeds": seeds, "config": _merge(defaults, config),
-             "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    store: dict[str, Any] = {"task": args.task, "kind": kind, "masks": masks, "seeds": seeds,
+                             "command": "python -m benchmarks.graph_mask_sweep " + " ".join(argv),
+                             "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
     def save(runs: list[dict[str, Any]]) -> None:  # after every run: a stopped sweep keeps what it measured
         store.update(runs=runs, wall_s=time.perf_counter() - started)
         stem.with_suffix(".json").write_text(json.dumps(store, indent=1) + "\n")
 
-    runs = sweep(kind, load_task(args.task, config), masks, seeds, config, after_run=save)
-    table = markdown(runs, kind)
+    if args.task in REAL_TASKS:
+        spec = REAL_TASKS[args.task]
+        if args.epochs is None or config.keys() - {"epochs"}:
+            parser.error(f"--task {args.task} trains {spec.config}'s model: give --epochs (the short schedule) and "
+                         "no --config")
+        store.update(metric=spec.metric, config={"recipe_config": spec.config, "epochs": args.epochs})
+        if spec.split_option is None:  # one official split: the seeds are the replicates
+            store["splits"] = [None]
+            runs = []
+            for seed in seeds:
+                runs += sweep_real(args.task, masks, [None], seed, args.epochs,
+                                   after_run=lambda rs, done=list(runs): save(done + rs))
+        else:
+            store["splits"], store["seeds"] = _splits(args.splits), seeds[:1]
+            runs = sweep_real(args.task, masks, store["splits"], seeds[0], args.epochs, after_run=save)
+        save(runs)
+        table = markdown(runs, kind, spec.metric, reference="self")
+        fig = figure([store], anchors=True)
+    else:
+        defaults = NODE_DEFAULTS if kind == "node" else GRAPH_DEFAULTS
+        store["config"] = _merge(defaults, config)
+        runs = sweep(kind, load_task(args.task, config), masks, seeds, config, after_run=save)
+        table = markdown(runs, kind)
+        fig = figure([store])
     stem.with_suffix(".md").write_text(table)
-    figure([store]).savefig(stem.with_suffix(".png"), dpi=110)
+    fig.savefig(stem.with_suffix(".png"), dpi=110)
     print(table + f"\n{len(runs)} runs in {store['wall_s']:.0f} s; wrote {stem}.json, .md and .png", flush=True)
     return store
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _graph_data import write_peptides
+from _graph_data import write_actor, write_peptides, write_tu
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -40,6 +40,8 @@ SMOKE = {
 CONFIG_SMOKE = {
     "graph_graph_peptides": ("lrgb", ["--data.batch_size=4"]),
     "graph_graph_peptides_mpnn": ("lrgb", ["--data.batch_size=4"]),
+    "graph_node_actor": ("actor", []),
+    "graph_graph_tu": ("TUDataset", ["--data.batch_size=4"]),
 }
 
 
@@ -206,6 +208,8 @@ WRITERS: dict[str, Callable[[Path], object]] = {
     "fsdd": write_fsdd, "MNIST": write_mnist, "tinyshakespeare": write_shakespeare,
     "ud_english_ewt": write_ud, "planetoid": write_planetoid, "speech_commands_test_v0.02": write_speech_commands,
     "lrgb": write_peptides,
+    "actor": write_actor,
+    "TUDataset": lambda root: write_tu(root, "PROTEINS", graphs=40),
 }
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
 from attnmm._checks import check_nonneg_int
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
 from attnmm.data._staging import drop_pyg_metadata, process_staged
+from attnmm.masks.feature_knn import feature_knn
 
 #: The Planetoid citation graphs.
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
@@ -46,7 +48,10 @@ class NodeDataModule(LightningDataModule):
     Edges are used as PyG reads them: the Planetoid graphs are undirected (both directions stored);
     Actor's 30,019 edges are directed, as Geom-GCN's file lists them and as published Actor results
     mostly use them (the graph recipe's adapter adds self loops). ``to_undirected=True`` adds the
-    reverse of every edge (Actor: 53,411 edges).
+    reverse of every edge (Actor: 53,411 edges). ``feature_neighbors=k`` adds, as in-edges of every
+    node, its k most similar nodes by the cosine similarity of their features
+    (:func:`~attnmm.masks.feature_knn.feature_knn`, computed once in :meth:`setup`): on a heterophilous
+    graph the nodes that look alike are often better company than the neighbours.
 
     Raw files are read from ``<root>/planetoid/<name>/raw`` (geom-gcn split files:
     ``<root>/planetoid/<name>/geom-gcn/raw``) and ``<root>/actor/raw``, with ``root`` resolved by
@@ -74,6 +79,8 @@ class NodeDataModule(LightningDataModule):
         split_index (int, optional): which of geom-gcn's ten splits, 0 to 9 (Actor, or ``split="geom-gcn"``).
             (default: :obj:`0`)
         to_undirected (bool, optional): add the reverse of every edge. (default: :obj:`False`)
+        feature_neighbors (int, optional): add each node's k nearest nodes by feature cosine
+            similarity as in-edges (after ``to_undirected``); 0 for none. (default: :obj:`0`)
 
     Examples:
         >>> NodeDataModule(root="/data", name="Actor", split_index=3)
@@ -96,6 +103,7 @@ class NodeDataModule(LightningDataModule):
         batch_size: int = 256,
         split_index: int = 0,
         to_undirected: bool = False,
+        feature_neighbors: int = 0,
     ) -> None:
         super().__init__()
         if name not in self.names:
@@ -121,6 +129,7 @@ class NodeDataModule(LightningDataModule):
         self.name: str = name
         self.root, self.split, self.split_index = root, split, split_index
         self.normalize_features, self.download, self.to_undirected = normalize_features, download, to_undirected
+        self.feature_neighbors = check_nonneg_int("feature_neighbors", feature_neighbors)
         self.num_neighbors, self.batch_size = num_neighbors, batch_size
         self.data: Any = None
         self._sizes = (0, 0)
@@ -277,6 +286,9 @@ class NodeDataModule(LightningDataModule):
             if self._geom_gcn:  # geom-gcn's ten splits are the columns of each mask (N, 10): keep one
                 for key in ("train_mask", "val_mask", "test_mask"):
                     data[key] = data[key][:, self.split_index].contiguous()
+            if self.feature_neighbors:
+                knn = feature_knn(data.x, self.feature_neighbors).edge_index
+                data.edge_index = torch.unique(torch.cat([data.edge_index, knn], 1), dim=1)
             self.data = data
             self._sizes = (dataset.num_features, dataset.num_classes)
 
@@ -317,5 +329,6 @@ class NodeDataModule(LightningDataModule):
         split = "geom-gcn" if self._geom_gcn else self.split
         extra = f", split_index={self.split_index}" if self._geom_gcn else ""
         extra += ", to_undirected=True" if self.to_undirected else ""
+        extra += f", feature_neighbors={self.feature_neighbors}" if self.feature_neighbors else ""
         root = self.dataset_dir.as_posix()
         return f"{type(self).__name__}(name={self.name!r}, root={root!r}, split={split!r}{extra})"

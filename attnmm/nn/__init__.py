@@ -2,7 +2,8 @@
 
 - Graphs (PyG-facing): :class:`AttentionConv` (a drop-in for PyG's ``TransformerConv``),
   :class:`GATConv` and :class:`GATv2Conv` (drop-ins for PyG's layers of the same names), a graph
-  attention encoder, predict-then-propagate over a mask, a GPS graph transformer and a shortest-path
+  attention encoder, predict-then-propagate over a mask, ego-neighbour separation for
+  heterophilous graphs, a GPS graph transformer and a shortest-path
   score bias.
 - Sequences: the recurrent baseline of the attention encoders (:class:`RecurrentEncoder`).
 - Image patch grids: self-attention that computes a convolution, and the CNN baseline (:mod:`attnmm.nn.cnn`).
@@ -15,6 +16,7 @@
 from attnmm.nn.categorical import CategoricalEncoder
 from attnmm.nn.cnn import ConvAsAttention, ConvEncoder
 from attnmm.nn.ctc import CTCHead
+from attnmm.nn.ego_neighbour import EgoNeighbourEncoder
 from attnmm.nn.ensemble import Ensemble
 from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
@@ -40,6 +42,7 @@ __all__ = [
     "Ensemble",
     "ConvAsAttention",
     "ConvEncoder",
+    "EgoNeighbourEncoder",
     "GATConv",
     "GATv2Conv",
     "GPSEncoder",

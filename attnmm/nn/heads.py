@@ -34,12 +34,13 @@ class PoolingClassifier(nn.Module):
     the graph-level heads of GraphGPS and of the LRGB baselines).
 
     Mean pooling counts only real tokens (``Tokens.lengths``) in the padded layout and uses each
-    graph's nodes (``Tokens.batch``) in the packed layout.
+    graph's nodes (``Tokens.batch``) in the packed layout; sum pooling adds them up, so the pooled
+    vector grows with the item's size (GIN's readout, where the number of nodes matters).
 
     Args:
         d_model (int): token width D.
         num_classes (int): number of classes C.
-        pooling (str, optional): ``"mean"`` or ``"max"``. (default: :obj:`"mean"`)
+        pooling (str, optional): ``"mean"``, ``"max"`` or ``"sum"``. (default: :obj:`"mean"`)
         dropout (float, optional): dropout before each linear layer. (default: :obj:`0.0`)
         hidden_layers (int, optional): hidden layers of width D before the output layer.
             (default: :obj:`0`)
@@ -58,12 +59,12 @@ class PoolingClassifier(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_classes: int, pooling: Literal["mean", "max"] = "mean", dropout: float = 0.0,
+        self, d_model: int, num_classes: int, pooling: Literal["mean", "max", "sum"] = "mean", dropout: float = 0.0,
         hidden_layers: int = 0,
     ) -> None:
         super().__init__()
-        if pooling not in ("mean", "max"):
-            raise ValueError(f"pooling must be 'mean' or 'max', got {pooling!r}")
+        if pooling not in ("mean", "max", "sum"):
+            raise ValueError(f"pooling must be 'mean', 'max' or 'sum', got {pooling!r}")
         self.pooling = pooling
         self.drop = nn.Dropout(dropout)
         width = check_nonneg_int("d_model", d_model, minimum=1)
@@ -82,12 +83,17 @@ class PoolingClassifier(nn.Module):
     def pool(self, h: Tensor, tokens: Tokens) -> Tensor:
         """Pooled features (B, D)."""
         if h.dim() == 2:  # packed nodes: pool per graph
-            from torch_geometric.nn import global_max_pool, global_mean_pool
+            from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 
-            fn = global_mean_pool if self.pooling == "mean" else global_max_pool
+            fn = {"mean": global_mean_pool, "max": global_max_pool, "sum": global_add_pool}[self.pooling]
             return fn(h, tokens.batch)
         if self.pooling == "mean":
             return masked_mean(h, tokens.lengths)
+        if self.pooling == "sum":
+            if tokens.lengths is None:
+                return h.sum(1)
+            keep = torch.arange(h.size(1), device=h.device) < tokens.lengths.view(-1, 1)  # (B, L)
+            return (h * keep.unsqueeze(-1)).sum(1)
         if tokens.lengths is None:
             return h.amax(1)
         keep = torch.arange(h.size(1), device=h.device) < tokens.lengths.view(-1, 1)

@@ -110,3 +110,72 @@ def test_stores_load_in_task_order(tmp_path: Path) -> None:
     for task in ("motifs", "cora"):
         (tmp_path / f"graph_mask_sweep_{task}.json").write_text(json.dumps({"task": task}))
     assert [s["task"] for s in gms.load_stores(tmp_path)] == ["cora", "motifs"]
+
+
+def test_self_knn_and_unions() -> None:
+    assert gms.parse_mask("knn10") == ("knn", 10) and gms.parse_mask("self") == ("self", 0)
+    assert gms.parse_mask("graph|knn3") == ("union", 0)
+    with pytest.raises(ValueError, match="not virtual or full"):
+        gms.parse_mask("graph|full")
+    data = _graph()
+    N = 30
+    own, _ = gms.build_mask("self", data)
+    assert own.nnz(N) == N
+    knn, _ = gms.build_mask("knn3", data, loops=False)
+    assert knn.nnz(N) == 3 * N and not knn.dense(N).diagonal().any()
+    union, _ = gms.build_mask("graph|knn3", data, loops=False)
+    dense = union.dense(N)
+    assert torch.equal(dense, gms.build_mask("graph", data, loops=False)[0].dense(N) | knn.dense(N))
+    assert gms.build_mask("graph|knn3", data)[0].dense(N).diagonal().all()  # self loops by default
+    assert "| `graph\\|knn3` |" in gms.markdown([{"mask": "graph|knn3", "seed": 0, "pairs": 1, "val": 0.5,
+                                                    "test": 0.5, "train_s": 1.0}], "node")
+
+
+def _real_store(task: str, runs: list[dict]) -> dict:
+    return {"task": task, "kind": gms.TASKS[task], "masks": sorted({r["mask"] for r in runs}), "seeds": [0],
+            "splits": sorted({r["split"] for r in runs}), "metric": "acc", "threads": 1, "wall_s": 60.0,
+            "started": "2026-12-01 00:00 UTC", "command": "python -m benchmarks.graph_mask_sweep --task " + task,
+            "config": {"recipe_config": gms.REAL_TASKS[task].config, "epochs": 2}, "runs": runs}
+
+
+def test_sweep_on_a_generated_actor_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from _graph_data import write_actor
+
+    write_actor(tmp_path / "data")
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    args = [f"--data.root={tmp_path / 'data'}"]
+    runs = gms.sweep_real("actor", ["self", "graph", "graph|knn2", "virtual", "expander"], [0, 1], 0, 2, log=None,
+                          args=args)
+    assert [(r["mask"], r["split"]) for r in runs][:2] == [("self", 0), ("self", 1)]
+    pairs = {r["mask"]: r["pairs"] for r in runs}
+    assert pairs["self"] == 30 and pairs["graph"] < pairs["graph|knn2"]  # no self loops: the ego is apart
+    assert all(0 <= r["test"] <= 1 and 1 <= r["best_epoch"] <= 2 for r in runs)
+    again = gms.sweep_real("actor", ["graph"], [1], 0, 2, log=None, args=args)[0]
+    assert (again["val"], again["test"]) == next((r["val"], r["test"]) for r in runs if r["mask"] == "graph"
+                                                 and r["split"] == 1)  # seeded: the same run again
+    store = _real_store("actor", runs)
+    table = gms.markdown(runs, "node", reference="self")
+    assert "test − `self`, paired" in table.splitlines()[0] and table.count("/2 higher)") == 4
+    section = gms.render_section(store)
+    assert "**2 epochs** (a short schedule)" in section and "SGFormer 37.9" in section
+    page = tmp_path / "page.md"
+    start, end = gms._marker("actor")
+    page.write_text(f"intro\n{start}\nold\n{end}\nrest\n")
+    (tmp_path / "graph_mask_sweep_actor.json").write_text(json.dumps(store))
+    assert gms.render_docs(page, tmp_path) == ["actor"]
+    text = page.read_text()
+    assert "old" not in text and text.startswith("intro\n") and text.endswith(f"{end}\nrest\n") and section in text
+    gms.task_figure("actor", tmp_path).savefig(tmp_path / "actor.png")
+
+
+def test_sweep_on_generated_tu_folds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from _graph_data import write_tu
+
+    write_tu(tmp_path / "data", "PROTEINS", graphs=40)
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    args = [f"--data.root={tmp_path / 'data'}", "--data.batch_size=8"]
+    runs = gms.sweep_real("proteins", ["self", "graph", "virtual", "expander", "full"], [3], 0, 1, log=None,
+                          args=args)
+    pairs = {r["mask"]: r["pairs"] for r in runs}
+    assert pairs["self"] < pairs["graph"] < pairs["virtual"] and pairs["graph"] <= pairs["full"]
+    assert all(r["split"] == 3 and 0 <= r["val"] <= 1 for r in runs)

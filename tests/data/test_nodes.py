@@ -11,6 +11,7 @@ from _graph_data import write_actor
 from _recipes import data_root
 
 from attnmm.data import NodeDataModule, PlanetoidDataModule
+from attnmm.masks.feature_knn import feature_knn
 
 
 @pytest.fixture
@@ -44,6 +45,21 @@ def test_actor_edges_are_directed_unless_asked(actor: Path) -> None:
     undirected = NodeDataModule(root=actor, name="Actor", to_undirected=True)
     undirected.setup()
     assert undirected.data.num_edges == 80 and not undirected.data.is_directed()
+
+
+def test_feature_neighbors_add_the_nearest_nodes_by_features(actor: Path) -> None:
+    plain = NodeDataModule(root=actor, name="Actor", to_undirected=True)
+    plain.setup()
+    dm = NodeDataModule(root=actor, name="Actor", to_undirected=True, feature_neighbors=3)
+    dm.setup()
+    edges, x = dm.data.edge_index, dm.data.x
+    knn = feature_knn(x, 3).edge_index
+    want = torch.unique(torch.cat([plain.data.edge_index, knn], 1), dim=1)
+    assert torch.equal(edges, want)  # the graph's edges and each node's 3 nearest as in-edges, once each
+    assert torch.bincount(knn[1], minlength=30).eq(3).all()
+    assert repr(dm).endswith("to_undirected=True, feature_neighbors=3)")
+    with pytest.raises(ValueError, match="feature_neighbors must be"):
+        NodeDataModule(name="Actor", feature_neighbors=-1)
 
 
 def test_split_options_that_do_not_apply_are_refused(tmp_path: Path) -> None:

@@ -39,6 +39,24 @@ def test_a_tu_set_is_one_flag_away(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert set(metrics) == {"test_acc", "test_loss"}
 
 
+@pytest.mark.parametrize("name,labels", [("PROTEINS", 3), ("MUTAG", 7)])
+def test_the_tu_config_serves_every_set_by_name(name: str, labels: int, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph_graph_tu.yaml runs any TU set and fold by ``--data.name`` and ``--data.fold`` alone: sum pooling,
+    the encodings computed by the data, the input width from the node labels (MUTAG's edge labels unused)."""
+    write_tu(tmp_path / "data", name=name, graphs=30, node_labels=labels, edge_labels=4 if name == "MUTAG" else None)
+    config = Path(__file__).parents[2] / "recipes" / "configs" / "graph_graph_tu.yaml"
+    args = [f"--config={config}", f"--data.root={tmp_path / 'data'}", "--data.name", name, "--data.fold", "2"]
+    hp = _hparams(tmp_path, monkeypatch, *args)
+    assert hp["adapter"]["init_args"]["in_channels"] == labels and hp["head"]["init_args"]["pooling"] == "sum"
+    run = tmp_path / "run"
+    run.mkdir()
+    run_recipe("graph_graph", ["fit", *args, "--trainer.max_epochs=1", "--torch_threads=1",
+                               "--data.batch_size=4"], run)
+    metrics = json.loads(next((run / "runs" / "graph_graph_tu").glob("**/metrics.json")).read_text())
+    assert set(metrics) == {"test_acc", "test_loss"}
+
+
 def test_peptides_make_the_task_multilabel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("rdkit")
     write_peptides(tmp_path / "data")

@@ -41,3 +41,20 @@ def test_actor_is_one_flag_away(tmp_path: Path) -> None:
     (ckpt,) = tmp_path.glob("runs/**/last.ckpt")
     task = ClassificationTask.load_from_checkpoint(ckpt, weights_only=True)
     assert (task.num_classes, task.adapter.in_channels, task.task) == (4, 6, "multiclass")
+
+
+def test_the_actor_config_keeps_the_ego_apart(tmp_path: Path) -> None:
+    """graph_node_actor.yaml: the ego-neighbour encoder over the symmetrised edges without self loops, one
+    split picked by its index, the best validation accuracy's checkpoint tested."""
+    write_actor(tmp_path / "data")
+    config = Path(__file__).parents[2] / "recipes" / "configs" / "graph_node_actor.yaml"
+    args = ["fit", f"--config={config}", "--trainer.max_epochs=2", "--torch_threads=1",
+            f"--data.root={tmp_path / 'data'}", "--data.split_index", "4", "--data.feature_neighbors", "2"]
+    proc = run_recipe("graph_node", args, tmp_path)
+    assert "EgoNeighbourEncoder" in proc.stdout + proc.stderr and "metrics written to" in proc.stdout
+    metrics = json.loads(next(tmp_path.glob("runs/graph_node_actor/**/metrics.json")).read_text())
+    assert set(metrics) == {"test_acc", "test_loss"}
+    assert list(tmp_path.glob("runs/graph_node_actor/**/best-epoch=*-val_acc=*.ckpt"))
+    (ckpt,) = tmp_path.glob("runs/**/last.ckpt")
+    task = ClassificationTask.load_from_checkpoint(ckpt, weights_only=True)
+    assert task.adapter.self_loops is False and task.encoder.hops == 1 and task.num_classes == 3

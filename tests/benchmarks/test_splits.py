@@ -1,0 +1,72 @@
+"""The splits driver: split lists, a recipe run per split on generated data, the stored summary, paired
+differences and the table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _graph_data import write_actor, write_tu
+
+from benchmarks import splits
+
+
+def test_split_lists() -> None:
+    assert splits.parse_splits("all", 10) == list(range(10))
+    assert splits.parse_splits("0-2,7", 10) == [0, 1, 2, 7]
+    with pytest.raises(ValueError, match="do not exist"):
+        splits.parse_splits("9-10", 10)
+    with pytest.raises(ValueError, match="look like"):
+        splits.parse_splits("a", 10)
+
+
+def test_command_picks_the_split_option() -> None:
+    node = splits.command("graph_node", "c.yaml", "Actor", 3, 0, True, ["--x", "1"])
+    assert node[:2] == ["recipes/graph_node.py", "fit"] and "--data.split_index" in node
+    assert node[node.index("--data.split_index") + 1] == "3" and node[-4:] == ["--test_after_fit", "false", "--x", "1"]
+    tu = splits.command("graph_graph", "c.yaml", "PROTEINS", 5, 1, False, [])
+    assert tu[tu.index("--data.fold") + 1] == "5" and "--test_after_fit" not in tu
+
+
+def _store(values: dict[int, float], key: str = "test_acc", select: bool = False) -> dict:
+    runs = [{"split": s, "metrics": {key: v}} for s, v in values.items()]
+    return {"select": select, "runs": runs, "summary": splits.summarize(runs)}
+
+
+def test_summary_paired_differences_and_table() -> None:
+    a = _store({0: 0.40, 1: 0.38, 2: 0.37})
+    b = _store({0: 0.39, 1: 0.38, 2: 0.35, 3: 0.5})
+    assert a["summary"]["test_acc"]["n"] == 3
+    assert a["summary"]["test_acc"]["mean"] == pytest.approx(0.38333, abs=1e-4)
+    d = splits.paired(a, b)
+    assert d["splits"] == [0, 1, 2] and d["diffs"] == pytest.approx([1.0, 0.0, 2.0])
+    assert d["mean"] == pytest.approx(1.0) and d["wins"] == 2 and d["ties"] == 1
+    assert splits.metric_of(_store({0: 0.1}, "val_acc", select=True)) == "val_acc"
+    text = splits.table([("a", a), ("b", b)])
+    assert text.splitlines()[0] == "| run | 0 | 1 | 2 | 3 | mean ± std |"
+    assert "| a | 40.00 | 38.00 | 37.00 |  | 38.33 ± 1.53 |" in text
+    with pytest.raises(ValueError, match="at least 2"):
+        splits.paired(_store({0: 0.1}), _store({1: 0.1}))
+
+
+@pytest.mark.parametrize("recipe,name,writer", [("graph_node", "Actor", write_actor), ("graph_graph", "TOY", write_tu)])
+def test_runs_every_split_and_resumes(recipe: str, name: str, writer: object, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    writer(tmp_path / "data")  # type: ignore[operator]
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "store.json"
+    extra = [f"--data.root={tmp_path / 'data'}", "--trainer.max_epochs=2"]
+    if recipe == "graph_graph":
+        extra += ["--data.batch_size=4"]
+    config = "recipes/configs/graph_node.yaml" if recipe == "graph_node" else "recipes/configs/graph_graph.yaml"
+    store = splits.run(recipe, config, name, [0, 1], 0, True, extra, out, tmp_path / "work")
+    saved = json.loads(out.read_text())
+    assert [r["split"] for r in saved["runs"]] == [0, 1] and saved == store
+    for r in saved["runs"]:
+        assert set(r["metrics"]) == {"val_acc", "val_loss"}  # a selection run: no test number
+        assert r["monitor"] in ("val_acc", "val_loss") and 0 <= r["best_epoch"] <= 1
+        assert r["command"].startswith(f"python recipes/{recipe}.py fit --config {config}")
+    assert saved["summary"]["val_acc"]["n"] == 2
+    again = splits.run(recipe, config, name, [0, 1], 0, True, extra, out, tmp_path / "work")
+    assert again["runs"] == saved["runs"]  # stored splits are skipped
