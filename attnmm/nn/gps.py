@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.adapters.base import Tokens
 from attnmm.attention.multihead import MultiHeadAttention
+from attnmm.attention.plan import AttentionPlan
 from attnmm.masks import Mask, SameGraph
 from attnmm.nn.spd_bias import ShortestPathBias
 from attnmm.nn.transformer_conv import AttentionConv
@@ -44,7 +45,9 @@ class GPSLayer(nn.Module):
     edges, Exphormer-style). Nothing is padded to a dense batch, so the cost follows the mask's pairs.
     With ``attention=False`` the global branch is left out,
     :math:`\mathbf{X}' = \mathrm{Norm}(\mathbf{X}_L + \mathrm{MLP}(\mathbf{X}_L))`: the layer of a
-    message-passing network alone, the baseline that shows what attention adds.
+    message-passing network alone, the baseline that shows what attention adds. ``plan`` (an
+    :class:`~attnmm.attention.AttentionPlan`) shares one dispatch among the layers of a forward, as
+    :class:`GPSEncoder` passes it.
 
     Args:
         channels (int): node width D.
@@ -115,12 +118,13 @@ class GPSLayer(nn.Module):
         mask: Mask | None = None,
         bias: Tensor | None = None,
         edge_attr: Tensor | None = None,
+        plan: AttentionPlan | None = None,
     ) -> Tensor:
         out: Tensor | None = None
         if self.attn is not None:
             if mask is None:  # every node attends the nodes of its graph (all nodes without a batch vector)
                 mask = SameGraph(batch if batch is not None else x.new_zeros(x.size(0), dtype=torch.long))
-            h_attn = self.attn(x, mask=mask, bias=bias)  # (N, D)
+            h_attn = self.attn(x, mask=mask, bias=bias, plan=plan)  # (N, D)
             out = self.norm_attn(x + self.drop(h_attn))
         if self.conv is not None:
             h = self.conv(x, edge_index) if edge_attr is None else self.conv(x, edge_index, edge_attr)
@@ -241,8 +245,9 @@ class GPSEncoder(nn.Module):
         edge_attr = getattr(tokens, "edge_attr", None)
         if self._edges_of_width_d:
             _check_edge_width(edge_attr, self.d_model)
+        plan = AttentionPlan()  # one dispatch for every layer: same mask, same sizes
         for layer, reads_edges in zip(self.layers, self._reads_edges):
-            x = layer(x, edge_index, mask=mask, bias=bias, edge_attr=edge_attr if reads_edges else None)
+            x = layer(x, edge_index, mask=mask, bias=bias, edge_attr=edge_attr if reads_edges else None, plan=plan)
         return x
 
 

@@ -164,3 +164,23 @@ def test_edge_features_reach_only_layers_that_read_them() -> None:
     assert len(calls) == 2 and all(c is tokens.edge_attr for c in calls)
     gin = GPSEncoder(8, num_layers=1, heads=2, local="gin")
     assert gin(tokens.x, tokens.mask, tokens=tokens).shape == (3, 8)  # GINConv takes no edge_attr
+
+
+def test_the_layers_share_one_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnmm.nn.gps as gps
+    from attnmm.attention import AttentionPlan
+
+    plans: list[AttentionPlan] = []
+
+    class Recorded(AttentionPlan):
+        def __init__(self) -> None:
+            super().__init__()
+            plans.append(self)
+
+    monkeypatch.setattr(gps, "AttentionPlan", Recorded)
+    tokens = GraphAdapter(in_channels=16, d_model=16, scope="graph")(GraphAdapter.example_batch(3))
+    encoder = GPSEncoder(16, num_layers=3, heads=2, local="gin")
+    out = encoder(tokens.x, tokens.mask, tokens=tokens)
+    assert len(plans) == 1 and (plans[0].made, plans[0].reused) == (1, 2)
+    monkeypatch.undo()
+    torch.testing.assert_close(out, encoder(tokens.x, tokens.mask, tokens=tokens))  # the same result
