@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
 from attnmm.masks import Full, Mask, Pairs, Segments
 from attnmm.masks.base import IntervalMask, Structure
+
+if TYPE_CHECKING:
+    from attnmm.attention._split import Split
 
 
 @dataclass
@@ -71,6 +74,15 @@ class Problem:
         if self.packed or self.effective_mask.layout == "packed":
             return None
         return self.effective_mask.as_blocks(self.L, self.S)
+
+    @cached_property
+    def split(self) -> Split | None:
+        """For a mask made of :attr:`blocks`, its query segments each dispatched on its own
+        (:func:`~attnmm.attention._split.split_problem`), worked out once per call, by
+        :func:`~attnmm.attention.attend` before it dispatches the whole; else ``None``."""
+        from attnmm.attention._split import split_problem  # (the split builds problems of its own)
+
+        return split_problem(self)
 
     @cached_property
     def structure(self) -> Structure:

@@ -149,6 +149,7 @@ def attend(
         backend = "reference"  # an empty batch: nothing to compute, whichever backend was named
     chosen = plan.take(problem) if plan is not None and backend == "auto" else None
     if chosen is None:
+        _ = problem.split  # first, a mask of blocks is split: each query segment dispatched on its own
         chosen = choose_backend(problem, backend)
         check_backend(problem, chosen)
         if plan is not None and backend == "auto":

@@ -10,7 +10,7 @@ from attnmm.attention.backends.base import Backend
 
 #: The problem's derived values that depend on the mask and the sizes only (no tensor of the call), so a
 #: later layer with the same mask and sizes can take them instead of working them out again.
-_SHARED = ("_pairs", "structure", "row_counts", "blocks")
+_SHARED = ("_pairs", "structure", "row_counts", "blocks", "split")
 
 
 @dataclass
@@ -25,7 +25,7 @@ class AttentionPlan:
     Every layer of an encoder attends under the same mask with the same sizes, so dispatch (every
     backend's checks, cost and memory estimates) and the mask's sparse form come out the same in each.
     A plan keeps, for each distinct problem of the forward, the backend chosen and the derived values
-    of the mask (its pairs, structure, counts of allowed keys per query, blocks), keyed by everything
+    of the mask (its pairs, structure, counts of allowed keys per query, blocks and their split), keyed by everything
     dispatch reads: the mask, the sizes (B, H, L, S, E, Ev), the dtype and device, whether a gradient
     flows, a bias, dropout, the score and whether weights are returned. The first layer makes the
     entry; the others take it.

@@ -73,23 +73,40 @@ def test_a_row_of_several_links_takes_the_cheaper_form() -> None:
     # the audio frames attend their window and 2 shared tokens: pairs cost the same wherever the keys
     # lie, so the keys are used in place; a dense row over far fewer keys than L is laid together
     from attnmm.attention._problem import Problem
-    from attnmm.attention.backends.segments import _plan
+    from attnmm.attention._split import _keys, row_problem
 
     mask = Segments([64, 32, 2], within=[Window(2, 2), None, None], links=[[True, False, True], [False, True, True],
                                                                           [True, True, True]])
     q, k, v = (randn(1, 2, 98, 8, seed=s) for s in range(3))
     problem = Problem(q, k, v, mask, scale=8**-0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
                       packed=False)
-    plan = _plan(problem)
-    for a, step in plan.items():
-        assert step is not None
-        out, _ = step.backend.forward(step.problem)
+    split = problem.split
+    assert split is not None
+    ref = attend(q, k, v, mask, backend="reference")
+    for a, row in enumerate(split.rows):
+        assert row is not None
         rows = slice(mask.offsets[a], mask.offsets[a + 1])
-        ref = attend(q, k, v, mask, backend="reference")[:, :, rows]
-        torch.testing.assert_close(out, ref)
-    assert plan[2].problem.S == 98  # the row linked to all: the inputs themselves
-    for a in (0, 1):  # pairs cost the same wherever the keys lie: the sparse kernel takes them in place
-        assert plan[a] is not None and (plan[a].backend.name != "sparse" or plan[a].problem.S == 98)
+        sub = row_problem(problem, row, q[:, :, rows], _keys(split, row, k), _keys(split, row, v))
+        out, _ = row.backend.forward(sub)
+        torch.testing.assert_close(out, ref[:, :, rows])
+    assert split.rows[2] is not None and split.rows[2].keys == "all"  # the row linked to all: the inputs themselves
+    for row in split.rows[:2]:  # pairs cost the same wherever the keys lie: the sparse kernel takes them in place
+        assert row is not None and (row.backend.name != "sparse" or row.keys == "all")
+
+
+def test_one_backward_for_every_segment() -> None:
+    """The split runs as one autograd node: the inputs' gradients come from one backward that adds every
+    segment's into one buffer, whatever each segment's backend and however its keys are read."""
+    links = [[True, False, True], [True, True, False], [True, True, True]]
+    mask = Segments([6, 5, 3], within=[Window(2, 1), Grid(1, 5, kernel=3), Causal()], links=links,
+                    lengths=[[6, 4, 3], [5, 5, 2]])
+    q, k, v = (randn(2, 2, 14, 4, seed=s).requires_grad_(True) for s in range(3))
+    out = attend(q, k, v, mask, backend="segments")
+    assert type(out.grad_fn).__name__ == "SplitAttentionBackward"
+    ref = attend(q, k, v, mask, backend="reference")
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(grads(out, [q, k, v]), grads(ref, [q, k, v])):
+        torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("score", ["softmax", "relu"])
@@ -130,7 +147,7 @@ def test_no_dense_mask_of_the_whole_sequence(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_refuses_what_it_does_not_compute() -> None:
     backend = get_backend("segments")
-    assert "neither a Segments mask nor packed documents" in backend.unsupported(problem(Window(2, 2), 1, 8))
+    assert "is not made of blocks" in backend.unsupported(problem(Window(2, 2), 1, 8))
     composed = Segments([4, 4], lengths=[[4, 2]]) & Padding([6])  # blocks, each seen with its padding
     assert backend.unsupported(problem(composed, 1, 8)) is None
     q, k, v = (randn(1, 2, 8, 4, seed=s) for s in range(3))
@@ -192,7 +209,7 @@ def test_other_band_masks_are_refused_by_name() -> None:
     for mask in [Window(1, 1), Documents([[3, 3], [2, 4]]) & Causal(), Documents([[3, 3], [2, 4]]) & Chunk(2, 1)]:
         problem = Problem(q, q, q, mask, 0.5, 0.0, "softmax", None, False, False)
         reason = get_backend("segments").unsupported(problem)
-        assert reason is not None and "neither a Segments mask nor packed documents" in reason, mask
+        assert reason is not None and "is not made of blocks" in reason, mask
 
 
 def test_dispatch_sends_many_packed_documents_to_segments() -> None:

@@ -1,0 +1,284 @@
+r"""Attention under a mask made of blocks, split into its query segments before dispatch.
+
+A mask that answers :meth:`~attnmm.masks.Mask.as_blocks` (a :class:`~attnmm.masks.Segments` mask, packed
+documents, their intersections) confines the softmax of a query of segment :math:`a` to the key segments
+:math:`C_a` it links to. Its attention is then the K attentions of its query segments,
+
+.. math::
+    O_a = \mathrm{attend}\left(Q_a, K_{C_a}, V_{C_a}, M_a\right), \qquad O = [O_1; \dots; O_K],
+
+each an attention problem of its own, dispatched like any (:func:`split_problem`): a segment under
+``Window`` goes to the band kernel, under ``Causal`` to fused SDPA, under ``Grid`` to the sparse kernel.
+The split is worked out on stand-ins of the inputs (no tensor of the call is kept), so an
+:class:`~attnmm.attention.AttentionPlan` shares it among the layers of a forward. It runs as one
+autograd node (:class:`SplitAttention`): its backward takes the segments one at a time and adds their
+gradients into one buffer per input, so no more than one segment's gradients are in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from attnmm.attention._problem import Problem
+from attnmm.attention.backends.base import Backend
+from attnmm.masks import Mask, Segments
+
+#: How a query segment reads its keys: those of one segment, all the keys in their places, or the keys of
+#: several segments laid one after another (a copy).
+Keys = Literal["one", "all", "together"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One query segment's attention, as dispatch chose to compute it.
+
+    Attributes:
+        segment (int): the query segment a.
+        keys (str): ``"one"``, ``"all"`` or ``"together"`` (see :data:`Keys`).
+        linked (tuple[int, ...]): the key segments :math:`C_a` it reads.
+        mask (Mask): the mask of its queries over those keys.
+        backend (Backend): the backend dispatch chose for it.
+        cost (float, optional): that backend's estimate.
+        split (Split, optional): its own split, when its mask is made of blocks too.
+    """
+
+    segment: int
+    keys: Keys
+    linked: tuple[int, ...]
+    mask: Mask
+    backend: Backend
+    cost: float | None
+    split: Split | None = None
+
+
+@dataclass(frozen=True)
+class Split:
+    """A problem's query segments and how each is computed (``None``: it attends nothing)."""
+
+    blocks: Segments
+    rows: tuple[Row | None, ...]
+
+    @property
+    def cost(self) -> float | None:
+        """The sum of the rows' estimates (``None`` when one has none)."""
+        costs = [row.cost for row in self.rows if row is not None]
+        return None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
+
+
+def _stand_in(like: Tensor, *shape: int) -> Tensor:
+    """A tensor of ``like``'s dtype, device and need of a gradient, of ``shape``, holding no memory."""
+    base = torch.zeros((), dtype=like.dtype, device=like.device, requires_grad=like.requires_grad)
+    return base.expand(*shape)
+
+
+def _sub(problem: Problem, rows: int, keys: int, mask: Mask) -> Problem:
+    """A problem of ``rows`` of ``problem``'s queries over ``keys`` keys under ``mask``, on stand-ins
+    (itself split when its mask is made of blocks)."""
+    q, k, v = problem.q, problem.k, problem.v
+    B, H = problem.B, problem.H
+    sub = Problem(
+        _stand_in(q, B, H, rows, q.size(-1)),  # (B, H, n_a, E)
+        _stand_in(k, B, H, keys, k.size(-1)),
+        _stand_in(v, B, H, keys, v.size(-1)),
+        mask,
+        scale=problem.scale,
+        dropout_p=problem.dropout_p,
+        score=problem.score,
+        bias=None,
+        return_weights=False,
+        packed=False,
+    )
+    return sub
+
+
+def split_problem(problem: Problem) -> Split | None:
+    """The split of ``problem`` into its query segments, each dispatched on its own; ``None`` when its mask
+    is not made of blocks (:attr:`Problem.blocks`).
+
+    A segment linked to one key segment, or to all, reads the keys as they are. A segment linked to
+    several is a choice: their keys laid one after another (a copy, which keeps a dense or banded
+    block's cost to its own keys) or all the keys in their own places, the blocks of unlinked segments
+    empty (no copy, and as cheap for kernels whose cost follows the allowed pairs); the keys stay in
+    place unless laying them together is estimated cheaper.
+    """
+    from attnmm.attention._dispatch import candidates  # (dispatch asks this module when a mask has blocks)
+
+    blocks = problem.blocks
+    if blocks is None:
+        return None
+    rows: list[Row | None] = []
+    for a in range(blocks.num_segments):
+        linked, row_mask = blocks.row(a)
+        if row_mask is None or blocks.sizes[a] == 0:
+            rows.append(None)
+            continue
+        n = blocks.sizes[a]
+        if len(linked) == blocks.num_segments:  # every segment, in order: the keys themselves
+            forms: list[tuple[Keys, Mask, int]] = [("all", row_mask, problem.S)]
+        elif len(linked) == 1:
+            forms = [("one", row_mask, blocks.sizes[linked[0]])]
+        else:
+            over_all = blocks.row_over_all(a)
+            assert over_all is not None
+            forms = [("together", row_mask, sum(blocks.sizes[c] for c in linked)), ("all", over_all, problem.S)]
+        options = []
+        for keys, mask, width in forms:
+            sub = _sub(problem, n, width, mask)
+            chosen = candidates(sub)[0]
+            options.append(Row(a, keys, tuple(linked), mask, chosen, chosen.cost(sub), sub.split))
+        rows.append(_cheapest(options))
+    return Split(blocks, tuple(rows))
+
+
+def _cheapest(options: list[Row]) -> Row:
+    """The one option, or of the two forms of a segment linked to several the keys in place unless laying
+    them together is estimated cheaper (or a cost is unknown)."""
+    if len(options) == 1:
+        return options[0]
+    together, over_all = options
+    if together.cost is None or over_all.cost is None or together.cost < over_all.cost * (1 - 1e-6):
+        return together
+    return over_all
+
+
+def row_memory(problem: Problem, row: Row) -> int:
+    """``row``'s working memory on its backend (worked out on stand-ins)."""
+    return row.backend.memory_bytes(_sub(problem, _segment_size(problem, row), _width(problem, row), row.mask))
+
+
+def _segment_size(problem: Problem, row: Row) -> int:
+    assert problem.split is not None
+    return problem.split.blocks.sizes[row.segment]
+
+
+def _width(problem: Problem, row: Row) -> int:
+    assert problem.split is not None
+    sizes = problem.split.blocks.sizes
+    return problem.S if row.keys == "all" else sum(sizes[c] for c in row.linked)
+
+
+def row_problem(problem: Problem, row: Row, q: Tensor, k: Tensor, v: Tensor) -> Problem:
+    """``row``'s problem on the tensors ``q`` (its queries) and ``k``, ``v`` (its keys)."""
+    sub = Problem(q, k, v, row.mask, scale=problem.scale, dropout_p=problem.dropout_p, score=problem.score,
+                  bias=None, return_weights=False, packed=False)
+    sub.__dict__["split"] = row.split  # (worked out with the row)
+    return sub
+
+
+def _keys(split: Split, row: Row, t: Tensor) -> Tensor:
+    """The keys (or values) ``row`` reads from ``t`` (B, H, S, E)."""
+    if row.keys == "all":
+        return t
+    offsets = split.blocks.offsets
+    parts = [t[:, :, offsets[c] : offsets[c + 1]] for c in row.linked]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, H, S_a, E)
+
+
+def _add_keys(split: Split, row: Row, into: Tensor, grad: Tensor) -> None:
+    """Add ``row``'s gradient of its keys (or values) into the gradient ``into`` of all of them."""
+    if row.keys == "all":
+        into += grad
+        return
+    offsets, start = split.blocks.offsets, 0
+    for c in row.linked:
+        n = offsets[c + 1] - offsets[c]
+        into[:, :, offsets[c] : offsets[c + 1]] += grad[:, :, start : start + n]
+        start += n
+
+
+def _run_row(problem: Problem, split: Split, row: Row, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``row``'s output (B, H, n_a, Ev) from its queries ``q`` and its keys and values ``k``, ``v``
+    (:func:`_keys`), its padded queries 0."""
+    from attnmm.attention._memory import check_backend, check_pairs
+
+    blocks = split.blocks
+    sub = row_problem(problem, row, q, k, v)
+    check_pairs(sub, with_bias=False)
+    check_backend(sub, row.backend)
+    out, _ = row.backend.forward(sub)  # (B, H, n_a, Ev)
+    if blocks.lengths is not None:  # the segment's padded queries attend nothing
+        n = blocks.sizes[row.segment]
+        real = torch.arange(n, device=q.device) < blocks.lengths[:, row.segment].to(q.device).view(-1, 1)  # (B, n_a)
+        out = torch.where(real.view(problem.B, 1, n, 1), out, out.new_zeros(()))
+    return out
+
+
+def run_split(problem: Problem, split: Split) -> Tensor:
+    """The output (B, H, L, Ev) of ``problem`` computed by its query segments: one after another without
+    a gradient, as one autograd node (:class:`SplitAttention`) with one."""
+    q, k, v = problem.q, problem.k, problem.v
+    if problem.training:
+        return SplitAttention.apply(q, k, v, problem, split)
+    offsets, outs = split.blocks.offsets, []
+    for a, row in enumerate(split.rows):
+        q_a = q[:, :, offsets[a] : offsets[a + 1]]
+        if row is None:
+            outs.append(v.new_zeros(*q_a.shape[:-1], v.size(-1)))
+        else:
+            outs.append(_run_row(problem, split, row, q_a, _keys(split, row, k), _keys(split, row, v)))
+    return torch.cat(outs, dim=2)  # (B, H, L, Ev)
+
+
+class SplitAttention(torch.autograd.Function):
+    """The output of a split problem, one autograd node for all its query segments.
+
+    Forward runs each segment's backend on its own inputs (detached leaves when a gradient is wanted,
+    so each segment's graph stays its own); backward walks the segments one at a time, asks each graph
+    for its gradients and adds them into one buffer per input, then lets that segment's graph go.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, problem: Problem, split: Split) -> Tensor:
+        B, H, Ev = problem.B, problem.H, v.size(-1)
+        offsets = split.blocks.offsets
+        ctx.split, ctx.graphs = split, []
+        outs = []
+        for a, row in enumerate(split.rows):
+            n = offsets[a + 1] - offsets[a]
+            if row is None:
+                outs.append(v.new_zeros(B, H, n, Ev))
+                ctx.graphs.append(None)
+                continue
+            inputs = (q[:, :, offsets[a] : offsets[a + 1]], _keys(split, row, k), _keys(split, row, v))
+            # the row's own inputs, cut from the graph: its gradients come out the row's size
+            leaves = [t.detach().requires_grad_(needs) for t, needs in zip(inputs, ctx.needs_input_grad)]
+            with torch.enable_grad():
+                out = _run_row(problem, split, row, *leaves)
+            ctx.graphs.append((out, leaves))
+            outs.append(out.detach())
+        ctx.shapes = (q.shape, k.shape, v.shape)
+        return torch.cat(outs, dim=2) if outs else v.new_zeros(B, H, 0, Ev)  # (B, H, L, Ev)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
+        split = ctx.split
+        offsets = split.blocks.offsets
+        wanted = ctx.needs_input_grad[:3]
+        dq, dk, dv = (d_out.new_zeros(shape) if need else None for shape, need in zip(ctx.shapes, wanted))
+        for a, row in enumerate(split.rows):
+            graph = ctx.graphs[a]
+            ctx.graphs[a] = None  # this segment's saved tensors go as soon as its gradients are out
+            if graph is None or row is None:
+                continue
+            out, leaves = graph
+            inputs = [t for t, need in zip(leaves, wanted) if need]
+            grads = iter(torch.autograd.grad(out, inputs, d_out[:, :, offsets[a] : offsets[a + 1]],
+                                             allow_unused=True))
+            del graph, out
+            g_q, g_k, g_v = (next(grads) if need else None for need in wanted)
+            if g_q is not None and dq is not None:
+                dq[:, :, offsets[a] : offsets[a + 1]] += g_q
+            if g_k is not None and dk is not None:
+                _add_keys(split, row, dk, g_k)
+            if g_v is not None and dv is not None:
+                _add_keys(split, row, dv, g_v)
+            del g_q, g_k, g_v
+        return dq, dk, dv, None, None
+
+
+__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_memory", "row_problem", "run_split", "split_problem"]
