@@ -2,6 +2,7 @@
 
 from attnmm.adapters._registry import get_adapter, list_adapters, register_adapter
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.adapters.encoded import EncodedAdapter
 from attnmm.adapters.graph import GraphAdapter, GraphTokens
 from attnmm.adapters.image import ImageAdapter
 from attnmm.adapters.multimodal import MultimodalAdapter
@@ -19,6 +20,7 @@ __all__ = [
     "Adapter",
     "CharFeatures",
     "Emission",
+    "EncodedAdapter",
     "EmissionLatency",
     "GraphAdapter",
     "GraphTokens",

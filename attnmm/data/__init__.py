@@ -5,6 +5,7 @@ from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
 from attnmm.data.augment import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb, TimeShift
 from attnmm.data.avdigits import AVDigitsDataModule
 from attnmm.data.cifar import CIFAR10DataModule
+from attnmm.data.corruptions import RandomCorruption
 from attnmm.data.fsdd import FSDDDataModule
 from attnmm.data.fsdd_strings import DigitStringBatch, DigitStrings, FSDDStringsDataModule, collate_digit_strings
 from attnmm.data.graphs import GraphDataModule, MotifGraphsDataModule, motif_graphs
@@ -33,6 +34,7 @@ __all__ = [
     "MotifGraphsDataModule",
     "NodeDataModule",
     "PlanetoidDataModule",
+    "RandomCorruption",
     "ShakespeareDataModule",
     "SpeechCommandsDataModule",
     "SpeedPerturb",

@@ -9,7 +9,6 @@ from typing import Literal, TypedDict, get_args
 
 import numpy as np
 import torch
-import torchaudio
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
@@ -17,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from attnmm.data._audio import AudioClips, collate_audio
 from attnmm.data._resumable import ResumableDataLoader
 from attnmm.data._root import data_dir
+from attnmm.data.corruptions import RandomCorruption, add_audio_noise, add_image_noise, occlude
 from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
 from attnmm.data.mnist import MNISTDataModule
 
@@ -37,7 +37,7 @@ Corrupt = Literal["both", "one"]
 _SPLIT_SEED = {"train": 0, "val": 1, "test": 2}
 #: Independent random streams per example, one per kind of draw: turning one corruption on does not
 #: change the draws of another.
-_DRAW = {"drop": 0, "audio_noise": 1, "image_noise": 2, "occlusion": 3, "corrupt": 4}
+_DRAW = {"drop": 0, "audio_noise": 1, "image_noise": 2, "occlusion": 3, "corrupt": 4, "augment": 5, "image": 6}
 
 
 def pair_images(labels: Sequence[int], image_labels: Tensor, seed: int) -> list[int]:
@@ -136,6 +136,13 @@ class AVDigits(Dataset):
     corrupted the same way at every epoch and in every run; ``seed=None`` draws afresh at every access
     from torch's global generator (training: seeded by ``seed_everything``).
 
+    ``pairs`` may hold a whole multiple ``k`` of the recordings: item ``i`` is then recording
+    ``i mod n`` with image ``pairs[i]``, so each recording comes in ``k`` pairs with (while the digit has
+    enough images) distinct images, each pair with its own draws. With ``resample_images`` the image of
+    each access is instead drawn (from item ``i``'s generator) among all images of the item's digit, so
+    that over the epochs a recording meets the whole image pool. ``augment`` (e.g. a
+    :class:`~attnmm.data.corruptions.RandomCorruption`) then corrupts the item with its own generator.
+
     Args:
         clips (AudioClips): the recordings; their labels are the digits.
         images (Tensor): (N, 1, 28, 28) uint8, the image pool.
@@ -149,6 +156,12 @@ class AVDigits(Dataset):
         seed (int, optional): seed of the per-item draws; :obj:`None` draws afresh. (default: ``0``)
         corrupt (str, optional): ``"both"`` modalities of every item are corrupted, or ``"one"`` of
             them, drawn per item. (default: ``"both"``)
+        resample_images (bool, optional): draw each access's image among the pool's images of the
+            item's digit instead of ``images[pairs[i]]``. (default: :obj:`False`)
+        augment (RandomCorruption, optional): a random corruption applied to each item after the fixed
+            ones, ``augment(item, generator)``. (default: :obj:`None`)
+        image_labels (Tensor, optional): (N,) the digit of each image; needed by ``resample_images``.
+            (default: :obj:`None`)
     """
 
     def __init__(
@@ -163,10 +176,16 @@ class AVDigits(Dataset):
         modality_dropout: float = 0.0,
         seed: int | None = 0,
         corrupt: Corrupt = "both",
+        resample_images: bool = False,
+        augment: RandomCorruption | None = None,
+        image_labels: Tensor | None = None,
     ) -> None:
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
-        if len(pairs) != len(clips):
-            raise ValueError(f"got {len(pairs)} pairs for {len(clips)} recordings; pass one image index per recording")
+        if len(clips) == 0 or len(pairs) == 0 or len(pairs) % len(clips):
+            raise ValueError(
+                f"got {len(pairs)} pairs for {len(clips)} recordings; pass one image index per recording, or the "
+                "same whole number k of them per recording (item i is recording i mod n)"
+            )
         if images.dim() != 4 or images.dtype != torch.uint8:
             raise ValueError(
                 f"images must be a (N, C, height, width) uint8 tensor, got {images.dtype} {tuple(images.shape)}"
@@ -174,18 +193,32 @@ class AVDigits(Dataset):
         self.clips, self.images, self.pairs = clips, images, list(pairs)
         self.audio_snr_db, self.image_occlusion, self.image_noise = audio_snr_db, image_occlusion, image_noise
         self.drop_modality, self.modality_dropout, self.seed = drop_modality, modality_dropout, seed
-        self.corrupt = corrupt
+        self.corrupt, self.augment = corrupt, augment
+        self.resample_images = resample_images
+        self._by_digit: dict[int, Tensor] = {}
+        if resample_images:
+            if image_labels is None or len(image_labels) != len(images):
+                raise ValueError("resample_images draws images of the item's digit: give image_labels, one per image")
+            labels = self.clips.labels
+            self._by_digit = {d: (image_labels == d).nonzero().flatten() for d in sorted(set(labels))}
+            empty = [d for d, pool in self._by_digit.items() if pool.numel() == 0]
+            if empty:
+                raise ValueError(f"resample_images needs images of every digit; the pool has none of {empty}")
 
     def __len__(self) -> int:
-        return len(self.clips)
+        return len(self.pairs)
 
     def _rng(self, entropy: int, i: int, draw: str) -> np.random.Generator:
         return np.random.default_rng([entropy, i, _DRAW[draw]])
 
     def __getitem__(self, i: int) -> dict[str, Tensor | int | bool]:
-        waveform, label = self.clips[i]
-        image = self.images[self.pairs[i]].float() / 255.0  # (1, 28, 28)
+        waveform, label = self.clips[i % len(self.clips)]
         entropy = self.seed % 2**63 if self.seed is not None else int(torch.randint(2**62, ()))
+        j = self.pairs[i]
+        if self.resample_images:
+            pool = self._by_digit[int(label)]
+            j = int(pool[int(self._rng(entropy, i, "image").integers(pool.numel()))])
+        image = self.images[j].float() / 255.0  # (1, 28, 28)
         dropped = self.drop_modality
         if dropped is None and self.modality_dropout > 0:
             u = self._rng(entropy, i, "drop").random(2)
@@ -197,26 +230,22 @@ class AVDigits(Dataset):
         if dropped == "audio":
             waveform = waveform.new_zeros(0)
         elif self.audio_snr_db is not None and "audio" in corrupted:
-            noise = torch.from_numpy(self._rng(entropy, i, "audio_noise").standard_normal(len(waveform), np.float32))
-            waveform = torchaudio.functional.add_noise(waveform, noise, torch.tensor(float(self.audio_snr_db)))
+            waveform = add_audio_noise(waveform, self.audio_snr_db, self._rng(entropy, i, "audio_noise"))
         if dropped == "image":
             image = torch.zeros_like(image)
         elif "image" in corrupted:
             if self.image_noise is not None:
-                noise = torch.from_numpy(self._rng(entropy, i, "image_noise").standard_normal(image.shape, np.float32))
-                image = (image + self.image_noise * noise).clamp_(0.0, 1.0)
+                image = add_image_noise(image, self.image_noise, self._rng(entropy, i, "image_noise"))
             if self.image_occlusion is not None:
-                s = self.image_occlusion
-                rng = self._rng(entropy, i, "occlusion")
-                top, left = (int(rng.integers(0, n - s + 1)) for n in image.shape[1:])
-                image[:, top : top + s, left : left + s] = 0.0
-        return {
+                image = occlude(image, self.image_occlusion, self._rng(entropy, i, "occlusion"))
+        item = {
             "waveform": waveform,
             "image": image,
             "audio_present": dropped != "audio",
             "image_present": dropped != "image",
             "label": label,
         }
+        return item if self.augment is None else self.augment(item, self._rng(entropy, i, "augment"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(pairs={len(self)}, images={len(self.images)}, seed={self.seed})"
@@ -277,16 +306,19 @@ class AVDigitsDataModule(LightningDataModule):
     and the images from ``MNIST/raw`` by :class:`~attnmm.data.MNISTDataModule`, each split its own way:
 
     - recordings: the dataset's own split (takes 0-4 of every speaker are the test set) or, with
-      ``test_speakers``, all takes of those speakers; validation ``val_fraction`` of the rest per digit;
+      ``test_speakers``, all takes of those speakers; validation ``val_fraction`` of the rest per digit,
+      or with ``val_speakers`` all other takes of those speakers (voices never trained on);
     - images: the image recipe's split, so the **test images are MNISTDataModule's test set** (the last
       2,000 of the offline 10k test set, or all 10k with the full files) and training and validation
       draw from its training and validation images (``image_val_size`` of them validate).
 
     Each recording of a split is paired with an image of the same digit from the same split
     (:func:`pair_images`): no recording and no image is in two splits. There is one example per
-    recording; images are distinct within a split while it has enough of the digit. The training and
-    validation pairs are drawn from ``seed``, the test pairs from ``test_seed`` (a fixed test set
-    whatever the training seed).
+    recording (``test_pairs_per_recording`` = k: k test pairs per test recording, each with another
+    image and its own corruption draws); images are distinct within a split while it has enough of the
+    digit. The training and validation pairs are drawn from ``seed``, the test pairs from ``test_seed``
+    (a fixed test set whatever the training seed). With ``fresh_train_images`` a training recording
+    meets a new image of its digit at every access, drawn from all the training images.
 
     Corruptions (:class:`AVDigits`: audio noise at ``audio_snr_db``, ``image_noise``, a zeroed square of
     ``image_occlusion`` pixels) apply to every split: drawn afresh in training, the same for each
@@ -296,7 +328,8 @@ class AVDigitsDataModule(LightningDataModule):
     test with a second DataModule that differs only in the corruptions: its pairs are the same.
     ``drop_modality`` removes one modality from every **test** example; ``modality_dropout`` removes
     one of the two from a training example with that probability. A removed recording has length 0,
-    a removed image is all zeros, and the batch flags them.
+    a removed image is all zeros, and the batch flags them. ``train_corruption`` (a
+    :class:`~attnmm.data.RandomCorruption`) corrupts training pairs at random, each modality on its own.
 
     Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
     (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
@@ -329,6 +362,13 @@ class AVDigitsDataModule(LightningDataModule):
             ``"one"``: one of the two, drawn per example. (default: ``"both"``)
         download (bool, optional): download the FSDD recordings when missing (MNIST is never
             downloaded). (default: :obj:`True`)
+        val_speakers (list[str], optional): speakers whose takes (outside the test set) are the
+            validation set, never trained on. (default: :obj:`None`, a ``val_fraction`` draw)
+        test_pairs_per_recording (int, optional): test pairs per test recording. (default: ``1``)
+        fresh_train_images (bool, optional): draw a training pair's image afresh at every access.
+            (default: :obj:`False`)
+        train_corruption (RandomCorruption, optional): random corruption of the training pairs.
+            (default: :obj:`None`)
 
     Examples:
         >>> dm = AVDigitsDataModule(root="/data", audio_snr_db=5.0, drop_modality="image")
@@ -360,15 +400,27 @@ class AVDigitsDataModule(LightningDataModule):
         modality_dropout: float = 0.0,
         corrupt: Corrupt = "both",
         download: bool = True,
+        val_speakers: list[str] | None = None,
+        test_pairs_per_recording: int = 1,
+        fresh_train_images: bool = False,
+        train_corruption: RandomCorruption | None = None,
     ) -> None:
         super().__init__()
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
-        self.fsdd = FSDDDataModule(root, batch_size, num_workers, test_speakers, val_fraction, seed, download)
+        if isinstance(test_pairs_per_recording, bool) or not (
+            isinstance(test_pairs_per_recording, int) and test_pairs_per_recording >= 1
+        ):
+            raise ValueError(f"test_pairs_per_recording is a whole number >= 1, got {test_pairs_per_recording!r}")
+        self.fsdd = FSDDDataModule(
+            root, batch_size, num_workers, test_speakers, val_fraction, seed, download, val_speakers=val_speakers
+        )
         self.mnist = MNISTDataModule(root, batch_size, image_val_size, augment=False, num_workers=num_workers)
         self.root, self.batch_size, self.num_workers = root, batch_size, num_workers
         self.test_speakers, self.seed, self.test_seed = self.fsdd.test_speakers, seed, test_seed
         self.audio_snr_db, self.image_occlusion, self.image_noise = audio_snr_db, image_occlusion, image_noise
         self.drop_modality, self.modality_dropout, self.corrupt = drop_modality, modality_dropout, corrupt
+        self.val_speakers, self.test_pairs_per_recording = self.fsdd.val_speakers, test_pairs_per_recording
+        self.fresh_train_images, self.train_corruption = fresh_train_images, train_corruption
         self.train_set: AVDigits | None = None
         self.val_set: AVDigits | None = None
         self.test_set: AVDigits | None = None
@@ -400,17 +452,22 @@ class AVDigitsDataModule(LightningDataModule):
     def _pairs(self, split: str, clips: AudioClips) -> AVDigits:
         images, image_labels = self.mnist.datasets[split].tensors
         seed = 3 * (self.test_seed if split == "test" else self.seed) + _SPLIT_SEED[split]
+        repeats = self.test_pairs_per_recording if split == "test" else 1
+        train = split == "train"
         return AVDigits(
             clips,
             images,
-            pair_images(clips.labels, image_labels, seed),
+            pair_images(clips.labels * repeats, image_labels, seed),
             self.audio_snr_db,
             self.image_occlusion,
             self.image_noise,
             drop_modality=self.drop_modality if split == "test" else None,
             modality_dropout=self.modality_dropout if split == "train" else 0.0,
-            seed=None if split == "train" else seed,
+            seed=None if train else seed,
             corrupt=self.corrupt,
+            resample_images=self.fresh_train_images and train,
+            augment=self.train_corruption if train else None,
+            image_labels=image_labels,
         )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
@@ -444,6 +501,10 @@ class AVDigitsDataModule(LightningDataModule):
             "drop_modality": self.drop_modality,
             "modality_dropout": self.modality_dropout or None,
             "corrupt": None if self.corrupt == "both" else self.corrupt,
+            "val_speakers": self.val_speakers,
+            "test_pairs_per_recording": None if self.test_pairs_per_recording == 1 else self.test_pairs_per_recording,
+            "fresh_train_images": self.fresh_train_images or None,
+            "train_corruption": self.train_corruption,
         }
         return {k: v for k, v in options.items() if v is not None}
 
@@ -486,6 +547,9 @@ class AVDigitsDataModule(LightningDataModule):
             f"  missing modalities: test drops {self.drop_modality or 'none'}, training modality dropout "
             f"{self.modality_dropout:g}"
         )
+        if self.fresh_train_images or self.train_corruption is not None:
+            fresh = "a fresh image per access" if self.fresh_train_images else "fixed pairs"
+            lines.append(f"  training pairs: {fresh}; random corruption {self.train_corruption or 'none'}")
         if self._sets():
             lines.append("  " + ", ".join(f"{k} {len(v)} pairs" for k, v in self._sets().items()))
         return "\n".join(lines)

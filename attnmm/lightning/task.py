@@ -45,6 +45,10 @@ class EncoderTask(L.LightningModule):
     have other classes. A model built differently is refused with the mismatching entries named. With
     ``freeze_encoder_epochs`` = N, the adapter and encoder are frozen (no gradient, no update, no weight
     decay) for the first N epochs, so the new head learns on the loaded features before they change.
+    With ``init_into``, the backbone goes into that part of the model instead (its dotted path, a module
+    with ``adapter`` and ``encoder`` parts such as an :class:`~attnmm.adapters.EncodedAdapter`: one
+    modality's tower of a multimodal model, e.g. ``"adapter.adapters.audio"``), and that part is what
+    ``freeze_encoder_epochs`` freezes.
 
     Args:
         lr (float, optional): peak learning rate. (default: :obj:`1e-3`)
@@ -56,6 +60,8 @@ class EncoderTask(L.LightningModule):
             encoder weights ``fit`` starts from. (default: :obj:`None`, a fresh initialisation)
         freeze_encoder_epochs (int, optional): epochs at the start of training during which the adapter
             and encoder are frozen; needs ``init_from``. (default: :obj:`0`)
+        init_into (str, optional): the dotted path of the part that receives the backbone.
+            (default: :obj:`None`, the task's own adapter and encoder)
     """
 
     adapter: Adapter
@@ -70,6 +76,7 @@ class EncoderTask(L.LightningModule):
         optimizer: Literal["adamw", "adam"] = "adamw",
         init_from: str | None = None,
         freeze_encoder_epochs: int = 0,
+        init_into: str | None = None,
     ) -> None:
         super().__init__()
         if not 0.0 <= warmup_fraction < 1.0:
@@ -86,6 +93,9 @@ class EncoderTask(L.LightningModule):
                 "init_from (a checkpoint to start from), or set freeze_encoder_epochs=0"
             )
         self.init_from = None if init_from is None else str(init_from)
+        if init_into is not None and init_from is None:
+            raise ValueError(f"init_into={init_into!r} names where a backbone goes, but init_from is None: give both")
+        self.init_into = init_into
         self._backbone_loaded = False
 
     def _save_config(self) -> None:
@@ -164,15 +174,28 @@ class EncoderTask(L.LightningModule):
         as ``fit`` does with ``init_from``; returns the names loaded."""
         from attnmm.lightning.pretrained import load_backbone
 
-        names = load_backbone(self, source)
+        names = load_backbone(self._backbone_target(), source)
         self._backbone_loaded = True
         return names
+
+    def _backbone_target(self) -> nn.Module:
+        """The module whose ``adapter`` and ``encoder`` take the backbone: the task, or its part ``init_into``."""
+        if self.init_into is None:
+            return self
+        try:
+            return self.get_submodule(self.init_into)
+        except AttributeError as err:
+            raise ValueError(
+                f"init_into={self.init_into!r} is not a part of the model ({err}); give the dotted path of a module "
+                "with adapter and encoder parts, e.g. 'adapter.adapters.audio' for an EncodedAdapter named audio"
+            ) from err
 
     def on_train_epoch_start(self) -> None:
         if self.freeze_encoder_epochs:
             frozen = self.current_epoch < self.freeze_encoder_epochs
-            for part in (self.adapter, self.encoder):
-                part.requires_grad_(not frozen)
+            target = self._backbone_target()
+            for part in (target.adapter, target.encoder):
+                cast(nn.Module, part).requires_grad_(not frozen)
 
     def on_train_start(self) -> None:
         # Counting the steps sets up the training data; done here (not in configure_optimizers, which runs
@@ -256,6 +279,16 @@ class ClassificationTask(EncoderTask):
             other classes (see :class:`EncoderTask`). (default: :obj:`None`)
         freeze_encoder_epochs (int, optional): epochs during which the loaded adapter and encoder are
             frozen, at the start of training. (default: :obj:`0`)
+        init_into (str, optional): the dotted path of the part that receives the ``init_from``
+            backbone, e.g. ``"adapter.adapters.audio"`` (see :class:`EncoderTask`). (default: :obj:`None`)
+        segment_loss_weight (float, optional): with a head that predicts per segment (its
+            ``segment_logits(h, tokens)``, e.g. :class:`~attnmm.nn.SegmentPoolingClassifier`), the weight
+            :math:`\lambda` of the segments' own losses in training: each segment an item has (each
+            modality of a multimodal item) adds its cross-entropy, averaged over the present segments,
+            :math:`\mathcal{L} = \mathcal{L}_\text{fused} + \lambda \cdot \mathrm{mean}_{(b, k)\,
+            \text{present}}\, \mathrm{CE}(\mathbf{z}_{b,k}, y_b)`, logged as ``train_segment_loss``.
+            Each modality so learns to predict alone, not only through the fused prediction.
+            (default: :obj:`0.0`, none)
 
     Examples:
         >>> import torch
@@ -298,8 +331,12 @@ class ClassificationTask(EncoderTask):
         task: Task = "multiclass",
         init_from: str | None = None,
         freeze_encoder_epochs: int = 0,
+        init_into: str | None = None,
+        segment_loss_weight: float = 0.0,
     ) -> None:
-        super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer, init_from, freeze_encoder_epochs)
+        super().__init__(
+            lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer, init_from, freeze_encoder_epochs, init_into
+        )
         self._save_config()
         self.adapter = adapter
         self.encoder = encoder
@@ -310,6 +347,16 @@ class ClassificationTask(EncoderTask):
         if not (aux_weight >= 0.0 and math.isfinite(aux_weight)):
             raise ValueError(f"aux_weight must be a finite weight >= 0, got {aux_weight}")
         self.aux_weight = float(aux_weight)
+        if not (segment_loss_weight >= 0.0 and math.isfinite(segment_loss_weight)):
+            raise ValueError(f"segment_loss_weight must be a finite weight >= 0, got {segment_loss_weight}")
+        if segment_loss_weight and not callable(getattr(head, "segment_logits", None)):
+            raise ValueError(
+                f"segment_loss_weight={segment_loss_weight} trains each segment's own prediction, but the head "
+                f"{type(head).__name__} has no segment_logits(h, tokens); use a SegmentPoolingClassifier, or set 0"
+            )
+        if segment_loss_weight and task == "multilabel":
+            raise ValueError("segment_loss_weight takes one class per item (task='multiclass')")
+        self.segment_loss_weight = float(segment_loss_weight)
         if task not in ("multiclass", "multilabel"):
             raise ValueError(f"task must be 'multiclass' or 'multilabel', got {task!r}")
         if task == "multilabel" and ensemble is not None:
@@ -385,11 +432,13 @@ class ClassificationTask(EncoderTask):
 
     def _member_outputs(
         self, batch: Any, member: int, aux: bool = False, state: IncrementalState | None = None
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """One member's logits and, with ``aux``, its auxiliary heads' logits by target key."""
+    ) -> tuple[Tensor, dict[str, Tensor], tuple[Tensor, Tensor] | None]:
+        """One member's logits and, with ``aux``, its auxiliary heads' logits by target key and (with a
+        ``segment_loss_weight``) its segments' own logits (B, K, C) and which are present (B, K)."""
         h, tokens, _ = self.encode(batch, member=member, state=state)
         head = self.members[member][2]
         logits = h if head is None else head(h, tokens)
+        segments = head.segment_logits(h, tokens) if aux and self.segment_loss_weight and head is not None else None
         if logits.size(-1) != self.num_classes:
             raise ValueError(
                 f"the model gives {logits.size(-1)} logits per prediction but the task has num_classes="
@@ -397,7 +446,7 @@ class ClassificationTask(EncoderTask):
                 "task's num_classes the same, the number of classes in the data"
             )
         aux_logits = {key: m(h, tokens) for key, m in self._member_aux_heads(member).items()} if aux else {}
-        return logits, aux_logits
+        return logits, aux_logits, segments
 
     def forward(self, batch: Any, state: IncrementalState | None = None) -> Tensor:
         """The logits; for an ensemble, the log of the members' mean probabilities.
@@ -414,7 +463,8 @@ class ClassificationTask(EncoderTask):
         target = batch[self.target_key]
         member_losses: list[Tensor] = []
         aux_losses: dict[str, list[Tensor]] = {}
-        if stage == "train" and (self.ensemble is not None or self.aux_heads):
+        segment_losses: list[Tensor] = []
+        if stage == "train" and (self.ensemble is not None or self.aux_heads or self.segment_loss_weight):
             missing = [key for key in self.aux_heads if key not in batch]
             if missing:
                 has = f", which has {sorted(batch)}" if isinstance(batch, dict) else ""
@@ -424,15 +474,17 @@ class ClassificationTask(EncoderTask):
                 )
             aux_losses = {key: [] for key in self.aux_heads}
             outputs = [self._member_outputs(batch, i, aux=True) for i in range(len(self.members))]
-            per_member = [logits for logits, _ in outputs]
+            per_member = [logits for logits, _, _ in outputs]
             if self.ensemble is None:  # its loss is the one computed from ``logits`` below
                 logits = per_member[0]
             else:
                 logits = Ensemble.combine([m.detach() for m in per_member])  # for the accuracy only
                 member_losses = [self._loss(m, target, batch, stage)[0] for m in per_member]
-            for _, aux in outputs:
+            for _, aux, segments in outputs:
                 for key, aux_logits in aux.items():
                     aux_losses[key].append(self._loss(aux_logits, batch[key], batch, stage, key)[0])
+                if segments is not None:
+                    segment_losses.append(self._segment_loss(*segments, target))
         else:
             logits = self(batch)
         loss, flat_logits, flat_target = self._loss(logits, target, batch, stage)
@@ -445,12 +497,28 @@ class ClassificationTask(EncoderTask):
             aux_loss = torch.stack(losses).mean()
             self.log(f"train_{key}_loss", aux_loss, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
             loss = loss + self.aux_weight * aux_loss
+        if segment_losses:
+            segment_loss = torch.stack(segment_losses).mean()
+            self.log("train_segment_loss", segment_loss, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
+            loss = loss + self.segment_loss_weight * segment_loss
         acc = self.accuracy[f"{stage}_acc"]
         acc(flat_logits.detach(), flat_target)
         on_step = stage == "train"
         self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         self.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
         return loss
+
+    def _segment_loss(self, logits: Tensor, present: Tensor, target: Tensor) -> Tensor:
+        """Cross-entropy of every present segment's own logits (B, K, C) against its item's class (B,)."""
+        if target.dim() != 1:
+            raise ValueError(
+                f"segment_loss_weight takes one class per item, targets (B,); got {tuple(target.shape)}"
+            )
+        targets = target.view(-1, 1).expand(-1, logits.size(1))  # (B, K)
+        keep = present.to(logits.device) & (targets != IGNORE_INDEX)
+        if not keep.any():
+            return logits.sum() * 0.0
+        return F.cross_entropy(logits[keep].float(), targets[keep], label_smoothing=self.label_smoothing)
 
     def _log_multilabel(self, loss: Tensor, flat_logits: Tensor, flat_target: Tensor, stage: Stage) -> Tensor:
         """Log the loss, the label accuracy and (validation, test) the average precision of a multi-label step."""

@@ -365,12 +365,27 @@ class SegmentPoolingClassifier(nn.Module):
     :class:`~attnmm.masks.Segments` mask, e.g. of :class:`~attnmm.adapters.MultimodalAdapter`, alone or
     intersected); a mask of one sequence is one segment of every token.
 
+    With ``gate`` (and ``num_segments``), the average is weighted by a learned confidence of each
+    segment, read from its own pooled features (a gate, as in mixtures of experts):
+
+    .. math::
+        \mathbf{y}_b = \sum_{k \in S_b} \alpha_{b,k} (\mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k),
+        \qquad \alpha_{b,k} = \frac{\exp(\mathbf{u}_k^\top \mathbf{p}_{b,k} + c_k)}
+        {\sum_{j \in S_b} \exp(\mathbf{u}_j^\top \mathbf{p}_{b,j} + c_j)}
+
+    so that a modality whose tokens look unreliable (noisy, from an unknown voice) can count less, item
+    by item. The gate starts at zero (the plain average). :meth:`segment_logits` gives every segment's
+    own prediction, which :class:`~attnmm.lightning.ClassificationTask` can train beside the fused one
+    (``segment_loss_weight``), so that each modality learns to predict alone.
+
     Args:
         d_model (int): token width D.
         num_classes (int): number of classes C.
         num_segments (int, optional): segments K, one classifier each; ``None`` shares one.
             (default: :obj:`None`)
         dropout (float, optional): dropout before the linear layer(s). (default: :obj:`0.0`)
+        gate (bool, optional): weight the segments' predictions by a learned confidence per item;
+            needs ``num_segments``. (default: :obj:`False`)
 
     Shapes:
         - **input:** h (B, L, D) and the adapter's :class:`Tokens`
@@ -386,18 +401,29 @@ class SegmentPoolingClassifier(nn.Module):
         torch.Size([2, 3])
     """
 
-    def __init__(self, d_model: int, num_classes: int, num_segments: int | None = None, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, num_classes: int, num_segments: int | None = None, dropout: float = 0.0, gate: bool = False
+    ) -> None:
         super().__init__()
         d_model = check_nonneg_int("d_model", d_model, minimum=1)
         num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
         self.num_segments = None if num_segments is None else check_nonneg_int("num_segments", num_segments, minimum=1)
+        if gate and self.num_segments is None:
+            raise ValueError(
+                "gate weights the segments' own predictions, but without num_segments the segments share one "
+                "classifier of their mean features: set num_segments (the modalities, plus 1 for a bottleneck)"
+            )
         self.drop = nn.Dropout(dropout)
         self.linears = nn.ModuleList(nn.Linear(d_model, num_classes) for _ in range(self.num_segments or 1))
+        self.gate = nn.Linear(d_model, self.num_segments) if gate and self.num_segments else None  # u_k, c_k
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for linear in self.linears:
             linear.reset_parameters()  # type: ignore[operator]
+        if self.gate is not None:  # the plain average to begin with
+            nn.init.zeros_(self.gate.weight)
+            nn.init.zeros_(self.gate.bias)
 
     def pool(self, h: Tensor, tokens: Tokens) -> tuple[Tensor, Tensor]:
         """Pooled features (B, K, D) of every segment, and which segments each item has (B, K)."""
@@ -418,15 +444,45 @@ class SegmentPoolingClassifier(nn.Module):
             pooled.append(total / keep.sum(1, keepdim=True).clamp(min=1))
         return torch.stack(pooled, 1), lengths > 0
 
-    def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
-        pooled, present = self.pool(h, tokens)  # (B, K, D), (B, K)
-        weight = present.float() / present.sum(1, keepdim=True).clamp(min=1)  # (B, K)
-        if self.num_segments is None:
-            return self.linears[0](self.drop((pooled * weight.unsqueeze(-1)).sum(1)))
-        if pooled.size(1) != self.num_segments:
+    def _weights(self, pooled: Tensor, present: Tensor) -> Tensor:
+        """alpha (B, K): the plain average of the present segments, or the gate's softmax over them;
+        0 for absent segments (and for items with none)."""
+        if self.gate is None:
+            return present.float() / present.sum(1, keepdim=True).clamp(min=1)
+        scores = (pooled * self.gate.weight).sum(-1) + self.gate.bias  # (B, K): u_k . p_bk + c_k
+        scores = scores.masked_fill(~present, float("-inf"))
+        alpha = torch.softmax(scores, 1)
+        return torch.where(present.any(1, keepdim=True), alpha, torch.zeros_like(alpha))
+
+    def _check_segments(self, pooled: Tensor) -> None:
+        if self.num_segments is not None and pooled.size(1) != self.num_segments:
             raise ValueError(
                 f"the head has num_segments={self.num_segments} classifiers but the tokens have {pooled.size(1)} "
                 "segments; set num_segments to the number of segments (modalities, plus 1 for a bottleneck)"
             )
-        logits = torch.stack([lin(self.drop(pooled[:, k])) for k, lin in enumerate(self.linears)], 1)  # (B, K, C)
-        return (logits * weight.unsqueeze(-1)).sum(1)
+
+    def _segment_logits(self, pooled: Tensor) -> Tensor:
+        linears = list(self.linears) if self.num_segments is not None else [self.linears[0]] * pooled.size(1)
+        return torch.stack([lin(self.drop(pooled[:, k])) for k, lin in enumerate(linears)], 1)  # (B, K, C)
+
+    def segment_logits(self, h: Tensor, tokens: Tokens) -> tuple[Tensor, Tensor]:
+        """Every segment's own prediction (B, K, C) (with one shared classifier: of its own pooled
+        features) and which segments each item has (B, K)."""
+        pooled, present = self.pool(h, tokens)
+        self._check_segments(pooled)
+        return self._segment_logits(pooled), present
+
+    def segment_weights(self, h: Tensor, tokens: Tokens) -> Tensor:
+        """The weights alpha (B, K) of the segments' predictions in :meth:`forward` (uniform over the
+        present ones without a gate)."""
+        pooled, present = self.pool(h, tokens)
+        self._check_segments(pooled)
+        return self._weights(pooled, present)
+
+    def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
+        pooled, present = self.pool(h, tokens)  # (B, K, D), (B, K)
+        self._check_segments(pooled)
+        weight = self._weights(pooled, present)  # (B, K)
+        if self.num_segments is None:
+            return self.linears[0](self.drop((pooled * weight.unsqueeze(-1)).sum(1)))
+        return (self._segment_logits(pooled) * weight.unsqueeze(-1)).sum(1)
