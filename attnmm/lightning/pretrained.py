@@ -151,15 +151,29 @@ def load_backbone(task: nn.Module, source: str | Path) -> list[str]:
         if unexpected:
             problems.append(f"{len(unexpected)} not in the model: {_shapes(unexpected[:10], loaded)}")
         raise ValueError(
-            f"the backbone in {path} does not fit this model's adapter and encoder: {'; '.join(problems)}. Build the "
-            "adapter and encoder with the options of the model that was saved (width, layers, mel bands, sample "
-            "rate, mask kind); only the head may differ"
+            f"the backbone in {path} does not fit this model's adapter and encoder: {'; '.join(problems)}. "
+            f"{_rate_hint(path, task)}Build the adapter and encoder with the options of the model that was saved "
+            "(width, layers, mel bands, sample rate, mask kind), or train from scratch (init_from=None); only the "
+            "head may differ"
         )
     for part in BACKBONE_PARTS:
         module = getattr(task, part)
         prefix = f"{part}."
         module.load_state_dict({k[len(prefix):]: v for k, v in loaded.items() if k.startswith(prefix)})
     return sorted(loaded)
+
+
+def _rate_hint(path: Path, task: nn.Module) -> str:
+    """A sentence on the sample rates when the file's adapter config names another rate than the model's."""
+    config = (_read(path).get("hyper_parameters") or {}).get("adapter") or {}
+    saved = (config.get("init_args") or config).get("sample_rate") if isinstance(config, dict) else None
+    mine = getattr(task.adapter, "sample_rate", None)
+    if saved is None or mine is None or saved == mine:
+        return ""
+    return (
+        f"The backbone was trained on {saved} Hz audio and this model's adapter reads {mine} Hz: resample the data to "
+        f"{saved} Hz (e.g. --data.sample_rate={saved} where the DataModule takes it). "
+    )
 
 
 def export_backbone(checkpoint: str | Path, out: str | Path, dtype: torch.dtype | None = None) -> Path:

@@ -54,7 +54,7 @@ def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_page_documents_the_commands() -> None:
     commands = [" ".join(c) for c in documented_commands()]
-    assert "fit --data attnmm.data.SpeechCommandsDataModule" in commands
+    assert "fit --data attnmm.data.SpeechCommandsDataModule --data.sample_rate=8000" in commands
     assert "fit --config recipes/configs/speech_truncated_strings.yaml" in commands
     assert len(commands) >= 8
 
@@ -76,7 +76,8 @@ def test_documented_command(args: list[str], generated_root: Path, tmp_path: Pat
     if "SpeechCommandsDataModule" in args:
         from attnmm.data import SpeechCommandsDataModule
 
-        assert isinstance(cli.datamodule, SpeechCommandsDataModule) and cli.model.adapter.sample_rate == 16000
+        rate = 8000 if "--data.sample_rate=8000" in args else 16000
+        assert isinstance(cli.datamodule, SpeechCommandsDataModule) and cli.model.adapter.sample_rate == rate
     if any("strings" in a for a in args):
         assert set(metrics) == {"test_der", "test_loss", "test_string_acc"}
     else:
@@ -180,6 +181,8 @@ def test_pretrain_then_fine_tune(commands_root: Path, tmp_path: Path, monkeypatc
     metrics = json.loads(next((tmp_path / "runs" / "speech_truncated").glob("version_*/metrics.json")).read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 
+    with pytest.raises(ValueError, match=r"Hz audio and this model's adapter reads 16000 Hz"):
+        main(["fit", "--data", "attnmm.data.SpeechCommandsDataModule", "--trainer.max_epochs=1", *short])  # 16 kHz
     with pytest.raises(ValueError, match=r"adapter\.proj\.weight \(96, 288\) vs \(64, 288\)"):
         main(["fit", f"--model.init_from={best}", "--model.adapter.init_args.d_model=64", "--trainer.max_epochs=1",
               *short])
