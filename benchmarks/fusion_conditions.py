@@ -109,8 +109,9 @@ def chosen_config() -> str:
     return CANDIDATES[json.loads(SELECTION.read_text())["choice"]]
 
 
-def fit_command(name: str, runs_dir: Path = RUNS_DIR) -> list[str]:
-    """The recipe command of run ``name`` (the best checkpoint validated only; no test number)."""
+def fit_command(name: str, runs_dir: Path = RUNS_DIR, extra: Sequence[str] = ()) -> list[str]:
+    """The recipe command of run ``name`` (the best checkpoint validated only; no test number); ``extra``
+    arguments last (a smaller run in the tests)."""
     run = RUNS[name]
     config = chosen_config() if run["config"] == "chosen" else run["config"]
     out = runs_dir / name
@@ -126,7 +127,7 @@ def fit_command(name: str, runs_dir: Path = RUNS_DIR) -> list[str]:
             "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={out}",
             f"--trainer.logger={json.dumps(loggers)}"]
     cmd += [f"--data.{key}=[{','.join(value)}]" for key, value in run["data"].items()]
-    return cmd
+    return cmd + list(extra)
 
 
 def best_checkpoint(run_dir: Path) -> Path:
@@ -137,9 +138,9 @@ def best_checkpoint(run_dir: Path) -> Path:
     return found[0]
 
 
-def train(name: str, runs_dir: Path = RUNS_DIR) -> dict[str, Any]:
+def train(name: str, runs_dir: Path = RUNS_DIR, extra: Sequence[str] = ()) -> dict[str, Any]:
     """Run ``fit`` for run ``name`` and write ``run.json`` (command, wall time, best checkpoint, validation)."""
-    cmd = fit_command(name, runs_dir)
+    cmd = fit_command(name, runs_dir, extra)
     out = runs_dir / name
     if (ROOT / out).exists():  # a rerun starts afresh (one best checkpoint per run directory)
         shutil.rmtree(ROOT / out)

@@ -54,12 +54,12 @@ class EncodedAdapter(Adapter):
             from attnmm.adapters.speech import SpeechAdapter
 
             adapter = SpeechAdapter()
+        if not isinstance(adapter, Adapter):
+            raise TypeError(f"adapter must be an Adapter, got {type(adapter).__name__}")
         if encoder is None:
             from attnmm.attention import Encoder
 
             encoder = Encoder(adapter.out_dim, 4, 2, 2 * adapter.out_dim)
-        if not isinstance(adapter, Adapter):
-            raise TypeError(f"adapter must be an Adapter, got {type(adapter).__name__}")
         self.adapter = adapter
         self.encoder = encoder
         self.out_dim = adapter.out_dim

@@ -248,3 +248,42 @@ def test_head_without_segments_pools_the_real_tokens() -> None:
     head = SegmentPoolingClassifier(4, 3)
     expected = head.linears[0](torch.stack([h[0].mean(0), h[1, :2].mean(0)]))
     assert torch.allclose(head(h, Tokens(h, lengths=torch.tensor([5, 2]))), expected, atol=1e-6)
+
+
+def test_gate_weights_the_present_segments_predictions() -> None:
+    torch.manual_seed(0)
+    h = torch.randn(3, 7, 4)
+    tokens = Tokens(h, Segments([4, 3], lengths=[[2, 3], [0, 1], [4, 0]]))
+    gated = SegmentPoolingClassifier(4, 5, num_segments=2, gate=True)
+    late = SegmentPoolingClassifier(4, 5, num_segments=2)
+    late.load_state_dict({k: v for k, v in gated.state_dict().items() if not k.startswith("gate")})
+    torch.testing.assert_close(gated(h, tokens), late(h, tokens))  # the gate starts as the plain average
+    with torch.no_grad():
+        gated.gate.weight.normal_()
+        gated.gate.bias.copy_(torch.tensor([0.3, -0.2]))
+    pooled = torch.stack([torch.stack([h[0, :2].mean(0), h[0, 4:7].mean(0)]),
+                          torch.stack([torch.zeros(4), h[1, 4:5].mean(0)]),
+                          torch.stack([h[2, :4].mean(0), torch.zeros(4)])])  # (B, K, D)
+    present = torch.tensor([[True, True], [False, True], [True, False]])
+    z = torch.stack([gated.linears[k](pooled[:, k]) for k in range(2)], 1)  # (B, K, C)
+    score = torch.stack([pooled[:, k] @ gated.gate.weight[k] + gated.gate.bias[k] for k in range(2)], 1)
+    alpha = torch.softmax(score.masked_fill(~present, float("-inf")), 1)
+    torch.testing.assert_close(gated(h, tokens), (alpha.unsqueeze(-1) * z).sum(1))
+    torch.testing.assert_close(gated.segment_weights(h, tokens), alpha)
+    assert gated.segment_weights(h, tokens)[1].tolist() == [0.0, 1.0]  # a missing segment counts for nothing
+    logits, seen = gated.segment_logits(h, tokens)
+    torch.testing.assert_close(logits, z)
+    assert seen.tolist() == present.tolist()
+    gated(h, tokens).sum().backward()
+    assert gated.gate.weight.grad is not None and gated.gate.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="gate weights the segments' own predictions"):
+        SegmentPoolingClassifier(4, 5, gate=True)
+
+
+def test_segment_logits_with_one_shared_classifier() -> None:
+    h = torch.randn(2, 7, 4)
+    tokens = Tokens(h, Segments([4, 3], lengths=[[2, 3], [0, 1]]))
+    shared = SegmentPoolingClassifier(4, 5)
+    logits, present = shared.segment_logits(h, tokens)
+    torch.testing.assert_close(logits[0, 1], shared.linears[0](h[0, 4:7].mean(0)))
+    assert logits.shape == (2, 2, 5) and present.tolist() == [[True, True], [False, True]]

@@ -376,3 +376,109 @@ def test_real_avdigits() -> None:
     assert batch["image"].shape == (64, 1, 28, 28) and bool(batch["audio_present"].all())
     again = next(iter(dm.test_dataloader()))
     assert torch.equal(batch["waveform"], again["waveform"]) and torch.equal(batch["image"], again["image"])
+
+
+def test_val_speakers_validate_on_unheard_voices(root: Path) -> None:
+    dm = _dm(root, val_speakers=["cid"])
+    val, train, test = _recordings(dm.val_set), _recordings(dm.train_set), _recordings(dm.test_set)
+    assert {n.split("_")[1] for n in val} == {"cid"} and all(_take_index(n) >= 5 for n in val)
+    assert {n.split("_")[1] for n in train} == {"ann", "bob"} and len(train) == 2 * 10 * 3
+    assert len(test) == 150  # the dataset's own test takes of every speaker
+    assert "val_speakers=['cid']" in repr(dm)
+
+
+def test_test_pairs_per_recording_pairs_each_test_recording_k_times(root: Path) -> None:
+    one, four = _dm(root, test_seed=5), _dm(root, test_seed=5, test_pairs_per_recording=4)
+    ds = four.test_set
+    assert len(ds) == 4 * len(one.test_set) == 600
+    n = len(ds.clips)
+    images = _images(ds)
+    for i in range(len(ds)):
+        item = ds[i]
+        assert item["label"] == ds.clips.labels[i % n] == _image_digit(item["image"])  # recording i mod n
+        assert torch.equal(item["waveform"], ds[i % n]["waveform"])
+    for r in range(n):  # each recording with 4 distinct images (each digit has 20 test images, 15 recordings)
+        assert len({images[r + k * n] for k in range(4)}) == 4
+    assert len(set(images)) == 200  # every test image used (600 pairs over 200 images: reused only when short)
+    assert images[:n] == _images(one.test_set)  # the first pairs are the one-pair draw's
+    noisy = _dm(root, test_seed=5, test_pairs_per_recording=4, audio_snr_db=0.0).test_set
+    assert not torch.equal(noisy[0]["waveform"], noisy[n]["waveform"])  # each pair its own noise
+    assert len(four.val_set) == len(one.val_set) and len(four.train_set) == len(one.train_set)
+    with pytest.raises(ValueError, match="test_pairs_per_recording"):
+        AVDigitsDataModule(test_pairs_per_recording=0)
+
+
+def test_fresh_train_images_draw_any_training_image_of_the_digit(root: Path) -> None:
+    fixed, fresh = _dm(root), _dm(root, fresh_train_images=True)
+    torch.manual_seed(0)
+    seen: dict[int, set[int]] = {}
+    for _ in range(6):
+        for i in range(len(fresh.train_set)):
+            item = fresh.train_set[i]
+            part, index = _image_id(item["image"])
+            assert part == TRAIN and index < 200 and _image_digit(item["image"]) == item["label"]
+            seen.setdefault(item["label"], set()).add(index)
+    # far more than the 8 images of a digit's 8 fixed pairs: drawn from the whole pool (20 per digit)
+    assert all(len(s) >= 15 for s in seen.values())
+    assert len(set(_images(fixed.train_set))) == 80  # fixed pairs: one image per recording
+    for split in ("val", "test"):  # evaluation pairs stay fixed
+        assert _images(getattr(fresh, f"{split}_set")) == _images(getattr(fixed, f"{split}_set"))
+        assert torch.equal(getattr(fresh, f"{split}_set")[3]["image"], getattr(fixed, f"{split}_set")[3]["image"])
+
+
+def test_train_corruption_touches_training_pairs_only(root: Path) -> None:
+    from attnmm.data import RandomCorruption
+
+    clean = _dm(root)
+    dm = _dm(root, train_corruption=RandomCorruption(audio_p=1.0, image_p=1.0, occlusion_share=1.0))
+    torch.manual_seed(0)
+    for i in range(0, 80, 9):
+        item, ref = dm.train_set[i], clean.train_set[i]
+        assert not torch.equal(item["waveform"], ref["waveform"])
+        assert 36 <= int((item["image"] == 0).sum()) <= 400  # an occluded square of side 6..20
+    for split in ("val", "test"):
+        a, b = getattr(dm, f"{split}_set"), getattr(clean, f"{split}_set")
+        assert all(torch.equal(a[i]["waveform"], b[i]["waveform"]) and torch.equal(a[i]["image"], b[i]["image"])
+                   for i in range(len(a)))
+    assert "random corruption RandomCorruption(audio_p=1" in dm.summary()
+
+
+@pytest.mark.parametrize(
+    ("options", "audio", "image"),
+    [
+        ({"audio_snr_db": -5.0}, "noisy", "clean"),
+        ({"image_occlusion": 14}, "clean", "changed"),
+        ({"image_noise": 0.5}, "clean", "changed"),
+        ({"audio_snr_db": 0.0, "image_occlusion": 14}, "noisy", "changed"),
+        ({"drop_modality": "audio"}, "missing", "clean"),
+        ({"drop_modality": "image"}, "clean", "missing"),
+    ],
+)
+def test_each_condition_corrupts_what_it_says(root: Path, options: dict, audio: str, image: str) -> None:
+    """The evaluation conditions: each touches its modality only; missing is the present flag (no token)."""
+    from attnmm.adapters import MultimodalAdapter
+
+    clean = _dm(root, test_pairs_per_recording=2).test_set
+    ds = _dm(root, test_pairs_per_recording=2, **options).test_set
+    for i in range(0, len(ds), 11):
+        item, ref = ds[i], clean[i]
+        same_audio = torch.equal(item["waveform"], ref["waveform"])
+        same_image = torch.equal(item["image"], ref["image"])
+        assert same_audio == (audio == "clean") and same_image == (image == "clean")
+        assert item["audio_present"] == (audio != "missing") and item["image_present"] == (image != "missing")
+        if audio == "noisy":
+            assert _snr_db(ref["waveform"], item["waveform"]) == pytest.approx(options["audio_snr_db"], abs=1e-3)
+    batch = next(iter(_loader(ds)))
+    # the generated clips are shorter than one frame: repeat them so that present audio gives frames
+    batch["waveform"], batch["lengths"] = batch["waveform"].repeat(1, 40), batch["lengths"] * 40
+    tokens = MultimodalAdapter(d_model=16, fusion="late")(batch)
+    lengths = tokens.mask.lengths  # (B, 2): audio frames, image patches; 0 where the modality is missing
+    assert bool((lengths[:, 0] == 0).all()) == (audio == "missing")
+    assert bool((lengths[:, 1] == 0).all()) == (image == "missing")
+    assert bool((lengths > 0).any(1).all())  # never both
+
+
+def _loader(ds: AVDigits) -> torch.utils.data.DataLoader:
+    from attnmm.data.avdigits import collate_avdigits
+
+    return torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=collate_avdigits)

@@ -164,3 +164,40 @@ def test_only_fit_reads_init_from(tmp_path: Path) -> None:
                         enable_model_summary=False, default_root_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="gone.ckpt"):
         trainer.fit(model, DataLoader(batches, batch_size=None))
+
+
+def _tower_task(**kwargs) -> ClassificationTask:
+    from attnmm.adapters import EncodedAdapter, ImageAdapter, MultimodalAdapter
+    from attnmm.masks import Grid
+
+    torch.manual_seed(1)
+    tower = EncodedAdapter(SpeechAdapter(d_model=16, channels=4), Encoder(16, 2, 1, 32))
+    adapter = MultimodalAdapter({"audio": tower, "image": ImageAdapter(d_model=8, mask=Grid(7, 7, kernel=3))},
+                                d_model=8, fusion="late")
+    from attnmm.nn import SegmentPoolingClassifier
+
+    return ClassificationTask(adapter, Encoder(8, 2, 1, 16), SegmentPoolingClassifier(8, 4, num_segments=2), 4,
+                              **kwargs)
+
+
+def test_init_into_loads_a_backbone_into_one_modalitys_tower(tmp_path: Path) -> None:
+    source = task(12)  # a speech task: SpeechAdapter(16, channels=4) + Encoder(16, 2, 1, 32)
+    path = save(source, tmp_path / "speech.ckpt")
+    model = _tower_task(init_from=str(path), init_into="adapter.adapters.audio", freeze_encoder_epochs=1, lr=1e-2)
+    before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("adapter.adapters.audio.")}
+    batches = [dict(SpeechAdapter.example_batch(4), image=torch.rand(4, 1, 28, 28), label=torch.tensor([0, 1, 2, 3]))]
+    record = _Record()
+    trainer = L.Trainer(max_epochs=1, callbacks=[record], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    model.setup("fit")
+    tower = model.adapter.adapters["audio"]
+    assert _equal(tower.adapter, source.adapter) and _equal(tower.encoder, source.encoder)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # nothing else loaded
+    trainer.fit(model, DataLoader(batches, batch_size=None))
+    # the first epoch freezes the tower only: it keeps the backbone, the shared encoder learns
+    assert _equal(tower.encoder, source.encoder) and _equal(tower.adapter, source.adapter)
+    assert not torch.equal(model.encoder.layers[0].attn.q_proj.weight, before["encoder.layers.0.attn.q_proj.weight"])
+    with pytest.raises(ValueError, match="init_into='adapter.adapters.speech' is not a part of the model"):
+        _tower_task(init_from=str(path), init_into="adapter.adapters.speech").setup("fit")
+    with pytest.raises(ValueError, match="init_from is None"):
+        _tower_task(init_into="adapter.adapters.audio")

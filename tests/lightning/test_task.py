@@ -354,3 +354,47 @@ def test_multilabel_refuses_what_does_not_fit() -> None:
     batch["label"][0, 0] = 2.0
     with pytest.raises(ValueError, match="needs 0/1 targets per label"):
         make_multilabel().validation_step(batch, 0)
+
+
+def _fusion_task(weight: float) -> ClassificationTask:
+    from attnmm.adapters import ImageAdapter, MultimodalAdapter
+    from attnmm.masks import Grid
+    from attnmm.nn import SegmentPoolingClassifier
+
+    torch.manual_seed(0)
+    adapter = MultimodalAdapter(
+        {"audio": SpeechAdapter(d_model=16, mask=Window(4, 1), dropout=0.0, freq_mask=0, time_mask=0),
+         "image": ImageAdapter(d_model=16, mask=Grid(7, 7, kernel=3))}, d_model=16, fusion="late")
+    head = SegmentPoolingClassifier(16, 4, num_segments=2, gate=True)
+    return ClassificationTask(adapter, Encoder(16, 2, 1, 32, dropout=0.0), head, 4, segment_loss_weight=weight,
+                              label_smoothing=0.1)
+
+
+def test_segment_loss_trains_each_modality_beside_the_fused_prediction() -> None:
+    task = _fusion_task(0.7)
+    batch = {**SpeechAdapter.example_batch(4), "image": torch.rand(4, 1, 28, 28),
+             "audio_present": torch.tensor([True, True, False, True]),
+             "image_present": torch.tensor([True, False, True, True]), "label": torch.tensor([0, 1, 2, 3])}
+    ce = torch.nn.functional.cross_entropy
+    h, tokens, _ = task.encode(batch)
+    fused = ce(task.head(h, tokens), batch["label"], label_smoothing=0.1)
+    logits, present = task.head.segment_logits(h, tokens)
+    own = [ce(logits[b, k], batch["label"][b], label_smoothing=0.1)
+           for b in range(4) for k in range(2) if present[b, k]]
+    assert len(own) == 6  # two items lack one modality
+    loss = task.training_step(batch, 0)
+    torch.testing.assert_close(loss, fused + 0.7 * torch.stack(own).mean())
+    task.eval()  # validation and prediction: the fused prediction alone
+    torch.testing.assert_close(task.validation_step(batch, 0), ce(task(batch), batch["label"], label_smoothing=0.1))
+    plain = _fusion_task(0.0)
+    plain.load_state_dict(task.state_dict())
+    plain.train()
+    torch.testing.assert_close(plain.training_step(batch, 0), fused)
+
+
+def test_segment_loss_needs_a_head_that_predicts_per_segment() -> None:
+    with pytest.raises(ValueError, match="has no segment_logits"):
+        ClassificationTask(SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), PoolingClassifier(16, 4), 4,
+                           segment_loss_weight=1.0)
+    with pytest.raises(ValueError, match="segment_loss_weight must be a finite weight"):
+        _fusion_task(-1.0)

@@ -132,3 +132,50 @@ def test_the_documented_corruption_options_reach_the_data(tmp_path: Path, monkey
     cli = _cli(tmp_path, monkeypatch, "--data.audio_snr_db=0", "--data.image_occlusion=14", "--data.corrupt=one")
     data = cli.datamodule
     assert (data.audio_snr_db, data.image_occlusion, data.corrupt) == (0.0, 14, "one")
+
+
+@pytest.mark.parametrize("config", [None, "bottleneck", "audio", "image"])
+def test_robust_fast_dev_run(generated_root: Path, tmp_path: Path, config: str | None) -> None:
+    """recipes/multimodal_digits_robust.py (issue 27) and its overlays: the pretrained tower loads, the
+    training pairs are corrupted and drawn afresh, and fit validates without a test when asked."""
+    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_robust_{config}.yaml'}"]
+    args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *extra,
+            "--test_after_fit=false", "--data.val_speakers=[cid]"]
+    run_recipe("multimodal_digits_robust", args, tmp_path)
+    run = "multimodal_digits_robust" + ("" if config is None else f"_{config}")
+    metrics = json.loads((tmp_path / "runs" / run / "metrics.json").read_text())
+    assert set(metrics) == {"val_acc", "val_loss"}  # no test number
+
+
+@pytest.mark.parametrize(
+    ("config", "names", "num_segments", "gate", "weight", "init_from"),
+    [
+        (None, ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
+        ("bottleneck", ["audio", "image", "fusion"], 3, True, 1.0, "speech_commands_8k"),
+        ("audio", ["audio"], None, False, 0.0, "speech_commands_8k"),
+        ("image", ["image"], None, False, 0.0, None),
+    ],
+)
+def test_robust_configs_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str | None, names: list[str], num_segments: int | None,
+    gate: bool, weight: float, init_from: str | None,
+) -> None:
+    from attnmm.adapters import EncodedAdapter
+    from attnmm.lightning.pretrained import backbone_state
+
+    spec = importlib.util.spec_from_file_location("robust", RECIPES / "multimodal_digits_robust.py")
+    assert spec is not None and spec.loader is not None
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    monkeypatch.chdir(tmp_path)
+    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_robust_{config}.yaml'}"]
+    model = recipe.main([*extra, "--trainer.logger=false"], run=False).model
+    assert model.adapter.segment_names == names and model.head.num_segments == num_segments
+    assert (model.head.gate is not None) == gate and model.segment_loss_weight == weight
+    assert model.init_from == init_from
+    if "audio" in names:  # the tower takes the shipped backbone, entry for entry
+        tower = model.adapter.adapters["audio"]
+        assert isinstance(tower, EncodedAdapter) and tower.adapter.sample_rate == 8000  # linked to the data
+        model.setup("fit")
+        state = backbone_state("speech_commands_8k")
+        assert torch.equal(tower.encoder.layers[3].ffn[0].weight, state["encoder.layers.3.ffn.0.weight"])
