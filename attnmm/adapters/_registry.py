@@ -1,15 +1,23 @@
-"""The adapter registry: names to :class:`~attnmm.adapters.Adapter` classes."""
+"""The adapter registry: names to :class:`~attnmm.adapters.Adapter` classes (the contract of
+:class:`attnmm._registry.Registry`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TypeVar
 
+from attnmm._registry import Registry
 from attnmm.adapters.base import Adapter
 
 A = TypeVar("A", bound=type[Adapter])
 
-_ADAPTERS: dict[str, type[Adapter]] = {}
+
+def _check(cls: object) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        raise TypeError(f"register_adapter expects an Adapter subclass, got {cls!r}")
+
+
+ADAPTERS: Registry[type[Adapter]] = Registry("adapter", _check)
 
 
 def register_adapter(name: str) -> Callable[[A], A]:
@@ -17,33 +25,24 @@ def register_adapter(name: str) -> Callable[[A], A]:
 
     Examples:
         >>> from attnmm.adapters import Adapter, register_adapter
-        >>> @register_adapter("speech")
+        >>> @register_adapter("speech")  # doctest: +ELLIPSIS
         ... class Other(Adapter):
         ...     def forward(self, batch): ...
         Traceback (most recent call last):
         ...
-        ValueError: an adapter named 'speech' is already registered (SpeechAdapter); pick another name
+        ValueError: an adapter named 'speech' is already registered (attnmm.adapters.speech.SpeechAdapter); ...
     """
 
     def decorate(cls: A) -> A:
-        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
-            raise TypeError(f"register_adapter expects an Adapter subclass, got {cls!r}")
-        if name in _ADAPTERS:
-            raise ValueError(
-                f"an adapter named {name!r} is already registered ({_ADAPTERS[name].__name__}); pick another name"
-            )
-        _ADAPTERS[name] = cls
+        ADAPTERS.register(name, cls)
         return cls
 
     return decorate
 
 
 def get_adapter(name: str) -> type[Adapter]:
-    """The adapter class registered as ``name``."""
-    try:
-        return _ADAPTERS[name]
-    except KeyError:
-        raise KeyError(f"unknown adapter {name!r}; registered adapters: {', '.join(list_adapters())}") from None
+    """The adapter class registered as ``name`` (an unknown name's error lists the registered ones)."""
+    return ADAPTERS.get(name)
 
 
 def list_adapters() -> list[str]:
@@ -54,4 +53,4 @@ def list_adapters() -> list[str]:
         >>> "speech" in list_adapters()
         True
     """
-    return sorted(_ADAPTERS)
+    return ADAPTERS.names()

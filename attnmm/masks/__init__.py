@@ -1,7 +1,7 @@
 """Masks: definitions of the allowed set A(i), with their dense, sparse and block forms."""
 
 from attnmm.masks._pairs import Pairs
-from attnmm.masks._registry import list_masks, register_mask
+from attnmm.masks._registry import get_mask, list_masks, register_mask
 from attnmm.masks.base import IntervalMask, Mask, Structure
 from attnmm.masks.causal import Causal
 from attnmm.masks.chunk import Chunk
@@ -34,6 +34,7 @@ __all__ = [
     "Segments",
     "Structure",
     "Window",
+    "get_mask",
     "list_masks",
     "register_mask",
 ]

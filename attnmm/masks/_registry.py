@@ -1,15 +1,23 @@
 """The mask registry: the names of the built-in masks (and of any mask a user registers), so that
-``list_masks()``, the tests parametrised over it and the docs read one list."""
+``list_masks()``, the tests parametrised over it and the docs read one list (the contract of
+:class:`attnmm._registry.Registry`)."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
+from attnmm._registry import Registry
 from attnmm.masks.base import Mask
 
 M = TypeVar("M", bound=type[Mask])
 
-_MASKS: dict[str, type[Mask]] = {}
+
+def _check(cls: object) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Mask)):
+        raise TypeError(f"register_mask expects a Mask subclass, got {cls!r}")
+
+
+MASKS: Registry[type[Mask]] = Registry("mask", _check)
 
 
 def register_mask(cls: M) -> M:
@@ -23,18 +31,21 @@ def register_mask(cls: M) -> M:
         ...     pass
         Traceback (most recent call last):
         ...
-        ValueError: a mask named 'Window' is already registered (attnmm.masks.window.Window); rename the class
+        ValueError: a mask named 'Window' is already registered (attnmm.masks.window.Window); pick another name
     """
-    if not (isinstance(cls, type) and issubclass(cls, Mask)):
-        raise TypeError(f"register_mask expects a Mask subclass, got {cls!r}")
-    name = cls.__name__
-    if name in _MASKS and _MASKS[name] is not cls:
-        taken = _MASKS[name]
-        raise ValueError(
-            f"a mask named {name!r} is already registered ({taken.__module__}.{taken.__qualname__}); rename the class"
-        )
-    _MASKS[name] = cls
+    MASKS.register(getattr(cls, "__name__", ""), cls)
     return cls
+
+
+def get_mask(name: str) -> type[Mask]:
+    """The mask class registered as ``name`` (an unknown name's error lists the registered ones).
+
+    Examples:
+        >>> from attnmm.masks import get_mask
+        >>> get_mask("Window")(2, 0)
+        Window(left=2, right=0)
+    """
+    return MASKS.get(name)
 
 
 def list_masks() -> list[str]:
@@ -46,4 +57,4 @@ def list_masks() -> list[str]:
         >>> list_masks()
         ['Causal', 'Chunk', 'Documents', 'Full', 'Graph', 'Grid', 'Padding', 'SameGraph', 'Segments', 'Window']
     """
-    return sorted(_MASKS)
+    return MASKS.names()

@@ -55,7 +55,7 @@ def test_bad_options() -> None:
         attend(x, x, x, score="tanh")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.5"):
         attend(x, x, x, dropout_p=1.5)
-    with pytest.raises(ValueError, match="unknown backend 'fast'; valid names: 'auto', 'reference'"):
+    with pytest.raises(ValueError, match="unknown backend 'fast'; registered: 'auto', 'band'"):
         attend(x, x, x, backend="fast")
     with pytest.raises(ValueError, match="backend 'sdpa' cannot compute this attention: the mask is band"):
         attend(x, x, x, Window(1, 1), backend="sdpa")

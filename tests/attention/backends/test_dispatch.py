@@ -201,7 +201,7 @@ def test_override_and_its_errors() -> None:
     torch.testing.assert_close(attend(q, k, v, Window(1, 1), backend="sparse"), attend(q, k, v, Window(1, 1)))
     with pytest.raises(ValueError, match="backend 'band' cannot compute this attention: the mask is sparse"):
         attend(q, k, v, Grid(2, 4, 3), backend="band")
-    with pytest.raises(ValueError, match="unknown backend 'nope'; valid names: 'auto', 'reference'"):
+    with pytest.raises(ValueError, match="unknown backend 'nope'; registered: 'auto', 'band'"):
         attend(q, k, v, backend="nope")
 
 
