@@ -15,7 +15,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.lightning.task import IGNORE_INDEX, EncoderTask, Stage
 from attnmm.nn.ctc import CTCHead, ctc_greedy_decode, ctc_prefix_beam_search, nbest_labels
-from attnmm.nn.heads import AttentionDecoder
+from attnmm.nn.decoder import AttentionDecoder
 
 __all__ = ["SequenceTask"]
 

@@ -1,34 +1,36 @@
-"""Model parts built on the attention core, by the data they serve.
+"""Model parts built on the attention core: every encoder other than the core's own, every head.
 
-- Graphs (PyG-facing): :class:`AttentionConv` (a drop-in for PyG's ``TransformerConv``),
-  :class:`GATConv` and :class:`GATv2Conv` (drop-ins for PyG's layers of the same names), a graph
-  attention encoder, predict-then-propagate over a mask, ego-neighbour separation for
-  heterophilous graphs, a GPS graph transformer and a shortest-path
-  score bias.
-- Sequences: the recurrent baseline of the attention encoders (:class:`RecurrentEncoder`).
-- Image patch grids: self-attention that computes a convolution, and the CNN baseline (:mod:`attnmm.nn.cnn`).
-- Categorical features (atoms, bonds) as summed embeddings per column (:class:`CategoricalEncoder`).
-- Heads after the encoder: pooled and per-token classifiers, per-segment pooling of a multimodal
-  sequence, the CTC head and the attention decoder of sequence recognition; and deep ensembles
-  (:class:`Ensemble`) of whole models.
+A model is ``adapter -> encoder -> head``. Each kind has one place:
+
+- **Encoders** (``encoder(x, mask, tokens=...)`` -> h, the one call every task makes): the transformer
+  :class:`~attnmm.attention.Encoder` lives with the attention core (:mod:`attnmm.attention.encoder`);
+  every other encoder lives here, by the data it serves: sequences, the recurrent baseline
+  :class:`RecurrentEncoder`; image patch grids, the CNN baseline :class:`ConvEncoder` (and
+  :class:`ConvAsAttention`, self-attention that computes a convolution); graphs, the GPS graph
+  transformer :class:`GPSEncoder`, a graph attention encoder :class:`GraphAttentionEncoder`,
+  predict-then-propagate :class:`PropagationEncoder` and ego-neighbour separation for heterophilous
+  graphs :class:`EgoNeighbourEncoder`.
+- **Heads** (after the encoder): the classifiers of :mod:`attnmm.nn.heads` (pooled, per token, per
+  segment of a multimodal sequence, auxiliary per-token heads), and the heads of sequence recognition,
+  the CTC head (:mod:`attnmm.nn.ctc`) and the attention decoder (:mod:`attnmm.nn.decoder`); deep
+  ensembles (:class:`Ensemble`) of whole models.
+- **Layers for PyG models**: :class:`AttentionConv` (a drop-in for PyG's ``TransformerConv``),
+  :class:`GATConv` and :class:`GATv2Conv` (drop-ins for PyG's layers of the same names), the GPS layer
+  :class:`GPSLayer` and a shortest-path score bias :class:`ShortestPathBias`; categorical features
+  (atoms, bonds) as summed embeddings per column (:class:`CategoricalEncoder`).
 """
 
 from attnmm.nn.categorical import CategoricalEncoder
 from attnmm.nn.cnn import ConvAsAttention, ConvEncoder
 from attnmm.nn.ctc import CTCHead
+from attnmm.nn.decoder import AttentionDecoder
 from attnmm.nn.ego_neighbour import EgoNeighbourEncoder
 from attnmm.nn.ensemble import Ensemble
 from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
 from attnmm.nn.gps import GPSEncoder, GPSLayer
 from attnmm.nn.graph_encoder import GraphAttentionEncoder
-from attnmm.nn.heads import (
-    AttentionDecoder,
-    PoolingClassifier,
-    SegmentPoolingClassifier,
-    TokenClassifier,
-    TokenHeads,
-)
+from attnmm.nn.heads import PoolingClassifier, SegmentPoolingClassifier, TokenClassifier, TokenHeads
 from attnmm.nn.propagation import PropagationEncoder
 from attnmm.nn.recurrent import RecurrentEncoder
 from attnmm.nn.spd_bias import ShortestPathBias
