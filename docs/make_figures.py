@@ -94,9 +94,9 @@ def _rnn_figure(name: str) -> Callable[[], Figure]:
     def draw() -> Figure:
         if str(DOCS.parent) not in sys.path:
             sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-        from benchmarks import rnn_attention
+        from benchmarks import _rnn_attention_page, rnn_attention
 
-        figures = rnn_attention.figures(rnn_attention.load_store())
+        figures = _rnn_attention_page.figures(rnn_attention.load_store())
         if name not in figures:
             raise ValueError(f"{name}: no stored results to draw; run python -m benchmarks.rnn_attention first")
         return figures[name]
@@ -109,9 +109,9 @@ def _speech_strings_cost() -> Figure:
     ``python -m benchmarks.speech_strings --parts cost`` stored."""
     if str(DOCS.parent) not in sys.path:
         sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import speech_strings
+    from benchmarks import _speech_strings_page, speech_strings
 
-    figures = speech_strings.figures(speech_strings.load_store())
+    figures = _speech_strings_page.figures(speech_strings.load_store())
     if "speech_strings_cost" not in figures:
         raise ValueError("speech_strings_cost: no stored results; run python -m benchmarks.speech_strings --parts cost")
     return figures["speech_strings_cost"]

@@ -6,6 +6,7 @@ import argparse
 
 import torch
 
+from benchmarks import _rnn_attention_page as rendering
 from benchmarks import rnn_attention as bench
 
 
@@ -45,11 +46,11 @@ def test_every_in_process_part_runs_and_renders() -> None:
         r["state_bytes"] for r in store["streaming"]["rows"] if r["model"] == "LSTM" and r["position"] == 8
     )  # constant
     assert all(r.get("equal_within_context", True) for r in store["generation"]["rows"])
-    page = bench.render_page(store)
+    page = rendering.render_page(store)
     for title in ("## Parallel training", "## Long-range dependence", "## Streaming cost", "## Generation with"):
         assert title in page
     assert "Not measured yet: `python -m benchmarks.rnn_attention --parts quality`" in page
-    assert set(bench.figures(store)) == {"rnn_parallel", "rnn_longrange", "rnn_streaming"}
+    assert set(rendering.figures(store)) == {"rnn_parallel", "rnn_longrange", "rnn_streaming"}
 
 
 def test_quality_section_states_the_winner() -> None:
@@ -57,5 +58,5 @@ def test_quality_section_states_the_winner() -> None:
                seconds=60.0, best_val_loss=1.5, run="r")
     part = {"rows": [{**row, "encoder": "attention (default)", "test_loss": 1.6},
                      {**row, "encoder": "LSTM (x.yaml)", "test_loss": 1.7}]}
-    text = "\n".join(bench._quality_section(part))
+    text = "\n".join(rendering._quality_section(part))
     assert "text_lm: attention is better by 0.100 nats/char on the recipe's test set" in text

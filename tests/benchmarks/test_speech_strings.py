@@ -11,6 +11,7 @@ import pytest
 import soundfile
 import torch
 
+from benchmarks import _speech_strings_page as rendering
 from benchmarks import speech_strings as bench
 
 SPEAKERS = ("ann", "bob")
@@ -86,9 +87,9 @@ def _store() -> dict:
 def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
     store = _store()
     rows = store["cost"]["rows"]
-    assert bench.crossover(rows, "step_s", "Chunk(8, 2)") == 20  # 0.52 s at 5 digits is not below Full's
-    assert bench.crossover(rows, "peak_mb", "Chunk(8, 2)") == 5
-    text = bench.render_section(store)
+    assert rendering.crossover(rows, "step_s", "Chunk(8, 2)") == 20  # 0.52 s at 5 digits is not below Full's
+    assert rendering.crossover(rows, "peak_mb", "Chunk(8, 2)") == 5
+    text = rendering.render_section(store)
     assert "step time is at least 10% below Full's from 20 digits (400 frames) on" in text
     assert "| Chunk(8, 2) | 320 | 50 | 40 | 200 | 260 | 1 | 0.00 | 2/2 |" in text
     assert "| 5 | 100 | Chunk(8, 2) | 2.08 | 1.04 | 40 | 0.67 |" in text
@@ -98,28 +99,28 @@ def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
            "1.0%): mean latency 50 vs 50 ms" in text
     assert "DER of Full: not measured yet" in text
     page = "# Speech\n\nintro\n"
-    once = bench.render_page(page, store)
+    once = rendering.render_page(page, store)
     assert once.startswith(page) and once.count(bench.START) == 1
-    assert bench.render_page(once + "\n## After\n", store) == once + "\n## After\n"
-    assert set(bench.figures(store)) == {"speech_strings_cost"}
+    assert rendering.render_page(once + "\n## After\n", store) == once + "\n## After\n"
+    assert set(rendering.figures(store)) == {"speech_strings_cost"}
 
 
 def test_der_crossover_needs_ten_percent_and_two_standard_errors() -> None:
     store = _store()
     full = {**store["models"]["Chunk(8, 2)"], "der": [_der(1, 0.02, 0.01), _der(5, 0.06, 0.031), _der(20, 0.12, 0.08)]}
     store["models"]["Full"] = full
-    rows = bench._der_rows(store["models"], None)
+    rows = rendering._der_rows(store["models"], None)
     # greedy: 1 digit worse than Full (0.04 vs 0.02, 2.6 SE), 5 digits 17% below but by 1.3 SE, 20 digits 6.9 SE below
-    assert bench.crossover(rows, "der", "Chunk(8, 2)", se="se") == 20
-    assert bench.crossover(rows, "der", "Chunk(8, 2)") == 5  # without the standard errors
-    text = bench.render_section(store)
+    assert rendering.crossover(rows, "der", "Chunk(8, 2)", se="se") == 20
+    assert rendering.crossover(rows, "der", "Chunk(8, 2)") == 5  # without the standard errors
+    text = rendering.render_section(store)
     assert ("greedy DER is at least 10% and 2 standard errors below Full's from 20 digits on (above Full's by more "
             "than 2 standard errors at 1 digit); rescore DER is at least 10% and 2 standard errors below Full's from "
             "20 digits on.") in text  # rescore at 1 digit: 0.02 vs 0.01 is 1.8 standard errors
     assert "DER of Full: not measured yet" not in text
     store["models"]["Chunk(4, 4)"] = store["models"]["Chunk(8, 2)"]  # trained, but not a mask of the cost part
     assert "- **Chunk(4, 4)**: step time and memory not measured (not a mask of the cost part); greedy DER is at " \
-        "least 10% and 2 standard errors below Full's from 20 digits on" in bench.render_section(store)
+        "least 10% and 2 standard errors below Full's from 20 digits on" in rendering.render_section(store)
     store["models"]["Full"] = {**full, "num_train": 2000}
     assert "DER not compared (Chunk(8, 2) trained 4,000 strings x 10 epochs, Full 2,000 strings x 10 epochs)" in \
-        bench.render_section(store)
+        rendering.render_section(store)
