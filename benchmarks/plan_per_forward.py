@@ -15,7 +15,8 @@ alternating order, fastest call of each side:
 - the speech recipe's model (``speech_truncated.yaml``: log-mel front end, 4 layers of width 96 under
   ``Window(16, 4) & Padding``, pooling head) on a batch of 32 spoken-digit-length clips.
 
-Results go to ``benchmarks/results/plan_per_forward.json`` and a markdown table is printed.
+Results go to ``benchmarks/results/plan_per_forward.json``; the table in docs/attention.md (between its
+``plan_per_forward`` markers) is rendered from them (``--render-only`` renders it again from the store).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from attnmm.masks import Padding, Window
 from benchmarks._measure import alternate, machine_line
 
 RESULTS = Path(__file__).with_name("results") / "plan_per_forward.json"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "attention.md"
+START, END = "<!-- plan_per_forward:start -->", "<!-- plan_per_forward:end -->"
 
 
 class _NoSharing:
@@ -133,21 +136,45 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_page(page: str, stored: dict[str, Any]) -> str:
+    """``page`` with its section between the markers replaced by the stored run's table."""
+    section = "\n".join([
+        START,
+        f"<!-- Written by `python -m benchmarks.plan_per_forward` from {RESULTS.relative_to(PAGE.parent.parent)}; "
+        "edit the module, not this section. -->",
+        "",
+        markdown(stored["rows"]),
+        "",
+        f"Fastest of {stored['rounds']} alternating rounds per side, {stored['threads']} thread(s), "
+        f"{stored['machine']}.",
+        END,
+    ])
+    head, _, rest = page.partition(START)
+    _, _, tail = rest.partition(END)
+    return head + section + tail
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", nargs="*", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--render-only", action="store_true", help="render the page's table from the store")
     opts = parser.parse_args(argv)
-    torch.set_num_threads(opts.threads)
-    rows = measure(opts.rows, opts.rounds)
-    print(markdown(rows))
-    if not opts.no_write:
+    if opts.render_only:
+        stored = json.loads(RESULTS.read_text())
+    else:
+        torch.set_num_threads(opts.threads)
+        rows = measure(opts.rows, opts.rounds)
+        stored = {"machine": machine_line(), "threads": opts.threads, "rounds": opts.rounds, "rows": rows}
+        print(markdown(rows))
+        if opts.no_write:
+            return rows
         RESULTS.parent.mkdir(exist_ok=True)
-        stored = {"machine": machine_line(), "threads": opts.threads, "rows": rows}
         RESULTS.write_text(json.dumps(stored, indent=2) + "\n")
-    return rows
+    PAGE.write_text(render_page(PAGE.read_text(), stored))
+    return stored["rows"]
 
 
 if __name__ == "__main__":

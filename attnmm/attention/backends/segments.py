@@ -67,10 +67,7 @@ class SegmentsBackend(Backend):
 
     def check(self, problem: Problem) -> str | None:
         if problem.split is None:
-            return (
-                f"the mask {problem.effective_mask!r:.80} is not made of blocks (a Segments mask, packed "
-                "Documents shared by the batch, or their intersections)"
-            )
+            return "the mask is not made of blocks (a Segments mask, packed Documents, their intersections)"
         return None
 
     def cost(self, problem: Problem) -> float | None:
