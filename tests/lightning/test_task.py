@@ -104,8 +104,8 @@ def test_heads() -> None:
     torch.testing.assert_close(masked_mean(x, torch.tensor([2, 3])), torch.tensor([[2.0], [4.0]]))
     torch.testing.assert_close(masked_mean(x, torch.tensor([0, 3])), torch.tensor([[0.0], [4.0]]))
     assert TokenClassifier(1, 3)(x).shape == (2, 3, 3)
-    with pytest.raises(ValueError, match="pooling must be 'mean' or 'max', got 'sum'"):
-        PoolingClassifier(4, 2, pooling="sum")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pooling must be 'mean', 'max' or 'sum', got 'median'"):
+        PoolingClassifier(4, 2, pooling="median")  # type: ignore[arg-type]
 
 
 class ToyTokens(Adapter):
