@@ -135,11 +135,12 @@ def check_dropout_in_training_only(ref: nn.Module, ours: nn.Module) -> None:
 
 
 def check_output_ignores_weights_flag(
-    build: Callable[[], nn.Module], in_channels: int, edge_dim: int | None = None, seeds: int = 40
+    build: Callable[[], nn.Module], in_channels: int, edge_dim: int | None = None, seeds: int = 11
 ) -> None:
     """The output of a layer is the same, bit for bit, whether ``return_attention_weights`` is left out,
     ``True`` or ``False``: for one layer per seed on small random graphs (2 to 12 nodes, where the
-    backends the core could pick differ most), given as an edge_index and as a sparse adjacency."""
+    backends the core could pick differ most; 11 seeds: every size once, with and without repeated edges),
+    given as an edge_index and as a sparse adjacency."""
     from torch_geometric.utils import to_torch_csc_tensor
 
     def output(result: Tensor | tuple[Tensor, object]) -> Tensor:

@@ -3,7 +3,8 @@
 ``make test-fast`` runs the tests not marked ``slow``. Marked here by where they live: the recipe runs
 (``tests/recipes``: subprocesses, DDP, precision, reproducibility), the benchmarks, the examples, the docs'
 executed pages and tutorials (``test_docs.py``), the long backend fuzzing (``test_fuzz.py``) and every
-test on the real datasets (``@pytest.mark.data``); the kill-and-resume tests carry the marker themselves."""
+test on the real datasets (``@pytest.mark.data``); the kill-and-resume tests and the few tests that train
+for a while carry the marker themselves."""
 
 from __future__ import annotations
 

@@ -103,6 +103,7 @@ class SampledGraph(L.LightningDataModule):
         return neighbor_loader(self.data, "test", [-1, -1], batch_size=64)
 
 
+@pytest.mark.slow  # trains for a while: the recipe tier
 def test_trains_on_sampled_batches(tmp_path) -> None:
     task = make_task()
     trainer = L.Trainer(max_epochs=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,

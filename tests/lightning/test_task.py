@@ -53,6 +53,7 @@ def make_task(ensemble: int = 1) -> ClassificationTask:
     )
 
 
+@pytest.mark.slow  # trains for a while: the recipe tier
 @pytest.mark.parametrize("ensemble", [1, 2])
 def test_fit_learns_and_logs(tmp_path, ensemble: int) -> None:
     torch.manual_seed(0)
