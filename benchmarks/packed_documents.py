@@ -10,10 +10,15 @@ as real document lengths do, from a few tokens to several times the mean of 512.
   backward, the padding and unpadding gathers included);
 - FlexAttention compiled on CPU (forward only: it has no CPU backward), its block mask built for each
   new set of lengths (compiled, ``_compile=True``), as a loop over packed batches must (compilation
-  excluded).
+  excluded);
+- the peer a user writes by hand: a loop of ``is_causal`` SDPA calls, one per document (4 heads);
+- ``torch.nested`` jagged tensors through SDPA (4 heads), for ``Documents`` alone: with
+  ``is_causal=True`` a jagged SDPA call raises on the CPU (torch 2.14.1), so the nested row compares
+  full attention within each document.
 
-One head of 64 channels (fp32): the dense peer at H = 4 would take minutes per call on two cores (its
-cost is 4 * L^2 = 4.3e9 scores per call); the ratios do not depend on H.
+One head of 64 channels (fp32) against the dense and padded peers: the dense peer at H = 4 would take
+minutes per call on two cores (its cost is 4 * L^2 = 4.3e9 scores per call); the ratios do not depend
+on H.
 """
 
 from __future__ import annotations
@@ -110,6 +115,77 @@ def padded_attention(lengths: Tensor) -> Callable[[Tensor, Tensor, Tensor], Tens
 
 def padded_peer(x: Inputs) -> Runner:
     return train_runner(padded_attention(x["lengths"]), x)
+
+
+def loop_attention(lengths: Tensor) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """The peer a user writes by hand: one ``is_causal`` SDPA call per document, outputs concatenated."""
+    bounds = [0, *lengths.cumsum(0).tolist()]
+
+    def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        outs = [
+            F.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=True)
+            for a, b in itertools.pairwise(bounds) if b > a
+        ]
+        return torch.cat(outs, dim=2)  # (1, H, L, E)
+
+    return attention
+
+
+def loop_peer(x: Inputs) -> Runner:
+    return train_runner(loop_attention(x["lengths"]), x)
+
+
+def build_heads(heads: int = 4) -> Callable[[], Inputs]:
+    """:func:`build` with ``heads`` heads (the loop and nested peers afford more than the dense one)."""
+
+    def make() -> Inputs:
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, heads, TOKENS, DIM, generator=g).requires_grad_(True) for _ in range(3))
+        lengths = random_lengths(TOKENS, DOCUMENTS, seed=0)
+        return {"q": q, "k": k, "v": v, "grad": torch.randn(1, heads, TOKENS, DIM, generator=g), "lengths": lengths}
+
+    return make
+
+
+def nested_attention(lengths: Tensor) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """``torch.nested`` jagged tensors through SDPA, full attention within each document: the documents
+    as one nested batch (D, H, j, E). Causal attention is not among them: with ``is_causal=True`` a
+    jagged SDPA call raises on the CPU (torch 2.14.1), so this peer computes ``Documents`` alone."""
+    sizes = lengths.tolist()
+
+    def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        def nested(t: Tensor) -> Tensor:
+            parts = t[0].transpose(0, 1).split(sizes)  # D tensors (j, H, E)
+            return torch.nested.as_nested_tensor(list(parts), layout=torch.jagged).transpose(1, 2)  # (D, H, j, E)
+
+        out = F.scaled_dot_product_attention(nested(q), nested(k), nested(v))  # (D, H, j, E)
+        return out.transpose(1, 2).values().transpose(0, 1).unsqueeze(0)  # (1, H, L, E)
+
+    return attention
+
+
+def nested_peer(x: Inputs) -> Runner:
+    return train_runner(nested_attention(x["lengths"]), x)
+
+
+def ours_documents(x: Inputs) -> Runner:
+    """``Documents(lengths)`` alone (full attention within each document)."""
+    mask = Documents(x["lengths"])
+    return train_runner(lambda q, k, v: attend(q, k, v, mask), x)
+
+
+def nested_check(x: Inputs) -> str:
+    """``Documents(lengths)`` against the nested peer, output and gradients."""
+    mask = Documents(x["lengths"])
+    return _agree(_grads(lambda q, k, v: attend(q, k, v, mask), x), _grads(nested_attention(x["lengths"]), x),
+                  "nested jagged SDPA (output and gradients)")
+
+
+def loop_check(x: Inputs) -> str:
+    """attnmm against the loop of causal SDPA calls, output and gradients."""
+    mask = mask_of(x["lengths"])
+    return _agree(_grads(lambda q, k, v: attend(q, k, v, mask), x), _grads(loop_attention(x["lengths"]), x),
+                  "a loop of is_causal SDPA calls (output and gradients)")
 
 
 def check(x: Inputs) -> str:

@@ -23,8 +23,11 @@ def test_benchmark_lengths_match_the_title() -> None:
     assert f"({int(lengths.min())}-{int(lengths.max())})" in get_case("documents").title
 
 
+@pytest.mark.parametrize("peer", ["padded", "loop", "nested"])
 @pytest.mark.parametrize("lengths", [[5, 1, 9, 3], [1], [4, 4]])
-def test_padded_peer_equals_the_reference(lengths: list[int]) -> None:
+def test_peers_equal_the_reference(lengths: list[int], peer: str) -> None:
+    """Each hand-written peer computes what attnmm's reference does: the padded and the loop peers
+    Documents & Causal, the nested peer Documents alone."""
     lengths_t = torch.tensor(lengths)
     L = sum(lengths)
     g = torch.Generator().manual_seed(0)
@@ -35,9 +38,10 @@ def test_padded_peer_equals_the_reference(lengths: list[int]) -> None:
         out = fn(q, k, v)
         return [out, *torch.autograd.grad(out, (q, k, v), up)]
 
-    mask = bench.mask_of(lengths_t)
+    mask = bench.mask_of(lengths_t) if peer != "nested" else bench.Documents(lengths_t)
     want = grads(lambda q, k, v: attend(q, k, v, mask, backend="reference"))
-    for got, ref in zip(grads(bench.padded_attention(lengths_t)), want):
+    attention = {"padded": bench.padded_attention, "loop": bench.loop_attention, "nested": bench.nested_attention}
+    for got, ref in zip(grads(attention[peer](lengths_t)), want):
         torch.testing.assert_close(got, ref)
 
 
@@ -48,3 +52,5 @@ def test_cases_are_registered() -> None:
     assert get_case("documents").peer is bench.dense_peer
     assert get_case("documents_padded").peer is bench.padded_peer
     assert get_case("documents_fwd").peer is bench.flex_peer
+    assert get_case("documents_loop").peer is bench.loop_peer
+    assert get_case("documents_nested").peer is bench.nested_peer
