@@ -5,6 +5,8 @@ figures of docs/comparison.md are then rendered from that store alone (:mod:`ben
 :mod:`benchmarks._comparison`), so a page never quotes another run than the table's.
 
 Options: ``--cases window,graph`` runs a subset (the store then holds only those rows);
+``--update`` with ``--cases`` re-runs those rows into the stored results and keeps every other row,
+the recipe steps and the density sweep as stored (the machine line then says which rows ran when);
 ``--no-write`` only prints; ``--no-density`` skips the density sweep; ``--no-recipe-steps`` skips
 the recipe steps (:mod:`benchmarks.recipe_steps`); ``--render-only`` runs nothing
 and rewrites both pages from the store.
@@ -103,9 +105,28 @@ def write(store: dict[str, Any]) -> None:
     print(f"wrote {STORE.relative_to(ROOT)}, {PAGE.relative_to(ROOT)} and {COMPARISON.relative_to(ROOT)}")
 
 
+def update(store: dict[str, Any], wanted: list[Case], memory: bool, write_pages: bool) -> None:
+    """Re-run ``wanted`` into ``store``: their rows replaced (or added in the order of CASES), the rest kept."""
+    started = time.perf_counter()
+    fresh = {case.key: run_case(case, memory=memory) for case in wanted}
+    old = {r["key"]: r for r in store["rows"]}
+    store["rows"] = [fresh.get(c.key) or old[c.key] for c in CASES if c.key in fresh or c.key in old]
+    store["machine"] = (
+        f"{store.get('machine', '')}; rows {', '.join(fresh)} re-run "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({threads()} threads, "
+        f"{(time.perf_counter() - started) / 60:.1f} min)"
+    )
+    print(render_results(store))
+    if write_pages:
+        write(store)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--cases", default="", help="comma-separated case keys (default: all)")
+    parser.add_argument(
+        "--update", action="store_true", help="with --cases: replace those rows of the store, keep the rest as stored"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only, do not store or write the pages")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-density", action="store_true", help="skip the density sweep")
@@ -127,7 +148,16 @@ def main() -> None:
             parser.error("--threads must be >= 1")
         os.environ[THREADS_ENV] = str(args.threads)
     torch.set_num_threads(threads())
-    wanted = [c for c in CASES if not args.cases or c.key in args.cases.split(",")]
+    names = [n for n in args.cases.split(",") if n]
+    unknown = sorted(set(names) - {c.key for c in CASES})
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; the cases are {', '.join(c.key for c in CASES)}")
+    if args.update and not names:
+        parser.error("--update re-runs the cases named by --cases")
+    wanted = [c for c in CASES if not names or c.key in names]
+    if args.update:
+        update(load(), wanted, memory=not args.no_memory, write_pages=not args.no_write)
+        return
     started = time.perf_counter()
     store: dict[str, Any] = {"rows": [run_case(case, memory=not args.no_memory) for case in wanted]}
     if not args.no_recipe_steps:

@@ -53,7 +53,7 @@ class GraphAdapter(Adapter):
     encoding projected and added,
     :math:`\mathbf{x}^{(0)}_i = \sum_c \mathbf{E}_c[x_{ic}] + \mathbf{W}_p \mathbf{p}_i + \mathbf{b}`,
     when ``cardinalities`` are given; ``edge_cardinalities`` embed categorical edge features (bonds) the
-    same way into :attr:`GraphTokens.edge_attr` (M, D), for local layers that read edge features (GINE).
+    same way into ``GraphTokens.edge_attr`` (M, D), for local layers that read edge features (GINE).
 
     The mask (``scope``) is the batch's block-diagonal :class:`~attnmm.masks.Graph` of in-edges
     (``"edges"``, the attention of GNN layers), or every node of the same graph

@@ -271,7 +271,7 @@ class Segments(_Blocks):
 
     def intersect_blocks(self, other: Mask) -> Segments:
         """``self & other`` as segments: every block intersected with ``other`` seen from the block's
-        offsets (:meth:`Mask.shifted`), so each block keeps the structure of its own mask.
+        offsets (:meth:`~attnmm.masks.Mask.shifted`), so each block keeps the structure of its own mask.
 
         Examples:
             >>> from attnmm.masks import Causal, Segments

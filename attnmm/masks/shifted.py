@@ -26,7 +26,7 @@ class Shifted(Mask):
     .. math::
         A'_b(i) = \{j : \mathrm{kv\_offset} + j \in A_b(\mathrm{q\_offset} + i)\}
 
-    What :meth:`Mask.shifted` gives for a mask that has no shifted form of its own: a block of a
+    What :meth:`~attnmm.masks.Mask.shifted` gives for a mask that has no shifted form of its own: a block of a
     longer sequence (one document of a packing, one step of a stream) in the block's own coordinates.
     The predicate is the inner one at the absolute positions; the pairs are the inner mask's over the
     larger area, kept where both positions are past the offsets (or the dense form's, on small areas).
