@@ -416,18 +416,6 @@ CASES: list[Case] = [
         rounds=3,
     ),
     Case(
-        "documents_nested",
-        "Documents (full within each document): 64 random lengths, L=32768, H=4, E=64",
-        "torch.nested jagged tensors through SDPA (is_causal raises on the CPU, so no causal row)",
-        "at least as fast",
-        packed_documents.build_heads(4),
-        packed_documents.ours_documents,
-        packed_documents.nested_peer,
-        packed_documents.nested_check,
-        packed_documents.speedup(1.0),
-        rounds=3,
-    ),
-    Case(
         "documents_fwd",
         "same, forward only, a new set of lengths every call",
         "FlexAttention compiled on CPU, block mask built per call (compile excluded)",

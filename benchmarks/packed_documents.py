@@ -13,8 +13,10 @@ as real document lengths do, from a few tokens to several times the mean of 512.
   excluded);
 - the peer a user writes by hand: a loop of ``is_causal`` SDPA calls, one per document (4 heads);
 - ``torch.nested`` jagged tensors through SDPA (4 heads), for ``Documents`` alone: with
-  ``is_causal=True`` a jagged SDPA call raises on the CPU (torch 2.14.1), so the nested row compares
-  full attention within each document.
+  ``is_causal=True`` a jagged SDPA call raises on the CPU (torch 2.14.1). It is checked against
+  attnmm on small inputs (tests) but has no row: on the CPU its SDPA pads every document to the
+  longest, and at the table's size (64 documents up to 4,177 tokens, 4 heads) the padded scores
+  alone take 64 * 4 * 4177^2 * 4 B = 18 GB; the run was killed for memory on a 24 GiB machine.
 
 One head of 64 channels (fp32) against the dense and padded peers: the dense peer at H = 4 would take
 minutes per call on two cores (its cost is 4 * L^2 = 4.3e9 scores per call); the ratios do not depend

@@ -53,4 +53,3 @@ def test_cases_are_registered() -> None:
     assert get_case("documents_padded").peer is bench.padded_peer
     assert get_case("documents_fwd").peer is bench.flex_peer
     assert get_case("documents_loop").peer is bench.loop_peer
-    assert get_case("documents_nested").peer is bench.nested_peer
