@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -32,6 +32,9 @@ class Problem:
             :meth:`pairs`.
         return_weights (bool): whether the backend must return the weights at :meth:`weight_pairs`.
         packed (bool): whether the caller used the packed (N, H, E) layout (then B = 1).
+        forms (dict): the mask's derived forms for this problem's shapes (pairs, CSR pattern, dense
+            mask), built once (:mod:`attnmm.attention.backends._cache`) and shared by the layers of a
+            forward through its :class:`~attnmm.attention.AttentionPlan`.
     """
 
     q: Tensor
@@ -45,6 +48,7 @@ class Problem:
     return_weights: bool
     packed: bool
     _pairs: Pairs | None = field(default=None, repr=False)
+    forms: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def B(self) -> int:  # noqa: N802 - the house letter set
@@ -118,7 +122,8 @@ class Problem:
     @cached_property
     def row_counts(self) -> Tensor:
         r"""|A_b(i)| for every query, (B or 1, L), on the CPU (worked out once per call): from the
-        intervals of an interval mask in O(L), else from the mask's :meth:`pairs`."""
+        intervals of an interval mask in O(L), else from the mask's sparse form (kept for equal masks by
+        :mod:`attnmm.attention.backends._cache`)."""
         mask, L, S, bsz = self.effective_mask, self.L, self.S, self.batch_size
         items = 1 if bsz is None else bsz  # (an empty batch has 0 items, not 1)
         if L == 0:
@@ -128,8 +133,9 @@ class Problem:
             b = torch.zeros((), dtype=torch.long) if bsz is None else torch.arange(bsz).view(-1, 1)
             start, end = mask.interval(b, i)
             return (end.clamp(0, S) - start.clamp(0, S)).clamp_min(0).expand(items, L)
-        pairs = self.pairs()
-        return torch.bincount(pairs.segment().cpu(), minlength=pairs.num_segments).view(-1, L)
+        from attnmm.attention.backends import _cache  # (the backends import this module)
+
+        return _cache.counts(self)
 
     @property
     def density(self) -> float:

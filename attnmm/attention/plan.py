@@ -10,7 +10,7 @@ from attnmm.attention.backends.base import Backend
 
 #: The problem's derived values that depend on the mask and the sizes only (no tensor of the call), so a
 #: later layer with the same mask and sizes can take them instead of working them out again.
-_SHARED = ("_pairs", "structure", "row_counts", "blocks", "split")
+_SHARED = ("_pairs", "forms", "structure", "row_counts", "blocks", "split")
 
 
 @dataclass

@@ -15,8 +15,16 @@ from torch import Tensor
 
 #: Tensors up to this many elements (on CPU) are keyed by their values; larger ones, and tensors on
 #: other devices (whose values would need a device synchronisation), by identity and version, so
-#: they hit only for the same tensor object unchanged (then the cache must hold the object).
+#: they hit only for the same tensor object unchanged (then the cache must hold the object). A key
+#: with such a part is not :func:`keyed_by_value`: an edit the version counter does not see (through
+#: ``.data``, NumPy or DLPack) would leave it unchanged.
 VALUE_KEY_ELEMENTS = 1 << 20
+
+
+class _ByIdentity(tuple):  # type: ignore[type-arg]
+    """The part of a key that names an object by identity, not by value."""
+
+    __slots__ = ()
 
 
 #: Dtypes numpy cannot hold, read as integers of their width.
@@ -29,19 +37,46 @@ for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnu
 def content_key(obj: object) -> Hashable:
     """A hashable key equal for objects of equal content: masks by type and attributes, tensors by
     values (see :data:`VALUE_KEY_ELEMENTS`), containers item by item, other objects by identity."""
-    if isinstance(obj, Tensor):
-        return _tensor_key(obj)
-    if obj is None or isinstance(obj, (bool, int, float, str, torch.dtype, torch.device)):
-        return obj
-    if isinstance(obj, (tuple, list)):
-        return (type(obj).__name__, *(content_key(x) for x in obj))
-    if isinstance(obj, dict):
-        return ("dict", *((k, content_key(v)) for k, v in sorted(obj.items())))
-    from attnmm.masks.base import Mask
+    return _content_key(obj, [])
 
-    if isinstance(obj, Mask):
-        return (type(obj), *((name, content_key(v)) for name, v in sorted(vars(obj).items())))
-    return ("id", id(obj))
+
+def value_key(obj: object) -> Hashable | None:
+    """:func:`content_key` when it describes ``obj`` by value alone, else ``None``: when some part of it
+    names an object by identity (a large or accelerator tensor, an object of another kind), an equal key
+    would not mean equal content after an edit the version counter does not see."""
+    by_identity: list[bool] = []
+    key = _content_key(obj, by_identity)
+    return None if by_identity else key
+
+
+def keyed_by_value(key: Hashable) -> bool:
+    """Whether a :func:`content_key` describes its object by value alone (no part of it names an object
+    by identity)."""
+    if isinstance(key, _ByIdentity):
+        return False
+    if isinstance(key, tuple):
+        return all(keyed_by_value(part) for part in key)
+    return True
+
+
+def _content_key(obj: object, by_identity: list[bool]) -> Hashable:
+    if isinstance(obj, Tensor):
+        key = _tensor_key(obj)
+    elif obj is None or isinstance(obj, (bool, int, float, str, torch.dtype, torch.device)):
+        return obj
+    elif isinstance(obj, (tuple, list)):
+        return (type(obj).__name__, *(_content_key(x, by_identity) for x in obj))
+    elif isinstance(obj, dict):
+        return ("dict", *((k, _content_key(v, by_identity)) for k, v in sorted(obj.items())))
+    else:
+        from attnmm.masks.base import Mask
+
+        if isinstance(obj, Mask):
+            return (type(obj), *((name, _content_key(v, by_identity)) for name, v in sorted(vars(obj).items())))
+        key = _ByIdentity(("id", id(obj)))
+    if isinstance(key, _ByIdentity):
+        by_identity.append(True)
+    return key
 
 
 def _tensor_key(t: Tensor) -> Hashable:
@@ -50,4 +85,4 @@ def _tensor_key(t: Tensor) -> Hashable:
         if flat.dtype in _AS_INT:  # dtypes numpy lacks: the same bits as integers
             flat = flat.view(_AS_INT[flat.dtype])
         return ("tensor", t.dtype, tuple(t.shape), flat.numpy().tobytes())
-    return ("tensor-id", id(t), t._version, t.dtype, tuple(t.shape), str(t.device))
+    return _ByIdentity(("tensor-id", id(t), t._version, t.dtype, tuple(t.shape), str(t.device)))

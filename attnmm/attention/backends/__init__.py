@@ -7,6 +7,8 @@ tests read the registry and the declarations; nothing else names a backend.
 
 from __future__ import annotations
 
+from attnmm.attention.backends._cache import budget as cache_budget
+from attnmm.attention.backends._cache import set_budget as set_cache_budget
 from attnmm.attention.backends._registry import get_backend, list_backends, register_backend, unregister_backend
 from attnmm.attention.backends.band import BandBackend
 from attnmm.attention.backends.base import Backend, Supports
@@ -35,8 +37,10 @@ __all__ = [
     "SegmentsBackend",
     "SparseBackend",
     "Supports",
+    "cache_budget",
     "get_backend",
     "list_backends",
     "register_backend",
+    "set_cache_budget",
     "unregister_backend",
 ]

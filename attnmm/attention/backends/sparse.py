@@ -12,18 +12,21 @@ from torch.autograd.function import once_differentiable
 from attnmm.attention._problem import Problem
 from attnmm.attention.backends import _cache
 from attnmm.attention.backends._csr import (
-    CSRPattern,
-    Layout,
+    Blocks,
+    as_heads_second,
     expand,
-    from_pairs,
+    result_order,
     sampled,
     segment_max,
     segment_sum,
     spmm,
-    to_pairs,
 )
 from attnmm.attention.backends._sizes import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
+
+#: Bytes of the CSR pattern per pair: the columns, the rows of the transpose and the permutation between
+#: them (int64 when a problem needs it), and the pointers' share.
+PATTERN_BYTES = 32
 
 
 class SparseBackend(Backend):
@@ -41,11 +44,12 @@ class SparseBackend(Backend):
     by hand with the same two kernels (:math:`\partial a = \mathrm{sampled}(\partial O, V)`,
     :math:`\partial s = a \odot (\partial a - \sum_{\mathrm{row}} a\,\partial a)`,
     :math:`\partial Q = \partial S\, K`, :math:`\partial K = \partial S^\top Q`,
-    :math:`\partial V = A^\top \partial O`). Only (nnz, H) tensors are kept; keys and values are never
-    copied per pair. Heads and batch items are handled as one block-diagonal matrix, over the operands
-    in the order they lie in memory: inputs laid out as (B, L, H, E), such as packed (N, H, E) node
-    features, are used as they are (the heads of each key are read together), others head by head.
-    Half-precision inputs are computed in float32.
+    :math:`\partial V = A^\top \partial O`). Only (H, nnz) values are kept; keys and values are never
+    copied per pair. The pattern is kept once, shared by the heads (and by the batch items of a mask
+    shared by the batch): O(nnz) integers whatever H. Each (batch item, head) block is one kernel call
+    on 2-D views of the operands as they lie in memory, so (B, L, H, E) inputs such as packed
+    (N, H, E) node features, (B, H, L, E) inputs, and query segments sliced from a longer sequence are
+    all used without copies. Half-precision inputs are computed in float32.
 
     Examples:
         >>> import torch
@@ -63,16 +67,15 @@ class SparseBackend(Backend):
     preference = 60  # after the reference for dense masks (the reference ranks last for sparse ones)
 
     def memory_bytes(self, problem: Problem) -> int:
-        """O(nnz * H): the allowed pairs repeated over the batch, their CSR pattern per head (three
-        indices) and about eight per-pair values per head (scores, weights and their gradients); 0 when
-        the mask cannot bound its pair count."""
+        """O(nnz * H): the mask's allowed pairs and their CSR pattern (five indices per pair, shared by
+        the heads), and about eight values per pair, head and batch item (scores, weights and their
+        gradients); 0 when the mask cannot bound its pair count."""
         pairs = max_pairs(problem)
         if pairs is None:
             return 0
-        if problem.batch_size is None:
-            pairs *= problem.B  # the pattern repeats an unbatched mask's pairs for every batch item
-        per_pair = PAIR_BYTES + 8 + problem.H * (16 + 8 * compute_bytes(problem.q.dtype))
-        return pairs * per_pair + output_bytes(problem)
+        values = pairs * problem.B if problem.batch_size is None else pairs  # a shared mask's pairs per item
+        per_value = problem.H * 8 * compute_bytes(problem.q.dtype)
+        return pairs * (PAIR_BYTES + PATTERN_BYTES) + values * per_value + output_bytes(problem)
 
     def cost_terms(self, problem: Problem) -> tuple[float, ...]:
         """Multiply-adds per allowed pair and head, the pairs' per-head values, the query rows, and
@@ -95,46 +98,28 @@ class SparseBackend(Backend):
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
         q, k, v = problem.q, problem.k, problem.v
-        B, H, L = problem.B, problem.H, problem.L
+        B, H = problem.B, problem.H
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        # flatten the operands in the order they already lie in memory: (B, L, H, E) is "token"
-        # order (packed graphs, PyG's (N, H, E)), anything else goes head by head
-        layout: Layout = "token" if H > 1 and q.transpose(1, 2).is_contiguous() else "head"
-        pairs = _cache.pairs(problem)
-        pattern = _cache.pattern(problem, layout)
+        blocks = Blocks(_cache.pattern(problem), B, H)
         bias = None
         if problem.bias is not None:
-            bias = problem.bias.to(compute)
-            if pairs.batch is None and B > 1:
-                bias = bias.repeat(B, 1)  # (B * P, H), shared over the batch
-            bias = from_pairs(pattern, bias)  # (H * P,)
-        q2, k2, v2 = (_rows(t.to(compute), layout) for t in (q, k, v))  # (H * B * L, E), ...
-        out, weights = _SegmentAttention.apply(
-            q2, k2, v2, bias, pattern, problem.scale, problem.score, problem.dropout_p
-        )
-        Ev = v.size(-1)
-        if layout == "token":
-            out = out.view(B, L, H, Ev).transpose(1, 2)  # (B, H, L, Ev)
-        else:
-            out = out.view(H, B, L, Ev).transpose(0, 1)  # (B, H, L, Ev)
-        out = out.to(v.dtype)
+            bias = problem.bias.to(compute).t()  # (H, P), a view
+            if not blocks.pattern.batched and B > 1:
+                bias = bias.repeat(1, B)  # (H, B * P), shared over the batch
+        # the operands are used as they lie in memory; the output comes back (B, H, L, Ev) or (H, B, L, Ev)
+        q, k, v = (t.to(compute) for t in (q, k, v))
+        out, weights = _SegmentAttention.apply(q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p)
+        out = as_heads_second(out, result_order(blocks, v)).to(problem.v.dtype)  # (B, H, L, Ev)
         if not problem.return_weights:
             return out, None
-        return out, to_pairs(pattern, weights).to(q.dtype)  # (P, H) at problem.weight_pairs()
-
-
-def _rows(t: Tensor, layout: Layout) -> Tensor:
-    """(B, H, n, E) -> the flat rows (H * B * n, E) of ``layout`` (a view when it matches memory)."""
-    B, H, n, E = t.shape
-    if layout == "token":
-        return t.transpose(1, 2).reshape(B * n * H, E)
-    return t.transpose(0, 1).reshape(H * B * n, E)
+        return out, weights.t().to(problem.q.dtype)  # (V, H) at problem.weight_pairs()
 
 
 class _SegmentAttention(torch.autograd.Function):
-    """Segment-softmax attention over a CSR pattern, on flat rows: q (H * R, E), k (H * C, E),
-    v (H * C, Ev), bias (H * P,) or None -> out (H * R, Ev), weights after dropout (H * P,), values in
-    the pattern's CSR order."""
+    """Segment-softmax attention over a CSR pattern shared by the heads: q (B, H, L, E), k (B, H, S, E),
+    v (B, H, S, Ev), bias (H, V) or None -> out (B, H, L, Ev) in the memory order :func:`spmm` writes it
+    (:func:`~attnmm.attention.backends._csr.result_order`), and the weights after dropout (H, V), values in
+    the pattern's order (see :mod:`~attnmm.attention.backends._csr`)."""
 
     @staticmethod
     def forward(
@@ -143,63 +128,72 @@ class _SegmentAttention(torch.autograd.Function):
         k: Tensor,
         v: Tensor,
         bias: Tensor | None,
-        pattern: CSRPattern,
+        blocks: Blocks,
         scale: float,
         score: str,
         dropout_p: float,
     ) -> tuple[Tensor, Tensor]:
-        s = sampled(pattern, q, k)  # (H * P,)
+        s = sampled(blocks, q, k)  # (H, V)
         s.mul_(scale)
         if bias is not None:
             s.add_(bias)
-        count = None
         if score == "softmax":
-            m = segment_max(pattern, s)  # (H * R,)
-            a = s.sub_(expand(pattern, m)).exp_()
-            a.div_(expand(pattern, segment_sum(pattern, a)))  # (H * P,)
+            m = segment_max(blocks, s)  # (H, B * L)
+            a = s.sub_(expand(blocks, m)).exp_()
+            a.div_(expand(blocks, segment_sum(blocks, a)))  # (H, V)
         else:
-            count = pattern.counts.clamp(min=1).to(s.dtype)  # (H * R,)
-            a = F.relu(s).div_(expand(pattern, count))
+            a = F.relu(s).div_(expand(blocks, _row_counts(blocks, s.dtype)))
         keep = None
         weights = a
         if dropout_p > 0:
             keep = torch.rand_like(a) >= dropout_p
             weights = a * keep / (1.0 - dropout_p)
-        out = spmm(pattern, weights, v)  # (H * R, Ev)
+        # the output is returned as the tensor it is written in, not as a view (autograd refuses in-place
+        # edits of a view returned by a function with several outputs)
+        out, ctx.order = spmm(blocks, weights, v)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, a, keep, count)
-        ctx.pattern, ctx.scale, ctx.score, ctx.dropout_p = pattern, scale, score, dropout_p
+        ctx.save_for_backward(q, k, v, a, keep)
+        ctx.blocks, ctx.scale, ctx.score, ctx.dropout_p = blocks, scale, score, dropout_p
         ctx.has_bias = bias is not None
         return out, weights
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
-        q, k, v, a, keep, count = ctx.saved_tensors
-        pattern: CSRPattern = ctx.pattern
+        q, k, v, a, keep = ctx.saved_tensors
+        blocks: Blocks = ctx.blocks
         p = ctx.dropout_p
-        weights = a if keep is None else a * keep / (1.0 - p)
         if d_out is None:
-            d_out = v.new_zeros(pattern.heads * pattern.num_rows, v.size(-1))
-        d_out = d_out.contiguous()  # (H * R, Ev)
-        d_w = sampled(pattern, d_out, v)  # dL/d weights, (H * P,)
-        if d_weights is not None:
-            d_w = d_w + d_weights
-        d_a = d_w if keep is None else d_w * keep / (1.0 - p)
-        if ctx.score == "softmax":
-            d_s = a * (d_a - expand(pattern, segment_sum(pattern, a * d_a)))  # (H * P,)
+            d_out = v.new_zeros(q.shape[:-1] + v.shape[-1:])
         else:
-            d_s = torch.where(a > 0, d_a / expand(pattern, count), torch.zeros_like(d_a))
+            d_out = as_heads_second(d_out, ctx.order)  # (B, H, L, Ev)
+        # in place where a buffer is this function's own: at most three (H, V) values live at once
+        d_a = sampled(blocks, d_out, v)  # dL/d weights, (H, V)
+        if d_weights is not None:
+            d_a.add_(d_weights)
+        if keep is not None:
+            d_a.mul_(keep).div_(1.0 - p)
+        if ctx.score == "softmax":
+            d_s = expand(blocks, segment_sum(blocks, a * d_a)).neg_().add_(d_a).mul_(a)  # a (d_a - sum a d_a)
+        else:
+            d_s = d_a.div_(expand(blocks, _row_counts(blocks, a.dtype))).masked_fill_(a <= 0, 0.0)
+        del d_a
         d_q = d_k = d_v = None
         d_bias = d_s if ctx.has_bias and ctx.needs_input_grad[3] else None
-        if ctx.needs_input_grad[2]:
-            d_v = spmm(pattern, weights, d_out, transpose=True)
-        del d_out, d_w, d_a, weights
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            # the scale folded into the (H * P,) scores' gradient, not into the (H * R, E) results
+            # the scale folded into the (H, V) scores' gradient, not into the (B, H, L, E) results
             d_s = d_s * ctx.scale if d_bias is not None else d_s.mul_(ctx.scale)
         if ctx.needs_input_grad[0]:
-            d_q = spmm(pattern, d_s, k)
+            d_q = as_heads_second(*spmm(blocks, d_s, k))
         if ctx.needs_input_grad[1]:
-            d_k = spmm(pattern, d_s, q, transpose=True)
+            d_k = as_heads_second(*spmm(blocks, d_s, q, transpose=True))
+        del d_s  # (before the values' gradient is made)
+        if ctx.needs_input_grad[2]:
+            weights = a if keep is None else a * keep / (1.0 - p)
+            d_v = as_heads_second(*spmm(blocks, weights, d_out, transpose=True))
         return d_q, d_k, d_v, d_bias, None, None, None, None
+
+
+def _row_counts(blocks: Blocks, dtype: torch.dtype) -> Tensor:
+    """|A(i)| of every flat row, at least 1, (1, B * L)."""
+    return blocks.counts.clamp(min=1).to(dtype).view(1, -1)

@@ -10,7 +10,7 @@ from attnmm import attend
 from attnmm.attention import Encoder
 from attnmm.attention.backends import _cache
 from attnmm.masks import Full, Graph, Grid, Padding, Window
-from attnmm.masks._key import VALUE_KEY_ELEMENTS, content_key
+from attnmm.masks._key import VALUE_KEY_ELEMENTS, content_key, keyed_by_value
 
 
 @pytest.fixture(autouse=True)
@@ -102,3 +102,111 @@ def test_large_dense_masks_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None
     for _ in range(3):
         attend(q, q, q, Padding([8, 5]) & Window(1, 1), backend="sdpa_mask")
     assert _cache.builds["dense"] - built == 3
+
+
+def test_keys_by_value_and_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnmm.masks import _key
+
+    assert keyed_by_value(content_key(Padding([3, 4]) & Window(4, 1)))
+    assert keyed_by_value(content_key(Graph(torch.tensor([[0, 1], [1, 0]]), 2)))
+    monkeypatch.setattr(_key, "VALUE_KEY_ELEMENTS", 1)  # every tensor of more than one element by identity
+    assert not keyed_by_value(content_key(Padding([3, 4]) & Window(4, 1)))
+    assert keyed_by_value(content_key(Window(4, 1) & Grid(3, 3, 3)))  # no tensor at all
+
+
+def _sparse_reference(q: torch.Tensor, mask: Padding) -> None:
+    torch.testing.assert_close(attend(q, q, q, mask, backend="sparse"), attend(q, q, q, mask, backend="reference"))
+
+
+def test_in_place_edits_never_reuse_a_stale_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnmm.masks import _key
+
+    q = torch.randn(2, 2, 8, 4, dtype=torch.float64)
+    lengths = torch.tensor([8, 5])
+    mask = Padding(lengths)
+    _sparse_reference(q, mask)
+    lengths[1] = 2  # a small tensor: keyed by its values, so the edit is a new key
+    _sparse_reference(q, mask)
+    # a tensor keyed by identity (large, or on an accelerator) may be edited where its version counter does
+    # not see it (through NumPy, .data or DLPack): its forms are never kept across calls
+    monkeypatch.setattr(_key, "VALUE_KEY_ELEMENTS", 1)
+    _cache.clear()
+    lengths = torch.tensor([8, 5])
+    mask = Padding(lengths)
+    _sparse_reference(q, mask)
+    version = lengths._version
+    lengths.numpy()[1] = 3
+    assert lengths._version == version
+    _sparse_reference(q, mask)
+    assert _cache.held_bytes() == 0
+
+
+def test_the_budget_evicts_least_recently_used() -> None:
+    q = torch.randn(1, 1, 64, 4)  # one block: nothing but the pattern kept
+    masks = [Window(2, 2), Window(1, 3), Window(3, 1)]  # forms of about the same size
+    sizes = []
+    for mask in masks:
+        _cache.clear()
+        attend(q, q, q, mask, backend="sparse")
+        sizes.append(_cache.held_bytes())  # a pattern and the keys per query (no pairs: the pattern holds them)
+    assert 0 < max(sizes) < 64 * 5 * 16
+    _cache.clear()
+    previous = _cache.set_budget(2 * max(sizes) + min(sizes) // 2)  # room for two of them
+    try:
+        for mask in masks:
+            attend(q, q, q, mask, backend="sparse")
+        assert _cache.held_bytes() <= _cache.budget()
+        kept = [m for m in masks if any(key[0] == content_key(m) for key in _cache._entries)]
+        assert kept == masks[1:]  # the least recently used went first
+        built = _cache.builds["pattern"]
+        attend(q, q, q, masks[-1], backend="sparse")
+        assert _cache.builds["pattern"] == built  # kept: not built again
+        _cache.set_budget(min(sizes) // 2)  # smaller than any entry: nothing is kept
+        assert _cache.held_bytes() == 0
+        attend(q, q, q, masks[0], backend="sparse")
+        attend(q, q, q, masks[0], backend="sparse")
+        assert _cache.builds["pattern"] == built + 2 and _cache.held_bytes() == 0
+    finally:
+        _cache.set_budget(previous)
+
+
+@pytest.mark.parametrize("by_value", [True, False])
+def test_a_form_is_built_once_per_forward_for_all_layers(monkeypatch: pytest.MonkeyPatch, by_value: bool) -> None:
+    from attnmm.attention import AttentionPlan
+    from attnmm.masks import _key
+
+    if not by_value:  # the mask's tensors keyed by identity: its forms live for one forward
+        monkeypatch.setattr(_key, "VALUE_KEY_ELEMENTS", 1)
+    N = 400  # sparse enough for the sparse backend
+    edges = torch.randint(0, N, (2, 1600), generator=torch.Generator().manual_seed(0))
+    x = torch.randn(N, 2, 8, requires_grad=True)  # packed (N, H, E)
+
+    def forward() -> torch.Tensor:
+        plan, h, mask = AttentionPlan(), x, Graph(edges, N)  # a mask made for the forward
+        for _ in range(4):  # four layers
+            h = attend(h, h, h, mask, plan=plan, backend="auto")
+        assert plan.made == 1 and plan.reused == 3
+        return h
+
+    before = dict(_cache.builds)
+    forward().sum().backward()
+    assert _cache.builds["pattern"] - before["pattern"] == 1 and _cache.builds["pairs"] - before["pairs"] == 1
+    forward().sum().backward()  # the next forward, over an equal mask
+    assert _cache.builds["pattern"] - before["pattern"] == (1 if by_value else 2)
+
+
+def test_the_pattern_is_shared_by_the_heads_and_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnmm.attention._problem import Problem
+    from attnmm.attention.backends import _csr
+
+    monkeypatch.setattr(_csr, "FUSED_VALUES", 0)  # a large problem: its blocks one by one
+    sizes = {}
+    for B, H in ((1, 1), (3, 8)):
+        q = torch.randn(B, H, 64, 4, requires_grad=True)
+        mask = Grid(8, 8, 5)
+        attend(q, q, q, mask, backend="sparse").sum().backward()
+        problem = Problem(q, q, q, mask, 1.0, 0.0, "softmax", None, False, False)
+        pattern = _cache.pattern(problem)  # the one kept for the call
+        sizes[B, H] = pattern.nbytes
+        assert pattern.nbytes <= 3 * 4 * pattern.nnz + 2 * 4 * (64 + 1)  # three int32 per pair, two pointers
+    assert sizes[1, 1] == sizes[3, 8]

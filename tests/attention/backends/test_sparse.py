@@ -40,27 +40,47 @@ def test_token_major_inputs(
 
 
 @pytest.mark.parametrize("layout", ["head", "token"])
-def test_pattern_layouts_agree(layout: str) -> None:
-    from attnmm.attention.backends._csr import CSRPattern, from_pairs, sampled, spmm, to_pairs
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("one_call", [False, True])
+def test_pattern_kernels_against_dense_blocks(
+    layout: str, batched: bool, one_call: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every (item, head) block of the CSR kernels equals dense products with the pattern's values, the
+    operands read in either memory order (heads stacked, or the heads of a token together), block by
+    block or in one call over every block."""
+    from attnmm.attention.backends import _csr
+    from attnmm.attention.backends._csr import Blocks, CSRPattern, as_heads_second, expand, sampled, segment_sum, spmm
 
-    N, H, E = 9, 3, 4
-    pairs = Graph(torch.randint(0, N, (2, 30), generator=torch.Generator().manual_seed(0)), N).pairs(N, N, None)
-    pattern = CSRPattern.block_diagonal(pairs, 1, H, layout)  # type: ignore[arg-type]
-    x, y = randn(N, H, E, seed=1), randn(N, H, E, seed=2)  # (N, H, E)
-    rows = (lambda t: t.reshape(N * H, E)) if layout == "token" else (lambda t: t.transpose(0, 1).reshape(N * H, E))
-    scores = to_pairs(pattern, sampled(pattern, rows(x), rows(y)))  # (P, H)
-    expected = (x[pairs.row] * y[pairs.col]).sum(-1)
-    torch.testing.assert_close(scores, expected)
-    values = randn(pairs.nnz, H, seed=3)
-    assert torch.equal(to_pairs(pattern, from_pairs(pattern, values)), values)
-    dense = torch.zeros(H, N, N, dtype=values.dtype)
-    dense[:, pairs.row, pairs.col] = values.t()
+    monkeypatch.setattr(_csr, "FUSED_VALUES", 1 << 18 if one_call else 0)  # small blocks together, or not
+
+    B, H, L, S, E = 3, 2, 7, 5, 4
+    mask = Padding([5, 0, 3]) & ~Causal() if batched else Window(2, 1) | Graph(torch.tensor([[4], [0]]), (S, L))
+    pairs = mask.pairs(L, S, B if batched else None)
+    pattern = CSRPattern.from_pairs(pairs)
+    assert pattern.items == (B if batched else 1) and pattern.col.dtype == torch.int32
+    blocks = Blocks(pattern, B, H)
+
+    def operand(n: int, seed: int) -> torch.Tensor:  # (B, H, n, E) in ``layout``'s memory order
+        if layout == "token":
+            return randn(B, n, H, E, seed=seed).transpose(1, 2)
+        return randn(B, H, n, E, seed=seed)
+
+    x, y = operand(L, 1), operand(S, 2)
+    allowed = pairs.expand(B).to_dense()  # (B, L, S)
+    values = sampled(blocks, x, y).t()  # (V, H) in weight_pairs() order
+    dense = torch.zeros(B, H, L, S, dtype=values.dtype)
+    wide = pairs.expand(B)
+    dense[wide.batch, :, wide.row, wide.col] = values
+    torch.testing.assert_close(dense, (x @ y.transpose(-1, -2)) * allowed.unsqueeze(1))
+    torch.testing.assert_close(segment_sum(blocks, values.t()).view(H, B, L), dense.sum(-1).permute(1, 0, 2))
+    flat_row = torch.arange(B * L).expand(H, -1)  # (H, B * L)
+    assert torch.equal(expand(blocks, flat_row), (wide.batch * L + wide.row).expand(H, -1))
     for transpose in (False, True):
-        got = spmm(pattern, from_pairs(pattern, values), rows(y), transpose=transpose)
-        A = dense.transpose(1, 2) if transpose else dense
-        want = A @ y.transpose(0, 1)  # (H, N, E)
-        got = got.view(N, H, E).transpose(0, 1) if layout == "token" else got.view(H, N, E)
-        torch.testing.assert_close(got, want)
+        z = operand(L if transpose else S, 3)
+        got, order = spmm(blocks, values.t(), z, transpose=transpose)
+        assert order == ("heads_first" if one_call else layout)  # written where the operand lies, or fused
+        want = (dense.transpose(-1, -2) if transpose else dense) @ z
+        torch.testing.assert_close(as_heads_second(got, order), want)
 
 
 @given(st.data(), st.integers(1, 2), st.integers(1, 2), dtypes, scores)
