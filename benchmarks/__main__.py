@@ -7,6 +7,8 @@ figures of docs/comparison.md are then rendered from that store alone (:mod:`ben
 Options: ``--cases window,graph`` runs a subset (the store then holds only those rows);
 ``--update`` with ``--cases`` re-runs those rows into the stored results and keeps every other row,
 the recipe steps and the density sweep as stored (the machine line then says which rows ran when);
+``--memory-only`` measures the memory of the stored rows (or of ``--cases``) again in fresh
+processes and recomputes their verdicts from the stored times;
 ``--no-write`` only prints; ``--no-density`` skips the density sweep; ``--no-recipe-steps`` skips
 the recipe steps (:mod:`benchmarks.recipe_steps`); ``--render-only`` runs nothing
 and rewrites both pages from the store.
@@ -70,31 +72,63 @@ def run_case(case: Case, memory: bool) -> dict[str, Any]:
         t_peer, t_ours = alternate(None, case.ours(inputs), case.rounds)
     del inputs, peer
     gc.collect()
-    m_peer: int | str | None = None
-    m_ours: int | str | None = None
+    row.update(t_peer=t_peer, t_ours=t_ours)
+    settle(case, row, peer_error, memory)
+    print(f"   {render_row(row)}   ({time.perf_counter() - start:.0f} s)", flush=True)
+    return row
+
+
+def settle(case: Case, row: dict[str, Any], peer_error: str, memory: bool) -> None:
+    """Measure ``case``'s memory in fresh processes (unless not ``memory``) and write the verdict of
+    ``row``'s times and those peaks into ``row``."""
+    m_peer: dict[str, int] | str | None = None
+    m_ours: dict[str, int] | str | None = None
     if memory:
         m_ours = peak_in_subprocess(case.key, "ours")
         m_peer = peak_in_subprocess(case.key, "peer") if not peer_error else None
     memory_error = next((m for m in (m_ours, m_peer) if isinstance(m, str)), "")
+    t_peer, t_ours = row["t_peer"], row["t_ours"]
     if t_peer is None or memory_error or (memory and m_peer is None):
         ratio, met = peer_error or (f"peak not measured: {memory_error}" if memory_error else "incomplete"), False
     else:
         ratio, met = case.verdict(
             t_peer,
             t_ours,
-            float(m_peer) if isinstance(m_peer, int) else 1.0,
-            float(m_ours) if isinstance(m_ours, int) else 1.0,
+            float(m_peer["peak"]) if isinstance(m_peer, dict) else 1.0,
+            float(m_ours["peak"]) if isinstance(m_ours, dict) else 1.0,
         )
     row.update(
-        t_peer=t_peer,
-        t_ours=t_ours,
         result=ratio,
         met=met,
-        m_peer=m_peer if isinstance(m_peer, int) else None,
-        m_ours=m_ours if isinstance(m_ours, int) else None,
+        m_peer=m_peer["peak"] if isinstance(m_peer, dict) else None,
+        m_ours=m_ours["peak"] if isinstance(m_ours, dict) else None,
+        held_peer=m_peer["held"] if isinstance(m_peer, dict) else None,
+        held_ours=m_ours["held"] if isinstance(m_ours, dict) else None,
     )
-    print(f"   {render_row(row)}   ({time.perf_counter() - start:.0f} s)", flush=True)
-    return row
+
+
+def remeasure_memory(store: dict[str, Any], wanted: list[Case], write_pages: bool) -> None:
+    """Measure the memory of ``wanted``'s stored rows again (fresh processes) and recompute their verdicts
+    from the stored times; everything else stays as stored."""
+    started = time.perf_counter()
+    rows = {r["key"]: r for r in store["rows"]}
+    for case in wanted:
+        row = rows.get(case.key)
+        if row is None or row.get("t_ours") is None:
+            print(f"== {case.key}: no stored times, skipped (run it with --update)", flush=True)
+            continue
+        print(f"== memory of {case.title} vs {case.peer_name}", flush=True)
+        peer_error = row["result"] if row["t_peer"] is None else ""
+        settle(case, row, peer_error, memory=True)
+        print(f"   {render_row(row)}", flush=True)
+    store["machine"] = (
+        f"{store.get('machine', '')}; memory of every row re-measured "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({(time.perf_counter() - started) / 60:.1f} min)"
+    )
+    store["memory"] = "first three calls in a fresh process"
+    print(render_results(store))
+    if write_pages:
+        write(store)
 
 
 def write(store: dict[str, Any]) -> None:
@@ -127,6 +161,11 @@ def main() -> None:
     parser.add_argument(
         "--update", action="store_true", help="with --cases: replace those rows of the store, keep the rest as stored"
     )
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="measure the memory of the stored rows (or --cases) again and recompute their verdicts; times as stored",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only, do not store or write the pages")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-density", action="store_true", help="skip the density sweep")
@@ -155,6 +194,9 @@ def main() -> None:
     if args.update and not names:
         parser.error("--update re-runs the cases named by --cases")
     wanted = [c for c in CASES if not names or c.key in names]
+    if args.memory_only:
+        remeasure_memory(load(), wanted, write_pages=not args.no_write)
+        return
     if args.update:
         update(load(), wanted, memory=not args.no_memory, write_pages=not args.no_write)
         return

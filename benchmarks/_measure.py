@@ -4,11 +4,14 @@ Time: the peer and attnmm run in alternating order in one process (after warm-up
 fastest call of each is kept: on a shared machine other processes only ever add time, so the
 minimum is the least disturbed measurement, and alternating exposes both sides to the same phases.
 
-Peak memory: each side runs in a fresh subprocess, which builds the inputs, makes one warm-up call,
+Peak memory (:func:`process_peak`): each side runs in a fresh subprocess, which builds the inputs,
 frees what it can (``gc.collect``, ``malloc_trim``), resets the kernel's peak-RSS counter
-(``/proc/self/clear_refs``), records the resident set size, makes one measured call and reads the
-peak (``VmHWM``). The figure is the peak minus that baseline: the extra memory one steady-state call
-needs on top of its inputs. glibc is told to serve every allocation above 128 KiB with ``mmap``
+(``/proc/self/clear_refs``), records the resident set size and makes three full-size calls with no
+warm-up, then reads the peak (``VmHWM``). The figure is the peak minus that baseline, what a user's
+process feels in its first steps: whatever the first call builds and keeps (caches, compiled kernels)
+counts; what stays held after the calls is reported beside it. :func:`peak_of` (one call after a
+warm-up, the steady state) remains for measurements of a step inside a longer run.
+glibc is told to serve every allocation above 128 KiB with ``mmap``
 (``MALLOC_MMAP_THRESHOLD_``) so freed buffers go back to the kernel instead of hiding in malloc's
 cache.
 """
@@ -154,8 +157,25 @@ def peak_of(fn: Callable[[], object]) -> int:
     return max(peak - base, 0)
 
 
-def peak_in_subprocess(case: str, side: str, timeout: float = 900) -> int | str:
-    """Run ``python -m benchmarks._worker case side`` and return its peak bytes, or the error text."""
+def process_peak(fn: Callable[[], object], calls: int = 3) -> tuple[int, int]:
+    """What a user's process feels of ``fn``: the peak resident bytes over its first ``calls`` calls
+    (the first included, with whatever it builds and keeps: caches, compiled kernels, allocator
+    pools) above the resident size before the first, and the bytes still held after the last
+    (gradients included)."""
+    _release()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    base = _status("VmRSS")
+    for _ in range(calls):
+        fn()
+    peak = _status("VmHWM")
+    _release()
+    return max(peak - base, 0), max(_status("VmRSS") - base, 0)
+
+
+def peak_in_subprocess(case: str, side: str, timeout: float = 900) -> dict[str, int] | str:
+    """Run ``python -m benchmarks._worker case side`` in a fresh process and return its
+    ``{"peak": bytes, "held": bytes}`` (:func:`process_peak`), or the error text."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", OMP_NUM_THREADS="2")
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks._worker", case, side],
@@ -168,7 +188,8 @@ def peak_in_subprocess(case: str, side: str, timeout: float = 900) -> int | str:
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return f"failed: {tail[0][:120]}"
-    return int(json.loads(lines[-1])["peak"])
+    out = json.loads(lines[-1])
+    return {"peak": int(out["peak"]), "held": int(out["held"])}
 
 
 #: Environment variable holding the torch thread count of a benchmark run and its subprocesses.

@@ -1,4 +1,6 @@
-"""``python -m benchmarks._worker CASE SIDE``: the peak memory of one call, printed as JSON."""
+"""``python -m benchmarks._worker CASE SIDE``: the memory of a case's side as a fresh process feels it,
+printed as JSON: the peak over its first three full-size calls (no warm-up: the first call's caches,
+compilation and allocator growth count) and what stays held after them (:func:`benchmarks._measure.process_peak`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import sys
 import torch
 
 from benchmarks._cases import get_case
-from benchmarks._measure import peak_of, threads
+from benchmarks._measure import process_peak, threads
 
 
 def main(case_key: str, side: str) -> None:
@@ -16,8 +18,8 @@ def main(case_key: str, side: str) -> None:
     case = get_case(case_key)
     inputs = case.build()
     run = (case.ours if side == "ours" else case.peer)(inputs)
-    run()  # warm-up (for FlexAttention: compilation)
-    print(json.dumps({"case": case_key, "side": side, "peak": peak_of(run)}))
+    peak, held = process_peak(run, calls=3)
+    print(json.dumps({"case": case_key, "side": side, "peak": peak, "held": held}))
 
 
 if __name__ == "__main__":
