@@ -29,7 +29,15 @@ import torch
 from benchmarks._cases import CASES, Case
 from benchmarks._comparison import COMPARISON
 from benchmarks._comparison import render_page as render_comparison
-from benchmarks._measure import THREADS_ENV, alternate, peak_in_subprocess, threads, wait_for_idle
+from benchmarks._measure import (
+    THREADS_ENV,
+    alternate_rounds,
+    peak_in_subprocess,
+    peer_environment,
+    spread,
+    threads,
+    wait_for_idle,
+)
 from benchmarks._page import PAGE, ROOT, STORE, load, render_page, render_results, render_row, save
 
 
@@ -64,12 +72,16 @@ def run_case(case: Case, memory: bool) -> dict[str, Any]:
         peer_error = ""
     idle = wait_for_idle()
     print(f"   machine idle before timing: {'yes' if idle else 'no (timed anyway)'}", flush=True)
+    rounds = max(case.rounds, 3)  # the spread needs at least three rounds
     try:
-        t_peer, t_ours = alternate(peer, case.ours(inputs), case.rounds)
+        pairs = alternate_rounds(peer, case.ours(inputs), rounds)
     except Exception as err:  # e.g. the peer's compiler fails on this machine
         traceback.print_exc()
         peer_error = f"peer failed: {type(err).__name__}: {str(err).splitlines()[0][:100]}"
-        t_peer, t_ours = alternate(None, case.ours(inputs), case.rounds)
+        pairs = alternate_rounds(None, case.ours(inputs), rounds)
+    peers = [tp for tp, _ in pairs if tp is not None]
+    t_peer, t_ours = (min(peers) if peers else None), min(to for _, to in pairs)
+    row["spread"] = spread(pairs)
     del inputs, peer
     gc.collect()
     row.update(t_peer=t_peer, t_ours=t_ours)
@@ -126,6 +138,7 @@ def remeasure_memory(store: dict[str, Any], wanted: list[Case], write_pages: boo
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({(time.perf_counter() - started) / 60:.1f} min)"
     )
     store["memory"] = "first three calls in a fresh process"
+    store["environment"] = peer_environment()
     print(render_results(store))
     if write_pages:
         write(store)
@@ -145,6 +158,7 @@ def update(store: dict[str, Any], wanted: list[Case], memory: bool, write_pages:
     fresh = {case.key: run_case(case, memory=memory) for case in wanted}
     old = {r["key"]: r for r in store["rows"]}
     store["rows"] = [fresh.get(c.key) or old[c.key] for c in CASES if c.key in fresh or c.key in old]
+    store["environment"] = peer_environment()
     store["machine"] = (
         f"{store.get('machine', '')}; rows {', '.join(fresh)} re-run "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({threads()} threads, "
@@ -220,6 +234,7 @@ def main() -> None:
         rows, crossover = sweep()
         store["density"] = {"rows": rows, "crossover": crossover}
     took = time.perf_counter() - started
+    store["environment"] = peer_environment()
     store["machine"] = (
         f"{platform.processor() or platform.machine()}, {threads()} threads, torch {torch.__version__}, "
         f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {took / 60:.1f} min"

@@ -23,6 +23,7 @@ import gc
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -65,7 +66,29 @@ def alternate(
     quiet_below: float = 0.25,
     max_rounds: int | None = None,
 ) -> tuple[float | None, float]:
-    """Fastest seconds of ``peer`` and ``ours``, called in alternating order.
+    """Fastest seconds of ``peer`` and ``ours``, called in alternating order (:func:`alternate_rounds`)."""
+    use = alternate_rounds(peer, ours, rounds, warmup, quiet_below, max_rounds)
+    peers = [t for t, _ in use if t is not None]
+    return (min(peers) if peers else None), min(t for _, t in use)
+
+
+def spread(pairs: list[tuple[float | None, float]]) -> list[float] | None:
+    """Min, median and max over the rounds of the peer's time over ours (None without a peer)."""
+    ratios = sorted(tp / to for tp, to in pairs if tp is not None)
+    if not ratios:
+        return None
+    return [ratios[0], statistics.median(ratios), ratios[-1]]
+
+
+def alternate_rounds(
+    peer: Callable[[], object] | None,
+    ours: Callable[[], object],
+    rounds: int,
+    warmup: int = 1,
+    quiet_below: float = 0.25,
+    max_rounds: int | None = None,
+) -> list[tuple[float | None, float]]:
+    """The (peer, ours) seconds of each counted round, the sides called in alternating order.
 
     A round (one call of each side) counts only when other processes kept less than
     ``quiet_below`` of a CPU busy during both calls; rounds run until ``rounds`` quiet ones are
@@ -96,8 +119,7 @@ def alternate(
     use = quiet if len(quiet) >= rounds else every
     if use is every:
         print(f"   only {len(quiet)} of {len(every)} rounds ran undisturbed; timing all of them", flush=True)
-    peers = [t for t, _ in use if t is not None]
-    return (min(peers) if peers else None), min(t for _, t in use)
+    return use
 
 
 def _busy_cpus(seconds: float = 1.0) -> float:
@@ -222,3 +244,30 @@ def machine_line() -> str:
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
+
+
+def peer_environment() -> str:
+    """The versions the peers ran with, and which optional compiled extensions PyG found."""
+    import importlib.metadata as md
+    import importlib.util
+
+    def version(name: str) -> str:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return "absent"
+
+    extensions = ["pyg_lib", "torch_scatter", "torch_sparse", "torch_cluster"]
+    found = [e for e in extensions if importlib.util.find_spec(e) is not None]
+    pyg = f"with {', '.join(found)}" if found else f"without its optional compiled extensions: {', '.join(extensions)}"
+    return (
+        f"torch {torch_version()}, torch_geometric {version('torch_geometric')} ({pyg}), "
+        f"FlexAttention compiled by torch.compile (inductor, CPU), {platform.python_implementation()} "
+        f"{platform.python_version()}"
+    )
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)

@@ -8,7 +8,8 @@ store alone (``python -m benchmarks --render-only``) and a test can check that i
      "t_peer": 1.42, "t_ours": 0.042,           # seconds of the fastest call, or null
      "m_peer": 287309824, "m_ours": 84934656,   # peak extra bytes of a fresh process, or null (not measured)
      "held_peer": 50331648, "held_ours": 1048576,  # bytes it still holds after its calls (absent in old runs)
-     "result": "33.8x faster", "met": true}     # Case.verdict, or why there is no verdict
+     "result": "33.8x faster", "met": true,     # Case.verdict, or why there is no verdict
+     "spread": [31.9, 33.1, 34.0]}              # the peer's time over ours per round: min, median, max
 """
 
 from __future__ import annotations
@@ -58,9 +59,15 @@ def peak(r: dict[str, Any], side: str) -> str:
     return mb(r[f"m_{side}"]) + ("" if held is None else f" (held {held / 2**20:.0f})")
 
 
+def ratios(r: dict[str, Any]) -> str:
+    """The spread of the speed ratio over the rounds, as the table prints it."""
+    s = r.get("spread")
+    return "—" if not s else f"{s[0]:.1f} / {s[1]:.1f} / {s[2]:.1f}"
+
+
 def render_row(r: dict[str, Any]) -> str:
     return (
-        f"| {r['title']} | {r['peer']} | {ms(r['t_peer'])} | {ms(r['t_ours'])} | {peak(r, 'peer')} "
+        f"| {r['title']} | {r['peer']} | {ms(r['t_peer'])} | {ms(r['t_ours'])} | {ratios(r)} | {peak(r, 'peer')} "
         f"| {peak(r, 'ours')} | {r['result']} | {r['target']} | {'**yes**' if r['met'] else 'no'} |"
     )
 
@@ -95,12 +102,14 @@ def render_results(store: Store) -> str:
     """Everything below the header: the machine, the table and the density sweep."""
     table = "\n".join(
         [
-            "| case | peer | peer time | attnmm time | peer peak | attnmm peak | result | target | met |",
-            "|---|---|---:|---:|---:|---:|---|---|---|",
+            "| case | peer | peer time | attnmm time | speed ratio per round (min / median / max) | peer peak "
+            "| attnmm peak | result | target | met |",
+            "|---|---|---:|---:|---:|---:|---:|---|---|---|",
             *map(render_row, store["rows"]),
         ]
     )
-    text = f"## Results\n\n{store['machine']}\n\n{table}\n"
+    environment = f"\n\nPeers' environment: {store['environment']}." if store.get("environment") else ""
+    text = f"## Results\n\n{store['machine']}{environment}\n\n{table}\n"
     if store.get("recipe_steps"):
         text += f"\n## Recipe steps: Full against the recipe's mask\n\n{render_recipe_steps(store['recipe_steps'])}\n"
     if store.get("density"):

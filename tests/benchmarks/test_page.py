@@ -51,9 +51,12 @@ def test_threshold_on_the_page_is_the_code_s() -> None:
 def test_rows_render_missing_values_and_failures() -> None:
     failed = {"title": "T", "peer": "P", "target": ">= 2x", "t_peer": None, "t_ours": None}
     failed |= {"m_peer": None, "m_ours": None, "result": "correctness check failed: off by 1", "met": False}
-    assert _page.render_row(failed) == "| T | P | — | — | — | — | correctness check failed: off by 1 | >= 2x | no |"
+    assert _page.render_row(failed) == "| T | P | — | — | — | — | — | correctness check failed: off by 1 | >= 2x | no |"
     ok = failed | {"t_peer": 12.5, "t_ours": 0.0421, "m_peer": 3 * 2**20, "m_ours": 2**20, "result": "2x", "met": True}
-    assert _page.render_row(ok) == "| T | P | 12.5 s | 42.1 ms | 3 MB | 1 MB | 2x | >= 2x | **yes** |"
+    assert _page.render_row(ok) == "| T | P | 12.5 s | 42.1 ms | — | 3 MB | 1 MB | 2x | >= 2x | **yes** |"
+    ok |= {"spread": [1.8, 2.04, 2.31], "held_peer": 0, "held_ours": 2**20}
+    expected = "| T | P | 12.5 s | 42.1 ms | 1.8 / 2.0 / 2.3 | 3 MB (held 0) | 1 MB (held 1) | 2x | >= 2x | **yes** |"
+    assert _page.render_row(ok) == expected
 
 
 def _case(check: object = lambda x: "exact") -> Case:
@@ -73,12 +76,17 @@ def _case(check: object = lambda x: "exact") -> Case:
 
 def test_run_case_returns_the_row_it_renders(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "wait_for_idle", lambda: True)
-    monkeypatch.setattr(cli, "alternate", lambda peer, ours, rounds: (0.3, 0.1))
+    rounds: list[int] = []
+    monkeypatch.setattr(
+        cli, "alternate_rounds", lambda peer, ours, n: rounds.append(n) or [(0.3, 0.1), (0.33, 0.1), (0.6, 0.12)]
+    )
     row = cli.run_case(_case(), memory=False)
+    assert rounds == [3]  # at least three rounds, for the spread
     assert row["key"] == "toy" and (row["t_peer"], row["t_ours"], row["m_peer"]) == (0.3, 0.1, None)
     assert (
         _page.render_row(row)
-        == "| toy title | toy peer | 300.0 ms | 100.0 ms | — | — | 3.0x faster | >= 1x faster | **yes** |"
+        == "| toy title | toy peer | 300.0 ms | 100.0 ms | 3.0 / 3.3 / 5.0 | — | — | 3.0x faster | >= 1x faster "
+        "| **yes** |"
     )
 
     def wrong(x: object) -> str:
