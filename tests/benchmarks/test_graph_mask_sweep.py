@@ -179,3 +179,15 @@ def test_sweep_on_generated_tu_folds(tmp_path: Path, monkeypatch: pytest.MonkeyP
     pairs = {r["mask"]: r["pairs"] for r in runs}
     assert pairs["self"] < pairs["graph"] < pairs["virtual"] and pairs["graph"] <= pairs["full"]
     assert all(r["split"] == 3 and 0 <= r["val"] <= 1 for r in runs)
+
+
+def test_sweep_on_generated_peptides_scores_average_precision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("rdkit")
+    from _graph_data import write_peptides
+
+    write_peptides(tmp_path / "data")
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    args = [f"--data.root={tmp_path / 'data'}", "--data.batch_size=3"]
+    runs = gms.sweep_real("peptides", ["graph", "virtual", "full"], [None], 0, 1, log=None, args=args)
+    assert [r["split"] for r in runs] == [None] * 3
+    assert all(0 <= r["val"] <= 1 and 0 <= r["test"] <= 1 for r in runs)  # average precision over the labels
