@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import torch
 from torch import Tensor, nn
 
@@ -161,3 +162,68 @@ def check_output_ignores_weights_flag(
             adj = to_torch_csc_tensor(torch.unique(edge_index, dim=1), size=(n, n)).t()  # (N_dst, N_src)
             plain = conv(x, adj)
             assert torch.equal(output(conv(x, adj, return_attention_weights=True)), plain), f"seed {seed}, sparse"
+
+
+def check_graph_reads(build: Callable[[], nn.Module], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph layer reads each graph once for every layer and step that sees it (new but equal edge_index
+    objects, as a loader gives), and never reuses a stale read: after an edit of the edges in place, whether
+    the version counter sees it or not (through ``.numpy()``), or of a sparse adjacency's indices, its
+    output is that of a fresh read (the cache emptied, a new tensor of the same edges)."""
+    from attnmm.attention.backends import _cache
+    from attnmm.masks import Graph, _key
+
+    reads = []
+    original = Graph._with_edge_pairs.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(Graph, "_with_edge_pairs", classmethod(lambda cls, *a: reads.append(1) or original(cls, *a)))
+    _cache.clear()
+    torch.manual_seed(0)
+    layers = [build().eval() for _ in range(2)]
+    x, edge_index = torch.randn(6, 8), random_edges(6, 6, 14, seed=3)
+    for _ in range(2):  # two steps, a new edge_index each
+        for layer in layers:
+            layer(x, edge_index.clone())
+    assert len(reads) == 1
+    layers[0](x, edge_index[:, 1:])  # another graph
+    assert len(reads) == 2
+
+    def fresh(adjacency: Tensor) -> Tensor:
+        _cache.clear()
+        return layers[0](x, adjacency.clone())
+
+    def edited_in_place(by_value: bool) -> None:
+        _cache.clear()
+        edges = random_edges(6, 6, 14, seed=4)
+        before = layers[0](x, edges)
+        _, returned = layers[0](x, edges, return_attention_weights=True)
+        if returned[0] is not edges:  # (the edges with self loops added)
+            returned[0].zero_()  # the caller edits what it got back: nothing the layer keeps
+        edges[0, :4] = edges[0, :4].flip(0) + 1  # seen by the version counter
+        edges[0, :4] %= 6
+        after = layers[0](x, edges)
+        assert not torch.allclose(after, before)
+        torch.testing.assert_close(after, fresh(edges))
+        version = edges._version
+        edges.numpy()[1, :5] = (edges.numpy()[1, :5] + 2) % 6  # missed by the version counter
+        assert edges._version == version
+        torch.testing.assert_close(layers[0](x, edges), fresh(edges))
+        if not by_value:  # named by identity: nothing outlives the call
+            _cache.clear()
+            layers[0](x, edges)
+            assert _cache.held_bytes() == 0
+
+    edited_in_place(by_value=True)
+    with monkeypatch.context() as m:
+        m.setattr(_key, "VALUE_KEY_ELEMENTS", 1)  # every tensor named by identity, as a large one is
+        edited_in_place(by_value=False)
+
+    # a sparse adjacency (N_dst, N_src): its indices edited in place, and through NumPy
+    _cache.clear()
+    edges = torch.unique(random_edges(6, 6, 14, seed=5, repeats=False), dim=1)
+    adj = torch.sparse_coo_tensor(edges.flip(0), torch.ones(edges.size(1)), (6, 6)).coalesce()
+    before = layers[0](x, adj)
+    adj._indices()[1, 0] = (adj._indices()[1, 0] + 1) % 6
+    after = layers[0](x, adj)
+    assert not torch.allclose(after, before)
+    torch.testing.assert_close(after, fresh(adj))
+    adj._indices().numpy()[0, -1] = (adj._indices()[0, -1] + 3) % 6
+    torch.testing.assert_close(layers[0](x, adj), fresh(adj))

@@ -54,19 +54,27 @@ class Graph(Mask):
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"edge_index must have shape (2, M), got shape {tuple(edge_index.shape)}")
         edge_index = edge_index.long()
-        if edge_index.numel():
-            lo = int(edge_index.min())
-            src_max, dst_max = int(edge_index[0].max()), int(edge_index[1].max())
-            if lo < 0 or src_max >= num_src or dst_max >= num_dst:
-                raise ValueError(
-                    f"edge_index out of range: sources must lie in [0, {num_src}) and targets in "
-                    f"[0, {num_dst}), got min {lo}, max source {src_max}, max target {dst_max}; "
-                    "pass the right num_nodes"
-                )
+        _check_range(edge_index, num_src, num_dst)
         self.edge_index = edge_index
         self.num_src, self.num_dst = num_src, num_dst
         # sorted unique keys target * num_src + source: the sparse form and the membership test
-        self._keys = torch.unique(edge_index[1] * num_src + edge_index[0], sorted=True)
+        self._keys = torch.unique(_flat_keys(edge_index, num_src, num_dst), sorted=True).long()
+
+    @classmethod
+    def _with_edge_pairs(cls, src: Tensor, dst: Tensor, num_nodes: tuple[int, int]) -> tuple[Graph, Tensor, Tensor]:
+        """The graph of the edges ``src[k] -> dst[k]`` (LongTensors (M,), checked like ``edge_index``),
+        the allowed pair of each edge (M,) in ``pairs()`` order and the number of edges of each pair (P,),
+        from one sort of the edges. The graph owns its ``edge_index`` (a new (2, M) tensor whose rows
+        are views for the caller)."""
+        graph = cls.__new__(cls)
+        graph.num_src, graph.num_dst = num_src, num_dst = num_nodes
+        edge_index = torch.stack([src, dst])  # (2, M), a copy: no view of the caller's tensors
+        _check_range(edge_index, num_src, num_dst)
+        keys, edge_pair, counts = torch.unique(
+            _flat_keys(edge_index, num_src, num_dst), sorted=True, return_inverse=True, return_counts=True
+        )
+        graph.edge_index, graph._keys = edge_index, keys.long()
+        return graph, edge_pair, counts
 
     @property
     def num_edges(self) -> int:
@@ -107,6 +115,27 @@ class Graph(Mask):
     def __repr__(self) -> str:
         nodes = self.num_src if self.num_src == self.num_dst else (self.num_src, self.num_dst)
         return f"Graph(num_nodes={nodes}, num_edges={self.num_edges})"
+
+
+def _check_range(edge_index: Tensor, num_src: int, num_dst: int) -> None:
+    """Raise unless every source lies in [0, num_src) and every target in [0, num_dst) (one host read)."""
+    if not edge_index.numel():
+        return
+    low, src_max, dst_max = torch.stack([edge_index.min(), edge_index[0].max(), edge_index[1].max()]).tolist()
+    if low < 0 or src_max >= num_src or dst_max >= num_dst:
+        raise ValueError(
+            f"edge_index out of range: sources must lie in [0, {num_src}) and targets in "
+            f"[0, {num_dst}), got min {low}, max source {src_max}, max target {dst_max}; "
+            "pass the right num_nodes"
+        )
+
+
+def _flat_keys(edge_index: Tensor, num_src: int, num_dst: int) -> Tensor:
+    """``target * num_src + source`` of each edge (M,): int32 when every key fits (sorting them then
+    costs about half as much), else int64."""
+    if num_src * num_dst <= 2**31:
+        return (edge_index[1].int() * num_src).add_(edge_index[0].int())
+    return edge_index[1] * num_src + edge_index[0]
 
 
 __all__ = ["Graph"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from attnmm.masks import Graph, Mask
+from attnmm.masks._key import value_key
 
 
 @dataclass
@@ -33,6 +35,37 @@ class EdgeLayout:
     edge_pair: Tensor
     counts: Tensor
     duplicates: bool
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the layout holds (its edges, pairs and counts, and the sorted keys of its graph), for the
+        budget of the cache that keeps it."""
+        held = (self.src, self.dst, self.row, self.col, self.edge_pair, self.counts)
+        return sum(t.numel() * t.element_size() for t in held) + self.row.numel() * 8
+
+
+def adjacency_key(edge_index: object, mask: Mask | None, *rest: object) -> Hashable | None:
+    """A key of the edges of an adjacency (an edge_index (2, M), a PyG ``EdgeIndex``, a torch.sparse
+    matrix's indices or a Mask), an extra mask and ``rest`` (sizes, options) by value
+    (:func:`~attnmm.masks._key.value_key`), or ``None`` when some part can only be named by identity (a
+    large tensor, or one on an accelerator): then what is derived from them must not outlive the call.
+    A sparse matrix's values are left out: the layers read its edges only."""
+    from torch_geometric.utils import is_torch_sparse_tensor
+
+    edges: object = edge_index
+    if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
+        layout = edge_index.layout
+        if layout == torch.sparse_coo:
+            parts: tuple[Tensor, ...] = (edge_index._indices(),)
+            coalesced = edge_index.is_coalesced()
+        elif layout == torch.sparse_csr:
+            parts, coalesced = (edge_index.crow_indices(), edge_index.col_indices()), True
+        else:
+            parts, coalesced = (edge_index.ccol_indices(), edge_index.row_indices()), True
+        edges = ("sparse", str(layout), tuple(edge_index.shape), coalesced, *parts)
+    elif isinstance(edge_index, Tensor) and type(edge_index) is not Tensor and hasattr(edge_index, "as_tensor"):
+        edges = ("EdgeIndex", edge_index.as_tensor(), declared_size(edge_index))
+    return value_key((edges, mask, *rest))
 
 
 def read_edges(edge_index: object, num_src: int, num_dst: int) -> tuple[Tensor, Tensor, int, int]:
@@ -118,23 +151,38 @@ def edge_layout(
     edge set united with ``extra``."""
     if isinstance(edge_index, Mask):
         src = dst = torch.zeros(0, dtype=torch.long, device=device)
-        mask: Mask = edge_index
-    else:
-        src, dst, num_src, num_dst = read_edges(edge_index, num_src, num_dst)
-        mask = Graph(torch.stack([src, dst]), (num_src, num_dst))
-    if extra is not None:
-        if not isinstance(extra, Mask):
-            raise TypeError(f"mask must be an attnmm Mask or None, got {type(extra).__name__}")
-        mask = mask | extra
+        mask = edge_index if extra is None else edge_index | _checked(extra)
+        pairs = mask.pairs(num_dst, num_src, device=device)
+        empty = torch.zeros(0, dtype=torch.long, device=pairs.row.device)
+        counts = torch.zeros(pairs.nnz, dtype=torch.long, device=pairs.row.device)
+        return EdgeLayout(src, dst, mask, pairs.row, pairs.col, empty, counts, False)
+    src, dst, num_src, num_dst = read_edges(edge_index, num_src, num_dst)
+    return layout_of_edges(src, dst, num_src, num_dst, extra)
+
+
+def layout_of_edges(src: Tensor, dst: Tensor, num_src: int, num_dst: int, extra: Mask | None) -> EdgeLayout:
+    """The layout of the edges ``src[k] -> dst[k]`` (LongTensors (M,)) united with ``extra``, from one
+    sort of the edges (:meth:`Graph._with_edge_pairs`: the pairs, each edge's pair and the edges per
+    pair at once). The layout owns its tensors: none is a view of ``src`` or ``dst``, so it stays valid
+    whatever happens to the caller's edge_index."""
+    graph, edge_pair, counts = Graph._with_edge_pairs(src, dst, (num_src, num_dst))
+    src, dst = graph.edge_index[0], graph.edge_index[1]  # views of the graph's own copy
+    duplicates = graph.num_edges < src.numel()  # known on the host: no device synchronisation
+    if extra is None:
+        pairs = graph.pairs(num_dst, num_src, device=src.device)
+        return EdgeLayout(src, dst, graph, pairs.row, pairs.col, edge_pair, counts, duplicates)
+    mask = graph | _checked(extra)
     pairs = mask.pairs(num_dst, num_src, device=src.device)
-    row, col = pairs.row, pairs.col
-    if src.numel():  # pairs are sorted by (row, col): find each edge's pair by binary search
-        edge_pair = torch.searchsorted(row * num_src + col, dst * num_src + src)
-    else:
-        edge_pair = torch.zeros(0, dtype=torch.long, device=row.device)
-    counts = torch.bincount(edge_pair, minlength=row.numel())
-    duplicates = bool(src.numel() > int((counts > 0).sum()))
-    return EdgeLayout(src, dst, mask, row, col, edge_pair, counts, duplicates)
+    # the edges' pairs among the union's (both sorted by (row, col)): one binary search per distinct edge
+    where = torch.searchsorted(pairs.row * num_src + pairs.col, graph._keys)  # (P_edges,)
+    union_counts = torch.zeros(pairs.nnz, dtype=counts.dtype, device=counts.device).index_copy_(0, where, counts)
+    return EdgeLayout(src, dst, mask, pairs.row, pairs.col, where[edge_pair], union_counts, duplicates)
+
+
+def _checked(extra: object) -> Mask:
+    if not isinstance(extra, Mask):
+        raise TypeError(f"mask must be an attnmm Mask or None, got {type(extra).__name__}")
+    return extra
 
 
 def pair_bias(layout: EdgeLayout, edge_bias: Tensor | None) -> Tensor | None:

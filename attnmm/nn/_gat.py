@@ -17,16 +17,25 @@ its per-pair ``bias`` with zero-width queries and keys (head dim E = 0, so :math
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
+from attnmm.attention.backends import _cache
 from attnmm.attention.core import attend
 from attnmm.masks import Graph, Mask
-from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, pair_bias, read_edges
+from attnmm.nn._edges import (
+    EdgeLayout,
+    adjacency_key,
+    edge_layout,
+    edge_weights,
+    layout_of_edges,
+    pair_bias,
+    read_edges,
+)
 
 #: ``score(dst, src, edge_attr)``: the score (n, H) of the n pairs ``src[k] -> dst[k]``, with the edge
 #: features (n, D) of those pairs or ``None`` for no edge term.
@@ -59,28 +68,46 @@ def glorot_(t: Tensor) -> Tensor:
 
 @dataclass
 class GATEdges:
-    """The edges of one call after PyG's self-loop handling, and the allowed pairs they map to.
+    """The edges of one call after PyG's self-loop handling, and the allowed pairs they map to. It owns
+    its tensors (none is a view of the caller's adjacency), so it can be kept for a later call with an
+    equal adjacency (:meth:`AdditiveGraphAttention.edges`).
 
     Attributes:
-        layout (EdgeLayout): edges (self loops included) and allowed pairs.
+        layout (EdgeLayout): edges (the kept input edges, then the self loops) and allowed pairs.
         num_edges (int): rows that ``edge_attr`` must have (the input's edges).
         keep (BoolTensor, optional): which input edges are kept (not self loops); ``None`` when no
             loops were added.
-        kept_index (LongTensor, optional): the kept edges (2, M_kept), to compute the loops' features.
         num_loops (int): self loops added, one per node ``0 .. num_loops - 1``.
-        returned (Tensor, optional): the edge_index (or sparse adjacency) returned with the weights;
-            ``None`` when the allowed pairs are returned (a Mask adjacency or an extra mask).
+        returned (Tensor, optional): the sparse adjacency (self loops added) whose copy holds the weights
+            returned; ``None`` for other adjacencies (a (2, M) edge_index is returned as given, or with
+            the loops as the layout's edges; a Mask adjacency or an extra mask return the allowed pairs).
         kind (str): what the adjacency was: ``"edges"`` (a (2, M) tensor), ``"sparse"`` (a torch.sparse
             matrix) or ``"mask"`` (an attnmm Mask, which has no edges to carry features).
+        pairs_returned (bool): whether the allowed pairs are returned with the weights (a Mask
+            adjacency or an extra mask), not the edges.
     """
 
     layout: EdgeLayout
     num_edges: int
     keep: Tensor | None
-    kept_index: Tensor | None
     num_loops: int
     returned: Tensor | None
     kind: Literal["edges", "sparse", "mask"]
+    pairs_returned: bool
+
+    @property
+    def kept_index(self) -> Tensor:
+        """The kept input edges (2, M_kept), to compute the loops' features."""
+        kept = self.layout.src.numel() - self.num_loops
+        return torch.stack([self.layout.src[:kept], self.layout.dst[:kept]])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, for the budget of the cache that keeps it."""
+        held = self.layout.nbytes + (0 if self.keep is None else self.keep.numel())
+        if self.returned is not None:
+            held += 2 * self.layout.src.numel() * 8  # a sparse adjacency's indices (its values are ignored)
+        return held
 
 
 def gat_edges(
@@ -93,7 +120,8 @@ def gat_edges(
 ) -> GATEdges:
     """Read ``edge_index`` as PyG's GAT layers do: with ``add_loops``, drop its self loops and add one
     per node ``0 .. min(num_src, num_dst) - 1`` after the other edges (for a sparse adjacency, in its
-    sorted order, as PyG's ``add_self_loops`` does); then unite with ``extra``."""
+    sorted order, as PyG's ``add_self_loops`` does); then unite with ``extra``. One sort of the edges
+    gives the allowed pairs, each edge's pair and the edges per pair (:func:`layout_of_edges`)."""
     from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
 
     loops = min(num_src, num_dst) if add_loops else 0
@@ -103,27 +131,26 @@ def gat_edges(
             index = torch.arange(loops, device=device).repeat(2, 1)  # (2, N)
             mask = mask | Graph(index, (num_src, num_dst))
         layout = edge_layout(mask, num_src, num_dst, extra, device)
-        return GATEdges(layout, 0, None, None, loops, None, "mask")
+        return GATEdges(layout, 0, None, loops, None, "mask", True)
     if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
         num_edges = int(edge_index._nnz())
         adj = edge_index
         if add_loops:
             loops = min(int(adj.size(0)), int(adj.size(1)))
             adj = add_self_loops(remove_self_loops(adj)[0])[0]  # PyG's own order of the edges
-        layout = edge_layout(adj, num_src, num_dst, extra, device)
-        # the edges are views of the adjacency's indices, which PyG's to_edge_index (run by the next layer
-        # reading the same adjacency) marks coalesced in place: copies keep them valid for the backward pass
-        layout = replace(layout, src=layout.src.clone(), dst=layout.dst.clone())
-        return GATEdges(layout, num_edges, None, None, loops, None if extra is not None else adj, "sparse")
+        else:
+            adj = adj.clone()  # kept: a copy, not the caller's tensor
+        layout = edge_layout(adj, num_src, num_dst, extra, device)  # (its edges copies of the adjacency's)
+        returned = None if extra is not None else adj
+        return GATEdges(layout, num_edges, None, loops, returned, "sparse", extra is not None)
     src, dst, _, _ = read_edges(edge_index, num_src, num_dst)
-    keep = kept = None
-    full: Tensor = edge_index
+    keep = None
     if add_loops:
         keep = src != dst
-        kept = torch.stack([src[keep], dst[keep]])  # (2, M_kept)
-        full = torch.cat([kept, torch.arange(loops, device=src.device).repeat(2, 1)], 1)  # (2, M_kept + N)
-    layout = edge_layout(full, num_src, num_dst, extra, device)
-    return GATEdges(layout, int(src.numel()), keep, kept, loops, None if extra is not None else full, "edges")
+        arange = torch.arange(loops, device=src.device)
+        src, dst = torch.cat([src[keep], arange]), torch.cat([dst[keep], arange])  # (M_kept + N,)
+    layout = layout_of_edges(src, dst, num_src, num_dst, extra)
+    return GATEdges(layout, int(edge_index.size(1)), keep, loops, None, "edges", extra is not None)
 
 
 def pair_scores(layout: EdgeLayout, score: ScoreFn, edge_attr: Tensor | None) -> tuple[Tensor, Tensor | None]:
@@ -179,7 +206,6 @@ class AdditiveGraphAttention(nn.Module):
         self.concat, self.negative_slope, self.dropout = concat, float(negative_slope), float(dropout)
         self.add_self_loops, self.fill_value, self.residual = add_self_loops, fill_value, residual
         self.edge_dim = None if edge_dim is None else check_nonneg_int("edge_dim", edge_dim, minimum=1)
-        self._edges_cache: tuple[tuple[object, ...], GATEdges] | None = None  # the last graph seen
 
     @property
     def total_out_channels(self) -> int:
@@ -189,19 +215,21 @@ class AdditiveGraphAttention(nn.Module):
     def edges(
         self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
     ) -> GATEdges:
-        """The edges and allowed pairs of this call, kept from the last call when the graph is the same
-        (the same objects, the edge_index not edited in place since), so that the pairs and their CSR
-        form are built once for a training run on one graph. A Mask's pairs are built on ``device``."""
+        """The edges and allowed pairs of this call. Layers and steps reading an equal graph share them
+        through the cache of :mod:`~attnmm.attention.backends._cache`, keyed by the value of the
+        adjacency and the mask (:func:`~attnmm.nn._edges.adjacency_key`); a graph that can only be named
+        by identity (a large edge_index, or one on an accelerator) is read again at every call, in one
+        sort of its edges, so an edit of it in place (even one its version counter misses) is always
+        seen. A Mask's pairs are built on ``device``."""
         if mask is not None and not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
-        version = edge_index._version if isinstance(edge_index, Tensor) and not edge_index.is_sparse else 0
-        key = (edge_index, mask, id(edge_index), id(mask), version, num_src, num_dst, self.add_self_loops, device)
-        cached = self._edges_cache
-        if cached is not None and cached[0][2:] == key[2:]:
-            return cached[1]
-        result = gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
-        self._edges_cache = (key, result)
-        return result
+        key = adjacency_key(edge_index, mask, num_src, num_dst, self.add_self_loops, str(device))
+        found = None if key is None else _cache.find(key, "gat_edges")
+        if found is None:
+            found = gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
+            if key is not None:
+                _cache.keep(key, "gat_edges", found)
+        return found
 
     def edge_features(self, edges: GATEdges, edge_attr: Tensor | None) -> Tensor | None:
         """The edge features of every edge of ``edges`` (M, D): the input's, less those of dropped self
@@ -230,7 +258,6 @@ class AdditiveGraphAttention(nn.Module):
             )
         if edges.keep is None:
             return edge_attr
-        assert edges.kept_index is not None
         _, filled = add_self_loops(
             edges.kept_index, edge_attr[edges.keep], fill_value=self.fill_value, num_nodes=edges.num_loops
         )
@@ -268,17 +295,21 @@ class AdditiveGraphAttention(nn.Module):
             out = out + bias  # e.g. a bf16 output under autocast: promoted, as in PyG
         if not want:
             return out
-        if edges.returned is None:  # a Mask adjacency or an extra mask: the allowed pairs
+        if edges.pairs_returned:  # a Mask adjacency or an extra mask: the allowed pairs
             return out, (torch.stack([layout.col, layout.row]), w.values)
         if layout.src.numel():
             alpha = edge_weights(layout, w.values, edge_scores, pair_bias_ if edge_scores is not None else None)
         else:
             alpha = out.new_zeros(0, H)
+        # copies of what the layer keeps: the caller may edit what it gets back
         if edges.kind == "sparse":
             from torch_geometric.utils.sparse import set_sparse_value
 
-            return out, (set_sparse_value(edges.returned, alpha), alpha)
-        return out, (edges.returned, alpha)
+            assert edges.returned is not None
+            return out, (set_sparse_value(edges.returned.clone(), alpha), alpha)
+        if edges.keep is None:
+            return out, (edge_index, alpha)  # as given, as PyG does without self loops
+        return out, (torch.stack([layout.src, layout.dst]), alpha)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -3,22 +3,15 @@ r"""Graph transformer convolution (Shi et al., 2021) on attnmm's attention core.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
+from attnmm.attention.backends import _cache
 from attnmm.attention.core import attend
 from attnmm.masks import Mask
-from attnmm.masks._key import content_key
-from attnmm.nn._edges import EdgeLayout, edge_layout, edge_weights, node_counts, pair_bias
-
-#: How many graph layouts the layers share (least recently used first out).
-LAYOUT_CACHE_SIZE = 8
-
-_LAYOUTS: OrderedDict[tuple[Any, ...], tuple[Any, Any, EdgeLayout]] = OrderedDict()
+from attnmm.nn._edges import EdgeLayout, adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
 
 
 class AttentionConv(nn.Module):
@@ -120,7 +113,6 @@ class AttentionConv(nn.Module):
         width = H * C if concat else C
         self.lin_skip = nn.Linear(dst_dim, width, bias=bias)  # kept when unused, as in TransformerConv
         self.lin_beta: nn.Linear | None = nn.Linear(3 * width, 1, bias=False) if self.beta else None
-        self._layout: tuple[object, object, EdgeLayout] | None = None  # the last graph seen (shared entry)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -193,21 +185,17 @@ class AttentionConv(nn.Module):
         self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
     ) -> EdgeLayout:
         # Every layer of a forward, and training step after step, sees the same graph, often as new
-        # objects: layouts are shared by all layers through a small cache keyed by the edges' and the
-        # mask's content (so an in-place edit of the edges is a new key), and the same layout gives the
-        # same mask object, whose CSR form the sparse backend re-uses.
-        key = (content_key(edge_index), content_key(mask), num_src, num_dst, str(device))
-        found = _LAYOUTS.get(key)
+        # objects: layouts are shared through the cache of the masks' forms, keyed by the value of the
+        # edges and the mask (so an in-place edit of the edges is a new key), and the same layout gives
+        # the same mask object, whose CSR form the sparse backend re-uses. A graph named by identity only
+        # (large, or on an accelerator) is read again at every call, in one sort of its edges.
+        key = adjacency_key(edge_index, mask, num_src, num_dst, str(device))
+        found = None if key is None else _cache.find(key, "layout")
         if found is None:
-            layout = edge_layout(edge_index, num_src, num_dst, mask, device)
-            # held with the layout: objects keyed by identity keep their ids unique while cached
-            _LAYOUTS[key] = found = (edge_index, mask, layout)
-            while len(_LAYOUTS) > LAYOUT_CACHE_SIZE:
-                _LAYOUTS.popitem(last=False)
-        else:
-            _LAYOUTS.move_to_end(key)
-        self._layout = found
-        return found[2]
+            found = edge_layout(edge_index, num_src, num_dst, mask, device)
+            if key is not None:
+                _cache.keep(key, "layout", found)
+        return found
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -12,6 +12,7 @@ from _gat_compare import (
     assert_same,
     check_dropout_in_training_only,
     check_extra_mask,
+    check_graph_reads,
     check_output_ignores_weights_flag,
     pair,
     random_edges,
@@ -160,6 +161,10 @@ def test_extra_mask_against_dense_reference(loops: bool) -> None:
 
 def test_dropout_acts_in_training_only() -> None:
     check_dropout_in_training_only(*pair(PyGGATv2Conv, GATv2Conv, 8, 4, heads=2, dropout=0.5))
+
+
+def test_graph_read_once_and_never_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_graph_reads(lambda: GATv2Conv(8, 4, heads=2), monkeypatch)
 
 
 def test_errors_name_expected_and_actual() -> None:

@@ -16,6 +16,10 @@ cheap masks. Two places keep a form:
   at most :data:`CACHE_SIZE` masks and :func:`budget` bytes (least recently used first out; a form
   larger than the budget is not kept). What it keeps is O(nnz) integers shared by the heads (the
   pairs and one CSR pattern per mask) and dense masks of up to :data:`DENSE_ELEMENTS` entries.
+
+Layers keep what they derive from their own inputs in the same cache and budget (:func:`find`,
+:func:`keep`): a graph layer's edge layout, keyed by the value of its edge_index (and never kept when
+the edge_index can only be named by identity).
 """
 
 from __future__ import annotations
@@ -83,9 +87,8 @@ def _nbytes(form: Any) -> int:
         return form.numel() * form.element_size()
     if isinstance(form, Pairs):
         return sum(_nbytes(t) for t in (form.row, form.col, form.batch) if t is not None)
-    if isinstance(form, CSRPattern):
-        return form.nbytes
-    return 0
+    nbytes = getattr(form, "nbytes", 0)  # a CSRPattern, or a layer's form that counts its bytes
+    return int(nbytes) if isinstance(nbytes, int) else 0
 
 
 def _evict() -> None:
@@ -128,6 +131,23 @@ def _keep(problem: Problem, name: str, form: Any, across_calls: bool = True, dro
     key = _key(problem)
     if key is None or not across_calls:
         return form
+    return keep(key, name, form, drop)
+
+
+def find(key: Hashable, name: str) -> Any:
+    """The form ``name`` kept under ``key`` across calls, else ``None``. ``key`` describes the form's
+    inputs by value (:func:`~attnmm.masks._key.value_key`), so an equal key means an equal form."""
+    entry = _entries.get(key)
+    if entry is None or name not in entry:
+        return None
+    _entries.move_to_end(key)
+    return entry[name]
+
+
+def keep(key: Hashable, name: str, form: Any, drop: str | None = None) -> Any:
+    """Keep ``form`` under ``key`` (a key by value, see :func:`find`) within the budget, in place of
+    the form ``drop``; the form must own its tensors (no view of a caller's tensor, which the caller may
+    edit). Forms that are not tensors, pairs or patterns count the bytes their ``nbytes`` gives."""
     entry = _entries.setdefault(key, {})
     _entries.move_to_end(key)
     entry[name] = form
