@@ -79,9 +79,16 @@ class Shifted(Mask):
         return Pairs(row, col, batch, num_rows, num_cols, whole.batch_size)
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
-        """The inner mask's bound over the area from position 0 (this block lies in it)."""
+        """The inner mask's bound over the area from position 0 (this block lies in it); 0 for an empty
+        block, ``None`` (no bound) when the inner mask is laid over its own shape only (a ``Segments``
+        mask of fixed sizes answers for that shape alone)."""
         num_cols = num_rows if num_cols is None else num_cols
-        return self.inner.nnz_bound(num_rows + self.q_offset, num_cols + self.kv_offset, batch_size)
+        if num_rows == 0 or num_cols == 0:
+            return 0
+        try:
+            return self.inner.nnz_bound(num_rows + self.q_offset, num_cols + self.kv_offset, batch_size)
+        except ValueError:
+            return None
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         q_offset, kv_offset = _check_offsets(q_offset, kv_offset)

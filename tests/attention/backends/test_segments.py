@@ -219,3 +219,17 @@ def test_dispatch_sends_many_packed_documents_to_segments() -> None:
     q = torch.randn(1, 1, 4096, 16)
     problem = Problem(q, q, q, Documents(lengths) & Causal(), 0.25, 0.0, "softmax", None, False, False)
     assert choose_backend(problem).name == "segments"
+
+
+@pytest.mark.parametrize("head_dim", [0, 3])
+def test_a_fixed_shape_segments_mask_inside_the_blocks_of_another(head_dim: int) -> None:
+    """Segments of fixed sizes intersected with a split whose blocks are smaller than them (one of them
+    empty): the blocks' bounds are asked of a shifted view, which has none but 0 when empty."""
+    mask = Segments([0, 1], links="full") & Segments([1]) & Padding([0])
+    assert mask.shifted(0, 0).nnz_bound(1, 0) == 0 and mask.parts[1].shifted(0, 0).nnz_bound(1, 0) == 0
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 1, head_dim, dtype=torch.float64, generator=g).requires_grad_(True) for _ in "qkv")
+    out, ref = attend(q, k, v, mask), attend(q, k, v, mask, backend="reference")
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(grads(out, [q, k, v]), grads(ref, [q, k, v])):
+        torch.testing.assert_close(a, b)
