@@ -144,7 +144,14 @@ class Intersection(_Meet, IntervalMask):
     parts: tuple[IntervalMask, ...]  # type: ignore[assignment]
 
     def __init__(self, *parts: IntervalMask) -> None:
-        _Composite.__init__(self, parts, "&")
+        # per-item parts (Padding) first, shown as written: the same set, and the order in which
+        # FlexAttention's CPU code generator compiles a per-item mask with dynamic shapes (a Padding
+        # read after a Window generates C++ that does not compile, torch 2.14)
+        _Composite.__init__(self, tuple(sorted(parts, key=lambda p: not p.batched)), "&")
+        self._written = parts
+
+    def __repr__(self) -> str:
+        return " & ".join(_wrap(p, type(self)) for p in self._written)
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         starts, ends = zip(*(p.interval(b, q_idx) for p in self.parts))

@@ -61,8 +61,10 @@ class FlexBackend(Backend):
     :data:`CACHE_SIZE` most recent ones. The kernel is compiled once with dynamic shapes, so batches
     of new lengths reuse it (a second compilation comes for sequences shorter than one block).
     Softmax scores only, without bias, returned weights or dropout; queries with an empty allowed set
-    get zero. On the CPU it runs in float32 without gradients and with masks shared by the batch (the
-    CPU kernel of a per-item mask fails to compile).
+    get zero. On the CPU it runs in float32 without gradients. Per-item masks (a batch's ``Padding``)
+    run there too, one kernel for every length (``Window & Padding(lengths)``: one compilation for
+    batches of new lengths); torch's CPU code generator fails on some of them (``Chunk & Padding``,
+    ``Grid & Padding`` with torch 2.14), which is then refused by name.
 
     Its cost estimate (:meth:`cost_terms`) counts the tiles the kernel visits, the mask positions a
     block-mask build evaluates (none when the block mask is cached) and, until the kernel has been
@@ -110,6 +112,13 @@ class FlexBackend(Backend):
         compile_ = 0.0 if _compiled is not None else 1 / UNIT
         return float(positions * width), float(partial), float(tiles), float(build), compile_
 
+    def cost(self, problem: Problem) -> float | None:
+        """No estimate for a per-item mask on the CPU, so dispatch ranks flex after every estimated
+        backend there: it runs such masks when named, since torch's CPU code generator fails on some."""
+        if problem.q.device.type == "cpu" and problem.effective_mask.batched:
+            return None
+        return super().cost(problem)
+
     def check(self, problem: Problem) -> str | None:
         device = problem.q.device.type
         reason = flex_available(device)
@@ -119,8 +128,6 @@ class FlexBackend(Backend):
             return "torch compiles no FlexAttention backward for the CPU (inference only there)"
         if device == "cpu" and problem.q.dtype != torch.float32:
             return f"{problem.q.dtype} on the CPU (float32 only there)"
-        if device == "cpu" and problem.effective_mask.batched:
-            return "a per-item mask (e.g. a batch's Padding) on the CPU, where its kernel does not compile"
         if problem.q.size(-1) < 16 or problem.v.size(-1) < 16:
             return "head dims below 16"
         return None
@@ -132,7 +139,17 @@ class FlexBackend(Backend):
         if _compiled is None:
             _compiled = torch.compile(flex_attention, dynamic=True)  # new lengths reuse the kernel
         block_mask = block_mask_for(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.q.device)
-        out = _compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
+        try:
+            out = _compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
+        except Exception as err:
+            if problem.q.device.type != "cpu" or not problem.effective_mask.batched:
+                raise
+            raise ValueError(
+                f"FlexAttention's CPU code generator failed to compile the kernel of the per-item mask "
+                f"{problem.effective_mask!r} (torch {torch.__version__}: {type(err).__name__}); per-item masks "
+                "that compile on the CPU include Padding alone and Padding with Window, Causal or a union of "
+                "them; compute this one on another backend (backend='auto')"
+            ) from err
         nonempty = (problem.row_counts > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
         return torch.where(nonempty, out, torch.zeros_like(out)), None
 
@@ -225,7 +242,7 @@ def as_mask_mod(mask: Mask) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor
     """``mask.mask_mod`` as a plain 4-argument function: FlexAttention tells mask_mods from
     score_mods by counting positional parameters, and a bound method counts ``self``."""
 
-    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def predicate(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return mask.mask_mod(b, h, q_idx, kv_idx)
 
-    return mask_mod
+    return predicate

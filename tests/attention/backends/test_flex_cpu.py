@@ -43,6 +43,36 @@ def test_twenty_lengths_compile_at_most_twice() -> None:
     assert counters["stats"]["unique_graphs"] - graphs <= 2  # dynamic shapes (below one block: the second)
 
 
+@pytest.mark.parametrize("order", ["window first", "padding first"])
+def test_per_item_masks_for_twenty_lengths_compile_at_most_twice(order: str) -> None:
+    from torch._dynamo.utils import counters
+
+    g = torch.Generator().manual_seed(2)
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        for L in torch.randint(20, 700, (20,), generator=g).tolist():  # new lengths, new per-item lengths
+            lengths = torch.randint(0, L + 1, (2,), generator=g)
+            mask = Window(16, 4) & Padding(lengths) if order == "window first" else Padding(lengths) & Window(16, 4)
+            q, k, v = (torch.randn(2, 2, L, 16, generator=g) for _ in range(3))
+            out = attend(q, k, v, mask, backend="flex")
+            torch.testing.assert_close(out, attend(q, k, v, mask, backend="reference"), atol=2e-5, rtol=2e-4)
+    assert counters["stats"]["unique_graphs"] - graphs <= 2
+    assert repr(Window(16, 4) & Padding([3, 4])) == "Window(left=16, right=4) & Padding(lengths=[3, 4])"  # as written
+
+
+def test_a_per_item_kernel_the_cpu_compiler_fails_on_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("C++ compile error")  # what torch's code generator raises for some masks
+
+    monkeypatch.setattr(flex, "_compiled", broken)
+    q = torch.randn(2, 1, 64, 16)
+    mask = Window(8, 0) & Padding([64, 30])
+    with torch.no_grad(), pytest.raises(ValueError, match=r"failed to compile the kernel of the per-item mask"):
+        attend(q, q, q, mask, backend="flex")
+    with torch.no_grad(), pytest.raises(RuntimeError, match="C\\+\\+ compile error"):
+        attend(q, q, q, Window(8, 0), backend="flex")  # a shared mask: torch's own error, unchanged
+
+
 def test_block_masks_are_shared_by_equal_masks() -> None:
     flex._block_masks.clear()
     q = torch.randn(2, 1, 200, 16)
@@ -64,7 +94,7 @@ def test_training_and_other_dtypes_are_refused_on_the_cpu() -> None:
     assert "float32 only there" in backend.unsupported(Problem(half, half, half, window, 0.25, 0.0, "softmax",
                                                                None, False, False))
     padded = Problem(x, x, x, window & Padding([20]), 0.25, 0.0, "softmax", None, False, False)
-    assert "per-item mask" in backend.unsupported(padded)
+    assert backend.unsupported(padded) is None  # per-item masks run on the CPU too
     with pytest.raises(ValueError, match="cannot compute this attention: torch compiles no FlexAttention backward"):
         attend(q, q, q, window, backend="flex")
 
