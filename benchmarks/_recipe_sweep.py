@@ -43,6 +43,8 @@ class RealTask:
     metric: str  # "acc" or "ap"
     anchors: tuple[tuple[str, float], ...]
     protocol: str
+    #: recipe arguments that give the sweep the data's own edges (the masks under test add the rest)
+    data_args: tuple[str, ...] = ()
 
 
 #: The real-data tasks of ``python -m benchmarks.graph_mask_sweep --task ...``.
@@ -51,6 +53,7 @@ REAL_TASKS: dict[str, RealTask] = {
         "graph_node", "recipes/configs/graph_node_actor.yaml", "Actor", "data.split_index", "node", "acc",
         (("GCN", 30.0), ("GAT", 28.0), ("MLP", 36.0), ("H2GCN", 35.7), ("GloGNN++", 37.7), ("SGFormer", 37.9)),
         "test accuracy, mean of geom-gcn's 10 splits (GAT: 27-29; GCN and MLP about)",
+        ("--data.feature_neighbors", "0"),  # the config's feature neighbours are the sweep's knnK masks
     ),
     "proteins": RealTask(
         "graph_graph", "recipes/configs/graph_graph_tu.yaml", "PROTEINS", "data.fold", "graph", "acc",
@@ -77,7 +80,7 @@ def _recipe_main(recipe: str) -> Callable[..., Any]:
 def build(task: RealTask, split: int | None, args: list[str] = ()) -> tuple[Any, Any]:  # type: ignore[assignment]
     """The recipe's task module and its set-up DataModule for one split (``None``: the config's), built from
     the config plus ``args`` without training."""
-    argv = ["--config", str(ROOT / task.config), "--data.name", task.name, "--trainer.logger", "false"]
+    argv = ["--config", str(ROOT / task.config), "--data.name", task.name, "--trainer.logger", "false", *task.data_args]
     if split is not None and task.split_option is not None:
         argv += [f"--{task.split_option}", str(split)]
     program, sys.argv[1:] = sys.argv[1:], []  # the recipe reads only the arguments given here

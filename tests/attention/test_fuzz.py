@@ -21,7 +21,7 @@ import pytest
 import torch
 from _oracle import loop_attend
 from _strategies import documents_masks, same_graph_masks, segments_masks
-from hypothesis import assume, given, note, settings
+from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
@@ -361,7 +361,9 @@ def _supported(case: Case, backend: str) -> bool:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=EXAMPLES)
+# a backend that computes only some masks (segments: masks of blocks) refuses many drawn cases; the
+# test still runs EXAMPLES supported ones, so the early filtering check is not a failure here
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_backend_equals_reference(backend: str, data: st.DataObject) -> None:
     case = data.draw(cases(backend))

@@ -48,7 +48,8 @@ def _write_speech_commands(root: Path) -> None:
 def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")
     write_fsdd(root, speakers=("ann", "bob", "theo", "yweweler"))  # the page's commands name theo and yweweler
-    _write_speech_commands(root)
+    _write_speech_commands(root)  # the full v0.02 layout with its official lists
+    write_speech_commands(root, speakers=20)  # the 12 class folders of the test companion set
     return root
 
 
