@@ -136,6 +136,18 @@ def _kws_confusion() -> Figure:
     return kws.figure(kws.load_stores())
 
 
+def _fusion_conditions() -> Figure:
+    """Accuracy per condition of the fused model and its peers (docs/recipes/multimodal.md), from the store
+    ``python -m benchmarks.fusion_conditions evaluate`` wrote."""
+    import json
+
+    if str(DOCS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
+    from benchmarks import fusion_conditions
+
+    return fusion_conditions.figure(json.loads(fusion_conditions.STORE.read_text()))
+
+
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the
 #: measurements of docs/rnn.md.
 FIGURES: dict[str, Callable[[], Figure]] = {
@@ -175,6 +187,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "rnn_streaming": _rnn_figure("rnn_streaming"),
     "speech_strings_cost": _speech_strings_cost,
     "kws_confusion": _kws_confusion,
+    "fusion_conditions": _fusion_conditions,
 }
 
 #: File stem -> name of the docs/trained_maps.py function drawing it, ``fn(steps, use_data) -> Figure``:
