@@ -59,15 +59,10 @@ def timed(fn: Callable[[], object]) -> tuple[float, float]:
 
 
 def alternate(
-    peer: Callable[[], object] | None,
-    ours: Callable[[], object],
-    rounds: int,
-    warmup: int = 1,
-    quiet_below: float = 0.25,
-    max_rounds: int | None = None,
+    peer: Callable[[], object] | None, ours: Callable[[], object], rounds: int, **options: Any
 ) -> tuple[float | None, float]:
-    """Fastest seconds of ``peer`` and ``ours``, called in alternating order (:func:`alternate_rounds`)."""
-    use = alternate_rounds(peer, ours, rounds, warmup, quiet_below, max_rounds)
+    """Fastest seconds of ``peer`` and ``ours`` over the rounds of :func:`alternate_rounds` (same options)."""
+    use = alternate_rounds(peer, ours, rounds, **options)
     peers = [t for t, _ in use if t is not None]
     return (min(peers) if peers else None), min(t for _, t in use)
 
