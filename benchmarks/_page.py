@@ -28,6 +28,15 @@ PAGE = ROOT / "docs" / "benchmarks.md"
 Store = dict[str, Any]
 
 
+def splice(page: str, section: str, start: str, end: str) -> str:
+    """``page`` with the text from marker ``start`` to marker ``end`` replaced by ``section`` (which holds
+    both markers), or ``section`` appended when the page has no markers yet."""
+    if start in page and end in page:
+        head, rest = page.split(start, 1)
+        return head + section.rstrip("\n") + rest.split(end, 1)[1]
+    return page.rstrip("\n") + "\n\n" + section
+
+
 def load(path: Path = STORE) -> Store:
     """The stored results of the last run."""
     return json.loads(path.read_text())

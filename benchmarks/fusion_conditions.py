@@ -498,11 +498,9 @@ def render_section(store: dict[str, Any]) -> str:
 
 def render_page(page: str, store: dict[str, Any]) -> str:
     """``page`` with the section between the markers replaced (appended when the markers are absent)."""
-    section = render_section(store)
-    if START in page and END in page:
-        head, rest = page.split(START, 1)
-        return head + section.rstrip("\n") + rest.split(END, 1)[1]
-    return page.rstrip("\n") + "\n\n" + section
+    from benchmarks._page import splice
+
+    return splice(page, render_section(store), START, END)
 
 
 def figure(store: dict[str, Any]) -> Any:

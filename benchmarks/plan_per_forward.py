@@ -149,9 +149,9 @@ def render_page(page: str, stored: dict[str, Any]) -> str:
         f"{stored['machine']}.",
         END,
     ])
-    head, _, rest = page.partition(START)
-    _, _, tail = rest.partition(END)
-    return head + section + tail
+    from benchmarks._page import splice
+
+    return splice(page, section, START, END)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
