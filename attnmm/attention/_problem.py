@@ -17,6 +17,25 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class GradSinks:
+    """Buffers a backend may add the gradients of its queries, keys and values into during its backward
+    pass, rather than returning them (a backend that can says so: :attr:`Backend.accumulates
+    <attnmm.attention.backends.base.Backend.accumulates>`). The caller sets them before that backward
+    runs; each is ``None`` (return the gradient) or a (B, H, n, E) tensor of the input's shape and
+    dtype, usually a view of a larger buffer (a query segment's rows of the whole sequence's gradient).
+    A backend that adds into a sink returns ``None`` for that input; one that cannot returns the
+    gradient as usual, so a caller handles both."""
+
+    q: Tensor | None = None
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    def clear(self) -> None:
+        """Let go of the buffers."""
+        self.q = self.k = self.v = None
+
+
+@dataclass
 class Problem:
     """One attention problem in the padded layout.
 
@@ -35,6 +54,8 @@ class Problem:
         forms (dict): the mask's derived forms for this problem's shapes (pairs, CSR pattern, dense
             mask), built once (:mod:`attnmm.attention.backends._cache`) and shared by the layers of a
             forward through its :class:`~attnmm.attention.AttentionPlan`.
+        sinks (GradSinks, optional): where a backend that can may add its input gradients (set by
+            :class:`~attnmm.attention._split.SplitAttention` for a query segment's problem).
     """
 
     q: Tensor
@@ -49,6 +70,7 @@ class Problem:
     packed: bool
     _pairs: Pairs | None = field(default=None, repr=False)
     forms: dict[str, Any] = field(default_factory=dict, repr=False)
+    sinks: GradSinks | None = field(default=None, repr=False)
 
     @property
     def B(self) -> int:  # noqa: N802 - the house letter set

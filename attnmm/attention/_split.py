@@ -22,8 +22,9 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor
+from torch.autograd.graph import get_gradient_edge
 
-from attnmm.attention._problem import Problem
+from attnmm.attention._problem import GradSinks, Problem
 from attnmm.attention.backends.base import Backend
 from attnmm.masks import Mask, Segments
 
@@ -161,10 +162,22 @@ def _width(problem: Problem, row: Row) -> int:
     return problem.S if row.keys == "all" else sum(sizes[c] for c in row.linked)
 
 
-def row_problem(problem: Problem, row: Row, q: Tensor, k: Tensor, v: Tensor) -> Problem:
-    """``row``'s problem on the tensors ``q`` (its queries) and ``k``, ``v`` (its keys)."""
-    sub = Problem(q, k, v, row.mask, scale=problem.scale, dropout_p=problem.dropout_p, score=problem.score,
-                  bias=None, return_weights=False, packed=False)
+def row_problem(problem: Problem, row: Row, q: Tensor, k: Tensor, v: Tensor, sinks: GradSinks | None = None) -> Problem:
+    """``row``'s problem on the tensors ``q`` (its queries) and ``k``, ``v`` (its keys), its backend's
+    gradients going to ``sinks`` where it can."""
+    sub = Problem(
+        q,
+        k,
+        v,
+        row.mask,
+        scale=problem.scale,
+        dropout_p=problem.dropout_p,
+        score=problem.score,
+        bias=None,
+        return_weights=False,
+        packed=False,
+        sinks=sinks,
+    )
     sub.__dict__["split"] = row.split  # (worked out with the row)
     return sub
 
@@ -176,6 +189,17 @@ def _keys(split: Split, row: Row, t: Tensor) -> Tensor:
     offsets = split.blocks.offsets
     parts = [t[:, :, offsets[c] : offsets[c + 1]] for c in row.linked]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, H, S_a, E)
+
+
+def _key_rows(split: Split, row: Row, t: Tensor) -> Tensor | None:
+    """The view of ``t`` (B, H, S, E), a gradient of all the keys (or values), that holds ``row``'s
+    keys as it reads them (:func:`_keys`); ``None`` when it reads them laid together (a copy)."""
+    if row.keys == "all":
+        return t
+    if len(row.linked) > 1:
+        return None
+    offsets, c = split.blocks.offsets, row.linked[0]
+    return t[:, :, offsets[c] : offsets[c + 1]]
 
 
 def _add_keys(split: Split, row: Row, into: Tensor, grad: Tensor) -> None:
@@ -190,13 +214,15 @@ def _add_keys(split: Split, row: Row, into: Tensor, grad: Tensor) -> None:
         start += n
 
 
-def _run_row(problem: Problem, split: Split, row: Row, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def _run_row(
+    problem: Problem, split: Split, row: Row, q: Tensor, k: Tensor, v: Tensor, sinks: GradSinks | None = None
+) -> Tensor:
     """``row``'s output (B, H, n_a, Ev) from its queries ``q`` and its keys and values ``k``, ``v``
     (:func:`_keys`), its padded queries 0."""
     from attnmm.attention._memory import check_backend, check_pairs
 
     blocks = split.blocks
-    sub = row_problem(problem, row, q, k, v)
+    sub = row_problem(problem, row, q, k, v, sinks)
     check_pairs(sub, with_bias=False)
     check_backend(sub, row.backend)
     out, _ = row.backend.forward(sub)  # (B, H, n_a, Ev)
@@ -228,7 +254,12 @@ class SplitAttention(torch.autograd.Function):
 
     Forward runs each segment's backend on its own inputs (detached leaves when a gradient is wanted,
     so each segment's graph stays its own); backward walks the segments one at a time, asks each graph
-    for its gradients and adds them into one buffer per input, then lets that segment's graph go.
+    for its gradients and lets that segment's graph go. The gradients of all segments meet in one
+    buffer per input: a backend that can (:attr:`~attnmm.attention.backends.base.Backend.accumulates`)
+    adds its part straight into the buffer's rows for that segment (:class:`GradSinks`), the others'
+    parts are added after they come back. Those others go first, so that the first one whose gradient
+    covers a whole input (a segment that reads every key) becomes that input's buffer rather than
+    being added into a new one: no segment's full-size gradient is ever in flight beside the buffer.
     """
 
     @staticmethod
@@ -246,11 +277,15 @@ class SplitAttention(torch.autograd.Function):
             inputs = (q[:, :, offsets[a] : offsets[a + 1]], _keys(split, row, k), _keys(split, row, v))
             # the row's own inputs, cut from the graph: its gradients come out the row's size
             leaves = [t.detach().requires_grad_(needs) for t, needs in zip(inputs, ctx.needs_input_grad)]
+            sinks = GradSinks() if row.backend.accumulates else None
             with torch.enable_grad():
-                out = _run_row(problem, split, row, *leaves)
-            ctx.graphs.append((out, leaves))
+                out = _run_row(problem, split, row, *leaves, sinks=sinks)
+            # the graph is kept by its edge alone: the row's output goes once it is copied into the whole
+            ctx.graphs.append((get_gradient_edge(out), leaves, sinks) if out.requires_grad else None)
             outs.append(out.detach())
+            del out
         ctx.shapes = (q.shape, k.shape, v.shape)
+        ctx.token_major = tuple(not t.is_contiguous() and t.transpose(1, 2).is_contiguous() for t in (q, k, v))
         return torch.cat(outs, dim=2) if outs else v.new_zeros(B, H, 0, Ev)  # (B, H, L, Ev)
 
     @staticmethod
@@ -259,26 +294,65 @@ class SplitAttention(torch.autograd.Function):
         split = ctx.split
         offsets = split.blocks.offsets
         wanted = ctx.needs_input_grad[:3]
-        dq, dk, dv = (d_out.new_zeros(shape) if need else None for shape, need in zip(ctx.shapes, wanted))
-        for a, row in enumerate(split.rows):
-            graph = ctx.graphs[a]
+        grads: list[Tensor | None] = [None, None, None]  # d_q, d_k, d_v, each made when first needed
+
+        def laid_out(i: int, g: Tensor | None = None) -> Tensor:
+            """A gradient of input ``i`` in that input's memory layout (B, H, n, E) or (B, n, H, E), so
+            that autograd hands it on without a copy: ``g`` moved there when it lies otherwise, else 0."""
+            B, H, n, E = ctx.shapes[i]
+            token = ctx.token_major[i]
+            if g is not None and (g.transpose(1, 2).is_contiguous() if token else g.is_contiguous()):
+                return g
+            t = d_out.new_empty(B, n, H, E).transpose(1, 2) if token else d_out.new_empty(B, H, n, E)
+            return t.zero_() if g is None else t.copy_(g)
+
+        def buffer(i: int) -> Tensor:
+            if grads[i] is None:
+                grads[i] = laid_out(i)
+            return grads[i]
+
+        def region(i: int, a: int, row: Row, t: Tensor) -> Tensor | None:
+            """The rows of the whole gradient ``t`` of input ``i`` that segment ``a`` reads."""
+            return t[:, :, offsets[a] : offsets[a + 1]] if i == 0 else _key_rows(split, row, t)
+
+        def turn(a: int) -> tuple[bool, bool]:
+            """The segments whose backend returns its gradients first, those reading every key first
+            among them; those that add into the buffers last."""
+            graph, row = ctx.graphs[a], split.rows[a]
+            return (graph is not None and graph[2] is not None, row is None or row.keys != "all")
+
+        for a in sorted(range(len(split.rows)), key=turn):
+            graph, row = ctx.graphs[a], split.rows[a]
             ctx.graphs[a] = None  # this segment's saved tensors go as soon as its gradients are out
             if graph is None or row is None:
                 continue
-            out, leaves = graph
+            edge, leaves, sinks = graph
+            if sinks is not None:
+                sinks.q, sinks.k, sinks.v = (region(i, a, row, buffer(i)) if wanted[i] else None for i in range(3))
             inputs = [t for t, need in zip(leaves, wanted) if need]
-            grads = iter(torch.autograd.grad(out, inputs, d_out[:, :, offsets[a] : offsets[a + 1]],
-                                             allow_unused=True))
-            del graph, out
-            g_q, g_k, g_v = (next(grads) if need else None for need in wanted)
-            if g_q is not None and dq is not None:
-                dq[:, :, offsets[a] : offsets[a + 1]] += g_q
-            if g_k is not None and dk is not None:
-                _add_keys(split, row, dk, g_k)
-            if g_v is not None and dv is not None:
-                _add_keys(split, row, dv, g_v)
-            del g_q, g_k, g_v
-        return dq, dk, dv, None, None
+            returned = torch.autograd.grad(edge, inputs, d_out[:, :, offsets[a] : offsets[a + 1]], allow_unused=True)
+            del graph, edge, leaves
+            if sinks is not None:
+                sinks.clear()
+            given = iter(returned)
+            row_grads = [next(given) if need else None for need in wanted]
+            del given, returned
+            for i in (1, 2, 0):  # (the keys' and values' first: the queries' buffer is made last)
+                g, row_grads[i] = row_grads[i], None  # (each goes as soon as it is in place)
+                if g is None:
+                    continue
+                whole = g.shape == ctx.shapes[i] and ((i > 0 and row.keys == "all") or (i == 0 and offsets[a] == 0))
+                own = g.untyped_storage().data_ptr() != d_out.untyped_storage().data_ptr()
+                if grads[i] is None and whole and own:
+                    # the first whole gradient of its own is the buffer itself (moved once to the input's
+                    # layout if it lies otherwise, now while little else is in flight)
+                    grads[i] = laid_out(i, g)
+                elif i == 0:
+                    buffer(0)[:, :, offsets[a] : offsets[a + 1]] += g
+                else:
+                    _add_keys(split, row, buffer(i), g)
+                del g
+        return (*(buffer(i) if wanted[i] else None for i in range(3)), None, None)
 
 
 __all__ = ["Keys", "Row", "Split", "SplitAttention", "row_memory", "row_problem", "run_split", "split_problem"]

@@ -42,7 +42,6 @@ from attnmm.masks import Pairs
 Order = Literal["head", "token", "heads_first"]
 
 
-
 @dataclass(frozen=True)
 class CSRPattern:
     """The allowed pairs of one head, in CSR form and in the CSR form of the transpose, per item.
@@ -257,6 +256,16 @@ class Blocks:
                 perm = perm + start.index_select(0, batch)
         return crow, cols.reshape(-1).to(idx), perm
 
+    def one_head(self) -> Blocks:
+        """These blocks for a problem of one head (what a loop over the heads computes each time),
+        sharing the per-row integers worked out so far."""
+        one = Blocks(self.pattern, self.batch, 1)
+        # (the cached properties, which do not depend on H)
+        for name in ("spans", "row_offsets", "counts", "value_rows"):
+            if name in self.__dict__:
+                one.__dict__[name] = self.__dict__[name]
+        return one
+
     @cached_property
     def row_offsets(self) -> Tensor:
         """Offsets of each flat row's values in V (B * L + 1,), int64: the segments of the reductions."""
@@ -275,6 +284,15 @@ class Blocks:
     def counts(self) -> Tensor:
         """Values of each flat row (B * L,), int64."""
         return self.row_offsets.diff()
+
+    @cached_property
+    def value_rows(self) -> Tensor:
+        """The flat row of each value (V,), 32-bit where the rows allow: the index that spreads a value
+        per row over the row's values (:func:`expand`), made once per call, not at each use."""
+        counts = self.counts
+        rows = counts.numel()
+        index = torch.arange(rows, device=counts.device, dtype=torch.int32 if rows < 2**31 else torch.long)
+        return index.repeat_interleave(counts, output_size=self.width)
 
 
 def _pointer(deg: Tensor) -> Tensor:
@@ -372,17 +390,37 @@ def sampled(blocks: Blocks, x: Tensor, y: Tensor) -> Tensor:
     return out
 
 
-def spmm(blocks: Blocks, values: Tensor, y: Tensor, transpose: bool = False) -> tuple[Tensor, Order]:
+def spmm(
+    blocks: Blocks,
+    values: Tensor,
+    y: Tensor,
+    transpose: bool = False,
+    into: Tensor | None = None,
+    add: bool = False,
+) -> tuple[Tensor, Order]:
     r""":math:`A y` (or :math:`A^\top y`) of every block: values (H, V), y (B, H, S, E) -> (B, H, L, E)
     (the other way round for the transpose), returned as the tensor it is written in and its memory
-    order (:func:`result_order`; :func:`as_heads_second` gives the (B, H, L, E) view)."""
+    order (:func:`result_order`; :func:`as_heads_second` gives the (B, H, L, E) view).
+
+    With ``into``, a (B, H, L, E) tensor whose rows are contiguous (a view of a larger one, such as a
+    head or a query segment of a whole gradient), the result is written there, or added to what it
+    holds when ``add``, and ``into`` comes back (order ``"head"``): no result of its own is made."""
     p, B, H = blocks.pattern, blocks.batch, blocks.heads
     rows, E = (p.num_cols if transpose else p.num_rows), y.size(-1)
-    order = result_order(blocks, y)
-    shape = {"head": (B, H, rows, E), "token": (B, rows, H, E), "heads_first": (H, B, rows, E)}[order]
-    if E == 0 or blocks.width == 0 or H == 0 or rows == 0:
-        return y.new_zeros(shape), order
-    out = y.new_empty(shape)
+    if into is not None and blocks.fused:  # one kernel call writes its own layout: made, then moved in
+        out = as_heads_second(*spmm(blocks, values, y, transpose))
+        into.add_(out) if add else into.copy_(out)
+        return into, "head"
+    order: Order = "head" if into is not None else result_order(blocks, y)
+    if into is not None:
+        out = into
+    else:
+        shape = {"head": (B, H, rows, E), "token": (B, rows, H, E), "heads_first": (H, B, rows, E)}[order]
+        if E == 0 or blocks.width == 0 or H == 0 or rows == 0:
+            return y.new_zeros(shape), order
+        out = y.new_empty(shape)
+    if E == 0 or H == 0 or rows == 0:
+        return out, order
     if order == "heads_first":
         flat, flat_order = _flat(y)
         matrix = blocks.fused_matrix(values, y.size(2), flat_order, transpose)
@@ -393,14 +431,15 @@ def spmm(blocks: Blocks, values: Tensor, y: Tensor, transpose: bool = False) -> 
     view = as_heads_second(out, order)
     for b, item, start, end in blocks.spans:
         if start == end:
-            view[b].zero_()
+            if not add:
+                view[b].zero_()
             continue
         for h in range(H):
             vals = values[h, start:end]
             if transpose:
                 vals = p.transposed_values(item, vals)
             target = view[b, h]  # (one object as input and output: addmm then skips copying it onto itself)
-            torch.addmm(target, p.matrix(item, vals, transpose), _block(y, b, h), beta=0.0, out=target)
+            torch.addmm(target, p.matrix(item, vals, transpose), _block(y, b, h), beta=1.0 if add else 0.0, out=target)
     return out, order
 
 
@@ -419,4 +458,4 @@ def segment_sum(blocks: Blocks, values: Tensor) -> Tensor:
 
 def expand(blocks: Blocks, per_row: Tensor) -> Tensor:
     """A value per flat row (H, B * L) repeated for each of its values -> (H, V)."""
-    return per_row.repeat_interleave(blocks.counts, dim=1, output_size=blocks.width)
+    return per_row.index_select(1, blocks.value_rows)

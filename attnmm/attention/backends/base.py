@@ -116,6 +116,10 @@ class Backend(ABC):
     #: device without calibrated costs, such a backend ranks after the O(nnz) ones for sparse masks.
     materialises: bool = False
 
+    #: Whether its backward adds input gradients into the problem's :attr:`Problem.sinks
+    #: <attnmm.attention._problem.Problem.sinks>` when they are set (else it returns them).
+    accumulates: bool = False
+
     #: What to change when :meth:`memory_bytes` exceeds the memory available.
     memory_hint: str = "use a sparser mask (fewer allowed pairs), a smaller batch, or fewer heads"
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from attnmm.attention._problem import Problem
+from attnmm.attention._problem import GradSinks, Problem
 from attnmm.attention.backends import _cache
 from attnmm.attention.backends._csr import (
     Blocks,
@@ -64,6 +64,7 @@ class SparseBackend(Backend):
 
     name = "sparse"
     supports = Supports()  # every mask and option
+    accumulates = True  # (its backward adds into a problem's gradient sinks, head by head)
     preference = 60  # after the reference for dense masks (the reference ranks last for sparse ones)
 
     def memory_bytes(self, problem: Problem) -> int:
@@ -107,8 +108,11 @@ class SparseBackend(Backend):
             if not blocks.pattern.batched and B > 1:
                 bias = bias.repeat(1, B)  # (H, B * P), shared over the batch
         # the operands are used as they lie in memory; the output comes back (B, H, L, Ev) or (H, B, L, Ev)
+        sinks = problem.sinks if q.dtype == compute else None  # (a gradient computed in float32 is returned)
         q, k, v = (t.to(compute) for t in (q, k, v))
-        out, weights = _SegmentAttention.apply(q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p)
+        out, weights = _SegmentAttention.apply(
+            q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p, sinks
+        )
         out = as_heads_second(out, result_order(blocks, v)).to(problem.v.dtype)  # (B, H, L, Ev)
         if not problem.return_weights:
             return out, None
@@ -132,17 +136,9 @@ class _SegmentAttention(torch.autograd.Function):
         scale: float,
         score: str,
         dropout_p: float,
+        sinks: GradSinks | None = None,
     ) -> tuple[Tensor, Tensor]:
-        s = sampled(blocks, q, k)  # (H, V)
-        s.mul_(scale)
-        if bias is not None:
-            s.add_(bias)
-        if score == "softmax":
-            m = segment_max(blocks, s)  # (H, B * L)
-            a = s.sub_(expand(blocks, m)).exp_()
-            a.div_(expand(blocks, segment_sum(blocks, a)))  # (H, V)
-        else:
-            a = F.relu(s).div_(expand(blocks, _row_counts(blocks, s.dtype)))
+        a, lse = _weights(blocks, q, k, bias, scale, score)
         keep = None
         weights = a
         if dropout_p > 0:
@@ -152,46 +148,128 @@ class _SegmentAttention(torch.autograd.Function):
         # edits of a view returned by a function with several outputs)
         out, ctx.order = spmm(blocks, weights, v)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, a, keep)
+        # under gradient sinks (a query segment of a split problem, whose caller bounds its memory) the
+        # weights are not kept: the backward recomputes them head by head from each row's log-sum-exp
+        recompute = sinks is not None
+        if recompute:
+            blocks.__dict__.pop("value_rows", None)  # (an index per value: the backward makes it again)
+        ctx.save_for_backward(q, k, v, None if recompute else a, keep, lse if recompute else None,
+                              bias if recompute else None)
         ctx.blocks, ctx.scale, ctx.score, ctx.dropout_p = blocks, scale, score, dropout_p
-        ctx.has_bias = bias is not None
+        ctx.has_bias, ctx.sinks = bias is not None, sinks
         return out, weights
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
-        q, k, v, a, keep = ctx.saved_tensors
+        q, k, v, a, keep, lse, bias = ctx.saved_tensors
         blocks: Blocks = ctx.blocks
-        p = ctx.dropout_p
         if d_out is None:
             d_out = v.new_zeros(q.shape[:-1] + v.shape[-1:])
         else:
             d_out = as_heads_second(d_out, ctx.order)  # (B, H, L, Ev)
-        # in place where a buffer is this function's own: at most three (H, V) values live at once
-        d_a = sampled(blocks, d_out, v)  # dL/d weights, (H, V)
-        if d_weights is not None:
-            d_a.add_(d_weights)
-        if keep is not None:
-            d_a.mul_(keep).div_(1.0 - p)
-        if ctx.score == "softmax":
-            d_s = expand(blocks, segment_sum(blocks, a * d_a)).neg_().add_(d_a).mul_(a)  # a (d_a - sum a d_a)
-        else:
-            d_s = d_a.div_(expand(blocks, _row_counts(blocks, a.dtype))).masked_fill_(a <= 0, 0.0)
-        del d_a
-        d_q = d_k = d_v = None
-        d_bias = d_s if ctx.has_bias and ctx.needs_input_grad[3] else None
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            # the scale folded into the (H, V) scores' gradient, not into the (B, H, L, E) results
-            d_s = d_s * ctx.scale if d_bias is not None else d_s.mul_(ctx.scale)
-        if ctx.needs_input_grad[0]:
-            d_q = as_heads_second(*spmm(blocks, d_s, k))
-        if ctx.needs_input_grad[1]:
-            d_k = as_heads_second(*spmm(blocks, d_s, q, transpose=True))
-        del d_s  # (before the values' gradient is made)
-        if ctx.needs_input_grad[2]:
-            weights = a if keep is None else a * keep / (1.0 - p)
-            d_v = as_heads_second(*spmm(blocks, weights, d_out, transpose=True))
-        return d_q, d_k, d_v, d_bias, None, None, None, None
+        need_q, need_k, need_v, need_bias = ctx.needs_input_grad[:4]
+        need_bias = need_bias and ctx.has_bias
+        # where each input's gradient goes: the caller's sink (added into, then None is returned for it),
+        # or a tensor of its own, written head by head (or, all heads in one call, made by that call)
+        sinks: GradSinks = ctx.sinks or GradSinks()
+        heads = [slice(None)] if blocks.fused else [slice(h, h + 1) for h in range(blocks.heads)]
+        sub = blocks if blocks.fused else blocks.one_head()
+        targets: dict[str, tuple[Tensor | None, bool]] = {}
+        for name, t, need, sink, rows, operand in (
+            ("q", q, need_q, sinks.q, blocks.pattern.num_rows, k),
+            ("k", k, need_k, sinks.k, blocks.pattern.num_cols, q),
+            ("v", v, need_v, sinks.v, blocks.pattern.num_cols, d_out),
+        ):
+            if not need:
+                continue
+            if sink is not None and sink.shape == t.shape and sink.dtype == t.dtype:
+                targets[name] = (sink, True)
+            else:
+                targets[name] = (None if blocks.fused else _result(blocks, operand, rows, t.size(-1)), False)
+
+        def product(name: str, values: Tensor, y: Tensor, transpose: bool, hs: slice) -> None:
+            into, add = targets[name]
+            if into is None:
+                targets[name] = (as_heads_second(*spmm(sub, values, y, transpose)), False)
+            else:
+                spmm(sub, values, y, transpose, into=into[:, hs], add=add)
+
+        d_bias = q.new_empty(blocks.heads, blocks.width) if need_bias else None
+        # larger problems run head by head, so that at most three (1, V) values of one head are in flight
+        # beside the saved weights (or none: they are recomputed head by head)
+        for hs in heads:
+            if a is None:
+                b_h = None if bias is None else bias[hs]
+                lse_h = None if lse is None else lse[hs]  # (the relu's weights need none)
+                a_h = _weights(sub, q[:, hs], k[:, hs], b_h, ctx.scale, ctx.score, lse_h)[0]
+            else:
+                a_h = a[hs]
+            k_h = None if keep is None else keep[hs]
+            d_w = None if d_weights is None else d_weights[hs]
+            d_s = _head_value_grads(ctx, sub, a_h, k_h, d_out[:, hs], v[:, hs], d_w)
+            if d_bias is not None:
+                d_bias[hs] = d_s
+            if "q" in targets or "k" in targets:
+                d_s.mul_(ctx.scale)  # the scale folded into the (h, V) scores' gradient
+            if "q" in targets:
+                product("q", d_s, k[:, hs], False, hs)
+            if "k" in targets:
+                product("k", d_s, q[:, hs], True, hs)
+            del d_s  # (before the values' gradient is made)
+            if "v" in targets:
+                weights = a_h if keep is None else a_h * k_h / (1.0 - ctx.dropout_p)
+                product("v", weights, d_out[:, hs], True, hs)
+                del weights
+            del a_h  # (before the next head's are made)
+        grads = [None if name not in targets or targets[name][1] else targets[name][0] for name in "qkv"]
+        return (*grads, d_bias, None, None, None, None, None)
+
+
+def _weights(
+    blocks: Blocks, q: Tensor, k: Tensor, bias: Tensor | None, scale: float, score: str, lse: Tensor | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """The attention weights (h, V) of the heads of ``q`` (B, h, L, E) over ``k``, and for the softmax each
+    flat row's log-sum-exp of its scores (h, B * L). Given that log-sum-exp (a recomputation), the weights
+    come from it directly, with no reduction; else the row maximum is subtracted before the exponential."""
+    s = sampled(blocks, q, k)  # (h, V)
+    s.mul_(scale)
+    if bias is not None:
+        s.add_(bias)
+    if score != "softmax":
+        return F.relu(s).div_(expand(blocks, _row_counts(blocks, s.dtype))), None
+    if lse is not None:
+        return s.sub_(expand(blocks, lse)).exp_(), lse
+    m = segment_max(blocks, s)  # (h, B * L)
+    a = s.sub_(expand(blocks, m)).exp_()
+    z = segment_sum(blocks, a)
+    a.div_(expand(blocks, z))
+    return a, m.add_(z.log_())
+
+
+def _result(blocks: Blocks, operand: Tensor, rows: int, E: int) -> Tensor:  # noqa: N803
+    """A new (B, H, rows, E) result, laid out in memory as :func:`spmm` would lay it for ``operand``."""
+    B, H = blocks.batch, blocks.heads
+    order = result_order(blocks, operand)
+    shape = {"head": (B, H, rows, E), "token": (B, rows, H, E), "heads_first": (H, B, rows, E)}[order]
+    return as_heads_second(operand.new_empty(shape), order)
+
+
+def _head_value_grads(
+    ctx: Any, blocks: Blocks, a: Tensor, keep: Tensor | None, d_out: Tensor, v: Tensor, d_weights: Tensor | None
+) -> Tensor:
+    r"""The gradient of the scores of some heads, (h, V), from their weights ``a`` (h, V) and the output's
+    gradient: :math:`\partial s = a \odot (\partial a - \sum_{\mathrm{row}} a\,\partial a)` for the
+    softmax, in place on a buffer of its own."""
+    d_a = sampled(blocks, d_out, v)  # dL/d weights, (h, V)
+    if d_weights is not None:
+        d_a.add_(d_weights)
+    if keep is not None:
+        d_a.mul_(keep).div_(1.0 - ctx.dropout_p)
+    if ctx.score == "softmax":
+        row = segment_sum(blocks, a * d_a)
+        return d_a.sub_(expand(blocks, row)).mul_(a)  # a (d_a - sum a d_a)
+    return d_a.div_(expand(blocks, _row_counts(blocks, a.dtype))).masked_fill_(a <= 0, 0.0)
 
 
 def _row_counts(blocks: Blocks, dtype: torch.dtype) -> Tensor:

@@ -233,3 +233,67 @@ def test_a_fixed_shape_segments_mask_inside_the_blocks_of_another(head_dim: int)
     torch.testing.assert_close(out, ref)
     for a, b in zip(grads(out, [q, k, v]), grads(ref, [q, k, v])):
         torch.testing.assert_close(a, b)
+
+
+def _segments_on_the_sparse_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every segment of a split on the sparse kernel (the other backends unavailable)."""
+    for name in list_backends():
+        if name not in ("segments", "sparse"):
+            monkeypatch.setattr(get_backend(name), "available", lambda: "off in this test")
+
+
+MEMORY_MASKS = [
+    # rows reading one key segment, all keys in place, and several laid together; padded segments
+    Segments([6, 5, 3], within=[Window(2, 1), Grid(1, 5, kernel=3), Causal()],
+             links=[[True, False, True], [True, True, False], [True, True, True]], lengths=[[6, 4, 3], [5, 5, 2]]),
+    Segments([9, 4, 2], within=[Window(1, 1), Grid(2, 2, kernel=3), None],
+             links=[[True, False, True], [False, True, False], [True, True, True]]),
+]
+
+
+@pytest.mark.parametrize("token_major", [False, True])
+@pytest.mark.parametrize("mask", MEMORY_MASKS, ids=repr)
+def test_head_by_head_into_shared_buffers(monkeypatch: pytest.MonkeyPatch, mask: Mask, token_major: bool) -> None:
+    """Every segment's backward with the sparse kernel run head by head (as on large problems), its
+    gradients added straight into the shared buffers, weights recomputed: the reference's values and
+    gradients, in the inputs' memory layout (so autograd hands them on without a copy)."""
+    from attnmm.attention.backends import _csr
+
+    L = mask.offsets[-1]
+    base = [randn(2, L, 3, 4, seed=s) if token_major else randn(2, 3, L, 4, seed=s) for s in range(3)]
+    leaves = [t.requires_grad_(True) for t in base]
+    q, k, v = (t.transpose(1, 2) if token_major else t for t in leaves)  # (B, H, L, E) either way
+    ref = attend(q, k, v, mask, backend="reference")
+    theirs = torch.autograd.grad(ref, [q, k, v], torch.ones_like(ref) * 0.3 + ref.detach())
+    monkeypatch.setattr(_csr, "FUSED_VALUES", 0)  # no problem is small enough for one fused call
+    _segments_on_the_sparse_kernel(monkeypatch)
+    problem_ = Problem(q, k, v, mask, scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
+                       packed=False)
+    assert problem_.split is not None and all(r is None or r.backend.name == "sparse" for r in problem_.split.rows)
+    out = attend(q, k, v, mask, backend="segments")
+    torch.testing.assert_close(out, ref)
+    ours = torch.autograd.grad(out, [q, k, v], torch.ones_like(out) * 0.3 + out.detach())
+    for a, b, x in zip(ours, theirs, (q, k, v)):
+        torch.testing.assert_close(a, b)
+        assert a.stride() == x.stride()  # laid out as the input is
+
+
+def test_a_split_keeps_no_value_per_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between forward and backward a split problem keeps its inputs and a few numbers per query, never
+    a value per allowed pair (the sparse kernel's weights are recomputed head by head in the backward)."""
+    from attnmm.attention.backends import _csr
+
+    mask = Segments([64, 64, 4], within=[Window(8, 8), Grid(8, 8, kernel=5), None],
+                    links=[[True, False, True], [False, True, True], [True, True, True]])
+    q, k, v = (randn(1, 2, 132, 4, seed=s).requires_grad_(True) for s in range(3))
+    expected = grads(attend(q, k, v, mask, backend="reference"), [q, k, v])
+    monkeypatch.setattr(_csr, "FUSED_VALUES", 0)
+    _segments_on_the_sparse_kernel(monkeypatch)
+    pairs = Problem(q, k, v, mask, scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
+                    packed=False).allowed_pairs
+    saved: list[int] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        out = attend(q, k, v, mask, backend="segments")
+    assert max(saved) <= q.numel() < pairs // 2  # (the weights: 2 heads x the pairs)
+    for a, b in zip(grads(out, [q, k, v]), expected):
+        torch.testing.assert_close(a, b)

@@ -8,6 +8,7 @@ from _compare import OpSizes, compare, randn
 from _strategies import graph_masks, grid_masks, sequence_masks
 from hypothesis import given
 from hypothesis import strategies as st
+from torch import Tensor
 
 from attnmm import attend
 from attnmm.masks import Causal, Graph, Grid, Mask, Padding, Window
@@ -167,3 +168,36 @@ def test_no_per_pair_copies_of_keys_or_values() -> None:
         out, w = attend(q, k, v, mask, bias=bias, backend="sparse", return_weights=True)
         (out.sum() + w.values.sum()).backward()
     assert sizes.largest < nnz * E, f"{sizes.largest_op} made a tensor of {sizes.largest} elements"
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.4])
+def test_gradient_sinks(monkeypatch: pytest.MonkeyPatch, fused: bool, dropout_p: float) -> None:
+    """Given sinks, the kernel adds its input gradients into them (what they held stays) and returns none
+    for those inputs; the gradients are those it returns without sinks, dropout's draws included."""
+    from attnmm.attention._problem import GradSinks, Problem
+    from attnmm.attention.backends import _csr, get_backend
+
+    if not fused:
+        monkeypatch.setattr(_csr, "FUSED_VALUES", 0)
+    mask = Window(2, 1) & Padding([7, 5])
+    backend = get_backend("sparse")
+
+    def run(sinks: GradSinks | None) -> tuple[Tensor, list[Tensor | None]]:
+        q, k, v = (randn(2, 3, 7, 4, seed=s).requires_grad_(True) for s in range(3))
+        problem = Problem(q, k, v, mask, scale=0.5, dropout_p=dropout_p, score="softmax", bias=None,
+                          return_weights=False, packed=False, sinks=sinks)
+        torch.manual_seed(1)
+        out, _ = backend.forward(problem)
+        g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=out.dtype)
+        return out, list(torch.autograd.grad(out, [q, k, v], g, allow_unused=True))
+
+    out, plain = run(None)
+    held = [torch.full((2, 3, 7, 4), 0.5, dtype=torch.float64) for _ in range(3)]
+    sinks = GradSinks(held[0], held[1], None)  # the values' gradient is returned
+    out_s, returned = run(sinks)
+    torch.testing.assert_close(out_s, out)
+    assert returned[0] is None and returned[1] is None and returned[2] is not None
+    torch.testing.assert_close(held[0], plain[0] + 0.5)
+    torch.testing.assert_close(held[1], plain[1] + 0.5)
+    torch.testing.assert_close(returned[2], plain[2])

@@ -1,0 +1,175 @@
+"""The first call's memory of a split problem, as a fresh process feels it: ``python -m benchmarks.split_memory``.
+
+The mixed-sequence problem (:mod:`benchmarks.mixed_sequence`: 4,096 audio frames, a 64 x 64 patch grid,
+512 text tokens and 16 bottleneck tokens as one ``Segments`` sequence of L = 8,720, H = 4, E = 64, fp32)
+is split into its query segments before dispatch. Each measurement is a fresh process (one thread,
+glibc's ``MALLOC_MMAP_THRESHOLD_=131072`` so that freed blocks leave the process) that warms up with a
+small problem of the same kind (the same modalities and masks at a quarter of the sizes), then makes
+one full-size forward + backward. Reported: the peak resident size during that call above the size
+before it, the part of it beyond what any method returns (the output and the gradients of q, k and v:
+4 x 8.9 MB), both as a multiple of the dense (L, L) bool mask (76 MB), and what the process still holds
+after the call (the gradients and the cache of the mask's forms).
+
+Results go to ``benchmarks/results/split_memory.json``; the table in docs/attention.md (between its
+``split_memory`` markers) is rendered from them (``--render-only`` renders it again from the store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks import mixed_sequence
+from benchmarks._measure import machine_line, process_peak, train_runner
+
+RESULTS = Path(__file__).with_name("results") / "split_memory.json"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "attention.md"
+START, END = "<!-- split_memory:start -->", "<!-- split_memory:end -->"
+
+DENSE = mixed_sequence.LENGTH**2  # bytes of the (L, L) bool mask
+RETURNED = 4 * mixed_sequence.HEADS * mixed_sequence.LENGTH * mixed_sequence.DIM * 4  # output, d_q, d_k, d_v
+
+
+def small_mask() -> Any:
+    """The mixed-sequence mask's kind at a quarter of its sizes (the warm-up): 256 audio frames, a
+    16 x 16 grid, 64 text tokens and 4 bottleneck tokens, each modality linked to itself and the
+    bottleneck, the bottleneck to all."""
+    from attnmm.masks import Causal, Grid, Segments, Window
+
+    sizes = [256, 16 * 16, 64, 4]
+    links = [[c in (a, 3) for c in range(4)] for a in range(3)] + [[True] * 4]
+    return Segments(sizes, within=[Window(32, 32), Grid(16, 16, kernel=7), Causal(), None], links=links)
+
+
+def _inputs(length: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    shape = (1, mixed_sequence.HEADS, length, mixed_sequence.DIM)
+    x = {n: torch.randn(shape, generator=g) for n in ("q", "k", "v", "grad")}
+    for n in ("q", "k", "v"):
+        x[n].requires_grad_(True)
+    return x
+
+
+def child() -> dict[str, int]:
+    """In this (fresh) process: the small warm-up, then the first full-size call's peak and what stays held."""
+    from attnmm import attend
+
+    torch.set_num_threads(1)
+    small = small_mask()
+    warm = _inputs(small.offsets[-1], seed=0)
+    train_runner(lambda q, k, v: attend(q, k, v, small), warm)()
+    del warm
+    x = mixed_sequence.build()
+    peak, held = process_peak(train_runner(lambda q, k, v: attend(q, k, v, mixed_sequence.MASK), x), calls=1)
+    return {"peak": peak, "held": held}
+
+
+def measure(processes: int) -> list[dict[str, int]]:
+    """:func:`child` in ``processes`` fresh processes, one after another."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", OMP_NUM_THREADS="1")
+    runs = []
+    for i in range(processes):
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.split_memory", "--child"], capture_output=True,
+                              text=True, env=env, check=True)
+        run = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+        runs.append(run)
+        print(f"   process {i + 1}: peak {run['peak'] / 1e6:.1f} MB, held {run['held'] / 1e6:.1f} MB", flush=True)
+    return runs
+
+
+def summary(runs: list[dict[str, int]]) -> dict[str, float]:
+    """Medians over the processes, and the spread of the ratio beyond the returned tensors."""
+    beyond = sorted((r["peak"] - RETURNED) / DENSE for r in runs)
+    return {
+        "peak_mb": statistics.median(r["peak"] for r in runs) / 1e6,
+        "held_mb": statistics.median(r["held"] for r in runs) / 1e6,
+        "peak_x": statistics.median(r["peak"] for r in runs) / DENSE,
+        "beyond_x": statistics.median(beyond),
+        "beyond_min": beyond[0],
+        "beyond_max": beyond[-1],
+    }
+
+
+def markdown(stored: dict[str, Any]) -> str:
+    s = summary(stored["runs"])
+    return "\n".join([
+        "| first forward + backward, L = 8,720 | peak | x the (L, L) bool mask | beyond output and gradients "
+        "(min / median / max) | held after |",
+        "|---|---|---|---|---|",
+        f"| split before dispatch | {s['peak_mb']:.1f} MB | {s['peak_x']:.2f} | {s['beyond_min']:.2f} / "
+        f"{s['beyond_x']:.2f} / {s['beyond_max']:.2f} x the mask | {s['held_mb']:.1f} MB |",
+    ])
+
+
+def render_page(page: str, stored: dict[str, Any]) -> str:
+    """``page`` with its section between the markers replaced by the stored run's table."""
+    from benchmarks._page import splice
+
+    section = "\n".join([
+        START,
+        f"<!-- Written by `python -m benchmarks.split_memory` from {RESULTS.relative_to(PAGE.parent.parent)}; "
+        "edit the module, not this section. -->",
+        "",
+        markdown(stored),
+        "",
+        f"{len(stored['runs'])} fresh processes, each after a small warm-up of the same kind, one thread, "
+        f"{stored['machine']}, code at `{stored['commit']}`. The output and the three gradients alone are "
+        f"{RETURNED / 1e6:.1f} MB ({RETURNED / DENSE:.2f} x the mask).{_peer_line()}",
+        END,
+    ])
+    return splice(page, section, START, END)
+
+
+def _peer_line() -> str:
+    """The dense-mask peer's peak on this problem, from the benchmark page's store (its three first calls)."""
+    from benchmarks._page import load, row
+
+    mixed = row(load(), "mixed")
+    if not mixed or not mixed.get("m_peer"):
+        return ""
+    return (f" SDPA handed the dense mask peaks at {mixed['m_peer'] / 1e6:.0f} MB ({mixed['m_peer'] / DENSE:.1f} x "
+            "the mask) over its first three calls ([benchmarks](benchmarks.md), the mixed-sequence row).")
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--render-only", action="store_true", help="render the page's table from the store")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    if opts.child:
+        result = child()
+        print(json.dumps(result))
+        return result
+    if opts.render_only:
+        stored = json.loads(RESULTS.read_text())
+    else:
+        stored = {"machine": machine_line(), "commit": _commit(), "runs": measure(opts.processes)}
+        print(markdown(stored))
+        if opts.no_write:
+            return stored
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps(stored, indent=2) + "\n")
+    PAGE.write_text(render_page(PAGE.read_text(), stored))
+    return stored
+
+
+if __name__ == "__main__":
+    main()
