@@ -289,10 +289,13 @@ class AdditiveGraphAttention(nn.Module):
         out = out.reshape(num_dst, H * C) if self.concat else out.mean(1)  # (N_dst, H*C) or (N_dst, C)
         if residual is not None:
             out = residual.add_(out)  # in place: the projection's output is not needed for its gradient
-        if bias is not None and out.dtype == torch.promote_types(out.dtype, bias.dtype):
+        if bias is not None and out._base is None and out.dtype == torch.promote_types(out.dtype, bias.dtype):
             out = out.add_(bias)  # in place: attend's backward needs none of its outputs
         elif bias is not None:
-            out = out + bias  # e.g. a bf16 output under autocast: promoted, as in PyG
+            # a new tensor: on a view of attend's output (the heads concatenated), an in-place edit would make
+            # autograd copy the whole of it back in the backward (measured: a tenth of the layer's step at
+            # N = 100k); or a bf16 output under autocast, promoted, as in PyG
+            out = out + bias
         if not want:
             return out
         if edges.pairs_returned:  # a Mask adjacency or an extra mask: the allowed pairs

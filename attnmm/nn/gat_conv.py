@@ -130,9 +130,10 @@ class GATConv(AdditiveGraphAttention):
             nn.init.zeros_(self.bias)
 
     def _fold(self, lin: nn.Linear, att: Tensor) -> Tensor:
-        r"""The (D, H) matrix :math:`[\mathbf{a}_h^\top \mathbf{W}_h]_h` giving each head's edge term
-        :math:`\mathbf{a}_h^\top \mathbf{W}_h \mathbf{e}` with one (M, D) @ (D, H) product, without the
-        (M, H, C) edge projections PyG forms."""
+        r"""The (D, H) matrix :math:`[\mathbf{a}_h^\top \mathbf{W}_h]_h` giving each head's term
+        :math:`\mathbf{a}_h^\top \mathbf{W}_h \mathbf{x}` of D features with one (n, D) @ (D, H) product,
+        without the (n, H, C) projections and their products with the attention vector that PyG forms
+        (for the edges: no (M, H, C) projection at all)."""
         H, C = self.heads, self.out_channels
         return torch.einsum("hcf,hc->fh", lin.weight.view(H, C, -1), att.view(H, C))  # (D, H)
 
@@ -157,13 +158,11 @@ class GATConv(AdditiveGraphAttention):
         lin_dst = self.lin if self.lin is not None else self.lin_dst
         assert lin_src is not None and lin_dst is not None
         values = lin_src(x_src).view(-1, H, C)  # (N_src, H, C)
-        # the node terms in PyG's order of operations, so that scores next to the LeakyReLU's kink fall
-        # on the same side of it as in PyG (and the gradients agree there too)
-        a_src = (values * self.att_src).sum(-1)  # (N_src, H): a_s^T W_s x_j
-        a_dst = None
-        if x_dst is not None:
-            targets = values if self.lin is not None and x_dst is x_src else lin_dst(x_dst).view(-1, H, C)
-            a_dst = (targets * self.att_dst).sum(-1)  # (N_dst, H): a_d^T W_d x_i
+        # the node terms a_s^T W_s x_j and a_d^T W_d x_i, each one (N, F) @ (F, H) product with the folded
+        # weights (:meth:`_fold`) rather than a product and a sum over the (N, H, C) projections (PyG's
+        # order, equal up to rounding); the targets' projection is not needed at all
+        a_src = x_src @ self._fold(lin_src, self.att_src)  # (N_src, H)
+        a_dst = None if x_dst is None else x_dst @ self._fold(lin_dst, self.att_dst)  # (N_dst, H)
         edges = self.edges(edge_index, num_src, num_dst, mask, x_src.device)
         attr = self.edge_features(edges, edge_attr) if self.lin_edge is not None else None
         w_edge = None

@@ -312,10 +312,10 @@ def _block(t: Tensor, b: int, h: int) -> Tensor:
     when it is, else a copy (the kernels read a strided block slower than a copy of it costs: measured
     2.4x for ``sampled_addmm`` and 1.4x for ``addmm`` at n = 100k, E = 64 with its rows 4 heads apart)."""
     block = t[b, h]
-    return block if _head_major(block.view(1, 1, *block.shape)) else block.contiguous()
+    return block if head_major(block.view(1, 1, *block.shape)) else block.contiguous()
 
 
-def _head_major(t: Tensor) -> bool:
+def head_major(t: Tensor) -> bool:
     """Whether every (b, h) block of ``t`` (B, H, n, E) is a contiguous matrix (n, E): what the CSR kernels
     take without a copy (the blocks need not follow each other: a slice of the rows of a longer
     sequence qualifies)."""
@@ -356,7 +356,7 @@ def result_order(blocks: Blocks, y: Tensor) -> Order:
     else head-major."""
     if blocks.fused:
         return "heads_first"
-    return "token" if not _head_major(y) and y.transpose(1, 2).is_contiguous() else "head"
+    return "token" if not head_major(y) and y.transpose(1, 2).is_contiguous() else "head"
 
 
 def as_heads_second(t: Tensor, order: Order) -> Tensor:

@@ -15,6 +15,7 @@ from attnmm.attention.backends._csr import (
     Blocks,
     as_heads_second,
     expand,
+    head_major,
     result_order,
     sampled,
     segment_max,
@@ -207,7 +208,10 @@ class _SegmentAttention(torch.autograd.Function):
                 a_h = a[hs]
             k_h = None if keep is None else keep[hs]
             d_w = None if d_weights is None else d_weights[hs]
-            d_s = _head_value_grads(ctx, sub, a_h, k_h, d_out[:, hs], v[:, hs], d_w)
+            # one head's output gradient, read by two kernels: copied once if its rows lie apart (as in
+            # the packed (N, H, E) layout), not once per kernel
+            d_out_h = d_out[:, hs] if blocks.fused or head_major(d_out[:, hs]) else d_out[:, hs].contiguous()
+            d_s = _head_value_grads(ctx, sub, a_h, k_h, d_out_h, v[:, hs], d_w)
             if d_bias is not None:
                 d_bias[hs] = d_s
             if "q" in targets or "k" in targets:
@@ -219,7 +223,7 @@ class _SegmentAttention(torch.autograd.Function):
             del d_s  # (before the values' gradient is made)
             if "v" in targets:
                 weights = a_h if keep is None else a_h * k_h / (1.0 - ctx.dropout_p)
-                product("v", weights, d_out[:, hs], True, hs)
+                product("v", weights, d_out_h, True, hs)
                 del weights
             del a_h  # (before the next head's are made)
         grads = [None if name not in targets or targets[name][1] else targets[name][0] for name in "qkv"]
