@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchmarks.speech_strings import END, FRAME_MS, START, _recipe
+from benchmarks.speech_strings import END, FRAME_MS, START, _recipe, mask_of
 
 
 def _run_line(run: dict[str, Any]) -> str:
@@ -15,31 +15,92 @@ def _run_line(run: dict[str, Any]) -> str:
 
 #: "Pays": at least this much below Full (0.9: 10% less), so that noise does not decide it.
 PAYS = 0.9
-#: A DER difference counts only beyond this many standard errors of the difference (binomial, digits
-#: taken as independent), besides :data:`PAYS`.
+#: A DER difference of models without per-recording errors counts only beyond this many standard errors of
+#: the difference (binomial, digits taken as independent), besides :data:`PAYS`.
 DER_SE = 2.0
+
+#: Resamples of the test recordings in :func:`recording_bootstrap`, and its interval (95%).
+RESAMPLES, LEVEL = 2000, 0.95
+
+
+def recording_bootstrap(
+    a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float, float]:
+    """The difference of DER between two models, ``a`` minus ``b``, and its :data:`LEVEL` interval from
+    resampling the test recordings. Each run is a ``per_take`` record (:func:`benchmarks.speech_strings.
+    decode_der`: the edits charged to each recording over the strings that reuse it, and its digits), one
+    per training seed, all on the same strings; each recording's edits are averaged over the seeds.
+    The strings reuse recordings, so the recordings, not the digits, are the units resampled.
+
+    Examples:
+        >>> a = [{"ids": [0, 1, 2, 3], "errors": [2, 0, 1, 1], "digits": [10, 10, 10, 10]}]
+        >>> b = [{"ids": [0, 1, 2, 3], "errors": [4, 2, 3, 3], "digits": [10, 10, 10, 10]}]
+        >>> diff, lo, hi = recording_bootstrap(a, b)
+        >>> round(diff, 3), lo < diff < hi < 0
+        (-0.05, True)
+    """
+    import torch
+
+    ids = sorted(set.intersection(*(set(r["ids"]) for r in [*a_runs, *b_runs])))
+
+    def mean_errors(runs: list[dict[str, Any]]) -> tuple[Any, Any]:
+        per = [dict(zip(r["ids"], zip(r["errors"], r["digits"], strict=True), strict=True)) for r in runs]
+        errors = torch.tensor([[p[i][0] for i in ids] for p in per], dtype=torch.float64).mean(0)
+        return errors, torch.tensor([per[0][i][1] for i in ids], dtype=torch.float64)
+
+    (ea, digits), (eb, _) = mean_errors(a_runs), mean_errors(b_runs)
+    g = torch.Generator().manual_seed(seed)
+    draws = torch.randint(len(ids), (resamples, len(ids)), generator=g)
+    ones = torch.ones_like(draws, dtype=torch.float64)
+    counts = torch.zeros(resamples, len(ids), dtype=torch.float64).scatter_add_(1, draws, ones)  # of each recording
+    diffs = (counts @ ea - counts @ eb) / (counts @ digits)
+    tail = (1 - LEVEL) / 2
+    lo, hi = torch.quantile(diffs, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    return float((ea.sum() - eb.sum()) / digits.sum()), lo, hi
+
+
+def _significant(a: dict[str, Any], b: dict[str, Any], key: str, se: str | None) -> float:
+    """How ``a`` differs from ``b`` in ``key`` beyond noise: -1 below, +1 above, 0 within it. By the
+    recording bootstrap where both rows carry per-recording errors (``runs``), else by :data:`DER_SE`
+    binomial standard errors (``se``), else any difference counts."""
+    if a.get("runs") and b.get("runs"):
+        _, lo, hi = recording_bootstrap(a["runs"], b["runs"])
+        return -1.0 if hi < 0 else 1.0 if lo > 0 else 0.0
+    if se is None:
+        return float(math.copysign(1.0, a[key] - b[key])) if a[key] != b[key] else 0.0
+    margin = DER_SE * math.hypot(a[se], b[se])
+    return -1.0 if b[key] - a[key] > margin else 1.0 if a[key] - b[key] > margin else 0.0
 
 
 def crossover(rows: list[dict[str, Any]], key: str, mask: str, full: str = "Full", se: str | None = None) -> int | None:
     """The fewest digits from which ``mask`` needs at most :data:`PAYS` times Full's ``key`` at every
     longer length measured (``None``: not even at the longest). With ``se`` (the key of each row's
-    standard error), the difference must also exceed :data:`DER_SE` standard errors."""
+    standard error), the difference must also be beyond noise (:func:`_significant`: the recording
+    bootstrap's interval below 0 where the rows carry per-recording errors, else :data:`DER_SE`
+    standard errors)."""
     by = {(r["mask"], r["digits"]): r for r in rows}
     best = None
     for n in sorted({r["digits"] for r in rows}, reverse=True):
         if (mask, n) not in by or (full, n) not in by:
             break
         a, b = by[(mask, n)], by[(full, n)]
-        if a[key] > PAYS * b[key] or (se is not None and b[key] - a[key] <= DER_SE * math.hypot(a[se], b[se])):
+        if a[key] > PAYS * b[key] or (se is not None and _significant(a, b, key, se) >= 0):
             break
         best = n
     return best
 
 
+def _noise(rows: list[dict[str, Any]]) -> str:
+    """What decides that a DER difference is beyond noise, for these rows."""
+    if all(r.get("runs") for r in rows):
+        return f"its {round(100 * LEVEL)}% recording-bootstrap interval"
+    return f"{DER_SE:g} standard errors"
+
+
 def _pays(rows: list[dict[str, Any]], mask: str, key: str, what: str, se: str | None = None) -> str:
     """Where ``mask`` starts to pay in ``key``, in words."""
     n, pct = crossover(rows, key, mask, se=se), round(100 * (1 - PAYS))
-    below = f"{pct}%" + (f" and {DER_SE:g} standard errors" if se else "") + " below Full's"
+    below = f"{pct}%" + (f" and by {_noise(rows)}" if se else "") + " below Full's"
     if n is None:
         return f"{what} is not {below} even at {_digits(max(r['digits'] for r in rows))}"
     at = next(r for r in rows if r["mask"] == mask and r["digits"] == n)
@@ -48,18 +109,27 @@ def _pays(rows: list[dict[str, Any]], mask: str, key: str, what: str, se: str | 
 
 
 def _der_rows(models: dict[str, Any], decoding: str | None) -> list[dict[str, Any]]:
-    """One row per (mask, length): ``der`` and its binomial standard error ``se``, greedy (``None``) or
-    by the recipe's decoding (models without it are left out)."""
-    rows = []
-    for m, model in models.items():
+    """One row per (mask, length), over the mask's training seeds: ``der`` (their mean), ``se`` (one
+    binomial standard error of one seed's, or the seeds' sample standard deviation), ``seeds``, and
+    ``runs`` (each seed's per-recording errors, when every seed's model has them), greedy (``None``) or by
+    the recipe's decoding (models without it are left out)."""
+    grouped: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for key, model in models.items():
         for d in model.get("der", []):
             r = d if decoding is None else d.get("recipe")
-            if r is None:
-                continue
-            p = r["der"]
-            rows.append({"mask": m, "digits": d["length"], "der": p, "string_acc": r["string_acc"],
-                         "se": math.sqrt(max(p * (1 - p), 0.0) / r["digits"]), "count": r["digits"],
-                         "strings": r["strings"]})
+            if r is not None:
+                grouped.setdefault((mask_of(key), d["length"]), []).append(r)
+    rows = []
+    for (m, n), runs in grouped.items():
+        ders = [r["der"] for r in runs]
+        p = sum(ders) / len(ders)
+        if len(runs) > 1:
+            spread = math.sqrt(sum((x - p) ** 2 for x in ders) / (len(ders) - 1))
+        else:
+            spread = math.sqrt(max(p * (1 - p), 0.0) / runs[0]["digits"])
+        rows.append({"mask": m, "digits": n, "der": p, "string_acc": sum(r["string_acc"] for r in runs) / len(runs),
+                     "se": spread, "seeds": len(runs), "count": runs[0]["digits"], "strings": runs[0]["strings"],
+                     "runs": [r["per_take"] for r in runs] if all("per_take" in r for r in runs) else None})
     return rows
 
 
@@ -80,7 +150,14 @@ def _der_section(models: dict[str, Any]) -> list[str]:
     decodings = [None, *sorted({d["recipe"]["decoding"] for r in measured.values() for d in r["der"] if "recipe" in d})]
     by = {(dec, r["mask"], r["digits"]): r for dec in decodings for r in _der_rows(measured, dec)}
     lengths = sorted({n for _, _, n in by})
-    masks = sorted(measured, key=lambda m: (m != "Full", m))
+    masks = sorted({mask_of(k) for k in measured}, key=lambda m: (m != "Full", m))
+    seeds = {m: sum(mask_of(k) == m for k in measured) for m in masks}
+    several = [m for m in masks if seeds[m] > 1]
+    spread = ("± is the sample standard deviation over the training seeds (their number in the table) for a mask "
+              "trained with several, one binomial standard error (digits taken as independent, the test strings' "
+              "noise only) for a mask trained once" if several else
+              "± is one binomial standard error (digits taken as independent): it covers the choice of test "
+              "strings, not the training run (one seed per mask)")
     counts = ", ".join(f"{_digits(n)}: {r['strings']} strings" for n in lengths
                        for r in [next(v for k, v in by.items() if k[2] == n)])
     data = _recipe()["data"]["init_args"]
@@ -91,17 +168,17 @@ def _der_section(models: dict[str, Any]) -> list[str]:
         f"all trained on strings of {data['min_digits']}-{data['max_digits']} digits, at most "
         f"{data['max_seconds']:g} s), decoded greedily (CTC best path){also}, on test strings of exactly n "
         f"digits drawn like the recipe's test strings from the test takes, test seed {data['test_seed']} "
-        f"({counts}; the same strings for every mask). ± is one binomial standard error (digits taken as "
-        "independent): it covers the choice of test strings, not the training run (one seed per mask).", "",
-        "| mask | training | decoding | " + " | ".join(_digits(n) for n in lengths) + " |",
-        "|---|---|---|" + "---|" * len(lengths),
+        f"({counts}; the same strings for every mask; the mean over the training seeds). {spread}.", "",
+        "| mask | training | seeds | decoding | " + " | ".join(_digits(n) for n in lengths) + " |",
+        "|---|---|---|---|" + "---|" * len(lengths),
     ]
     for m in masks:
+        first = next(r for k, r in measured.items() if mask_of(k) == m)
         for dec in decodings:
             cells = [by.get((dec, m, n)) for n in lengths]
             if not any(cells):
                 continue
-            lines.append(f"| {m} | {_budget(measured[m])} | {dec or 'greedy'} | " + " | ".join(
+            lines.append(f"| {m} | {_budget(first)} | {seeds[m]} | {dec or 'greedy'} | " + " | ".join(
                 f"{100 * c['der']:.2f} ± {100 * c['se']:.2f}" if c else "-" for c in cells) + " |")
     lines.append("")
     return lines
@@ -120,10 +197,10 @@ def _der_pays(models: dict[str, Any], mask: str) -> list[str]:
         text = _pays(rows, mask, "der", f"{dec or 'greedy'} DER", se="se")
         by = {(r["mask"], r["digits"]): r for r in rows}
         worse = [n for (m, n), a in sorted(by.items()) if m == mask and (b := by.get(("Full", n)))
-                 and a["der"] - b["der"] > DER_SE * math.hypot(a["se"], b["se"])]
+                 and _significant(a, b, "der", "se") > 0]
         if worse:
             at = ", ".join(map(str, worse[:-1])) + (" and " if len(worse) > 1 else "") + _digits(worse[-1])
-            text += f" (above Full's by more than {DER_SE:g} standard errors at {at})"
+            text += f" (above Full's beyond {_noise(rows)} at {at})"
         said.append(text)
     if _budget(models[mask]) != _recipe_budget():
         said[-1] += f" (both trained {_budget(models[mask])}, a reduced budget)"
@@ -138,11 +215,14 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
     lines = [
         "### Where truncation pays: step time, memory and error by string length", "",
         "Where each truncated mask starts to pay against Full, measured: the fewest digits from which it "
-        f"pays at every longer length measured (at least {round(100 * (1 - PAYS))}% below Full's; for DER "
-        f"also by more than {DER_SE:g} binomial standard errors of the test strings, one training run per "
-        "mask):", "",
+        f"pays at every longer length measured (at least {round(100 * (1 - PAYS))}% below Full's; for DER, "
+        "the mean over the training seeds, also beyond noise: where each model kept its errors per test "
+        f"recording, the {round(100 * LEVEL)}% interval of the difference from resampling the test recordings "
+        f"({RESAMPLES} resamples; the strings reuse recordings, so digits are not independent), each "
+        f"recording's errors averaged over the seeds, lies below 0; for older runs without them, by more than "
+        f"{DER_SE:g} binomial standard errors of one training run):", "",
     ]
-    for m in masks + sorted(m for m in models if m not in masks and m != "Full"):
+    for m in masks + sorted({mask_of(k) for k in models} - set(masks) - {"Full"}):
         if m != "Full":
             cost = [_pays(rows, m, "step_s", "step time"), _pays(rows, m, "peak_mb", "peak memory")] if m in masks \
                 else ["step time and memory not measured (not a mask of the cost part)"]

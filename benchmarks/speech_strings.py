@@ -21,6 +21,12 @@ mask changed. Parts (``--parts``, default ``cost,train``):
 - ``reference``: the streaming measurement of a checkpoint trained elsewhere (``--checkpoint``, e.g.
   the recipe's own run at its full budget; ``--budget`` says how it was trained).
 
+Training seeds: ``--seed N`` trains (or evaluates) the models of seed N, stored as ``MASK (seed N)`` (seed
+0 under the mask's name); the page reports each mask's DER as the mean over its seeds. Each decoding
+keeps the errors charged to every test recording (:func:`aligned_errors`), so that whether a mask's DER
+differs from Full's is decided by resampling the recordings (the strings reuse them), each recording's
+errors averaged over the seeds (:func:`benchmarks._speech_strings_page.recording_bootstrap`).
+
 Results go to ``benchmarks/results/speech_strings.json`` (each part and each trained model with the
 command, machine and time of its run); the section of ``docs/recipes/speech.md`` between the
 ``speech_strings`` markers is rendered from them (``--render-only`` renders alone). The checkpoints
@@ -94,6 +100,20 @@ def _slug(mask: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in mask).strip("_").lower()
 
 
+def model_key(mask: str, seed: int) -> str:
+    """The store's key of the model of ``mask`` trained with ``seed``: the mask alone for seed 0."""
+    return mask if seed == 0 else f"{mask} (seed {seed})"
+
+
+def mask_of(key: str) -> str:
+    """The mask of a model key (:func:`model_key`)."""
+    return key.split(" (seed ")[0]
+
+
+def _checkpoint(mask: str, seed: int) -> Path:
+    return CKPT_DIR / f"{_slug(model_key(mask, seed))}.ckpt"
+
+
 def build_task(mask: str, decoding: str | None = None) -> Any:
     """The recipe's SequenceTask (fresh weights) with ``mask`` (and ``decoding``, when given)."""
     import jsonargparse
@@ -142,20 +162,58 @@ def _edits(ref: list[int], hyp: list[int]) -> int:
     return prev[-1]
 
 
-def decode_der(task: Any, strings: Any, batch_size: int = 16, decoding: str = "greedy") -> dict[str, float]:
+def aligned_errors(ref: list[int], hyp: list[int]) -> list[int]:
+    """The edits of one minimum-edit alignment of ``hyp`` to ``ref``, charged to the reference digits: a
+    substitution or deletion to its digit, an insertion to the reference digit before it (the first one
+    when it comes first). Their sum is the edit distance; an empty reference gets none."""
+    n, m = len(ref), len(hyp)
+    if n == 0:
+        return []
+    d = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n + 1):
+        d[i][0] = i
+    for j in range(m + 1):
+        d[0][j] = j
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]))
+    errors, i, j = [0] * n, n, m
+    while i > 0 or j > 0:
+        if i > 0 and j > 0 and d[i][j] == d[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]):
+            errors[i - 1] += int(ref[i - 1] != hyp[j - 1])
+            i, j = i - 1, j - 1
+        elif i > 0 and d[i][j] == d[i - 1][j] + 1:  # a deletion of ref[i - 1]
+            errors[i - 1] += 1
+            i -= 1
+        else:  # an insertion before ref[i] (after ref[i - 1])
+            errors[max(i - 1, 0)] += 1
+            j -= 1
+    return errors
+
+
+def decode_der(task: Any, strings: Any, batch_size: int = 16, decoding: str = "greedy") -> dict[str, Any]:
     """Digit error rate (edits / reference digits) and exact strings of ``task`` on ``strings``, decoded by
-    ``decoding`` (``SequenceTask.transcribe``; default greedy CTC)."""
+    ``decoding`` (``SequenceTask.transcribe``; default greedy CTC), and ``per_take``: the edits charged to
+    each test recording (:func:`aligned_errors`, summed over the strings that reuse it) and its digits, so
+    that a comparison can resample recordings (:func:`benchmarks._speech_strings_page.recording_bootstrap`)."""
     from attnmm.data import collate_digit_strings
 
     task.eval()
     edits = digits = exact = 0
+    per_take: dict[int, list[int]] = {}
     for start in range(0, len(strings), batch_size):
-        items = [strings[i] for i in range(start, min(start + batch_size, len(strings)))]
+        index = range(start, min(start + batch_size, len(strings)))
+        items = [strings[i] for i in index]
         batch = collate_digit_strings(items)
-        for hyp, (_, ref) in zip(task.transcribe(batch, decoding), items, strict=True):
-            e = _edits(list(ref), hyp)
-            edits, digits, exact = edits + e, digits + len(ref), exact + (hyp == list(ref))
-    return {"strings": len(strings), "digits": digits, "der": edits / digits, "string_acc": exact / len(strings)}
+        for i, hyp, (_, ref) in zip(index, task.transcribe(batch, decoding), items, strict=True):
+            errors = aligned_errors(list(ref), hyp)
+            for take, e in zip(strings.plans[i].takes, errors, strict=True):
+                seen = per_take.setdefault(int(take), [0, 0])
+                seen[0], seen[1] = seen[0] + e, seen[1] + 1
+            edits, digits, exact = edits + sum(errors), digits + len(ref), exact + (hyp == list(ref))
+    ids = sorted(per_take)
+    return {"strings": len(strings), "digits": digits, "der": edits / digits, "string_acc": exact / len(strings),
+            "per_take": {"ids": ids, "errors": [per_take[t][0] for t in ids], "digits": [per_take[t][1] for t in ids]}}
 
 
 def stream_eval(task: Any, strings: Any, count: int, piece: int = 800) -> dict[str, Any]:
@@ -305,8 +363,8 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
 
     recipe = _recipe()
     CKPT_DIR.mkdir(parents=True, exist_ok=True)
-    ckpt = CKPT_DIR / f"{_slug(mask)}.ckpt"
-    print(f"== train {mask}: {opts.num_train} strings x {opts.epochs} epochs", flush=True)
+    ckpt = _checkpoint(mask, opts.seed)
+    print(f"== train {mask}, seed {opts.seed}: {opts.num_train} strings x {opts.epochs} epochs", flush=True)
     L.seed_everything(opts.seed, verbose=False)
     task = build_task(mask)
     data_args = {**recipe["data"]["init_args"], "num_train": opts.num_train}
@@ -372,7 +430,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stream-strings", type=int, default=200)
     parser.add_argument("--checkpoint", help="checkpoint of the reference part")
     parser.add_argument("--budget", default="recipe budget", help="how the reference checkpoint was trained")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="training seed (train, eval); seed 0's model is stored "
+                        "under the mask's name, another's as 'MASK (seed N)'")
     parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--render-only", action="store_true", help="render the docs section from the stored results")
@@ -405,11 +464,12 @@ def main(argv: list[str] | None = None) -> None:
                     if mask not in MASKS:
                         parser.error(f"unknown mask {mask!r}; choose from {list(MASKS)}")
                     started = time.perf_counter()
+                    key = model_key(mask, opts.seed)
                     if part == "train":
-                        result = train(opts, mask)
+                        result = {"seed": opts.seed, **train(opts, mask)}
                     else:
-                        result = {**store["models"][mask], **evaluate(mask, CKPT_DIR / f"{_slug(mask)}.ckpt", opts)}
-                    save("models", result, started, sub=mask)
+                        result = {**store["models"][key], **evaluate(mask, _checkpoint(mask, opts.seed), opts)}
+                    save("models", result, started, sub=key)
             else:
                 parser.error(f"unknown part {part!r}; choose from cost, train, eval, reference")
     from benchmarks._speech_strings_page import render_page, render_section  # (the page reads this module's setup)
