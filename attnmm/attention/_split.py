@@ -279,7 +279,7 @@ class SplitAttention(torch.autograd.Function):
             leaves = [t.detach().requires_grad_(needs) for t, needs in zip(inputs, ctx.needs_input_grad)]
             sinks = GradSinks() if row.backend.accumulates else None
             with torch.enable_grad():
-                out = _run_row(problem, split, row, *leaves, sinks=sinks)
+                out = _run_row(problem, split, row, leaves[0], leaves[1], leaves[2], sinks=sinks)
             # the graph is kept by its edge alone: the row's output goes once it is copied into the whole
             ctx.graphs.append((get_gradient_edge(out), leaves, sinks) if out.requires_grad else None)
             outs.append(out.detach())
@@ -307,9 +307,10 @@ class SplitAttention(torch.autograd.Function):
             return t.zero_() if g is None else t.copy_(g)
 
         def buffer(i: int) -> Tensor:
-            if grads[i] is None:
-                grads[i] = laid_out(i)
-            return grads[i]
+            made = grads[i]
+            if made is None:
+                made = grads[i] = laid_out(i)
+            return made
 
         def region(i: int, a: int, row: Row, t: Tensor) -> Tensor | None:
             """The rows of the whole gradient ``t`` of input ``i`` that segment ``a`` reads."""

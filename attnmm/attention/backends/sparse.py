@@ -222,7 +222,7 @@ class _SegmentAttention(torch.autograd.Function):
                 product("k", d_s, q[:, hs], True, hs)
             del d_s  # (before the values' gradient is made)
             if "v" in targets:
-                weights = a_h if keep is None else a_h * k_h / (1.0 - ctx.dropout_p)
+                weights = a_h if keep is None else a_h * keep[hs] / (1.0 - ctx.dropout_p)
                 product("v", weights, d_out_h, True, hs)
                 del weights
             del a_h  # (before the next head's are made)
