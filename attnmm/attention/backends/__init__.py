@@ -7,6 +7,7 @@ tests read the registry and the declarations; nothing else names a backend.
 
 from __future__ import annotations
 
+from attnmm.attention._problem import GradSinks
 from attnmm.attention.backends._cache import budget as cache_budget
 from attnmm.attention.backends._cache import set_budget as set_cache_budget
 from attnmm.attention.backends._registry import get_backend, list_backends, register_backend, unregister_backend
@@ -31,6 +32,7 @@ __all__ = [
     "BandBackend",
     "Backend",
     "FlexBackend",
+    "GradSinks",
     "MaskedSDPABackend",
     "ReferenceBackend",
     "SDPABackend",
