@@ -37,6 +37,13 @@ def splice(page: str, section: str, start: str, end: str) -> str:
     return page.rstrip("\n") + "\n\n" + section
 
 
+def generated(page: str, start: str, end: str, command: str, store: Path, body: list[str]) -> str:
+    """``page`` with its section between ``start`` and ``end`` replaced by ``body`` (lines of Markdown),
+    headed by the note that ``command`` writes it from ``store`` (a path under the repository)."""
+    note = f"<!-- Written by `{command}` from {store.relative_to(ROOT)}; edit the module, not this section. -->"
+    return splice(page, "\n".join([start, note, "", *body, end]), start, end)
+
+
 def load(path: Path = STORE) -> Store:
     """The stored results of the last run."""
     return json.loads(path.read_text())

@@ -138,20 +138,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def render_page(page: str, stored: dict[str, Any]) -> str:
     """``page`` with its section between the markers replaced by the stored run's table."""
-    section = "\n".join([
-        START,
-        f"<!-- Written by `python -m benchmarks.plan_per_forward` from {RESULTS.relative_to(PAGE.parent.parent)}; "
-        "edit the module, not this section. -->",
-        "",
-        markdown(stored["rows"]),
-        "",
-        f"Fastest of {stored['rounds']} alternating rounds per side, {stored['threads']} thread(s), "
-        f"{stored['machine']}.",
-        END,
-    ])
-    from benchmarks._page import splice
+    from benchmarks._page import generated
 
-    return splice(page, section, START, END)
+    footer = (f"Fastest of {stored['rounds']} alternating rounds per side, {stored['threads']} thread(s), "
+              f"{stored['machine']}.")
+    return generated(page, START, END, "python -m benchmarks.plan_per_forward", RESULTS,
+                     [markdown(stored["rows"]), "", footer])
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

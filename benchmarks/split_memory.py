@@ -111,21 +111,14 @@ def markdown(stored: dict[str, Any]) -> str:
 
 def render_page(page: str, stored: dict[str, Any]) -> str:
     """``page`` with its section between the markers replaced by the stored run's table."""
-    from benchmarks._page import splice
+    from benchmarks._page import generated
 
-    section = "\n".join([
-        START,
-        f"<!-- Written by `python -m benchmarks.split_memory` from {RESULTS.relative_to(PAGE.parent.parent)}; "
-        "edit the module, not this section. -->",
-        "",
-        markdown(stored),
-        "",
+    footer = (
         f"{len(stored['runs'])} fresh processes, each after a small warm-up of the same kind, one thread, "
         f"{stored['machine']}, code at `{stored['commit']}`. The output and the three gradients alone are "
-        f"{RETURNED / 1e6:.1f} MB ({RETURNED / DENSE:.2f} x the mask).{_peer_line()}",
-        END,
-    ])
-    return splice(page, section, START, END)
+        f"{RETURNED / 1e6:.1f} MB ({RETURNED / DENSE:.2f} x the mask).{_peer_line()}"
+    )
+    return generated(page, START, END, "python -m benchmarks.split_memory", RESULTS, [markdown(stored), "", footer])
 
 
 def _peer_line() -> str:

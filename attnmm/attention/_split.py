@@ -76,24 +76,25 @@ def _stand_in(like: Tensor, *shape: int) -> Tensor:
     return base.expand(*shape)
 
 
+def _like(problem: Problem, q: Tensor, k: Tensor, v: Tensor, mask: Mask, sinks: GradSinks | None = None) -> Problem:
+    """A problem of ``q``, ``k``, ``v`` under ``mask`` with ``problem``'s options (no bias, no weights
+    returned, the padded layout), its backend's gradients going to ``sinks`` where it can."""
+    return Problem(q, k, v, mask, scale=problem.scale, dropout_p=problem.dropout_p, score=problem.score, bias=None,
+                   return_weights=False, packed=False, sinks=sinks)
+
+
 def _sub(problem: Problem, rows: int, keys: int, mask: Mask) -> Problem:
     """A problem of ``rows`` of ``problem``'s queries over ``keys`` keys under ``mask``, on stand-ins
     (itself split when its mask is made of blocks)."""
     q, k, v = problem.q, problem.k, problem.v
     B, H = problem.B, problem.H
-    sub = Problem(
+    return _like(
+        problem,
         _stand_in(q, B, H, rows, q.size(-1)),  # (B, H, n_a, E)
         _stand_in(k, B, H, keys, k.size(-1)),
         _stand_in(v, B, H, keys, v.size(-1)),
         mask,
-        scale=problem.scale,
-        dropout_p=problem.dropout_p,
-        score=problem.score,
-        bias=None,
-        return_weights=False,
-        packed=False,
     )
-    return sub
 
 
 def split_problem(problem: Problem) -> Split | None:
@@ -162,22 +163,12 @@ def _width(problem: Problem, row: Row) -> int:
     return problem.S if row.keys == "all" else sum(sizes[c] for c in row.linked)
 
 
-def row_problem(problem: Problem, row: Row, q: Tensor, k: Tensor, v: Tensor, sinks: GradSinks | None = None) -> Problem:
+def row_problem(
+    problem: Problem, row: Row, q: Tensor, k: Tensor, v: Tensor, sinks: GradSinks | None = None
+) -> Problem:
     """``row``'s problem on the tensors ``q`` (its queries) and ``k``, ``v`` (its keys), its backend's
     gradients going to ``sinks`` where it can."""
-    sub = Problem(
-        q,
-        k,
-        v,
-        row.mask,
-        scale=problem.scale,
-        dropout_p=problem.dropout_p,
-        score=problem.score,
-        bias=None,
-        return_weights=False,
-        packed=False,
-        sinks=sinks,
-    )
+    sub = _like(problem, q, k, v, row.mask, sinks)
     sub.__dict__["split"] = row.split  # (worked out with the row)
     return sub
 
