@@ -26,3 +26,13 @@ def test_the_page_section_is_the_stored_table() -> None:
     once = render_page(page, stored)
     assert "abc1234" in once and "old" not in once and once.endswith("after\n")
     assert render_page(once, stored) == once
+
+
+def test_the_documented_command_measures_in_a_fresh_process() -> None:
+    """``python -m benchmarks.split_memory`` (one process here, nothing written): the first full-size call's
+    peak lies above what any method returns and below the dense mask's four times over."""
+    from benchmarks.split_memory import main
+
+    stored = main(["--processes", "1", "--no-write"])
+    (run,) = stored["runs"]
+    assert RETURNED < run["peak"] < 4 * DENSE and run["held"] > 0
