@@ -42,8 +42,9 @@ def test_a_tu_set_is_one_flag_away(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize("name,labels", [("PROTEINS", 3), ("MUTAG", 7)])
 def test_the_tu_config_serves_every_set_by_name(name: str, labels: int, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """graph_graph_tu.yaml runs any TU set and fold by ``--data.name`` and ``--data.fold`` alone: mean pooling (chosen on validation),
-    the encodings computed by the data, the input width from the node labels (MUTAG's edge labels unused)."""
+    """graph_graph_tu.yaml runs any TU set and fold by ``--data.name`` and ``--data.fold`` alone: mean pooling
+    (chosen on validation), the encodings computed by the data, the input width from the node labels (MUTAG's
+    edge labels unused)."""
     write_tu(tmp_path / "data", name=name, graphs=30, node_labels=labels, edge_labels=4 if name == "MUTAG" else None)
     config = Path(__file__).parents[2] / "recipes" / "configs" / "graph_graph_tu.yaml"
     args = [f"--config={config}", f"--data.root={tmp_path / 'data'}", "--data.name", name, "--data.fold", "2"]
