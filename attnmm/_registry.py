@@ -60,6 +60,8 @@ class Registry(Generic[T]):
     ) -> None:
         self.kind, self._check, self._also, self._same = kind, check, also, same
         self._entries: dict[str, T] = {}
+        #: How many times the registered set changed (for callers that keep what they derived from it).
+        self.generation = 0
 
     def register(self, name: str, value: T) -> T:
         """Register ``value`` as ``name`` and return it."""
@@ -73,13 +75,16 @@ class Registry(Generic[T]):
             raise ValueError(
                 f"{article} {self.kind} named {name!r} is already registered ({_describe(taken)}); pick another name"
             )
-        self._entries.setdefault(name, value)
+        if name not in self._entries:
+            self._entries[name] = value
+            self.generation += 1
         return self._entries[name]
 
     def unregister(self, name: str) -> T:
         """Remove ``name`` and return its value."""
         value = self.get(name)
         del self._entries[name]
+        self.generation += 1
         return value
 
     def get(self, name: str) -> T:

@@ -62,3 +62,13 @@ def test_registry_register_unregister_and_names() -> None:
     with pytest.raises(ValueError, match="non-empty name"):
         things.register("", 3)
     assert str(UnknownName("plain")) == "plain"  # not quoted as a KeyError's message is
+
+
+def test_the_generation_counts_changes_of_the_registered_set() -> None:
+    colours: Registry[int] = Registry("colour")
+    assert colours.generation == 0
+    colours.register("red", 1)
+    colours.register("red", 1)  # the same value again: no change
+    assert colours.generation == 1
+    colours.unregister("red")
+    assert colours.generation == 2

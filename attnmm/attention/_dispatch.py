@@ -64,6 +64,8 @@ def candidates(problem: Problem) -> list[Backend]:
         if available is not None:
             fitting = [b for b in usable if needs[b.name] <= available]
             too_big = [b for b in usable if needs[b.name] > available]
+            if too_big:  # the order followed the memory free now, which may change
+                problem.__dict__["memory_bound"] = True
             return _by_cost(problem, fitting) + _by_preference(problem, too_big)
     return _by_cost(problem, usable)
 

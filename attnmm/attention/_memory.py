@@ -19,6 +19,7 @@ estimates themselves belong to the backends (their ``memory_bytes``, on the size
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,7 +70,24 @@ def _read_int(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+#: Seconds a reading of the CPU's available memory is reused: every query segment of a split, and every
+#: layer, asks; reading ``/proc/meminfo`` and the cgroup files costs about a millisecond each time.
+READING_SECONDS = 0.1
+
+_last_reading: tuple[float, int | None] | None = None
+
+
 def _cpu_available() -> int | None:
+    global _last_reading
+    now = time.monotonic()
+    if _last_reading is not None and now - _last_reading[0] < READING_SECONDS:
+        return _last_reading[1]
+    found = _read_cpu_available()
+    _last_reading = (now, found)
+    return found
+
+
+def _read_cpu_available() -> int | None:
     candidates = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -97,7 +115,8 @@ def available_bytes(device: torch.device) -> int | None:
     """Memory available for new tensors on ``device``, in bytes (``None`` when unknown).
 
     On CUDA, the device's free memory plus what PyTorch's caching allocator holds unused; on CPU,
-    the kernel's ``MemAvailable`` or the cgroup's remaining limit, whichever is smaller.
+    the kernel's ``MemAvailable`` or the cgroup's remaining limit, whichever is smaller (a reading is
+    reused for :data:`READING_SECONDS`).
     """
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)

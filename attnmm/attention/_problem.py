@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
@@ -69,7 +70,7 @@ class Problem:
     return_weights: bool
     packed: bool
     _pairs: Pairs | None = field(default=None, repr=False)
-    forms: dict[str, Any] = field(default_factory=dict, repr=False)
+    forms: dict[Hashable, Any] = field(default_factory=dict, repr=False)
     sinks: GradSinks | None = field(default=None, repr=False)
 
     @property
@@ -87,6 +88,16 @@ class Problem:
     @property
     def S(self) -> int:  # noqa: N802
         return self.k.size(2)
+
+    @property
+    def signature(self) -> tuple[Any, ...]:
+        """Everything dispatch reads besides the mask: the sizes (B, H, L, S, E, Ev), the dtype and device,
+        whether a gradient flows, a bias, dropout, the score, whether weights are returned, the layout."""
+        q, v = self.q, self.v
+        return (
+            self.B, self.H, self.L, self.S, q.size(-1), v.size(-1), q.dtype, q.device, self.training,
+            self.bias is not None, self.dropout_p > 0, self.score, self.return_weights, self.packed,
+        )
 
     @property
     def effective_mask(self) -> Mask:

@@ -25,6 +25,8 @@ from torch import Tensor
 from torch.autograd.graph import get_gradient_edge
 
 from attnmm.attention._problem import GradSinks, Problem
+from attnmm.attention.backends import _cache, _calibration
+from attnmm.attention.backends._registry import BACKENDS, get_backend, list_backends
 from attnmm.attention.backends.base import Backend
 from attnmm.masks import Mask, Segments
 
@@ -106,13 +108,26 @@ def split_problem(problem: Problem) -> Split | None:
     block's cost to its own keys) or all the keys in their own places, the blocks of unlinked segments
     empty (no copy, and as cheap for kernels whose cost follows the allowed pairs); the keys stay in
     place unless laying them together is estimated cheaper.
+
+    What dispatch chose for each segment (how it reads its keys, the backend and its estimate) depends
+    on the mask and the sizes only, so it is kept beside the mask's other forms
+    (:mod:`~attnmm.attention.backends._cache`): a later call with an equal mask and the same sizes,
+    dtype, device and options takes it instead of asking every backend again (the segments' masks
+    are made anew from the call's own mask), as long as the same backends are registered and can
+    run and the cost constants are the same. A choice that followed the memory free at the time (a
+    backend passed over because it did not fit) is not kept.
     """
     from attnmm.attention._dispatch import candidates  # (dispatch asks this module when a mask has blocks)
 
     blocks = problem.blocks
     if blocks is None:
         return None
+    # (the choice also depends on which backends are registered and can run, and on the cost constants)
+    usable = tuple(n for n in list_backends() if get_backend(n).available() is None)
+    name = ("split", problem.signature, BACKENDS.generation, usable, id(_calibration.COSTS))
+    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = _cache.recall(problem, name)
     rows: list[Row | None] = []
+    transient = False
     for a in range(blocks.num_segments):
         linked, row_mask = blocks.row(a)
         if row_mask is None or blocks.sizes[a] == 0:
@@ -127,12 +142,22 @@ def split_problem(problem: Problem) -> Split | None:
             over_all = blocks.row_over_all(a)
             assert over_all is not None
             forms = [("together", row_mask, sum(blocks.sizes[c] for c in linked)), ("all", over_all, problem.S)]
+        taken = None if chosen is None else chosen[a]
+        if taken is not None:
+            keys, backend, cost = taken
+            mask, width = next((m, w) for form, m, w in forms if form == keys)
+            sub = _sub(problem, n, width, mask)
+            rows.append(Row(a, keys, tuple(linked), mask, get_backend(backend), cost, sub.split))
+            continue
         options = []
         for keys, mask, width in forms:
             sub = _sub(problem, n, width, mask)
-            chosen = candidates(sub)[0]
-            options.append(Row(a, keys, tuple(linked), mask, chosen, chosen.cost(sub), sub.split))
+            best = candidates(sub)[0]
+            transient = transient or bool(sub.__dict__.get("memory_bound"))
+            options.append(Row(a, keys, tuple(linked), mask, best, best.cost(sub), sub.split))
         rows.append(_cheapest(options))
+    if chosen is None and not transient:
+        _cache.remember(problem, name, tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows))
     return Split(blocks, tuple(rows))
 
 

@@ -55,12 +55,7 @@ class AttentionPlan:
 
     @staticmethod
     def _key(problem: Problem) -> tuple[Any, ...]:
-        q, v = problem.q, problem.v
-        return (
-            id(problem.mask), problem.B, problem.H, problem.L, problem.S, q.size(-1), v.size(-1), q.dtype,
-            q.device, problem.training, problem.bias is not None, problem.dropout_p > 0, problem.score,
-            problem.return_weights, problem.packed,
-        )
+        return (id(problem.mask), *problem.signature)
 
     def take(self, problem: Problem) -> Backend | None:
         """The backend chosen for an equal problem earlier in the forward, its derived values given to

@@ -178,3 +178,19 @@ def test_relative_position_bias_checks_the_pairs_it_enumerates() -> None:
     with pytest.raises(AttentionMemoryError, match=message):
         rel(Window(3, 3), 2**40)
     assert rel(Window(3, 3), 10).shape == (7 * 10 - 12, 2)
+
+
+def test_a_reading_of_the_cpu_memory_is_reused_briefly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every query segment of a split and every layer asks for the free memory: one reading serves the
+    asks of the next READING_SECONDS, then the files are read again."""
+    readings = iter([1000, 2000])
+    clock = [100.0]
+    monkeypatch.setattr(memory, "_read_cpu_available", lambda: next(readings))
+    monkeypatch.setattr(memory.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(memory, "_last_reading", None)
+    cpu = torch.device("cpu")
+    assert memory.available_bytes(cpu) == 1000
+    clock[0] += memory.READING_SECONDS / 2
+    assert memory.available_bytes(cpu) == 1000  # reused
+    clock[0] += memory.READING_SECONDS
+    assert memory.available_bytes(cpu) == 2000  # read again

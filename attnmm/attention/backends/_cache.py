@@ -50,7 +50,7 @@ DENSE_ELEMENTS = 1 << 24
 
 _budget = int(os.environ.get(BUDGET_ENV, 64 * 2**20))
 
-_entries: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()
+_entries: OrderedDict[Hashable, dict[Hashable, Any]] = OrderedDict()
 
 #: How many times each form was built (not found in a problem's forms or the cache), for tests and
 #: benchmarks.
@@ -111,7 +111,7 @@ def _key(problem: Problem) -> Hashable | None:
     return forms["key"]
 
 
-def _cached(problem: Problem, name: str) -> Any:
+def _cached(problem: Problem, name: Hashable) -> Any:
     """The form ``name`` from the problem's forms (this forward) or the cache, else ``None``."""
     if name in problem.forms:
         return problem.forms[name]
@@ -124,7 +124,9 @@ def _cached(problem: Problem, name: str) -> Any:
     return entry[name]
 
 
-def _keep(problem: Problem, name: str, form: Any, across_calls: bool = True, drop: str | None = None) -> Any:
+def _keep(
+    problem: Problem, name: Hashable, form: Any, across_calls: bool = True, drop: str | None = None
+) -> Any:
     """Keep ``form`` in the problem's forms and, when ``across_calls``, in the cache within its budget
     (in place of the form ``drop``, which it makes redundant)."""
     problem.forms[name] = form
@@ -132,6 +134,19 @@ def _keep(problem: Problem, name: str, form: Any, across_calls: bool = True, dro
     if key is None or not across_calls:
         return form
     return keep(key, name, form, drop)
+
+
+def recall(problem: Problem, name: Hashable) -> Any:
+    """What was kept as ``name`` for the problem's mask and sizes, this forward or an earlier call with an
+    equal mask (:func:`remember`), else ``None``."""
+    return _cached(problem, name)
+
+
+def remember(problem: Problem, name: Hashable, value: Any) -> Any:
+    """Keep ``value`` as ``name`` for the problem's mask and sizes: for this forward, and across calls
+    when the mask is keyed by value. ``value`` must not depend on the problem's tensors (a choice worked
+    out from the sizes, such as how a split computes its segments); what it holds counts no bytes."""
+    return _keep(problem, name, value)
 
 
 def find(key: Hashable, name: str) -> Any:
@@ -144,7 +159,7 @@ def find(key: Hashable, name: str) -> Any:
     return entry[name]
 
 
-def keep(key: Hashable, name: str, form: Any, drop: str | None = None) -> Any:
+def keep(key: Hashable, name: Hashable, form: Any, drop: str | None = None) -> Any:
     """Keep ``form`` under ``key`` (a key by value, see :func:`find`) within the budget, in place of
     the form ``drop``; the form must own its tensors (no view of a caller's tensor, which the caller may
     edit). Forms that are not tensors, pairs or patterns count the bytes their ``nbytes`` gives."""

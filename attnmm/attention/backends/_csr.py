@@ -397,6 +397,7 @@ def spmm(
     transpose: bool = False,
     into: Tensor | None = None,
     add: bool = False,
+    alpha: float = 1.0,
 ) -> tuple[Tensor, Order]:
     r""":math:`A y` (or :math:`A^\top y`) of every block: values (H, V), y (B, H, S, E) -> (B, H, L, E)
     (the other way round for the transpose), returned as the tensor it is written in and its memory
@@ -404,11 +405,12 @@ def spmm(
 
     With ``into``, a (B, H, L, E) tensor whose rows are contiguous (a view of a larger one, such as a
     head or a query segment of a whole gradient), the result is written there, or added to what it
-    holds when ``add``, and ``into`` comes back (order ``"head"``): no result of its own is made."""
+    holds when ``add``, and ``into`` comes back (order ``"head"``): no result of its own is made. The
+    product is scaled by ``alpha`` (a factor of the values, applied by the kernel rather than to them)."""
     p, B, H = blocks.pattern, blocks.batch, blocks.heads
     rows, E = (p.num_cols if transpose else p.num_rows), y.size(-1)
     if into is not None and blocks.fused:  # one kernel call writes its own layout: made, then moved in
-        out = as_heads_second(*spmm(blocks, values, y, transpose))
+        out = as_heads_second(*spmm(blocks, values, y, transpose, alpha=alpha))
         into.add_(out) if add else into.copy_(out)
         return into, "head"
     order: Order = "head" if into is not None else result_order(blocks, y)
@@ -426,7 +428,7 @@ def spmm(
         matrix = blocks.fused_matrix(values, y.size(2), flat_order, transpose)
         # addmm into the output with beta = 0 skips the zero-fill and copy of a plain ``A @ y``
         target = out.view(H * B * rows, E)
-        torch.addmm(target, matrix, flat, beta=0.0, out=target)
+        torch.addmm(target, matrix, flat, beta=0.0, alpha=alpha, out=target)
         return out, order
     view = as_heads_second(out, order)
     for b, item, start, end in blocks.spans:
@@ -439,7 +441,8 @@ def spmm(
             if transpose:
                 vals = p.transposed_values(item, vals)
             target = view[b, h]  # (one object as input and output: addmm then skips copying it onto itself)
-            torch.addmm(target, p.matrix(item, vals, transpose), _block(y, b, h), beta=1.0 if add else 0.0, out=target)
+            matrix = p.matrix(item, vals, transpose)
+            torch.addmm(target, matrix, _block(y, b, h), beta=1.0 if add else 0.0, alpha=alpha, out=target)
     return out, order
 
 

@@ -139,19 +139,29 @@ class _SegmentAttention(torch.autograd.Function):
         dropout_p: float,
         sinks: GradSinks | None = None,
     ) -> tuple[Tensor, Tensor]:
-        a, lse = _weights(blocks, q, k, bias, scale, score)
-        keep = None
-        weights = a
-        if dropout_p > 0:
-            keep = torch.rand_like(a) >= dropout_p
-            weights = a * keep / (1.0 - dropout_p)
-        # the output is returned as the tensor it is written in, not as a view (autograd refuses in-place
-        # edits of a view returned by a function with several outputs)
-        out, ctx.order = spmm(blocks, weights, v)
-        ctx.set_materialize_grads(False)
         # under gradient sinks (a query segment of a split problem, whose caller bounds its memory) the
         # weights are not kept: the backward recomputes them head by head from each row's log-sum-exp
         recompute = sinks is not None
+        if recompute and score == "softmax" and dropout_p == 0:
+            # nothing needs the weights themselves: the rows of the output are divided by their sums
+            # instead of every pair's exponential
+            e, m, z = _exponentials(blocks, q, k, bias, scale)
+            out, ctx.order = spmm(blocks, e, v)
+            per_row = torch.where(z > 0, z, torch.ones_like(z)).view(z.size(0), blocks.batch, -1, 1)  # (h, B, L, 1)
+            as_heads_second(out, ctx.order).div_(per_row.transpose(0, 1))
+            a, weights, keep, lse = None, e.new_empty(0), None, m.add_(z.log_())
+            del e
+        else:
+            a, lse = _weights(blocks, q, k, bias, scale, score)
+            keep = None
+            weights = a
+            if dropout_p > 0:
+                keep = torch.rand_like(a) >= dropout_p
+                weights = a * keep / (1.0 - dropout_p)
+            # the output is returned as the tensor it is written in, not as a view (autograd refuses in-place
+            # edits of a view returned by a function with several outputs)
+            out, ctx.order = spmm(blocks, weights, v)
+        ctx.set_materialize_grads(False)
         if recompute:
             blocks.__dict__.pop("value_rows", None)  # (an index per value: the backward makes it again)
         ctx.save_for_backward(q, k, v, None if recompute else a, keep, lse if recompute else None,
@@ -189,12 +199,12 @@ class _SegmentAttention(torch.autograd.Function):
             else:
                 targets[name] = (None if blocks.fused else _result(blocks, operand, rows, t.size(-1)), False)
 
-        def product(name: str, values: Tensor, y: Tensor, transpose: bool, hs: slice) -> None:
+        def product(name: str, values: Tensor, y: Tensor, transpose: bool, hs: slice, alpha: float = 1.0) -> None:
             into, add = targets[name]
             if into is None:
-                targets[name] = (as_heads_second(*spmm(sub, values, y, transpose)), False)
+                targets[name] = (as_heads_second(*spmm(sub, values, y, transpose, alpha=alpha)), False)
             else:
-                spmm(sub, values, y, transpose, into=into[:, hs], add=add)
+                spmm(sub, values, y, transpose, into=into[:, hs], add=add, alpha=alpha)
 
         d_bias = q.new_empty(blocks.heads, blocks.width) if need_bias else None
         # larger problems run head by head, so that at most three (1, V) values of one head are in flight
@@ -214,12 +224,11 @@ class _SegmentAttention(torch.autograd.Function):
             d_s = _head_value_grads(ctx, sub, a_h, k_h, d_out_h, v[:, hs], d_w)
             if d_bias is not None:
                 d_bias[hs] = d_s
-            if "q" in targets or "k" in targets:
-                d_s.mul_(ctx.scale)  # the scale folded into the (h, V) scores' gradient
+            # (the scale is applied by the two products, not to the (h, V) scores' gradient)
             if "q" in targets:
-                product("q", d_s, k[:, hs], False, hs)
+                product("q", d_s, k[:, hs], False, hs, ctx.scale)
             if "k" in targets:
-                product("k", d_s, q[:, hs], True, hs)
+                product("k", d_s, q[:, hs], True, hs, ctx.scale)
             del d_s  # (before the values' gradient is made)
             if "v" in targets:
                 weights = a_h if keep is None else a_h * keep[hs] / (1.0 - ctx.dropout_p)
@@ -236,19 +245,31 @@ def _weights(
     """The attention weights (h, V) of the heads of ``q`` (B, h, L, E) over ``k``, and for the softmax each
     flat row's log-sum-exp of its scores (h, B * L). Given that log-sum-exp (a recomputation), the weights
     come from it directly, with no reduction; else the row maximum is subtracted before the exponential."""
-    s = sampled(blocks, q, k)  # (h, V)
-    s.mul_(scale)
-    if bias is not None:
-        s.add_(bias)
+    if score == "softmax" and lse is None:
+        a, m, z = _exponentials(blocks, q, k, bias, scale)
+        return a.div_(expand(blocks, z)), m.add_(z.log_())
+    s = _scores(blocks, q, k, bias, scale)
     if score != "softmax":
         return F.relu(s).div_(expand(blocks, _row_counts(blocks, s.dtype))), None
-    if lse is not None:
-        return s.sub_(expand(blocks, lse)).exp_(), lse
+    return s.sub_(expand(blocks, lse)).exp_(), lse
+
+
+def _scores(blocks: Blocks, q: Tensor, k: Tensor, bias: Tensor | None, scale: float) -> Tensor:
+    """The scores (h, V) of the pairs: scaled products, plus the bias."""
+    s = sampled(blocks, q, k)
+    s.mul_(scale)
+    return s if bias is None else s.add_(bias)
+
+
+def _exponentials(
+    blocks: Blocks, q: Tensor, k: Tensor, bias: Tensor | None, scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The softmax's numerators exp(s - m) (h, V), each flat row's maximum score m and the sum z of its
+    numerators (h, B * L): the weights are the numerators over z, the log-sum-exp m + log z."""
+    s = _scores(blocks, q, k, bias, scale)
     m = segment_max(blocks, s)  # (h, B * L)
-    a = s.sub_(expand(blocks, m)).exp_()
-    z = segment_sum(blocks, a)
-    a.div_(expand(blocks, z))
-    return a, m.add_(z.log_())
+    e = s.sub_(expand(blocks, m)).exp_()
+    return e, m, segment_sum(blocks, e)
 
 
 def _result(blocks: Blocks, operand: Tensor, rows: int, E: int) -> Tensor:  # noqa: N803

@@ -248,15 +248,22 @@ MEMORY_MASKS = [
              links=[[True, False, True], [True, True, False], [True, True, True]], lengths=[[6, 4, 3], [5, 5, 2]]),
     Segments([9, 4, 2], within=[Window(1, 1), Grid(2, 2, kernel=3), None],
              links=[[True, False, True], [False, True, False], [True, True, True]]),
+    # queries with nothing to attend: segment 0 reads only segment 1, all padding in the first item
+    Segments([5, 3, 2], within=[None, Window(1, 1), None], links=[[False, True, False], [True, True, False],
+                                                                 [True, True, True]], lengths=[[5, 0, 2], [4, 3, 2]]),
 ]
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("token_major", [False, True])
 @pytest.mark.parametrize("mask", MEMORY_MASKS, ids=repr)
-def test_head_by_head_into_shared_buffers(monkeypatch: pytest.MonkeyPatch, mask: Mask, token_major: bool) -> None:
-    """Every segment's backward with the sparse kernel run head by head (as on large problems), its
-    gradients added straight into the shared buffers, weights recomputed: the reference's values and
-    gradients, in the inputs' memory layout (so autograd hands them on without a copy)."""
+def test_head_by_head_into_shared_buffers(
+    monkeypatch: pytest.MonkeyPatch, mask: Mask, token_major: bool, fused: bool
+) -> None:
+    """Every segment's backward with the sparse kernel run head by head (as on large problems; or all
+    heads in one call), its gradients added straight into the shared buffers, its output's rows divided
+    by their sums, weights recomputed: the reference's values and gradients, in the inputs' memory
+    layout (so autograd hands them on without a copy)."""
     from attnmm.attention.backends import _csr
 
     L = mask.offsets[-1]
@@ -265,7 +272,8 @@ def test_head_by_head_into_shared_buffers(monkeypatch: pytest.MonkeyPatch, mask:
     q, k, v = (t.transpose(1, 2) if token_major else t for t in leaves)  # (B, H, L, E) either way
     ref = attend(q, k, v, mask, backend="reference")
     theirs = torch.autograd.grad(ref, [q, k, v], torch.ones_like(ref) * 0.3 + ref.detach())
-    monkeypatch.setattr(_csr, "FUSED_VALUES", 0)  # no problem is small enough for one fused call
+    if not fused:
+        monkeypatch.setattr(_csr, "FUSED_VALUES", 0)  # no problem is small enough for one fused call
     _segments_on_the_sparse_kernel(monkeypatch)
     problem_ = Problem(q, k, v, mask, scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
                        packed=False)
@@ -297,3 +305,43 @@ def test_a_split_keeps_no_value_per_pair(monkeypatch: pytest.MonkeyPatch) -> Non
     assert max(saved) <= q.numel() < pairs // 2  # (the weights: 2 heads x the pairs)
     for a, b in zip(grads(out, [q, k, v]), expected):
         torch.testing.assert_close(a, b)
+
+
+def test_an_equal_mask_takes_the_split_chosen_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What dispatch chose for each segment is kept for an equal mask of the same sizes (no backend is
+    asked again), not across a change of the backends that can run, and not when it followed the memory
+    free at the time."""
+    import attnmm.attention._dispatch as dispatch
+    import attnmm.attention._memory as memory
+
+    asked: list[int] = []
+    candidates = dispatch.candidates
+    monkeypatch.setattr(dispatch, "candidates", lambda p: asked.append(p.L) or candidates(p))
+
+    def make() -> Segments:  # a new mask object each time, equal by value
+        return Segments([40, 30, 2], within=[Grid(5, 8, kernel=3), Window(4, 4), None],
+                        links=[[True, False, True], [False, True, True], [True, True, True]])
+
+    def segments_asked(mask: Segments, B: int = 1) -> int:
+        asked.clear()
+        split = problem(mask, B, 72).split
+        assert split is not None
+        return sum(1 for L in asked if L != 72)
+
+    _cache.clear()
+    assert segments_asked(make()) == 5  # two forms for each row linked to two segments, one for the last
+    assert segments_asked(make()) == 0  # taken
+    assert segments_asked(make(), B=2) == 5  # other sizes: chosen anew
+    first = problem(make(), 1, 72).split
+    assert first is not None
+    monkeypatch.setattr(get_backend("reference"), "available", lambda: "off in this test")
+    assert segments_asked(make()) == 5  # another set of backends that can run
+    again = problem(make(), 1, 72).split
+    assert again is not None and [r.backend.name for r in again.rows if r] != [r.backend.name for r in first.rows if r]
+
+    _cache.clear()
+    monkeypatch.setattr(memory, "SMALL_BYTES", 0)  # every problem asks for the memory free
+    monkeypatch.setattr(dispatch, "SMALL_BYTES", 0)
+    monkeypatch.setattr(dispatch, "available_bytes", lambda device: 1)  # nothing fits
+    assert segments_asked(make()) == 5
+    assert segments_asked(make()) == 5  # a choice made under memory pressure is made again
