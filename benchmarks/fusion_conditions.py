@@ -4,6 +4,7 @@ Parts, each a subcommand::
 
     python -m benchmarks.fusion_conditions train RUN     # one training run of :data:`RUNS` (``fit``, no test)
     python -m benchmarks.fusion_conditions select        # the selection runs on the validation conditions
+    python -m benchmarks.fusion_conditions select-combine  # what the chosen model's head averages, on them too
     python -m benchmarks.fusion_conditions evaluate      # every final run on the test conditions, stored
     python -m benchmarks.fusion_conditions render        # the table of docs/recipes/multimodal.md
 
@@ -12,7 +13,10 @@ validated, never tested) with its own run directory under ``runs/fusion_conditio
 runs (``sel_*``: the candidates of :data:`CANDIDATES`, a validation speaker never trained on) are scored
 by ``select`` on the validation conditions (:data:`CONDITIONS` on the validation pairs) and the choice is
 stored in ``benchmarks/results/fusion_selection.json``; the final fused runs (``fused_*``) train the
-chosen config. ``evaluate`` loads every final run's best checkpoint and classifies the fixed test draw
+chosen config. ``select-combine`` then scores the chosen candidate's selection run with each of
+:data:`COMBINES` (what its head's weights average: the segments' logits, as trained, or their
+probabilities; no retraining) on the same validation conditions, and stores that choice beside the
+first. ``evaluate`` loads every final run's best checkpoint and classifies the fixed test draw
 (:data:`TEST_SEED`, :data:`TEST_PAIRS` pairs per test recording) under every condition: the fused
 model, audio only, image only and their late ensemble (:func:`late_ensemble`), and stores per-pair
 correctness, accuracies (mean ± std over the replicates: training seeds, or held-out-speaker folds)
@@ -48,8 +52,11 @@ PAGE = ROOT / "docs" / "recipes" / "multimodal.md"
 START, END = "<!-- fusion_conditions:start -->", "<!-- fusion_conditions:end -->"
 
 #: The test draw of the protocol: a test seed never used before, and pairs per test recording (own split:
-#: 250 recordings x 4 = 1,000 pairs; a held-out speaker: 500 recordings x 2 = 1,000 pairs).
-TEST_SEED = 2711
+#: 250 recordings x 4 = 1,000 pairs; a held-out speaker: 500 recordings x 2 = 1,000 pairs). The second
+#: draw, for the combine rule's evaluation; the first (2711) is kept in :data:`EARLIER`.
+TEST_SEED = 7919
+#: The stores of the earlier test draws, by test seed (kept as they were; never rewritten).
+EARLIER = {2711: Path(__file__).with_name("results") / "fusion_conditions_draw2711.json"}
 TEST_PAIRS = {"own": 4, "speaker": 2}
 SPEAKERS = ("george", "jackson", "lucas", "theo", "yweweler")
 #: The selection runs' validation speaker (all of its takes outside the test set; never trained on).
@@ -78,6 +85,9 @@ CANDIDATES = {
     "robust_bottleneck": "multimodal_digits_robust_bottleneck.yaml",
 }
 PEERS = {"audio": "multimodal_digits_robust_audio.yaml", "image": "multimodal_digits_robust_image.yaml"}
+#: What the chosen model's head averages with its weights (``SegmentPoolingClassifier(combine=...)``), in
+#: the order that breaks ties: the logits as trained first.
+COMBINES = ("logits", "probabilities", "average")
 RECIPES = ("multimodal_digits_robust", "multimodal_digits")  # the longest name a config starts with first
 MODELS = ("fused", "audio", "image", "ensemble")
 BOOTSTRAP = 2000
@@ -178,11 +188,23 @@ def _commit() -> str:
 # --------------------------------------------------------------------------------------------- evaluation
 
 
-def load_model(run_dir: Path) -> Any:
-    """The best checkpoint of a run, as the trained task in eval mode (its hyperparameters rebuild it)."""
+def chosen_combine() -> str:
+    """What the fused model's head averages: the choice of ``select-combine``, else its logits (as trained)."""
+    if not SELECTION.exists():
+        return COMBINES[0]
+    return str((json.loads(SELECTION.read_text()).get("combine") or {}).get("choice", COMBINES[0]))
+
+
+def load_model(run_dir: Path, combine: str | None = None) -> Any:
+    """The best checkpoint of a run, as the trained task in eval mode (its hyperparameters rebuild it), its
+    head set to ``combine`` when given (a head without segments' predictions refuses one)."""
     from attnmm.lightning import ClassificationTask
 
     task = ClassificationTask.load_from_checkpoint(best_checkpoint(run_dir), map_location="cpu", weights_only=True)
+    if combine is not None:
+        if not hasattr(task.head, "combine"):
+            raise ValueError(f"the model of {run_dir} has a {type(task.head).__name__}, which has no combine")
+        task.head.combine = combine
     return task.eval()
 
 
@@ -293,12 +315,15 @@ def bootstrap_difference(
             "p_le_0": round(float((draws <= 0).mean()), 4)}
 
 
-def _evaluate_runs(names: Sequence[str], split: str, root: str | None, runs_dir: Path) -> dict[str, dict[str, Any]]:
-    """Per run and condition: the probabilities' per-pair correctness and the gate's weights (no printing)."""
+def _evaluate_runs(
+    names: Sequence[str], split: str, root: str | None, runs_dir: Path, combine: dict[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per run and condition: the probabilities' per-pair correctness and the gate's weights (no printing);
+    ``combine`` sets the head of the runs it names."""
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         run = RUNS[name]
-        task = load_model(ROOT / runs_dir / name)
+        task = load_model(ROOT / runs_dir / name, (combine or {}).get(name))
         conditions = dict(CONDITIONS) if "test_speakers" not in run["data"] else {HELD_OUT: {}}
         cells: dict[str, Any] = {}
         for cond, options in conditions.items():
@@ -310,6 +335,13 @@ def _evaluate_runs(names: Sequence[str], split: str, root: str | None, runs_dir:
     return out
 
 
+def _scores(cells: dict[str, Any]) -> dict[str, float]:
+    """Accuracy (%) per condition of one run's cells, and their mean over :data:`CONDITIONS`."""
+    scores = {c: round(100 * float((v["probs"].argmax(1) == v["labels"]).mean()), 2) for c, v in cells.items()}
+    scores["mean"] = round(statistics.fmean(scores[c] for c in CONDITIONS), 2)
+    return scores
+
+
 def select(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]:
     """Score each selection run on the validation conditions and choose by the rule: the highest mean
     validation accuracy over the conditions (a tie: the earlier candidate). Only validation numbers."""
@@ -317,9 +349,7 @@ def select(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]
     cells = _evaluate_runs(names, "val", root, runs_dir)
     scores: dict[str, dict[str, float]] = {}
     for candidate, name in zip(CANDIDATES, names):
-        scores[candidate] = {c: round(100 * float((v["probs"].argmax(1) == v["labels"]).mean()), 2)
-                             for c, v in cells[name].items()}
-        scores[candidate]["mean"] = round(statistics.fmean(scores[candidate][c] for c in CONDITIONS), 2)
+        scores[candidate] = _scores(cells[name])
     choice = max(CANDIDATES, key=lambda c: (scores[c]["mean"], -list(CANDIDATES).index(c)))
     record = {"split": "val", "val_speaker": VAL_SPEAKER, "scores": scores, "choice": choice,
               "rule": "highest mean validation accuracy over the conditions; a tie: the earlier candidate",
@@ -327,6 +357,23 @@ def select(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]
     SELECTION.parent.mkdir(exist_ok=True)
     SELECTION.write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def select_combine(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]:
+    """Score the chosen candidate's selection run with each of :data:`COMBINES` on the validation
+    conditions and choose by the selection's rule (the highest mean; a tie: the earlier); stored under
+    ``"combine"`` in the selection's record. Only validation numbers."""
+    record = json.loads(SELECTION.read_text())
+    name = f"sel_{record['choice']}"
+    scores: dict[str, dict[str, float]] = {}
+    for combine in COMBINES:
+        scores[combine] = _scores(_evaluate_runs([name], "val", root, runs_dir, {name: combine})[name])
+    choice = max(COMBINES, key=lambda c: (scores[c]["mean"], -COMBINES.index(c)))
+    record["combine"] = {"run": name, "split": "val", "scores": scores, "choice": choice,
+                         "rule": "highest mean validation accuracy over the conditions; a tie: the earlier",
+                         "machine": _machine(), "commit": _commit()}
+    SELECTION.write_text(json.dumps(record, indent=1) + "\n")
+    return record["combine"]
 
 
 def _replicates(model: str) -> dict[str, list[str]]:
@@ -343,7 +390,11 @@ def evaluate(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, An
     missing = [n for n in names if not (ROOT / runs_dir / n / "run.json").exists()]
     if missing:
         raise FileNotFoundError(f"runs not trained yet: {missing}")
-    cells = _evaluate_runs(names, "test", root, runs_dir)
+    for seed, earlier in EARLIER.items():
+        if STORE.exists() and json.loads(STORE.read_text())["test_seed"] == seed and not earlier.exists():
+            shutil.copyfile(STORE, earlier)  # the earlier draw's store is kept as it was
+    combine = chosen_combine()
+    cells = _evaluate_runs(names, "test", root, runs_dir, {n: combine for n in names if n.startswith("fused_")})
     # the image-only model on each fold's pairs (the folds' test draw differs from the own split's)
     for speaker in SPEAKERS:
         task = load_model(ROOT / runs_dir / "image_s0")
@@ -369,6 +420,7 @@ def evaluate(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, An
                 if m == "fused" and got["fused"]["alpha"] is not None:
                     entry["alpha"].append(got["fused"]["alpha"])
     store = {"test_seed": TEST_SEED, "test_pairs": TEST_PAIRS, "conditions": CONDITIONS, "held_out": HELD_OUT,
+             "combine": combine,
              "selection": json.loads(SELECTION.read_text()) if SELECTION.exists() else None,
              "runs": {n: json.loads((ROOT / runs_dir / n / "run.json").read_text()) for n in names},
              "cells": table, "machine": _machine(), "commit": _commit()}
@@ -433,6 +485,10 @@ def targets(acc: dict[str, Any], versus: dict[str, Any], store: dict[str, Any]) 
 # ------------------------------------------------------------------------------------------------- docs
 
 
+_COMBINE_WORDS = {"logits": "logits under its gate", "probabilities": "probabilities under its gate",
+                  "average": "probabilities with equal weights"}
+
+
 def _cell(a: dict[str, Any] | None) -> str:
     return "—" if a is None else f"{a['mean']:.2f} ± {a['std']:.2f}"
 
@@ -452,7 +508,8 @@ def render_section(store: dict[str, Any]) -> str:
         "<!-- Written by `python -m benchmarks.fusion_conditions render` from "
         "benchmarks/results/fusion_conditions.json; edit the module, not this section. -->", "",
         "## Fusion under every condition (issue 27)", "",
-        f"The fused model chosen on validation (`{CANDIDATES.get(choice, choice)}`) against audio only, image "
+        f"The fused model chosen on validation (`{CANDIDATES.get(choice, choice)}`, its head averaging the "
+        f"segments' {_COMBINE_WORDS[store.get('combine', 'logits')]}) against audio only, image "
         "only and their late ensemble (the mean of the two models' probabilities; with a modality missing, the "
         f"present one's), on one fixed test draw (test seed {store['test_seed']}: 1,000 pairs, each test recording "
         f"paired with {store['test_pairs']['own']} MNIST test images; the held-out-speaker rows: 1,000 pairs of "
@@ -532,7 +589,7 @@ def load_store(path: Path = STORE) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fusion_conditions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["train", "select", "evaluate", "render", "command"])
+    parser.add_argument("part", choices=["train", "select", "select-combine", "evaluate", "render", "command"])
     parser.add_argument("run", nargs="?", help=f"train/command: one of {list(RUNS)}")
     parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
     parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where the runs are (under the repository)")
@@ -548,6 +605,9 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps({k: record[k] for k in ("name", "seconds", "checkpoint", "validation")}))
     elif opts.part == "select":
         record = select(opts.root, opts.runs_dir)
+        print(json.dumps({"scores": record["scores"], "choice": record["choice"]}, indent=1))
+    elif opts.part == "select-combine":
+        record = select_combine(opts.root, opts.runs_dir)
         print(json.dumps({"scores": record["scores"], "choice": record["choice"]}, indent=1))
     elif opts.part == "evaluate":
         store = evaluate(opts.root, opts.runs_dir)

@@ -166,6 +166,11 @@ class TokenHeads(nn.ModuleDict):
         super().__init__({key: TokenClassifier(d_model, num_classes, dropout) for key in keys})
 
 
+#: What :class:`SegmentPoolingClassifier` averages with its weights: the segments' logits, their
+#: probabilities, or their probabilities with equal weights.
+COMBINES = ("logits", "probabilities", "average")
+
+
 class SegmentPoolingClassifier(nn.Module):
     r"""Pools a segmented sequence segment by segment and classifies: for item :math:`b` with real
     segments :math:`S_b` (length > 0),
@@ -195,6 +200,15 @@ class SegmentPoolingClassifier(nn.Module):
     own prediction, which :class:`~attnmm.lightning.ClassificationTask` can train beside the fused one
     (``segment_loss_weight``), so that each modality learns to predict alone.
 
+    ``combine`` says what the weights average. ``"logits"`` (above) lets a segment that is confidently
+    wrong outvote the others by the size of its logits; ``"probabilities"`` averages the segments'
+    class probabilities instead, :math:`\mathbf{y}_b = \log \sum_{k \in S_b} \alpha_{b,k}\,
+    \mathrm{softmax}(\mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k)` (log-probabilities, so a softmax of
+    the output is the mixture), where no segment moves more than its weight of probability; and
+    ``"average"`` does the same with equal weights over the present segments, the gate unused (the
+    late ensemble of the segments' own predictions). The choice holds no parameter, so a model trained
+    with one can be evaluated with another (``--model.head.init_args.combine`` at ``test``).
+
     Args:
         d_model (int): token width D.
         num_classes (int): number of classes C.
@@ -203,6 +217,8 @@ class SegmentPoolingClassifier(nn.Module):
         dropout (float, optional): dropout before the linear layer(s). (default: :obj:`0.0`)
         gate (bool, optional): weight the segments' predictions by a learned confidence per item;
             needs ``num_segments``. (default: :obj:`False`)
+        combine (str, optional): ``"logits"``, ``"probabilities"`` or ``"average"`` (see above); the
+            last two need ``num_segments``. (default: ``"logits"``)
 
     Shapes:
         - **input:** h (B, L, D) and the adapter's :class:`Tokens`
@@ -219,9 +235,19 @@ class SegmentPoolingClassifier(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_classes: int, num_segments: int | None = None, dropout: float = 0.0, gate: bool = False
+        self, d_model: int, num_classes: int, num_segments: int | None = None, dropout: float = 0.0, gate: bool = False,
+        combine: Literal["logits", "probabilities", "average"] = "logits",
     ) -> None:
         super().__init__()
+        if combine not in COMBINES:
+            raise ValueError(f"combine must be one of {', '.join(map(repr, COMBINES))}, got {combine!r}")
+        if combine != "logits" and num_segments is None:
+            raise ValueError(
+                f"combine={combine!r} averages the segments' own predictions, but without num_segments the "
+                "segments share one classifier of their mean features: set num_segments (the modalities, plus 1 "
+                "for a bottleneck)"
+            )
+        self.combine = combine
         d_model = check_nonneg_int("d_model", d_model, minimum=1)
         num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
         self.num_segments = None if num_segments is None else check_nonneg_int("num_segments", num_segments, minimum=1)
@@ -263,13 +289,18 @@ class SegmentPoolingClassifier(nn.Module):
 
     def _weights(self, pooled: Tensor, present: Tensor) -> Tensor:
         """alpha (B, K): the plain average of the present segments, or the gate's softmax over them;
-        0 for absent segments (and for items with none)."""
-        if self.gate is None:
+        0 for absent segments (and for items with none). ``combine="average"`` leaves the gate unused."""
+        if self.gate is None or self.combine == "average":
             return present.float() / present.sum(1, keepdim=True).clamp(min=1)
-        scores = (pooled * self.gate.weight).sum(-1) + self.gate.bias  # (B, K): u_k . p_bk + c_k
-        scores = scores.masked_fill(~present, float("-inf"))
+        scores = self._gate_scores(pooled).masked_fill(~present, float("-inf"))
         alpha = torch.softmax(scores, 1)
         return torch.where(present.any(1, keepdim=True), alpha, torch.zeros_like(alpha))
+
+    def _gate_scores(self, pooled: Tensor) -> Tensor:
+        """(B, K): u_k . p_bk + c_k, or 0s without the gate (or with ``combine="average"``)."""
+        if self.gate is None or self.combine == "average":
+            return pooled.new_zeros(pooled.shape[:2])
+        return (pooled * self.gate.weight).sum(-1) + self.gate.bias
 
     def _check_segments(self, pooled: Tensor) -> None:
         if self.num_segments is not None and pooled.size(1) != self.num_segments:
@@ -291,7 +322,7 @@ class SegmentPoolingClassifier(nn.Module):
 
     def segment_weights(self, h: Tensor, tokens: Tokens) -> Tensor:
         """The weights alpha (B, K) of the segments' predictions in :meth:`forward` (uniform over the
-        present ones without a gate)."""
+        present ones without a gate, or with ``combine="average"``)."""
         pooled, present = self.pool(h, tokens)
         self._check_segments(pooled)
         return self._weights(pooled, present)
@@ -299,7 +330,15 @@ class SegmentPoolingClassifier(nn.Module):
     def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
         pooled, present = self.pool(h, tokens)  # (B, K, D), (B, K)
         self._check_segments(pooled)
-        weight = self._weights(pooled, present)  # (B, K)
         if self.num_segments is None:
+            weight = self._weights(pooled, present)  # (B, K)
             return self.linears[0](self.drop((pooled * weight.unsqueeze(-1)).sum(1)))
-        return (self._segment_logits(pooled) * weight.unsqueeze(-1)).sum(1)
+        logits = self._segment_logits(pooled)  # (B, K, C)
+        if self.combine == "logits":
+            return (logits * self._weights(pooled, present).unsqueeze(-1)).sum(1)
+        # log sum_k alpha_k softmax(z_k), from the log-weights (an absent segment's is -inf; no log of a 0
+        # weight, whose gradient would be NaN); an item with no segment gets 0s
+        some = present.any(1, keepdim=True)
+        log_alpha = torch.log_softmax(self._gate_scores(pooled).masked_fill(~(present | ~some), float("-inf")), 1)
+        mixed = torch.logsumexp(torch.log_softmax(logits, -1) + log_alpha.unsqueeze(-1), 1)
+        return torch.where(some, mixed, torch.zeros_like(mixed))

@@ -287,3 +287,38 @@ def test_segment_logits_with_one_shared_classifier() -> None:
     logits, present = shared.segment_logits(h, tokens)
     torch.testing.assert_close(logits[0, 1], shared.linears[0](h[0, 4:7].mean(0)))
     assert logits.shape == (2, 2, 5) and present.tolist() == [[True, True], [False, True]]
+
+
+@pytest.mark.parametrize("combine", ["probabilities", "average"])
+def test_combine_mixes_the_segments_probabilities(combine: str) -> None:
+    """``combine`` averages the segments' probabilities, with the gate's weights or equal ones: a softmax
+    of the output is the mixture; an absent segment counts for nothing; an item with no segment gets
+    equal logits; gradients reach every classifier and (with the gate's weights) the gate."""
+    torch.manual_seed(0)
+    h = torch.randn(4, 7, 4)
+    tokens = Tokens(h, Segments([4, 3], lengths=[[2, 3], [0, 1], [4, 0], [0, 0]]))
+    head = SegmentPoolingClassifier(4, 5, num_segments=2, gate=True, combine=combine)  # type: ignore[arg-type]
+    with torch.no_grad():
+        head.gate.weight.normal_()
+        head.gate.bias.copy_(torch.tensor([0.3, -0.2]))
+    z, present = head.segment_logits(h, tokens)
+    alpha = head.segment_weights(h, tokens)
+    if combine == "average":
+        torch.testing.assert_close(alpha, present.float() / present.sum(1, keepdim=True).clamp(min=1))
+    out = head(h, tokens)
+    mixture = (alpha.unsqueeze(-1) * torch.softmax(z, -1)).sum(1)
+    torch.testing.assert_close(torch.softmax(out[:3], -1), mixture[:3])
+    torch.testing.assert_close(torch.softmax(out[1], -1), torch.softmax(z[1, 1], -1))  # segment 0 absent
+    assert out[3].tolist() == [0.0] * 5  # nothing present
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0 for lin in head.linears)
+    if combine == "probabilities":
+        assert head.gate.weight.grad is not None and head.gate.weight.grad.abs().sum() > 0
+
+
+def test_combine_is_checked() -> None:
+    with pytest.raises(ValueError, match="combine must be one of 'logits', 'probabilities', 'average'"):
+        SegmentPoolingClassifier(4, 5, num_segments=2, combine="votes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="without num_segments the segments share one classifier"):
+        SegmentPoolingClassifier(4, 5, combine="average")

@@ -192,11 +192,23 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     selection = fc.select(runs_dir=runs)
     assert selection["choice"] in fc.CANDIDATES and selection["split"] == "val"
     assert set(selection["scores"]["robust_late"]) == {*fc.CONDITIONS, "mean"}
+    # what the chosen model's head averages, chosen on the same validation conditions (the robust model here,
+    # whichever tiny run won)
+    fc.SELECTION.write_text(json.dumps({**json.loads(fc.SELECTION.read_text()), "choice": "robust_late"}))
+    combine = fc.select_combine(runs_dir=runs)
+    assert combine["choice"] in fc.COMBINES and combine["split"] == "val" and combine["run"] == "sel_robust_late"
+    assert set(combine["scores"]) == set(fc.COMBINES)
+    assert fc.chosen_combine() == combine["choice"] and json.loads(fc.SELECTION.read_text())["choice"] == "robust_late"
     for name in fc.RUNS:
         if not name.startswith("sel_"):
             fc.train(name, runs, tiny)
+    earlier = tmp_path / "draw1.json"
+    monkeypatch.setattr(fc, "EARLIER", {1: earlier})
+    (tmp_path / "store.json").write_text(json.dumps({"test_seed": 1, "cells": "the first draw's"}))
     fc.main(["evaluate", "--runs-dir", str(runs)])
+    assert json.loads(earlier.read_text()) == {"test_seed": 1, "cells": "the first draw's"}  # kept as it was
     store = fc.load_store(tmp_path / "store.json")
+    assert store["test_seed"] == fc.TEST_SEED and store["combine"] == combine["choice"]
     cells = store["cells"]
     assert len(cells["fused"]["clean"]["correct"][0]) == 2 * 150  # 150 own-split test recordings x 2
     assert len(cells["fused"][fc.HELD_OUT]["correct"][0]) == 80  # bob's 80 takes x 1
