@@ -516,7 +516,12 @@ def render_section(store: dict[str, Any]) -> str:
         "each fold's speaker, never trained on, with clean images). Accuracy (%), mean ± std over 3 training "
         "seeds (the held-out speaker: over the 5 folds, one seed each); the differences are the fused model's, "
         "with a 95% paired bootstrap interval over the test pairs. The protocol, written before any of these "
-        "runs, is in [results](../results.md#fusion-you-can-trust-issue-27-the-protocol).", "",
+        "runs, is in [results](../results.md#fusion-you-can-trust-issue-27-the-protocol)"
+        + ("" if store["test_seed"] in EARLIER or not EARLIER else
+           ", and the choice of what the head averages, with this second test draw, in [results](../results.md"
+           "#fusion-you-can-trust-what-the-head-averages-on-a-second-fresh-draw-issue-27); the first draw's "
+           "numbers (test seed " + ", ".join(map(str, EARLIER)) + ") are recorded there too")
+        + ".", "",
         "| condition | fused | audio only | image only | late ensemble | fused − audio | fused − image "
         "| fused − ensemble |",
         "|---|---|---|---|---|---|---|---|",
