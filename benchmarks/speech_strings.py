@@ -367,8 +367,9 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
     print(f"== train {mask}, seed {opts.seed}: {opts.num_train} strings x {opts.epochs} epochs", flush=True)
     L.seed_everything(opts.seed, verbose=False)
     task = build_task(mask)
-    data_args = {**recipe["data"]["init_args"], "num_train": opts.num_train}
-    dm = FSDDStringsDataModule(root=opts.root, download=False, **data_args)
+    # the config's data options, but where the data is and whether to fetch it are this run's
+    data_args = {k: v for k, v in recipe["data"]["init_args"].items() if k not in ("root", "download")}
+    dm = FSDDStringsDataModule(root=opts.root, download=False, **{**data_args, "num_train": opts.num_train})
     with tempfile.TemporaryDirectory() as tmp:
         best = ModelCheckpoint(dirpath=tmp, monitor="val_der", mode="min", filename="best-{epoch}")
         trainer = L.Trainer(

@@ -183,3 +183,30 @@ def test_seeds_are_stored_apart_and_averaged() -> None:
     text = rendering.render_section(store)
     assert "| Chunk(8, 2) | 4,000 strings x 10 epochs | 2 | greedy | 4.00 ± 0.00 |" in text
     assert "greedy DER is at least 10% and by its 95% recording-bootstrap interval below Full's from 20 digits" in text
+
+
+def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented ``--parts train`` command with a tiny budget: the recipe's data options (not its data
+    root or download switch, which are the run's), a model stored under its seed's key with its DER per
+    recording."""
+    import json
+
+    root = tmp_path / "data"
+    recordings = root / "fsdd" / "recordings"
+    recordings.mkdir(parents=True)
+    for speaker in SPEAKERS:
+        for digit in range(10):
+            for index in range(10):  # takes 0-4 test, 5-9 train and validation
+                t = np.arange(1200 + 40 * digit) / 8000
+                clip = 0.3 * np.sin(2 * np.pi * (200 + 60 * digit + index) * t)
+                soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip.astype(np.float32), 8000)
+
+    monkeypatch.setattr(bench, "STORE", tmp_path / "store.json")
+    monkeypatch.setattr(bench, "CKPT_DIR", tmp_path / "ckpt")
+    bench.main(["--parts", "train", "--masks", "Chunk(4, 4)", "--seed", "1", "--num-train", "8", "--epochs", "1",
+                "--lengths", "1", "--digits-per-length", "4", "--stream-strings", "2", "--root", str(root)])
+    models = json.loads((tmp_path / "store.json").read_text())["models"]
+    (model,) = models.values()
+    assert list(models) == ["Chunk(4, 4) (seed 1)"] and model["seed"] == 1 and model["num_train"] == 8
+    assert model["der"][0]["length"] == 1 and len(model["der"][0]["per_take"]["ids"]) > 0
+    assert (tmp_path / "ckpt").glob("*.ckpt")
