@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> None:
         print(render_section(store))
     else:
         PAGE.write_text(page)
-        print(f"wrote {PAGE.relative_to(ROOT)}")
+        print(f"wrote {PAGE.relative_to(ROOT) if PAGE.is_relative_to(ROOT) else PAGE}")
 
 
 if __name__ == "__main__":

@@ -203,10 +203,13 @@ def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(bench, "STORE", tmp_path / "store.json")
     monkeypatch.setattr(bench, "CKPT_DIR", tmp_path / "ckpt")
+    page = tmp_path / "speech.md"
+    page.write_text(bench.PAGE.read_text())
+    monkeypatch.setattr(bench, "PAGE", page)  # (the run renders its page's section from the store)
     bench.main(["--parts", "train", "--masks", "Chunk(4, 4)", "--seed", "1", "--num-train", "8", "--epochs", "1",
                 "--lengths", "1", "--digits-per-length", "4", "--stream-strings", "2", "--root", str(root)])
     models = json.loads((tmp_path / "store.json").read_text())["models"]
     (model,) = models.values()
     assert list(models) == ["Chunk(4, 4) (seed 1)"] and model["seed"] == 1 and model["num_train"] == 8
     assert model["der"][0]["length"] == 1 and len(model["der"][0]["per_take"]["ids"]) > 0
-    assert (tmp_path / "ckpt").glob("*.ckpt")
+    assert list((tmp_path / "ckpt").glob("*.ckpt")) and bench.START in page.read_text()
