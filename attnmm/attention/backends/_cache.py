@@ -78,7 +78,7 @@ def held_bytes() -> int:
     return sum(_entry_bytes(entry) for entry in _entries.values())
 
 
-def _entry_bytes(entry: dict[str, Any]) -> int:
+def _entry_bytes(entry: dict[Hashable, Any]) -> int:
     return sum(_nbytes(form) for form in entry.values())
 
 

@@ -142,6 +142,9 @@ class _SegmentAttention(torch.autograd.Function):
         # under gradient sinks (a query segment of a split problem, whose caller bounds its memory) the
         # weights are not kept: the backward recomputes them head by head from each row's log-sum-exp
         recompute = sinks is not None
+        a: Tensor | None
+        lse: Tensor | None
+        keep: Tensor | None = None
         if recompute and score == "softmax" and dropout_p == 0:
             # nothing needs the weights themselves: the rows of the output are divided by their sums
             # instead of every pair's exponential
@@ -149,11 +152,10 @@ class _SegmentAttention(torch.autograd.Function):
             out, ctx.order = spmm(blocks, e, v)
             per_row = torch.where(z > 0, z, torch.ones_like(z)).view(z.size(0), blocks.batch, -1, 1)  # (h, B, L, 1)
             as_heads_second(out, ctx.order).div_(per_row.transpose(0, 1))
-            a, weights, keep, lse = None, e.new_empty(0), None, m.add_(z.log_())
+            a, weights, lse = None, e.new_empty(0), m.add_(z.log_())
             del e
         else:
             a, lse = _weights(blocks, q, k, bias, scale, score)
-            keep = None
             weights = a
             if dropout_p > 0:
                 keep = torch.rand_like(a) >= dropout_p
@@ -251,6 +253,7 @@ def _weights(
     s = _scores(blocks, q, k, bias, scale)
     if score != "softmax":
         return F.relu(s).div_(expand(blocks, _row_counts(blocks, s.dtype))), None
+    assert lse is not None  # (the softmax without it returned above)
     return s.sub_(expand(blocks, lse)).exp_(), lse
 
 
