@@ -207,7 +207,7 @@ class SegmentPoolingClassifier(nn.Module):
     the output is the mixture), where no segment moves more than its weight of probability; and
     ``"average"`` does the same with equal weights over the present segments, the gate unused (the
     late ensemble of the segments' own predictions). The choice holds no parameter, so a model trained
-    with one can be evaluated with another (``--model.head.init_args.combine`` at ``test``).
+    with one can be evaluated with another (set ``head.combine`` on the loaded model).
 
     Args:
         d_model (int): token width D.

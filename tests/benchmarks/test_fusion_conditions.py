@@ -195,9 +195,11 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     # what the chosen model's head averages, chosen on the same validation conditions (the robust model here,
     # whichever tiny run won)
     fc.SELECTION.write_text(json.dumps({**json.loads(fc.SELECTION.read_text()), "choice": "robust_late"}))
-    combine = fc.select_combine(runs_dir=runs)
+    fc.main(["select-combine", "--runs-dir", str(runs)])  # the documented command
+    combine = json.loads(fc.SELECTION.read_text())["combine"]
     assert combine["choice"] in fc.COMBINES and combine["split"] == "val" and combine["run"] == "sel_robust_late"
     assert set(combine["scores"]) == set(fc.COMBINES)
+    assert fc.load_model(tmp_path / runs / "sel_robust_late", "average").head.combine == "average"
     assert fc.chosen_combine() == combine["choice"] and json.loads(fc.SELECTION.read_text())["choice"] == "robust_late"
     for name in fc.RUNS:
         if not name.startswith("sel_"):
