@@ -103,14 +103,14 @@ class BandGeometry:
         """A zero flat key-gradient buffer (B*H*nbp + c, T, dim) for :meth:`accumulate_keys`."""
         return like.new_zeros(self.B * self.H * self.nbp + self.c, self.T, dim)
 
-    def accumulate_keys(self, flat: Tensor, g0: int, x: Tensor, y: Tensor) -> None:
-        r"""Add :math:`X_g^\top Y_g` of the global blocks ``g0, g0 + 1, ...`` onto the keys their windows
-        cover: x (G, T, W) (slots of each window), y (G, T, E), flat (B*H*nbp + c, T, E). The adjoint of
-        :meth:`windows`, with one ``baddbmm`` per T-wide slice of the window."""
+    def accumulate_keys(self, flat: Tensor, g0: int, x: Tensor, y: Tensor, alpha: float = 1.0) -> None:
+        r"""Add :math:`\alpha X_g^\top Y_g` of the global blocks ``g0, g0 + 1, ...`` onto the keys their
+        windows cover: x (G, T, W) (slots of each window), y (G, T, E), flat (B*H*nbp + c, T, E). The
+        adjoint of :meth:`windows`, with one ``baddbmm`` per T-wide slice of the window."""
         T, G = self.T, x.size(0)
         for r in range(1 + self.c):
             part = x[:, :, r * T : (r + 1) * T].transpose(1, 2)  # (G, T keys, T queries)
-            flat[g0 + r : g0 + r + G].baddbmm_(part, y)
+            flat[g0 + r : g0 + r + G].baddbmm_(part, y, alpha=alpha)
 
     def unpad_keys(self, flat: Tensor) -> Tensor:
         """Flat key buffer (B*H*nbp + c, T, E) -> (B, H, S, E), the adjoint of :meth:`pad_keys`."""

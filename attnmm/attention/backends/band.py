@@ -3,6 +3,7 @@ r"""The band backend: blocked attention for banded masks, O(L * w) time and at m
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -35,7 +36,11 @@ class BandBackend(Backend):
     with their own. Blocks are processed in chunks of about 2M scores, so transient buffers stay
     small; in training the weights (B * H * L * W values, W about 1.25 w) are kept for the backward
     pass, which is written by hand on the same layout and sums window gradients back onto the keys.
-    Without a gradient nothing is kept: the forward runs in pieces (whole short sequences, or spans
+    Keys and values are copied once into a padded layout; so are the queries, except in training on
+    long sequences (64 query blocks or more, L a multiple of T, no bias, dropout or returned weights),
+    where each sequence's query blocks are read where they lie and the output and the queries'
+    gradient are written laid out as q, so autograd copies neither. Without a gradient nothing is
+    kept: the forward runs in pieces (whole short sequences, or spans
     of a long one's query rows with the keys their band reaches), so its memory beyond the output
     is a few pieces of 1 MB whatever L. No (L, S) tensor is ever built. Half-precision inputs are
     computed in float32.
@@ -211,7 +216,7 @@ def _infer(q: Tensor, k: Tensor, v: Tensor, mask: IntervalMask, full: BandGeomet
             scratch = qb.new_empty(max(g1 - g0 for g0, g1 in chunks), geo.T, geo.W)
             pattern = _Pattern(geo, start, end, qb.dtype)
             for g0, g1 in chunks:
-                a, _ = pattern.weights(g0, g1, qb, kwin, None, problem.score, out=scratch[: g1 - g0])
+                a, _ = pattern.weights(g0, g1, qb[g0:g1], kwin[g0:g1], None, problem.score, out=scratch[: g1 - g0])
                 if problem.dropout_p > 0:
                     a = torch.nn.functional.dropout(a, problem.dropout_p)
                 torch.bmm(a, vwin[g0:g1], out=o[g0:g1])
@@ -273,15 +278,17 @@ class _Pattern:
         return (self.slots < lo) | (self.slots >= hi)
 
     def weights(
-        self, g0: int, g1: int, qb: Tensor, kwin: Tensor, bias: Tensor | None, score: str, out: Tensor
+        self, g0: int, g1: int, qs: Tensor, ks: Tensor, bias: Tensor | None, score: str, out: Tensor,
+        scale: float = 1.0,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention weights of the blocks g0:g1 before dropout, written into ``out`` (G, T, W), and for
-        ReLU scores the row sizes (G, T, 1)."""
+        ReLU scores the row sizes (G, T, 1): from those blocks' queries ``qs`` (G, T, E) times ``scale``,
+        their key windows ``ks`` (G, W, E) and bias (G, T, W) or None."""
         if score == "relu":
             blocked = self.blocked(g0, g1)
-            s = torch.bmm(qb[g0:g1], kwin[g0:g1].transpose(1, 2), out=out)  # (G, T, W); qb is pre-scaled
+            s = torch.baddbmm(out, qs, ks.transpose(1, 2), beta=0.0, alpha=scale, out=out)  # (G, T, W)
             if bias is not None:
-                s = s.add_(bias[g0:g1])
+                s = s.add_(bias)
             count = (~blocked).sum(-1, keepdim=True).clamp_min(1).to(s.dtype)
             return s.masked_fill_(blocked, 0.0).relu_().div_(count), count
         d0, d1 = bisect.bisect_left(self.differ, g0), bisect.bisect_left(self.differ, g1)
@@ -291,13 +298,14 @@ class _Pattern:
         else:
             pattern = self._bias(self.lo[g0:g1], self.hi[g0:g1])
         if bias is None:
-            s = torch.baddbmm(pattern, qb[g0:g1], kwin[g0:g1].transpose(1, 2), out=out)
+            s = torch.baddbmm(pattern, qs, ks.transpose(1, 2), alpha=scale, out=out)
         else:
-            s = torch.baddbmm(bias[g0:g1], qb[g0:g1], kwin[g0:g1].transpose(1, 2), out=out).add_(pattern)
+            s = torch.baddbmm(bias, qs, ks.transpose(1, 2), alpha=scale, out=out).add_(pattern)
         if self.bias is not None and few and d1 > d0:  # recomputed with their own pattern
-            d = torch.tensor(self.differ[d0:d1], device=qb.device)
-            part = torch.baddbmm(self._bias(self.lo[d], self.hi[d]), qb[d], kwin[d].transpose(1, 2))
-            s[d - g0] = part if bias is None else part.add_(bias[d])
+            d = torch.tensor(self.differ[d0:d1], device=qs.device)
+            own = self._bias(self.lo[d], self.hi[d])
+            part = torch.baddbmm(own, qs[d - g0], ks[d - g0].transpose(1, 2), alpha=scale)
+            s[d - g0] = part if bias is None else part.add_(bias[d - g0])
         a = torch.ops.aten._softmax.out(s, -1, False, out=out)
         # a query with no allowed key has spread its weight evenly over blocked slots: zero its row
         e0, e1 = bisect.bisect_left(self.with_empty, g0), bisect.bisect_left(self.with_empty, g1)
@@ -309,10 +317,44 @@ class _Pattern:
         return a, None
 
 
+#: Query blocks per sequence from which training runs sequence by sequence on the inputs as they lie in
+#: memory (no padded copy of the queries or of the output's gradient, the output and the queries'
+#: gradient made in the queries' layout); shorter sequences run as one padded batch of blocks, where a
+#: loop over sequences would cost more than the copies it saves.
+SEQUENCE_BLOCKS = 64
+
+
+def _by_sequence(geo: BandGeometry, q: Tensor, bias: Tensor | None, need_weights: bool, dropout_p: float) -> bool:
+    """Whether training runs sequence by sequence (:data:`SEQUENCE_BLOCKS`): long sequences that the query
+    blocks cover exactly, rows of q contiguous, no bias and no returned weights (both kept per padded
+    block), no dropout (whose draws the returned weights show, and only they)."""
+    if bias is not None or need_weights or dropout_p > 0:
+        return False
+    return geo.L % geo.T == 0 and geo.nb >= SEQUENCE_BLOCKS and q.stride(-1) == 1
+
+
+def _like_layout(t: Tensor, last: int) -> Tensor:
+    """A new (B, H, n, last) tensor laid out as ``t`` (B, H, n, E) is: token-major or head-major."""
+    B, H, n, _ = t.shape
+    if not t.is_contiguous() and t.transpose(1, 2).is_contiguous():
+        return t.new_empty(B, n, H, last).transpose(1, 2)
+    return t.new_empty(B, H, n, last)
+
+
+def _blocks_of(t: Tensor, b: int, h: int, T: int) -> Tensor:  # noqa: N803
+    """Sequence (b, h) of ``t`` (B, H, n, E) as blocks of T rows (n // T, T, E), a view."""
+    return t[b, h].unflatten(0, (-1, T))
+
+
 class _BandAttention(torch.autograd.Function):
     """Blocked band attention, computed chunk by chunk; q (B, H, L, E), k (B, H, S, E),
     v (B, H, S, Ev), bias (B*H*nbp, T, W) or None, allowed ranges start/end (B or 1, nbp, T) ->
-    out (B, H, L, Ev) and the weights after dropout (B*H*nbp, T, W) (empty unless asked for)."""
+    out (B, H, L, Ev) and the weights after dropout (B*H*nbp, T, W) (empty unless asked for).
+
+    Keys and values are copied once into the padded flat layout (:meth:`BandGeometry.pad_keys`). The
+    queries are too (every sequence padded to nbp blocks, one batch of blocks for all sequences), unless
+    the sequences are long (:func:`_by_sequence`): then each sequence's query blocks are views of q, its
+    output blocks views of an output laid out as q, and the weights are kept for its real blocks only."""
 
     @staticmethod
     def forward(
@@ -329,32 +371,40 @@ class _BandAttention(torch.autograd.Function):
         dropout_p: float,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor]:
-        qb = geo.pad_queries(q, scale)  # (B*H*nbp, T, E), pre-scaled
+        by_sequence = _by_sequence(geo, q, bias, need_weights, dropout_p)
         kf, vf = geo.pad_keys(k), geo.pad_keys(v)  # ((B*H*nbp + c) * T, E)
         kwin, vwin = geo.windows(kf), geo.windows(vf)  # (B*H*nbp, W, E) views
-        out = qb.new_empty(qb.size(0), geo.T, v.size(-1))  # (B*H*nbp, T, Ev)
-        nblk = qb.size(0)
+        pattern = _Pattern(geo, start, end, q.dtype)
+        if by_sequence:
+            qb = q  # (read in place, block by block)
+            out = _like_layout(q, v.size(-1))  # (B, H, L, Ev)
+            nblk = geo.B * geo.H * geo.nb  # the real blocks only
+        else:
+            qb = geo.pad_queries(q, scale)  # (B*H*nbp, T, E), pre-scaled
+            out = qb.new_empty(qb.size(0), geo.T, v.size(-1))  # (B*H*nbp, T, Ev)
+            nblk = qb.size(0)
         keep = torch.empty(nblk, geo.T, geo.W, dtype=torch.bool, device=q.device) if dropout_p > 0 else None
-        saved = qb.new_empty(nblk, geo.T, geo.W)  # the weights before dropout, for backward
-        count = qb.new_empty(nblk, geo.T, 1) if score == "relu" else None
-        weights = qb.new_empty(nblk, geo.T, geo.W) if need_weights else qb.new_empty(0)
-        pattern = _Pattern(geo, start, end, qb.dtype)
-        for g0, g1 in geo.chunks():
-            a, n = pattern.weights(g0, g1, qb, kwin, bias, score, out=saved[g0:g1])
+        saved = q.new_empty(nblk, geo.T, geo.W)  # the weights before dropout, for backward
+        count = q.new_empty(nblk, geo.T, 1) if score == "relu" else None
+        weights = q.new_empty(nblk, geo.T, geo.W) if need_weights else q.new_empty(0)
+        for g0, g1, r0, qs, outs in _spans(geo, qb, out, by_sequence):
+            r1 = r0 + g1 - g0
+            a, n = pattern.weights(g0, g1, qs, kwin[g0:g1], None if bias is None else bias[g0:g1], score,
+                                   out=saved[r0:r1], scale=scale if by_sequence else 1.0)
             if count is not None and n is not None:
-                count[g0:g1] = n
+                count[r0:r1] = n
             if keep is not None:
-                keep[g0:g1] = torch.rand_like(a) >= dropout_p
-                a = a * keep[g0:g1] / (1.0 - dropout_p)
-            torch.bmm(a, vwin[g0:g1], out=out[g0:g1])
+                keep[r0:r1] = torch.rand_like(a) >= dropout_p
+                a = a * keep[r0:r1] / (1.0 - dropout_p)
+            torch.bmm(a, vwin[g0:g1], out=outs)
             if need_weights:
-                weights[g0:g1] = a
+                weights[r0:r1] = a
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(qb, kf, vf, saved, count, keep)
         ctx.geo, ctx.scale, ctx.score, ctx.dropout_p = geo, scale, score, dropout_p
-        ctx.device_type = q.device.type
+        ctx.device_type, ctx.by_sequence = q.device.type, by_sequence
         ctx.has_bias = bias is not None
-        return geo.unpad_queries(out), weights  # a strided view: no copy
+        return (out if by_sequence else geo.unpad_queries(out)), weights  # (the padded one: a strided view)
 
     @staticmethod
     @once_differentiable
@@ -368,33 +418,71 @@ class _BandAttention(torch.autograd.Function):
     def _backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
         qb, kf, vf, saved, count, keep = ctx.saved_tensors
         geo: BandGeometry = ctx.geo
-        p = ctx.dropout_p
+        p, by_sequence = ctx.dropout_p, ctx.by_sequence
         kwin, vwin = geo.windows(kf), geo.windows(vf)
         if d_out is None:
             d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
-        dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
+        if by_sequence:
+            dob = d_out if d_out.stride(-1) == 1 else d_out.contiguous()  # (read in place, block by block)
+            d_qb = _like_layout(qb, qb.size(-1))  # (B, H, L, E), laid out as q
+            q_scale = ctx.scale  # (q is not pre-scaled)
+        else:
+            dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
+            d_qb = torch.empty_like(qb)
+            q_scale = 1.0
         d_bias = torch.empty_like(saved) if ctx.has_bias and ctx.needs_input_grad[3] else None
-        d_qb = torch.empty_like(qb)
-        d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
-        for g0, g1 in geo.chunks():
-            a = saved[g0:g1]
-            d_a = torch.bmm(dob[g0:g1], vwin[g0:g1].transpose(1, 2))  # dL/d weights, (G, T, W)
+        d_kf, d_vf = geo.new_key_grad(kf, qb.size(-1)), geo.new_key_grad(kf, vf.size(-1))
+        for (g0, g1, r0, qs, d_qs), (_, _, _, dos, _) in zip(
+            _spans(geo, qb, d_qb, by_sequence), _spans(geo, dob, None, by_sequence)
+        ):
+            r1 = r0 + g1 - g0
+            a = saved[r0:r1]
+            d_a = torch.bmm(dos, vwin[g0:g1].transpose(1, 2))  # dL/d weights, (G, T, W)
             if d_weights is not None:
-                d_a = d_a.add_(d_weights[g0:g1])
+                d_a = d_a.add_(d_weights[r0:r1])
             w = a
             if keep is not None:
-                w = a * keep[g0:g1] / (1.0 - p)
-                d_a = d_a.mul_(keep[g0:g1]).div_(1.0 - p)
+                w = a * keep[r0:r1] / (1.0 - p)
+                d_a = d_a.mul_(keep[r0:r1]).div_(1.0 - p)
             if ctx.score == "softmax":
                 d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
             else:
-                d_s = torch.where(a > 0, d_a / count[g0:g1], torch.zeros_like(d_a))
+                d_s = torch.where(a > 0, d_a / count[r0:r1], torch.zeros_like(d_a))
             if d_bias is not None:
-                d_bias[g0:g1] = d_s
-            torch.bmm(d_s, kwin[g0:g1], out=d_qb[g0:g1])
-            geo.accumulate_keys(d_kf, g0, d_s, qb[g0:g1])
-            geo.accumulate_keys(d_vf, g0, w, dob[g0:g1])
-        d_q = geo.unpad_queries(d_qb.mul_(ctx.scale)) if ctx.needs_input_grad[0] else None
+                d_bias[r0:r1] = d_s
+            # the queries' gradient scaled here when q was not pre-scaled, after the loop when it was
+            assert d_qs is not None
+            torch.baddbmm(d_qs, d_s, kwin[g0:g1], beta=0.0, alpha=ctx.scale if by_sequence else 1.0, out=d_qs)
+            geo.accumulate_keys(d_kf, g0, d_s, qs, alpha=q_scale)
+            geo.accumulate_keys(d_vf, g0, w, dos)
+        if by_sequence:
+            d_q = d_qb if ctx.needs_input_grad[0] else None
+        else:
+            d_q = geo.unpad_queries(d_qb.mul_(ctx.scale)) if ctx.needs_input_grad[0] else None
         d_k = geo.unpad_keys(d_kf) if ctx.needs_input_grad[1] else None
         d_v = geo.unpad_keys(d_vf) if ctx.needs_input_grad[2] else None
         return d_q, d_k, d_v, d_bias, None, None, None, None, None, None, None
+
+
+def _spans(
+    geo: BandGeometry, rows: Tensor, out: Tensor | None, by_sequence: bool
+) -> Iterator[tuple[int, int, int, Tensor, Tensor | None]]:
+    """The chunks of blocks computed together: (g0, g1) the padded blocks (the windows' and the mask
+    pattern's index), r0 the first block's index among the kept weights, and the chunk's blocks of
+    ``rows`` and of ``out`` (G, T, .). Padded: ``rows`` and ``out`` are padded blocks (B*H*nbp, T, .)
+    and the chunks run over all of them. By sequence: they are (B, H, L, .) tensors, cut into each
+    sequence's real blocks, and the chunks never cross a sequence."""
+    if not by_sequence:
+        for g0, g1 in geo.chunks():
+            yield g0, g1, g0, rows[g0:g1], None if out is None else out[g0:g1]
+        return
+    step = max(1, geo.chunks()[0][1])  # blocks per chunk
+    for b in range(geo.B):
+        for h in range(geo.H):
+            seq = b * geo.H + h
+            rs = _blocks_of(rows, b, h, geo.T)
+            os = None if out is None else _blocks_of(out, b, h, geo.T)
+            for n0 in range(0, geo.nb, step):
+                n1 = min(n0 + step, geo.nb)
+                g0 = seq * geo.nbp + n0
+                yield g0, g0 + n1 - n0, seq * geo.nb + n0, rs[n0:n1], None if os is None else os[n0:n1]

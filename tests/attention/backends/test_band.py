@@ -163,3 +163,67 @@ def test_inference_in_pieces_matches_reference(
         band._PIECE = default
     ref = attend(q, k, v, mask, backend="reference", score=score)
     torch.testing.assert_close(out, ref)
+
+
+@given(
+    st.data(),
+    st.integers(1, 2),
+    st.integers(1, 2),
+    st.integers(1, 5),
+    st.sampled_from([1, 2, 4, 8]),
+    st.integers(1, 40),
+    st.sampled_from(["softmax", "relu"]),
+    st.booleans(),
+)
+def test_sequence_by_sequence_matches_reference(
+    data: st.DataObject, B: int, H: int, blocks: int, block: int, S: int, score: str, token_major: bool
+) -> None:
+    """Training on long sequences reads each sequence's query blocks in place and writes the output and
+    the queries' gradient laid out as q (here every sequence counts as long): the reference's values
+    and gradients, for every band mask (with Causal, per-item Padding), L != S, either layout."""
+    from unittest import mock
+
+    from attnmm.attention.backends import band
+
+    L = blocks * block
+    mask = data.draw(band_masks(B, S))
+    seed = data.draw(st.integers(0, 2**16))
+    shapes = [(B, L, H, 3), (B, S, H, 3), (B, S, H, 2)] if token_major else [(B, H, L, 3), (B, H, S, 3), (B, H, S, 2)]
+    inputs = [randn(*shape, dtype=torch.float64, seed=seed + i) for i, shape in enumerate(shapes)]
+    leaves = [t.requires_grad_(True) for t in inputs]
+    q, k, v = (t.transpose(1, 2) if token_major else t for t in leaves)
+    ref = attend(q, k, v, mask, backend="reference", score=score)
+    d_out = randn(*ref.shape, dtype=torch.float64, seed=seed + 9)
+    expected = torch.autograd.grad(ref, leaves, d_out)
+    taken: list[bool] = []
+    decide = band._by_sequence
+    backend = get_backend("band")
+    backend.block = block  # type: ignore[attr-defined]
+    try:
+        with mock.patch.object(band, "SEQUENCE_BLOCKS", 1), mock.patch.object(
+            band, "_by_sequence", lambda *a: taken.append(decide(*a)) or taken[-1]
+        ):
+            out = attend(q, k, v, mask, backend="band", score=score)
+    finally:
+        backend.block = None  # type: ignore[attr-defined]
+    assert taken == [True]
+    torch.testing.assert_close(out, ref)
+    got = torch.autograd.grad(out, leaves, d_out)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    # the output and the queries' gradient laid out as q: nothing for autograd to copy
+    assert (out.transpose(1, 2) if token_major else out).is_contiguous() and got[0].is_contiguous()
+
+
+def test_long_sequences_take_the_sequence_path_and_short_ones_not() -> None:
+    from attnmm.attention.backends import band
+
+    geo = BandGeometry.build(1, 4, 65536, 65536, 64, 64)
+    q = torch.zeros(1, 1, 1, 64).expand(1, 4, 65536, 64)
+    assert band._by_sequence(geo, q, None, False, 0.0)
+    assert not band._by_sequence(geo, q, None, True, 0.0)  # returned weights
+    assert not band._by_sequence(geo, q, None, False, 0.1)  # dropout
+    short = BandGeometry.build(8, 4, 256, 256, 64, 64)
+    assert not band._by_sequence(short, q, None, False, 0.0)
+    uneven = BandGeometry.build(1, 4, 65536 - 1, 65536, 64, 64)
+    assert not band._by_sequence(uneven, q, None, False, 0.0)
