@@ -318,19 +318,22 @@ class _Pattern:
 
 
 #: Query blocks per sequence from which training runs sequence by sequence on the inputs as they lie in
-#: memory (no padded copy of the queries or of the output's gradient, the output and the queries'
-#: gradient made in the queries' layout); shorter sequences run as one padded batch of blocks, where a
+#: memory (no padded copy of the queries, keys, values or the output's gradient; the output and the
+#: gradients made in the inputs' layouts); shorter sequences run as one padded batch of blocks, where a
 #: loop over sequences would cost more than the copies it saves.
 SEQUENCE_BLOCKS = 64
 
 
-def _by_sequence(geo: BandGeometry, q: Tensor, bias: Tensor | None, need_weights: bool, dropout_p: float) -> bool:
+def _by_sequence(
+    geo: BandGeometry, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, need_weights: bool, dropout_p: float
+) -> bool:
     """Whether training runs sequence by sequence (:data:`SEQUENCE_BLOCKS`): long sequences that the query
-    blocks cover exactly, rows of q contiguous, no bias and no returned weights (both kept per padded
-    block), no dropout (whose draws the returned weights show, and only they)."""
+    blocks cover exactly, rows of q, k and v contiguous, no bias and no returned weights (both kept per
+    padded block), no dropout (whose draws the returned weights show, and only they)."""
     if bias is not None or need_weights or dropout_p > 0:
         return False
-    return geo.L % geo.T == 0 and geo.nb >= SEQUENCE_BLOCKS and q.stride(-1) == 1
+    rows = all(t.stride(-1) == 1 for t in (q, k, v))
+    return geo.L % geo.T == 0 and geo.nb >= SEQUENCE_BLOCKS and rows
 
 
 def _like_layout(t: Tensor, last: int) -> Tensor:
@@ -341,9 +344,75 @@ def _like_layout(t: Tensor, last: int) -> Tensor:
     return t.new_empty(B, H, n, last)
 
 
-def _blocks_of(t: Tensor, b: int, h: int, T: int) -> Tensor:  # noqa: N803
-    """Sequence (b, h) of ``t`` (B, H, n, E) as blocks of T rows (n // T, T, E), a view."""
-    return t[b, h].unflatten(0, (-1, T))
+def _blocks_of(t: Tensor, T: int) -> Tensor:  # noqa: N803
+    """One sequence (n, E) as blocks of T rows (n // T, T, E), a view."""
+    return t.unflatten(0, (-1, T))
+
+
+class _SequenceKeys:
+    """The keys (or values) of one sequence, (S, E) with contiguous rows, read where they lie: the window
+    of query block n is keys [nT - left, nT - left + W). Blocks whose window lies inside the sequence
+    (the interior) read a strided view of it; those at its ends, whose windows reach past it, read a
+    zero-padded copy of the few keys theirs span. ``grad`` (S, E), when given, receives the adjoint
+    (:meth:`accumulate`)."""
+
+    def __init__(self, geo: BandGeometry, keys: Tensor, grad: Tensor | None = None) -> None:
+        self.geo, self.keys, self.grad = geo, keys, grad
+        T, W, left, S = geo.T, geo.W, geo.left, keys.size(0)
+        self.first = min(geo.nb, -(-left // T))  # the first block whose window starts at a key >= 0
+        last = (S + left - W) // T + 1 if S + left >= W else 0  # past the last whose window ends <= S
+        self.end = max(self.first, min(geo.nb, last))
+
+    def pieces(self, step: int) -> Iterator[tuple[int, int]]:
+        """Block ranges computed together, at most ``step`` blocks each, none crossing from the ends
+        into the interior."""
+        for lo, hi in ((0, self.first), (self.first, self.end), (self.end, self.geo.nb)):
+            for n0 in range(lo, hi, step):
+                yield n0, min(n0 + step, hi)
+
+    def _interior(self, n0: int, n1: int) -> bool:
+        return self.first <= n0 and n1 <= self.end
+
+    def _span(self, n0: int, n1: int) -> tuple[int, int]:
+        """The key rows the windows of blocks n0..n1-1 cover: (n1 - n0 + c) T of them from n0 T - left."""
+        lo = n0 * self.geo.T - self.geo.left
+        return lo, lo + (n1 - n0 + self.geo.c) * self.geo.T
+
+    def _strided(self, t: Tensor, row: int, blocks: int, width: int) -> Tensor:
+        """(blocks, width, E) runs of rows of ``t`` (n, E), the first at ``row``, each T rows after the
+        one before (a view)."""
+        step = t.stride(0)
+        return t.as_strided((blocks, width, t.size(1)), (self.geo.T * step, step, 1), t.storage_offset() + row * step)
+
+    def windows(self, n0: int, n1: int) -> Tensor:
+        """The windows (n1 - n0, W, E) of blocks n0..n1-1: a view in the interior, else a padded copy."""
+        geo, keys = self.geo, self.keys
+        lo, hi = self._span(n0, n1)
+        if self._interior(n0, n1):
+            base, row = keys, lo
+        else:
+            base, row = keys.new_zeros(hi - lo, keys.size(1)), 0
+            a, b = max(lo, 0), min(hi, keys.size(0))
+            if b > a:
+                base[a - lo : b - lo] = keys[a:b]
+        return self._strided(base, row, n1 - n0, geo.W)
+
+    def accumulate(self, n0: int, n1: int, x: Tensor, y: Tensor, alpha: float = 1.0) -> None:
+        """Add alpha X^T Y of blocks n0..n1-1 (x (G, T, W) per window slot, y (G, T, E)) onto the keys
+        their windows cover, in ``grad``: the adjoint of :meth:`windows`."""
+        geo, grad = self.geo, self.grad
+        assert grad is not None
+        T, G = geo.T, n1 - n0
+        lo, hi = self._span(n0, n1)
+        inside = self._interior(n0, n1)
+        base, row = (grad, lo) if inside else (grad.new_zeros(hi - lo, grad.size(1)), 0)
+        for r in range(1 + geo.c):
+            part = x[:, :, r * T : (r + 1) * T].transpose(1, 2)  # (G, T keys, T queries)
+            self._strided(base, row + r * T, G, T).baddbmm_(part, y, alpha=alpha)
+        if not inside:
+            a, b = max(lo, 0), min(hi, grad.size(0))
+            if b > a:
+                grad[a:b] += base[a - lo : b - lo]
 
 
 class _BandAttention(torch.autograd.Function):
@@ -351,10 +420,11 @@ class _BandAttention(torch.autograd.Function):
     v (B, H, S, Ev), bias (B*H*nbp, T, W) or None, allowed ranges start/end (B or 1, nbp, T) ->
     out (B, H, L, Ev) and the weights after dropout (B*H*nbp, T, W) (empty unless asked for).
 
-    Keys and values are copied once into the padded flat layout (:meth:`BandGeometry.pad_keys`). The
-    queries are too (every sequence padded to nbp blocks, one batch of blocks for all sequences), unless
-    the sequences are long (:func:`_by_sequence`): then each sequence's query blocks are views of q, its
-    output blocks views of an output laid out as q, and the weights are kept for its real blocks only."""
+    Queries, keys and values are copied once into the padded layout (every sequence padded to nbp
+    blocks, one batch of blocks for all sequences), unless the sequences are long
+    (:func:`_by_sequence`): then each sequence's query blocks and key windows are views of q, k and v
+    (:class:`_SequenceKeys`, a small padded copy at the sequence's ends), the output and the gradients
+    are made laid out as the inputs, and the weights are kept for the real blocks only."""
 
     @staticmethod
     def forward(
@@ -371,40 +441,48 @@ class _BandAttention(torch.autograd.Function):
         dropout_p: float,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor]:
-        by_sequence = _by_sequence(geo, q, bias, need_weights, dropout_p)
-        kf, vf = geo.pad_keys(k), geo.pad_keys(v)  # ((B*H*nbp + c) * T, E)
-        kwin, vwin = geo.windows(kf), geo.windows(vf)  # (B*H*nbp, W, E) views
+        by_sequence = _by_sequence(geo, q, k, v, bias, need_weights, dropout_p)
         pattern = _Pattern(geo, start, end, q.dtype)
-        if by_sequence:
-            qb = q  # (read in place, block by block)
-            out = _like_layout(q, v.size(-1))  # (B, H, L, Ev)
-            nblk = geo.B * geo.H * geo.nb  # the real blocks only
-        else:
-            qb = geo.pad_queries(q, scale)  # (B*H*nbp, T, E), pre-scaled
-            out = qb.new_empty(qb.size(0), geo.T, v.size(-1))  # (B*H*nbp, T, Ev)
-            nblk = qb.size(0)
+        nblk = geo.B * geo.H * (geo.nb if by_sequence else geo.nbp)  # by sequence: the real blocks only
         keep = torch.empty(nblk, geo.T, geo.W, dtype=torch.bool, device=q.device) if dropout_p > 0 else None
         saved = q.new_empty(nblk, geo.T, geo.W)  # the weights before dropout, for backward
         count = q.new_empty(nblk, geo.T, 1) if score == "relu" else None
         weights = q.new_empty(nblk, geo.T, geo.W) if need_weights else q.new_empty(0)
-        for g0, g1, r0, qs, outs in _spans(geo, qb, out, by_sequence):
+
+        def chunk(g0: int, g1: int, r0: int, qs: Tensor, ks: Tensor, vs: Tensor, outs: Tensor, alpha: float) -> None:
             r1 = r0 + g1 - g0
-            a, n = pattern.weights(g0, g1, qs, kwin[g0:g1], None if bias is None else bias[g0:g1], score,
-                                   out=saved[r0:r1], scale=scale if by_sequence else 1.0)
+            a, n = pattern.weights(g0, g1, qs, ks, None if bias is None else bias[g0:g1], score, out=saved[r0:r1],
+                                   scale=alpha)
             if count is not None and n is not None:
                 count[r0:r1] = n
             if keep is not None:
                 keep[r0:r1] = torch.rand_like(a) >= dropout_p
                 a = a * keep[r0:r1] / (1.0 - dropout_p)
-            torch.bmm(a, vwin[g0:g1], out=outs)
+            torch.bmm(a, vs, out=outs)
             if need_weights:
                 weights[r0:r1] = a
+
+        if by_sequence:
+            out = _like_layout(q, v.size(-1))  # (B, H, L, Ev), laid out as q
+            for b, h, g0, r0, n0, n1, keys, values in _sequences(geo, k, v):
+                qs, outs = _blocks_of(q[b, h], geo.T), _blocks_of(out[b, h], geo.T)
+                chunk(g0 + n0, g0 + n1, r0 + n0, qs[n0:n1], keys.windows(n0, n1), values.windows(n0, n1),
+                      outs[n0:n1], scale)
+            ctx.save_for_backward(q, k, v, saved, count, keep)
+        else:
+            qb = geo.pad_queries(q, scale)  # (B*H*nbp, T, E), pre-scaled
+            kf, vf = geo.pad_keys(k), geo.pad_keys(v)  # ((B*H*nbp + c) * T, E)
+            kwin, vwin = geo.windows(kf), geo.windows(vf)  # (B*H*nbp, W, E) views
+            padded = qb.new_empty(qb.size(0), geo.T, v.size(-1))  # (B*H*nbp, T, Ev)
+            for g0, g1 in geo.chunks():
+                chunk(g0, g1, g0, qb[g0:g1], kwin[g0:g1], vwin[g0:g1], padded[g0:g1], 1.0)
+            out = geo.unpad_queries(padded)  # a strided view: no copy
+            ctx.save_for_backward(qb, kf, vf, saved, count, keep)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(qb, kf, vf, saved, count, keep)
         ctx.geo, ctx.scale, ctx.score, ctx.dropout_p = geo, scale, score, dropout_p
         ctx.device_type, ctx.by_sequence = q.device.type, by_sequence
         ctx.has_bias = bias is not None
-        return (out if by_sequence else geo.unpad_queries(out)), weights  # (the padded one: a strided view)
+        return out, weights
 
     @staticmethod
     @once_differentiable
@@ -416,28 +494,20 @@ class _BandAttention(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
-        qb, kf, vf, saved, count, keep = ctx.saved_tensors
+        qb, kf, vf, saved, count, keep = ctx.saved_tensors  # (by sequence: q, k and v themselves)
         geo: BandGeometry = ctx.geo
-        p, by_sequence = ctx.dropout_p, ctx.by_sequence
-        kwin, vwin = geo.windows(kf), geo.windows(vf)
+        p = ctx.dropout_p
         if d_out is None:
             d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
-        if by_sequence:
-            dob = d_out if d_out.stride(-1) == 1 else d_out.contiguous()  # (read in place, block by block)
-            d_qb = _like_layout(qb, qb.size(-1))  # (B, H, L, E), laid out as q
-            q_scale = ctx.scale  # (q is not pre-scaled)
-        else:
-            dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
-            d_qb = torch.empty_like(qb)
-            q_scale = 1.0
         d_bias = torch.empty_like(saved) if ctx.has_bias and ctx.needs_input_grad[3] else None
-        d_kf, d_vf = geo.new_key_grad(kf, qb.size(-1)), geo.new_key_grad(kf, vf.size(-1))
-        for (g0, g1, r0, qs, d_qs), (_, _, _, dos, _) in zip(
-            _spans(geo, qb, d_qb, by_sequence), _spans(geo, dob, None, by_sequence)
-        ):
-            r1 = r0 + g1 - g0
+
+        def chunk(
+            r0: int, r1: int, dos: Tensor, ks: Tensor, vs: Tensor, d_qs: Tensor, alpha: float
+        ) -> tuple[Tensor, Tensor]:
+            """One chunk of blocks: its queries' gradient written into ``d_qs`` (times ``alpha``); returns
+            the weights after dropout (for the values' gradient) and the scores' gradient (for the keys')."""
             a = saved[r0:r1]
-            d_a = torch.bmm(dos, vwin[g0:g1].transpose(1, 2))  # dL/d weights, (G, T, W)
+            d_a = torch.bmm(dos, vs.transpose(1, 2))  # dL/d weights, (G, T, W)
             if d_weights is not None:
                 d_a = d_a.add_(d_weights[r0:r1])
             w = a
@@ -450,39 +520,46 @@ class _BandAttention(torch.autograd.Function):
                 d_s = torch.where(a > 0, d_a / count[r0:r1], torch.zeros_like(d_a))
             if d_bias is not None:
                 d_bias[r0:r1] = d_s
-            # the queries' gradient scaled here when q was not pre-scaled, after the loop when it was
-            assert d_qs is not None
-            torch.baddbmm(d_qs, d_s, kwin[g0:g1], beta=0.0, alpha=ctx.scale if by_sequence else 1.0, out=d_qs)
-            geo.accumulate_keys(d_kf, g0, d_s, qs, alpha=q_scale)
-            geo.accumulate_keys(d_vf, g0, w, dos)
-        if by_sequence:
-            d_q = d_qb if ctx.needs_input_grad[0] else None
+            torch.baddbmm(d_qs, d_s, ks, beta=0.0, alpha=alpha, out=d_qs)
+            return w, d_s
+
+        if ctx.by_sequence:
+            q, k, v = qb, kf, vf
+            dob = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
+            d_q = _like_layout(q, q.size(-1))
+            d_k, d_v = _like_layout(k, k.size(-1)).zero_(), _like_layout(v, v.size(-1)).zero_()
+            for b, h, _, r0, n0, n1, keys, values in _sequences(geo, k, v, d_k, d_v):
+                qs, dos, d_qs = (_blocks_of(t[b, h], geo.T)[n0:n1] for t in (q, dob, d_q))
+                w, d_s = chunk(r0 + n0, r0 + n1, dos, keys.windows(n0, n1), values.windows(n0, n1), d_qs, ctx.scale)
+                keys.accumulate(n0, n1, d_s, qs, alpha=ctx.scale)  # (q is not pre-scaled)
+                values.accumulate(n0, n1, w, dos)
+            grads = (d_q, d_k, d_v)
         else:
-            d_q = geo.unpad_queries(d_qb.mul_(ctx.scale)) if ctx.needs_input_grad[0] else None
-        d_k = geo.unpad_keys(d_kf) if ctx.needs_input_grad[1] else None
-        d_v = geo.unpad_keys(d_vf) if ctx.needs_input_grad[2] else None
-        return d_q, d_k, d_v, d_bias, None, None, None, None, None, None, None
+            kwin, vwin = geo.windows(kf), geo.windows(vf)
+            dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
+            d_qb = torch.empty_like(qb)
+            d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
+            for g0, g1 in geo.chunks():
+                w, d_s = chunk(g0, g1, dob[g0:g1], kwin[g0:g1], vwin[g0:g1], d_qb[g0:g1], 1.0)
+                geo.accumulate_keys(d_kf, g0, d_s, qb[g0:g1])
+                geo.accumulate_keys(d_vf, g0, w, dob[g0:g1])
+            grads = (geo.unpad_queries(d_qb.mul_(ctx.scale)), geo.unpad_keys(d_kf), geo.unpad_keys(d_vf))
+        wanted = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])]
+        return (*wanted, d_bias, None, None, None, None, None, None, None)
 
 
-def _spans(
-    geo: BandGeometry, rows: Tensor, out: Tensor | None, by_sequence: bool
-) -> Iterator[tuple[int, int, int, Tensor, Tensor | None]]:
-    """The chunks of blocks computed together: (g0, g1) the padded blocks (the windows' and the mask
-    pattern's index), r0 the first block's index among the kept weights, and the chunk's blocks of
-    ``rows`` and of ``out`` (G, T, .). Padded: ``rows`` and ``out`` are padded blocks (B*H*nbp, T, .)
-    and the chunks run over all of them. By sequence: they are (B, H, L, .) tensors, cut into each
-    sequence's real blocks, and the chunks never cross a sequence."""
-    if not by_sequence:
-        for g0, g1 in geo.chunks():
-            yield g0, g1, g0, rows[g0:g1], None if out is None else out[g0:g1]
-        return
+def _sequences(
+    geo: BandGeometry, k: Tensor, v: Tensor, d_k: Tensor | None = None, d_v: Tensor | None = None
+) -> Iterator[tuple[int, int, int, int, int, int, _SequenceKeys, _SequenceKeys]]:
+    """Every sequence (b, h) of a problem run sequence by sequence, in chunks of its query blocks: b, h,
+    the sequence's first padded block (the mask pattern's index) and first real block (the kept
+    weights' index), the chunk's blocks n0..n1-1, and the sequence's keys and values (with their
+    gradients, when given)."""
     step = max(1, geo.chunks()[0][1])  # blocks per chunk
     for b in range(geo.B):
         for h in range(geo.H):
             seq = b * geo.H + h
-            rs = _blocks_of(rows, b, h, geo.T)
-            os = None if out is None else _blocks_of(out, b, h, geo.T)
-            for n0 in range(0, geo.nb, step):
-                n1 = min(n0 + step, geo.nb)
-                g0 = seq * geo.nbp + n0
-                yield g0, g0 + n1 - n0, seq * geo.nb + n0, rs[n0:n1], None if os is None else os[n0:n1]
+            keys = _SequenceKeys(geo, k[b, h], None if d_k is None else d_k[b, h])
+            values = _SequenceKeys(geo, v[b, h], None if d_v is None else d_v[b, h])
+            for n0, n1 in keys.pieces(step):
+                yield b, h, seq * geo.nbp, seq * geo.nb, n0, n1, keys, values

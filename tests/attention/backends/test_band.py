@@ -169,18 +169,19 @@ def test_inference_in_pieces_matches_reference(
     st.data(),
     st.integers(1, 2),
     st.integers(1, 2),
-    st.integers(1, 5),
+    st.integers(1, 12),
     st.sampled_from([1, 2, 4, 8]),
-    st.integers(1, 40),
+    st.integers(1, 60),
     st.sampled_from(["softmax", "relu"]),
     st.booleans(),
 )
 def test_sequence_by_sequence_matches_reference(
     data: st.DataObject, B: int, H: int, blocks: int, block: int, S: int, score: str, token_major: bool
 ) -> None:
-    """Training on long sequences reads each sequence's query blocks in place and writes the output and
-    the queries' gradient laid out as q (here every sequence counts as long): the reference's values
-    and gradients, for every band mask (with Causal, per-item Padding), L != S, either layout."""
+    """Training on long sequences reads each sequence's queries, keys and values in place (a padded copy
+    only for the blocks at its ends) and writes the output and the gradients laid out as the inputs
+    (here every sequence counts as long): the reference's values and gradients, for every band mask
+    (with Causal, per-item Padding), L != S, either layout."""
     from unittest import mock
 
     from attnmm.attention.backends import band
@@ -212,7 +213,7 @@ def test_sequence_by_sequence_matches_reference(
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b)
     # the output and the queries' gradient laid out as q: nothing for autograd to copy
-    assert (out.transpose(1, 2) if token_major else out).is_contiguous() and got[0].is_contiguous()
+    assert (out.transpose(1, 2) if token_major else out).is_contiguous() and all(g.is_contiguous() for g in got)
 
 
 def test_long_sequences_take_the_sequence_path_and_short_ones_not() -> None:
@@ -220,10 +221,37 @@ def test_long_sequences_take_the_sequence_path_and_short_ones_not() -> None:
 
     geo = BandGeometry.build(1, 4, 65536, 65536, 64, 64)
     q = torch.zeros(1, 1, 1, 64).expand(1, 4, 65536, 64)
-    assert band._by_sequence(geo, q, None, False, 0.0)
-    assert not band._by_sequence(geo, q, None, True, 0.0)  # returned weights
-    assert not band._by_sequence(geo, q, None, False, 0.1)  # dropout
+    assert band._by_sequence(geo, q, q, q, None, False, 0.0)
+    assert not band._by_sequence(geo, q, q, q, None, True, 0.0)  # returned weights
+    assert not band._by_sequence(geo, q, q, q, None, False, 0.1)  # dropout
+    assert not band._by_sequence(geo, q, q.transpose(2, 3).mT, q[..., ::2], None, False, 0.0)  # rows not contiguous
     short = BandGeometry.build(8, 4, 256, 256, 64, 64)
-    assert not band._by_sequence(short, q, None, False, 0.0)
+    assert not band._by_sequence(short, q, q, q, None, False, 0.0)
     uneven = BandGeometry.build(1, 4, 65536 - 1, 65536, 64, 64)
-    assert not band._by_sequence(uneven, q, None, False, 0.0)
+    assert not band._by_sequence(uneven, q, q, q, None, False, 0.0)
+
+
+def test_sequence_keys_interior_views_and_padded_ends() -> None:
+    """The key windows of one sequence: views of the keys inside it, zero-padded copies at its ends, equal
+    to the padded layout's windows; the adjoint adds every window's rows back onto the keys they read."""
+    from attnmm.attention.backends.band import _SequenceKeys
+
+    geo = BandGeometry.build(1, 1, 64, 64, 5, 3, 4)
+    keys = randn(64, 3, dtype=torch.float64, seed=1)
+    seq = _SequenceKeys(geo, keys, torch.zeros_like(keys))
+    padded = geo.windows(geo.pad_keys(keys.view(1, 1, 64, 3)))[: geo.nb]
+    pieces = list(seq.pieces(5))
+    assert pieces[0][0] == 0 and pieces[-1][1] == geo.nb and 0 < seq.first < seq.end < geo.nb
+    for n0, n1 in pieces:
+        windows = seq.windows(n0, n1)
+        torch.testing.assert_close(windows, padded[n0:n1])
+        assert (windows.untyped_storage().data_ptr() == keys.untyped_storage().data_ptr()) == (
+            seq.first <= n0 and n1 <= seq.end
+        )
+        x = randn(n1 - n0, geo.T, geo.W, dtype=torch.float64, seed=n0)
+        y = randn(n1 - n0, geo.T, 3, dtype=torch.float64, seed=n0 + 1)
+        flat = geo.new_key_grad(keys, 3)
+        geo.accumulate_keys(flat, n0, x, y, alpha=0.5)
+        before = seq.grad.clone()
+        seq.accumulate(n0, n1, x, y, alpha=0.5)
+        torch.testing.assert_close(seq.grad - before, geo.unpad_keys(flat).view(64, 3))
