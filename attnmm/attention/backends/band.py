@@ -36,10 +36,11 @@ class BandBackend(Backend):
     with their own. Blocks are processed in chunks of about 2M scores, so transient buffers stay
     small; in training the weights (B * H * L * W values, W about 1.25 w) are kept for the backward
     pass, which is written by hand on the same layout and sums window gradients back onto the keys.
-    Keys and values are copied once into a padded layout; so are the queries, except in training on
-    long sequences (256 query blocks or more, L a multiple of T, no bias, dropout or returned weights),
-    where each sequence's query blocks are read where they lie and the output and the queries'
-    gradient are written laid out as q, so autograd copies neither. Without a gradient nothing is
+    Queries, keys and values are copied once into a padded layout, except in training on long
+    sequences (256 query blocks or more, L a multiple of T, no bias, dropout or returned weights),
+    where each sequence's query blocks and key windows are read where they lie (a small padded copy
+    for the blocks at its ends) and the output and the gradients are written laid out as the inputs,
+    so autograd copies none of them. Without a gradient nothing is
     kept: the forward runs in pieces (whole short sequences, or spans
     of a long one's query rows with the keys their band reaches), so its memory beyond the output
     is a few pieces of 1 MB whatever L. No (L, S) tensor is ever built. Half-precision inputs are
@@ -408,9 +409,8 @@ class _SequenceKeys:
         lo, hi = self._span(n0, n1)
         inside = self._interior(n0, n1)
         base, row = (grad, lo) if inside else (grad.new_zeros(hi - lo, grad.size(1)), 0)
-        for r in range(1 + geo.c):
-            part = x[:, :, r * T : (r + 1) * T].transpose(1, 2)  # (G, T keys, T queries)
-            self._strided(base, row + r * T, G, T).baddbmm_(part, y, alpha=alpha)
+        # the rows the windows cover as G + c blocks of T keys, the padded layout's shape (a view)
+        geo.accumulate_keys(self._strided(base, row, G + geo.c, T), 0, x, y, alpha=alpha)
         if not inside:
             a, b = max(lo, 0), min(hi, grad.size(0))
             if b > a:
