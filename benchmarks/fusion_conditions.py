@@ -11,7 +11,8 @@ Parts, each a subcommand::
 ``train`` runs ``recipes/multimodal_digits.py fit --test_after_fit false`` (the best checkpoint is
 validated, never tested) with its own run directory under ``runs/fusion_conditions/RUN``. The selection
 runs (``sel_*``: the candidates of :data:`CANDIDATES`, a validation speaker never trained on) are scored
-by ``select`` on the validation conditions (:data:`CONDITIONS` on the validation pairs) and the choice is
+by ``select`` on the validation conditions (:data:`VALIDATION_CONDITIONS`: :data:`CONDITIONS` on the
+validation pairs, and the held-out gate voices, speakers no candidate trains on) and the choice is
 stored in ``benchmarks/results/fusion_selection.json``; the final fused runs (``fused_*``) train the
 chosen config. ``select-combine`` then scores the chosen candidate's selection run with each of
 :data:`COMBINES` (what its head's weights average: the segments' logits, as trained, or their
@@ -52,11 +53,15 @@ PAGE = ROOT / "docs" / "recipes" / "multimodal.md"
 START, END = "<!-- fusion_conditions:start -->", "<!-- fusion_conditions:end -->"
 
 #: The test draw of the protocol: a test seed never used before, and pairs per test recording (own split:
-#: 250 recordings x 4 = 1,000 pairs; a held-out speaker: 500 recordings x 2 = 1,000 pairs). The second
-#: draw, for the combine rule's evaluation; the first (2711) is kept in :data:`EARLIER`.
-TEST_SEED = 7919
+#: 250 recordings x 4 = 1,000 pairs; a held-out speaker: 500 recordings x 2 = 1,000 pairs). The third
+#: draw, for the third protocol (a gate that has met unfamiliar voices); the earlier ones are kept in
+#: :data:`EARLIER`.
+TEST_SEED = 104729
 #: The stores of the earlier test draws, by test seed (kept as they were; never rewritten).
-EARLIER = {2711: Path(__file__).with_name("results") / "fusion_conditions_draw2711.json"}
+EARLIER = {seed: Path(__file__).with_name("results") / f"fusion_conditions_draw{seed}.json" for seed in (2711, 7919)}
+#: The protocol of :data:`SELECTION`'s record: 3 adds the unfamiliar-voices condition and the gate candidate.
+#: An earlier protocol's record is kept as ``fusion_selection_protocol<n>.json`` when ``select`` replaces it.
+PROTOCOL = 3
 TEST_PAIRS = {"own": 4, "speaker": 2}
 SPEAKERS = ("george", "jackson", "lucas", "theo", "yweweler")
 #: The selection runs' validation speaker (all of its takes outside the test set; never trained on).
@@ -75,6 +80,14 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "image missing": {"drop_modality": "image"},
 }
 HELD_OUT = "held-out speaker"
+#: The Speech Commands folder (under the data folder) whose spoken digits are the gate voices
+#: (``AVDigitsDataModule(gate_voices=...)``): its held-out half is a validation condition of voices that no
+#: candidate trains on.
+GATE_VOICES = "speech_commands_test_v0.02"
+UNFAMILIAR = "unfamiliar voices"
+#: The selection's conditions (validation pairs only): the nine conditions on the validation speaker's pairs
+#: and the held-out gate voices, clean.
+VALIDATION_CONDITIONS: dict[str, dict[str, Any]] = {**CONDITIONS, UNFAMILIAR: {"gate_voices": GATE_VOICES}}
 #: Conditions with both modalities present (the "worth it" average), the held-out speaker included.
 BOTH_PRESENT = [c for c in CONDITIONS if "missing" not in c] + [HELD_OUT]
 #: The selection candidates (config files; a recipe's own default config is run as that recipe), in the
@@ -83,6 +96,7 @@ CANDIDATES = {
     "default": "multimodal_digits.yaml",
     "robust_late": "multimodal_digits_robust.yaml",
     "robust_bottleneck": "multimodal_digits_robust_bottleneck.yaml",
+    "robust_gate": "multimodal_digits_robust_gate.yaml",
 }
 PEERS = {"audio": "multimodal_digits_robust_audio.yaml", "image": "multimodal_digits_robust_image.yaml"}
 #: What the chosen model's head averages with its weights (``SegmentPoolingClassifier(combine=...)``), in
@@ -216,14 +230,17 @@ def modalities(task: Any) -> list[str]:
 def condition_set(split: str, condition: dict[str, Any], data: dict[str, Any], root: str | None = None) -> Any:
     """The pairs of ``split`` (``"val"`` or ``"test"``) under ``condition``: the DataModule of the run's data
     options (``data``: val_speakers or test_speakers) with the condition's corruptions; a missing modality is
-    removed from every pair (its present flag false), validation pairs included."""
+    removed from every pair (its present flag false), validation pairs included. A condition with
+    ``gate_voices`` is the held-out gate voices' pairs (validation only)."""
     from attnmm.data import AVDigitsDataModule
 
     options = {k: v for k, v in condition.items() if k != "drop_modality"}
+    if "gate_voices" in options and split != "val":
+        raise ValueError("the gate voices' held-out pairs are a validation condition; the test has none")
     pairs = TEST_PAIRS["speaker" if data.get("test_speakers") else "own"]
     dm = AVDigitsDataModule(root=root, test_seed=TEST_SEED, test_pairs_per_recording=pairs, **data, **options)
     dm.setup("validate" if split == "val" else "test")
-    dataset = copy.copy(getattr(dm, f"{split}_set"))
+    dataset = copy.copy(dm.gate_val_set if "gate_voices" in options else getattr(dm, f"{split}_set"))
     dataset.drop_modality = condition.get("drop_modality")
     return dataset
 
@@ -324,7 +341,8 @@ def _evaluate_runs(
     for name in names:
         run = RUNS[name]
         task = load_model(ROOT / runs_dir / name, (combine or {}).get(name))
-        conditions = dict(CONDITIONS) if "test_speakers" not in run["data"] else {HELD_OUT: {}}
+        own = VALIDATION_CONDITIONS if split == "val" else CONDITIONS
+        conditions = dict(own) if "test_speakers" not in run["data"] else {HELD_OUT: {}}
         cells: dict[str, Any] = {}
         for cond, options in conditions.items():
             if options.get("drop_modality") and modalities(task) == [options["drop_modality"]]:
@@ -336,9 +354,10 @@ def _evaluate_runs(
 
 
 def _scores(cells: dict[str, Any]) -> dict[str, float]:
-    """Accuracy (%) per condition of one run's cells, and their mean over :data:`CONDITIONS`."""
+    """Accuracy (%) per condition of one run's validation cells, and their mean over
+    :data:`VALIDATION_CONDITIONS`."""
     scores = {c: round(100 * float((v["probs"].argmax(1) == v["labels"]).mean()), 2) for c, v in cells.items()}
-    scores["mean"] = round(statistics.fmean(scores[c] for c in CONDITIONS), 2)
+    scores["mean"] = round(statistics.fmean(scores[c] for c in VALIDATION_CONDITIONS), 2)
     return scores
 
 
@@ -351,10 +370,16 @@ def select(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]
     for candidate, name in zip(CANDIDATES, names):
         scores[candidate] = _scores(cells[name])
     choice = max(CANDIDATES, key=lambda c: (scores[c]["mean"], -list(CANDIDATES).index(c)))
-    record = {"split": "val", "val_speaker": VAL_SPEAKER, "scores": scores, "choice": choice,
+    record = {"protocol": PROTOCOL, "split": "val", "val_speaker": VAL_SPEAKER,
+              "conditions": list(VALIDATION_CONDITIONS), "scores": scores, "choice": choice,
               "rule": "highest mean validation accuracy over the conditions; a tie: the earlier candidate",
               "machine": _machine(), "commit": _commit()}
     SELECTION.parent.mkdir(exist_ok=True)
+    if SELECTION.exists():  # an earlier protocol's record is kept as it was
+        earlier = json.loads(SELECTION.read_text()).get("protocol", 2)
+        kept = SELECTION.with_name(f"fusion_selection_protocol{earlier}.json")
+        if earlier != PROTOCOL and not kept.exists():
+            shutil.copyfile(SELECTION, kept)
     SELECTION.write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -518,9 +543,10 @@ def render_section(store: dict[str, Any]) -> str:
         "with a 95% paired bootstrap interval over the test pairs. The protocol, written before any of these "
         "runs, is in [results](../results.md#fusion-you-can-trust-issue-27-the-protocol)"
         + ("" if store["test_seed"] in EARLIER or not EARLIER else
-           ", and the choice of what the head averages, with this second test draw, in [results](../results.md"
-           "#fusion-you-can-trust-what-the-head-averages-on-a-second-fresh-draw-issue-27); the first draw's "
-           "numbers (test seed " + ", ".join(map(str, EARLIER)) + ") are recorded there too")
+           "; its later changes ([what the head averages](../results.md#fusion-you-can-trust-what-the-head-averages"
+           "-on-a-second-fresh-draw-issue-27), [a gate that has met unfamiliar voices](../results.md#fusion-you-"
+           "can-trust-a-gate-that-has-met-unfamiliar-voices-on-a-third-fresh-draw-issue-27)) and the earlier "
+           "draws' numbers (test seeds " + ", ".join(map(str, EARLIER)) + ") are recorded there too")
         + ".", "",
         "| condition | fused | audio only | image only | late ensemble | fused − audio | fused − image "
         "| fused − ensemble |",

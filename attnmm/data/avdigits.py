@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
 from attnmm.data._audio import AudioClips, collate_audio
 from attnmm.data._resumable import ResumableDataLoader
@@ -19,6 +19,7 @@ from attnmm.data._root import data_dir
 from attnmm.data.corruptions import RandomCorruption, add_audio_noise, add_image_noise, occlude
 from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
 from attnmm.data.mnist import MNISTDataModule
+from attnmm.data.speech_commands import SpeechClip, scan_class_folders, scan_speech_commands
 
 __all__ = [
     "AVDigits",
@@ -27,6 +28,7 @@ __all__ = [
     "Corrupt",
     "Modality",
     "collate_avdigits",
+    "digit_voices",
     "pair_images",
 ]
 
@@ -76,6 +78,40 @@ def pair_images(labels: Sequence[int], image_labels: Tensor, seed: int) -> list[
         for k, i in enumerate(i for i, y in enumerate(labels) if y == digit):
             pairs[i] = order[k % len(order)]
     return pairs
+
+
+def digit_voices(folder: str | Path) -> list[SpeechClip]:
+    r"""The spoken digits (the words ``zero`` to ``nine``) of a Speech Commands folder, as clips with their
+    speakers: many voices saying the digits that FSDD's few speakers say.
+
+    Reads either layout: the 12-class one (the v0.02 test companion set, whose ``_unknown_`` folder holds
+    the digits as ``<word>_<speaker>_nohash_<n>.wav``) or the full v0.02 one (a folder per word,
+    ``validation_list.txt`` beside them).
+
+    Args:
+        folder (str or Path): the folder that holds the class or word folders.
+
+    Raises:
+        FileNotFoundError: the folder does not exist or holds no spoken digit.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no Speech Commands folder at {folder}")
+    if (folder / "validation_list.txt").exists():  # the full layout: a folder per word
+        clips = [
+            SpeechClip(folder / rel, word, rel.rsplit("/", 1)[-1].split("_nohash_")[0])
+            for split in scan_speech_commands(folder).values()
+            for rel, word in split
+            if word in CLASS_NAMES
+        ]
+    else:
+        clips = [c for c in scan_class_folders(folder) if c.word in CLASS_NAMES]
+    if not clips:
+        raise FileNotFoundError(
+            f"{folder} holds no spoken digit: expected Speech Commands clips of the words zero to nine, in "
+            "_unknown_/<word>_<speaker>_nohash_<n>.wav (the 12-class layout) or <word>/<speaker>_nohash_<n>.wav"
+        )
+    return sorted(clips, key=lambda c: c.path.as_posix())
 
 
 def _check_options(
@@ -162,6 +198,9 @@ class AVDigits(Dataset):
             ones, ``augment(item, generator)``. (default: :obj:`None`)
         image_labels (Tensor, optional): (N,) the digit of each image; needed by ``resample_images``.
             (default: :obj:`None`)
+        gate_only (bool, optional): mark every item ``gate_only`` (:obj:`True`: it trains a gated head's
+            gate only, see :class:`AVDigitsDataModule`'s ``gate_voices``) or not (:obj:`False`); with
+            :obj:`None` items carry no such entry. (default: :obj:`None`)
     """
 
     def __init__(
@@ -179,6 +218,7 @@ class AVDigits(Dataset):
         resample_images: bool = False,
         augment: RandomCorruption | None = None,
         image_labels: Tensor | None = None,
+        gate_only: bool | None = None,
     ) -> None:
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
         if len(clips) == 0 or len(pairs) == 0 or len(pairs) % len(clips):
@@ -194,7 +234,7 @@ class AVDigits(Dataset):
         self.audio_snr_db, self.image_occlusion, self.image_noise = audio_snr_db, image_occlusion, image_noise
         self.drop_modality, self.modality_dropout, self.seed = drop_modality, modality_dropout, seed
         self.corrupt, self.augment = corrupt, augment
-        self.resample_images = resample_images
+        self.resample_images, self.gate_only = resample_images, gate_only
         self._by_digit: dict[int, Tensor] = {}
         if resample_images:
             if image_labels is None or len(image_labels) != len(images):
@@ -238,20 +278,33 @@ class AVDigits(Dataset):
                 image = add_image_noise(image, self.image_noise, self._rng(entropy, i, "image_noise"))
             if self.image_occlusion is not None:
                 image = occlude(image, self.image_occlusion, self._rng(entropy, i, "occlusion"))
-        item = {
+        item: dict[str, Tensor | int | bool] = {
             "waveform": waveform,
             "image": image,
             "audio_present": dropped != "audio",
             "image_present": dropped != "image",
             "label": label,
         }
+        if self.gate_only is not None:
+            item["gate_only"] = self.gate_only
         return item if self.augment is None else self.augment(item, self._rng(entropy, i, "augment"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(pairs={len(self)}, images={len(self.images)}, seed={self.seed})"
 
 
-class AVDigitsBatch(TypedDict):
+class _AVDigitsBatchKeys(TypedDict):
+    """The keys every :class:`AVDigitsBatch` has."""
+
+    waveform: Tensor
+    lengths: Tensor
+    image: Tensor
+    audio_present: Tensor
+    image_present: Tensor
+    label: Tensor
+
+
+class AVDigitsBatch(_AVDigitsBatchKeys, total=False):
     r"""A batch of audio-visual digits: a plain :class:`dict` that both
     :class:`~attnmm.adapters.SpeechAdapter` (``waveform``, ``lengths``) and
     :class:`~attnmm.adapters.ImageAdapter` (``image``) read.
@@ -263,14 +316,11 @@ class AVDigitsBatch(TypedDict):
         - **audio_present**: :math:`(B,)` bool, false where the recording was removed.
         - **image_present**: :math:`(B,)` bool, false where the image was removed.
         - **label**: :math:`(B,)` long, the digit.
+        - **gate_only** (only when the items carry it): :math:`(B,)` bool, true for a pair that trains a
+          gated head's gate only (an unfamiliar voice, see ``AVDigitsDataModule(gate_voices=...)``).
     """
 
-    waveform: Tensor
-    lengths: Tensor
-    image: Tensor
-    audio_present: Tensor
-    image_present: Tensor
-    label: Tensor
+    gate_only: Tensor
 
 
 def collate_avdigits(items: Sequence[dict]) -> AVDigitsBatch:
@@ -287,7 +337,7 @@ def collate_avdigits(items: Sequence[dict]) -> AVDigitsBatch:
         (tensor([3, 0]), tensor([ True, False]), torch.Size([2, 1, 28, 28]))
     """
     audio = collate_audio([(item["waveform"], item["label"]) for item in items])
-    return {
+    batch: AVDigitsBatch = {
         "waveform": audio["waveform"],
         "lengths": audio["lengths"],
         "image": torch.stack([item["image"] for item in items]),  # (B, 1, 28, 28)
@@ -295,6 +345,9 @@ def collate_avdigits(items: Sequence[dict]) -> AVDigitsBatch:
         "image_present": torch.tensor([bool(item["image_present"]) for item in items]),
         "label": audio["label"],
     }
+    if any("gate_only" in item for item in items):
+        batch["gate_only"] = torch.tensor([bool(item.get("gate_only", False)) for item in items])
+    return batch
 
 
 class AVDigitsDataModule(LightningDataModule):
@@ -330,6 +383,16 @@ class AVDigitsDataModule(LightningDataModule):
     one of the two from a training example with that probability. A removed recording has length 0,
     a removed image is all zeros, and the batch flags them. ``train_corruption`` (a
     :class:`~attnmm.data.RandomCorruption`) corrupts training pairs at random, each modality on its own.
+
+    ``gate_voices`` (a Speech Commands folder, either layout, see :func:`digit_voices`) brings voices the
+    model never learns from: its spoken digits (resampled to 8 kHz) join the training pairs
+    ``gate_voices_repeats`` times per epoch, each marked ``gate_only``, so that a gated head
+    (``SegmentPoolingClassifier(gate=True)``) fits its gate on them while the towers and the classifiers
+    learn from FSDD alone (the task detaches everything but the gate for those pairs). The gate thus sees
+    how the model's own audio fares on unfamiliar voices, which the training speakers cannot show it.
+    ``gate_voices_val`` of its speakers (seeded by ``seed``) stay out of training and form
+    :attr:`gate_val_set` (paired with validation images, corrupted like the validation split), a
+    validation condition of unfamiliar voices; the batch flags neither split's pairs otherwise.
 
     Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
     (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
@@ -369,6 +432,11 @@ class AVDigitsDataModule(LightningDataModule):
             (default: :obj:`False`)
         train_corruption (RandomCorruption, optional): random corruption of the training pairs.
             (default: :obj:`None`)
+        gate_voices (str or Path, optional): a Speech Commands folder whose spoken digits train the gate
+            only; a relative path is read under the data folder. (default: :obj:`None`)
+        gate_voices_val (float, optional): share of its speakers kept out of training, for
+            :attr:`gate_val_set`. (default: ``0.5``)
+        gate_voices_repeats (int, optional): pairs per gate clip per epoch. (default: ``4``)
 
     Examples:
         >>> dm = AVDigitsDataModule(root="/data", audio_snr_db=5.0, drop_modality="image")
@@ -404,8 +472,18 @@ class AVDigitsDataModule(LightningDataModule):
         test_pairs_per_recording: int = 1,
         fresh_train_images: bool = False,
         train_corruption: RandomCorruption | None = None,
+        gate_voices: str | Path | None = None,
+        gate_voices_val: float = 0.5,
+        gate_voices_repeats: int = 4,
     ) -> None:
         super().__init__()
+        if not (isinstance(gate_voices_val, (int, float)) and 0.0 <= gate_voices_val < 1.0):
+            raise ValueError(
+                f"gate_voices_val is a share in [0, 1) of the gate voices' speakers, got {gate_voices_val!r}"
+            )
+        repeats_ok = isinstance(gate_voices_repeats, int) and not isinstance(gate_voices_repeats, bool)
+        if not (repeats_ok and gate_voices_repeats >= 1):
+            raise ValueError(f"gate_voices_repeats is a whole number >= 1, got {gate_voices_repeats!r}")
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
         if isinstance(test_pairs_per_recording, bool) or not (
             isinstance(test_pairs_per_recording, int) and test_pairs_per_recording >= 1
@@ -421,9 +499,15 @@ class AVDigitsDataModule(LightningDataModule):
         self.drop_modality, self.modality_dropout, self.corrupt = drop_modality, modality_dropout, corrupt
         self.val_speakers, self.test_pairs_per_recording = self.fsdd.val_speakers, test_pairs_per_recording
         self.fresh_train_images, self.train_corruption = fresh_train_images, train_corruption
-        self.train_set: AVDigits | None = None
+        self.gate_voices, self.gate_voices_val = gate_voices, float(gate_voices_val)
+        self.gate_voices_repeats = gate_voices_repeats
+        self.train_set: AVDigits | ConcatDataset | None = None
         self.val_set: AVDigits | None = None
         self.test_set: AVDigits | None = None
+        #: The held-out gate voices' pairs (``gate_voices``; after ``setup``), else :obj:`None`.
+        self.gate_val_set: AVDigits | None = None
+        #: Speakers of the gate voices by split, ``{"train": [...], "val": [...]}`` (after ``setup``).
+        self.gate_speakers: dict[str, list[str]] = {}
 
     def prepare_data(self) -> None:
         try:
@@ -448,10 +532,44 @@ class AVDigitsDataModule(LightningDataModule):
             clips = getattr(self.fsdd, f"{split}_set")
             if clips is not None and getattr(self, f"{split}_set") is None:
                 setattr(self, f"{split}_set", self._pairs(split, clips))
+        if self.gate_voices is not None and self.gate_val_set is None and stage in (None, "fit", "validate"):
+            self._gate_sets()
 
-    def _pairs(self, split: str, clips: AudioClips) -> AVDigits:
+    def _gate_sets(self) -> None:
+        """The gate voices: their training speakers' pairs join ``train_set`` (marked gate-only), the held-out
+        speakers' make :attr:`gate_val_set`."""
+        folder = Path(self.gate_voices)  # type: ignore[arg-type]
+        if not folder.is_absolute() and not folder.exists():
+            folder = data_dir(self.root) / folder
+        voices = digit_voices(folder)
+        speakers = sorted({str(c.speaker) for c in voices})
+        order = np.random.default_rng([self.seed, 7]).permutation(len(speakers))
+        n_val = math.floor(self.gate_voices_val * len(speakers) + 0.5)
+        held = {speakers[k] for k in order[:n_val]}
+        if n_val and n_val == len(speakers):
+            raise ValueError(
+                f"gate_voices_val={self.gate_voices_val} keeps all {len(speakers)} speakers out of training"
+            )
+        self.gate_speakers = {"train": sorted(set(speakers) - held), "val": sorted(held)}
+        for split, chosen in (("train", False), ("val", True)):
+            picked = [c for c in voices if (c.speaker in held) == chosen]
+            if not picked:
+                continue
+            clips = AudioClips(
+                [c.path for c in picked], [CLASS_NAMES.index(c.word) for c in picked], self.sample_rate,
+                cache=True, speakers=[c.speaker for c in picked], file_rate=16000,
+            )
+            pairs = self._pairs(split, clips, gate=split == "train")
+            if split == "train":
+                if isinstance(self.train_set, AVDigits):  # not loaded for validation alone
+                    self.train_set.gate_only = False
+                    self.train_set = ConcatDataset([self.train_set] + [pairs] * self.gate_voices_repeats)
+            else:
+                self.gate_val_set = pairs
+
+    def _pairs(self, split: str, clips: AudioClips, gate: bool = False) -> AVDigits:
         images, image_labels = self.mnist.datasets[split].tensors
-        seed = 3 * (self.test_seed if split == "test" else self.seed) + _SPLIT_SEED[split]
+        seed = 3 * (self.test_seed if split == "test" else self.seed) + _SPLIT_SEED[split] + (1000 if gate else 0)
         repeats = self.test_pairs_per_recording if split == "test" else 1
         train = split == "train"
         return AVDigits(
@@ -468,6 +586,7 @@ class AVDigitsDataModule(LightningDataModule):
             resample_images=self.fresh_train_images and train,
             augment=self.train_corruption if train else None,
             image_labels=image_labels,
+            gate_only=True if gate else None,
         )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
@@ -505,10 +624,11 @@ class AVDigitsDataModule(LightningDataModule):
             "test_pairs_per_recording": None if self.test_pairs_per_recording == 1 else self.test_pairs_per_recording,
             "fresh_train_images": self.fresh_train_images or None,
             "train_corruption": self.train_corruption,
+            "gate_voices": None if self.gate_voices is None else Path(self.gate_voices).as_posix(),
         }
         return {k: v for k, v in options.items() if v is not None}
 
-    def _sets(self) -> dict[str, AVDigits]:
+    def _sets(self) -> dict[str, AVDigits | ConcatDataset]:
         sets = {"train": self.train_set, "val": self.val_set, "test": self.test_set}
         return {k: v for k, v in sets.items() if v is not None}
 
@@ -550,6 +670,16 @@ class AVDigitsDataModule(LightningDataModule):
         if self.fresh_train_images or self.train_corruption is not None:
             fresh = "a fresh image per access" if self.fresh_train_images else "fixed pairs"
             lines.append(f"  training pairs: {fresh}; random corruption {self.train_corruption or 'none'}")
+        if self.gate_voices is not None:
+            if self.gate_speakers:
+                train, val = self.gate_speakers["train"], self.gate_speakers["val"]
+                held = f"{len(self.gate_val_set or ())} pairs of {len(val)} held-out speakers (gate_val_set)"
+                lines.append(
+                    f"  gate voices at {self.gate_voices}: {len(train)} speakers' digits train the gate only, "
+                    f"{self.gate_voices_repeats} pairs per clip per epoch; {held}"
+                )
+            else:
+                lines.append(f"  gate voices at {self.gate_voices} (read at setup('fit'))")
         if self._sets():
             lines.append("  " + ", ".join(f"{k} {len(v)} pairs" for k, v in self._sets().items()))
         return "\n".join(lines)

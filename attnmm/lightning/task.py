@@ -437,8 +437,22 @@ class ClassificationTask(EncoderTask):
         ``segment_loss_weight``) its segments' own logits (B, K, C) and which are present (B, K)."""
         h, tokens, _ = self.encode(batch, member=member, state=state)
         head = self.members[member][2]
-        logits = h if head is None else head(h, tokens)
+        gate_only = batch.get("gate_only") if isinstance(batch, dict) else None
+        if head is None:
+            logits = h
+        elif gate_only is not None:  # pairs that train a gated head's gate alone (AVDigitsDataModule(gate_voices))
+            if "gate_only" not in inspect.signature(head.forward).parameters:
+                raise ValueError(
+                    "the batch marks items gate_only (they train a gate alone), but the head, a "
+                    f"{type(head).__name__}, takes no gate_only: use a gated SegmentPoolingClassifier, or data "
+                    "without gate voices"
+                )
+            logits = head(h, tokens, gate_only=gate_only)
+        else:
+            logits = head(h, tokens)
         segments = head.segment_logits(h, tokens) if aux and self.segment_loss_weight and head is not None else None
+        if segments is not None and gate_only is not None:  # a gate-only item trains no segment's classifier
+            segments = (segments[0], segments[1] & ~gate_only.to(segments[1].device).view(-1, 1))
         if logits.size(-1) != self.num_classes:
             raise ValueError(
                 f"the model gives {logits.size(-1)} logits per prediction but the task has num_classes="

@@ -200,6 +200,12 @@ class SegmentPoolingClassifier(nn.Module):
     own prediction, which :class:`~attnmm.lightning.ClassificationTask` can train beside the fused one
     (``segment_loss_weight``), so that each modality learns to predict alone.
 
+    ``gate_only`` (B,) marks items that train the gate alone: for them the pooled features and the
+    segments' logits are constants, so their loss reaches :math:`\mathbf{u}_k, c_k` and nothing else
+    (voices the towers never learn from, to show the gate how the model fares on unfamiliar input; see
+    ``AVDigitsDataModule(gate_voices=...)``, whose batches carry the flag, which
+    :class:`~attnmm.lightning.ClassificationTask` passes on). A head without a gate refuses them.
+
     ``combine`` says what the weights average. ``"logits"`` (above) lets a segment that is confidently
     wrong outvote the others by the size of its logits; ``"probabilities"`` averages the segments'
     class probabilities instead, :math:`\mathbf{y}_b = \log \sum_{k \in S_b} \alpha_{b,k}\,
@@ -221,7 +227,7 @@ class SegmentPoolingClassifier(nn.Module):
             last two need ``num_segments``. (default: ``"logits"``)
 
     Shapes:
-        - **input:** h (B, L, D) and the adapter's :class:`Tokens`
+        - **input:** h (B, L, D), the adapter's :class:`Tokens` and optionally ``gate_only`` (B,) bool
         - **output:** logits (B, C)
 
     Examples:
@@ -327,13 +333,27 @@ class SegmentPoolingClassifier(nn.Module):
         self._check_segments(pooled)
         return self._weights(pooled, present)
 
-    def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
+    def forward(self, h: Tensor, tokens: Tokens, gate_only: Tensor | None = None) -> Tensor:
         pooled, present = self.pool(h, tokens)  # (B, K, D), (B, K)
         self._check_segments(pooled)
         if self.num_segments is None:
             weight = self._weights(pooled, present)  # (B, K)
             return self.linears[0](self.drop((pooled * weight.unsqueeze(-1)).sum(1)))
-        logits = self._segment_logits(pooled)  # (B, K, C)
+        if gate_only is not None and bool(gate_only.any()):
+            if self.gate is None or self.combine == "average":
+                why = "has no gate" if self.gate is None else "leaves its gate unused (combine='average')"
+                raise ValueError(
+                    f"the batch marks items gate_only (they train the gate alone), but this head {why}: build "
+                    "it with gate=True and combine 'logits' or 'probabilities', or drop the gate-only items"
+                )
+            # what a gate-only item teaches reaches the gate's parameters only: its pooled features and its
+            # segments' logits are constants to the loss
+            rows = gate_only.to(pooled.device).view(-1, 1, 1)
+            pooled = torch.where(rows, pooled.detach(), pooled)
+            logits = self._segment_logits(pooled)
+            logits = torch.where(rows, logits.detach(), logits)
+        else:
+            logits = self._segment_logits(pooled)  # (B, K, C)
         if self.combine == "logits":
             return (logits * self._weights(pooled, present).unsqueeze(-1)).sum(1)
         # log sum_k alpha_k softmax(z_k), from the log-weights (an absent segment's is -inf; no log of a 0

@@ -280,6 +280,39 @@ def test_gate_weights_the_present_segments_predictions() -> None:
         SegmentPoolingClassifier(4, 5, gate=True)
 
 
+@pytest.mark.parametrize("combine", ["logits", "probabilities"])
+def test_gate_only_items_train_the_gate_alone(combine: str) -> None:
+    """A gate-only item's output equals the plain forward's, but its loss reaches only the gate: no gradient
+    to the tokens or the classifiers; the other items' gradients are unchanged."""
+    torch.manual_seed(0)
+    h = torch.randn(4, 7, 4, requires_grad=True)
+    tokens = Tokens(h, Segments([4, 3], lengths=[[2, 3], [4, 3], [1, 2], [3, 1]]))
+    head = SegmentPoolingClassifier(4, 5, num_segments=2, gate=True, combine=combine)  # type: ignore[arg-type]
+    with torch.no_grad():
+        head.gate.weight.normal_()
+    only = torch.tensor([False, True, False, True])
+    out = head(h, tokens, gate_only=only)
+    torch.testing.assert_close(out, head(h, tokens))  # the same values
+    out[only].sum().backward()  # the gate-only items' loss
+    assert h.grad is None or h.grad.abs().sum() == 0
+    assert all(lin.weight.grad is None or lin.weight.grad.abs().sum() == 0 for lin in head.linears)
+    assert head.gate.weight.grad is not None and head.gate.weight.grad.abs().sum() > 0
+    head.zero_grad()
+    h.grad = None
+    head(h, tokens, gate_only=only)[~only].sum().backward()  # the other items: as without the flag
+    grads = [h.grad.clone(), *(lin.weight.grad.clone() for lin in head.linears)]
+    head.zero_grad()
+    h.grad = None
+    head(h, tokens)[~only].sum().backward()
+    for got, want in zip(grads, [h.grad, *(lin.weight.grad for lin in head.linears)]):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(head(h, tokens, gate_only=torch.zeros(4, dtype=torch.bool)), head(h, tokens))
+    for bad in (SegmentPoolingClassifier(4, 5, num_segments=2),
+                SegmentPoolingClassifier(4, 5, num_segments=2, gate=True, combine="average")):
+        with pytest.raises(ValueError, match="marks items gate_only"):
+            bad(h, tokens, gate_only=only)
+
+
 def test_segment_logits_with_one_shared_classifier() -> None:
     h = torch.randn(2, 7, 4)
     tokens = Tokens(h, Segments([4, 3], lengths=[[2, 3], [0, 1]]))

@@ -80,18 +80,21 @@ def test_commands_never_test_and_follow_the_choice(tmp_path: Path, monkeypatch: 
     fused = fc.fit_command("fused_s1")
     assert "--config=recipes/configs/multimodal_digits_robust_bottleneck.yaml" in fused
     assert "--seed_everything=1" in fused and "--test_after_fit=false" in fused
-    # every run: 3 selection runs, 3 seeds of fused/audio/image, 5 folds of fused/audio
-    assert len(fc.RUNS) == 3 + 9 + 10
+    gate = fc.fit_command("sel_robust_gate")
+    assert f"{configs}_gate.yaml" in gate and f"--data.val_speakers=[{fc.VAL_SPEAKER}]" in gate
+    # every run: 4 selection runs, 3 seeds of fused/audio/image, 5 folds of fused/audio
+    assert len(fc.RUNS) == 4 + 9 + 10
     assert set(fc.BOTH_PRESENT) == set(fc.CONDITIONS) - {"audio missing", "image missing"} | {fc.HELD_OUT}
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from _recipes import write_fsdd, write_mnist
+    from _recipes import write_fsdd, write_mnist, write_speech_commands
 
     root = tmp_path_factory.mktemp("avdigits")
     write_fsdd(root, speakers=("ann", "bob", "theo"), takes=8)
     write_mnist(root)
+    write_speech_commands(root, speakers=6, silence=0)  # the gate voices: 10 digits x 6 speakers
     return root
 
 
@@ -111,6 +114,11 @@ def test_condition_sets_on_generated_pairs(root: Path, monkeypatch: pytest.Monke
     noisy = fc.condition_set("test", fc.CONDITIONS["both corrupted"], {}, str(root))
     assert not np.array_equal(noisy[0]["waveform"].numpy(), clean[0]["waveform"].numpy())
     assert int((noisy[0]["image"] == 0).sum()) >= 14 * 14
+    unfamiliar = fc.condition_set("val", fc.VALIDATION_CONDITIONS[fc.UNFAMILIAR], {"val_speakers": ["theo"]}, str(root))
+    assert len(unfamiliar) == 10 * 3  # the held-out half of the 6 gate speakers, ten digits each
+    assert all("speech_commands" in str(p) for p in unfamiliar.clips.paths)
+    with pytest.raises(ValueError, match="validation condition"):
+        fc.condition_set("test", fc.VALIDATION_CONDITIONS[fc.UNFAMILIAR], {}, str(root))
 
 
 def _store(fused_gain: float = 0.0) -> dict:
@@ -189,9 +197,13 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
         if name.startswith("sel_"):
             record = fc.train(name, runs, tiny)
             assert set(record["validation"]) == {"val_acc", "val_loss"}
+    fc.SELECTION.write_text(json.dumps({"choice": "robust_late", "scores": "the second protocol's"}))
     selection = fc.select(runs_dir=runs)
+    kept = json.loads((tmp_path / "fusion_selection_protocol2.json").read_text())
+    assert kept == {"choice": "robust_late", "scores": "the second protocol's"}  # the earlier record, as it was
     assert selection["choice"] in fc.CANDIDATES and selection["split"] == "val"
-    assert set(selection["scores"]["robust_late"]) == {*fc.CONDITIONS, "mean"}
+    assert set(selection["scores"]["robust_late"]) == {*fc.CONDITIONS, fc.UNFAMILIAR, "mean"}
+    assert selection["protocol"] == fc.PROTOCOL and len(selection["scores"]) == len(fc.CANDIDATES)
     # what the chosen model's head averages, chosen on the same validation conditions (the robust model here,
     # whichever tiny run won)
     fc.SELECTION.write_text(json.dumps({**json.loads(fc.SELECTION.read_text()), "choice": "robust_late"}))

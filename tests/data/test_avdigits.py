@@ -482,3 +482,69 @@ def _loader(ds: AVDigits) -> torch.utils.data.DataLoader:
     from attnmm.data.avdigits import collate_avdigits
 
     return torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=collate_avdigits)
+
+
+def _write_voices(folder: Path, speakers: int = 6, full: bool = False) -> None:
+    """Speech Commands clips at 16 kHz: every speaker says two digits and one other word; the 12-class
+    layout (digits in ``_unknown_``) or, with ``full``, a folder per word and the official lists."""
+    words = ("three", "seven", "marvin")
+    for s in range(speakers):
+        for w, word in enumerate(words):
+            clip = np.full(1600 + 160 * w, 0.1, dtype=np.float32)
+            name = f"p{s:03d}_nohash_0.wav"
+            path = folder / word / name if full else folder / "_unknown_" / f"{word}_{name}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            soundfile.write(path, clip, 16000, subtype="PCM_16")
+    if full:
+        (folder / "validation_list.txt").write_text("three/p000_nohash_0.wav\n")
+        (folder / "testing_list.txt").write_text("")
+    else:
+        (folder / "yes").mkdir(parents=True, exist_ok=True)
+        soundfile.write(folder / "yes" / "p000_nohash_0.wav", np.zeros(160, np.float32), 16000, subtype="PCM_16")
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_digit_voices_read_both_layouts(tmp_path: Path, full: bool) -> None:
+    from attnmm.data.avdigits import digit_voices
+
+    _write_voices(tmp_path / "sc", full=full)
+    voices = digit_voices(tmp_path / "sc")
+    assert len(voices) == 12 and {v.word for v in voices} == {"three", "seven"}  # marvin and yes are no digits
+    assert {v.speaker for v in voices} == {f"p{s:03d}" for s in range(6)}
+    with pytest.raises(FileNotFoundError, match="no Speech Commands folder"):
+        digit_voices(tmp_path / "absent")
+    (tmp_path / "empty" / "yes").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="holds no spoken digit"):
+        digit_voices(tmp_path / "empty")
+
+
+def test_gate_voices_train_the_gate_only_and_hold_out_speakers(root: Path, tmp_path: Path) -> None:
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    _write_voices(data / "voices")
+    plain = _dm(data)
+    dm = _dm(data, gate_voices="voices", gate_voices_val=0.5, gate_voices_repeats=3)  # relative: under the root
+    train, held = dm.gate_speakers["train"], dm.gate_speakers["val"]
+    assert len(train) == len(held) == 3 and not set(train) & set(held)
+    assert dm.gate_speakers == _dm(data, gate_voices="voices", gate_voices_repeats=3).gate_speakers  # seeded
+    assert len(dm.train_set) == len(plain.train_set) + 3 * 2 * len(train)  # two digits per speaker, 3 repeats
+    assert len(dm.val_set) == len(plain.val_set) and dm.gate_val_set is not None and len(dm.gate_val_set) == 6
+    flags = [bool(dm.train_set[i]["gate_only"]) for i in range(len(dm.train_set))]
+    assert sum(flags) == 3 * 2 * len(train) and not any(flags[: len(plain.train_set)])
+    gate_item = dm.train_set[len(plain.train_set)]
+    assert gate_item["waveform"].numel() in (800, 880)  # 16 kHz clips read at 8 kHz
+    assert _image_digit(gate_item["image"]) == gate_item["label"] and gate_item["label"] in (3, 7)
+    assert "gate_only" not in dm.val_set[0] and "gate_only" not in dm.gate_val_set[0]
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["gate_only"].dtype == torch.bool and batch["gate_only"].shape == batch["label"].shape
+    assert "gate_only" not in next(iter(dm.val_dataloader()))
+    assert "gate voices at voices: 3 speakers' digits train the gate only" in dm.summary()
+    assert "gate_voices='voices'" in repr(dm)
+    with pytest.raises(ValueError, match=r"gate_voices_val is a share in \[0, 1\)"):
+        AVDigitsDataModule(gate_voices="voices", gate_voices_val=1.0)
+    with pytest.raises(ValueError, match="gate_voices_repeats is a whole number"):
+        AVDigitsDataModule(gate_voices="voices", gate_voices_repeats=0)
+    with pytest.raises(FileNotFoundError, match="no Speech Commands folder"):
+        _dm(data, gate_voices="nowhere")

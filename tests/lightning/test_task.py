@@ -393,6 +393,33 @@ def test_segment_loss_trains_each_modality_beside_the_fused_prediction() -> None
     torch.testing.assert_close(plain.training_step(batch, 0), fused)
 
 
+def test_gate_only_items_leave_the_segment_losses_and_reach_the_gate_alone() -> None:
+    """Pairs marked gate_only (AVDigitsDataModule(gate_voices)): the fused loss counts them, through the gate
+    alone; the segment losses leave them out; the encoder and the classifiers learn nothing from them."""
+    task = _fusion_task(0.5)
+    batch = {**SpeechAdapter.example_batch(4), "image": torch.rand(4, 1, 28, 28),
+             "audio_present": torch.ones(4, dtype=torch.bool), "image_present": torch.ones(4, dtype=torch.bool),
+             "label": torch.tensor([0, 1, 2, 3]), "gate_only": torch.tensor([False, True, False, True])}
+    with torch.no_grad():
+        task.head.gate.weight.normal_()
+    ce = torch.nn.functional.cross_entropy
+    h, tokens, _ = task.encode(batch)
+    fused = ce(task.head(h, tokens), batch["label"], label_smoothing=0.1)
+    logits, _ = task.head.segment_logits(h, tokens)
+    own = [ce(logits[b, k], batch["label"][b], label_smoothing=0.1) for b in (0, 2) for k in range(2)]
+    loss = task.training_step(batch, 0)
+    torch.testing.assert_close(loss, fused + 0.5 * torch.stack(own).mean())
+    # only the gate-only items: the gate learns, nothing else does
+    only = {k: v[[1, 3]] for k, v in batch.items()}
+    task.zero_grad()
+    task.training_step(only, 0).backward()
+    learnt = {n for n, p in task.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert learnt == {"head.gate.weight", "head.gate.bias"}
+    plain = ClassificationTask(SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), PoolingClassifier(16, 4), 4)
+    with pytest.raises(ValueError, match="takes no gate_only"):
+        plain.training_step({**SpeechAdapter.example_batch(2), "gate_only": torch.tensor([True, False])}, 0)
+
+
 def test_segment_loss_needs_a_head_that_predicts_per_segment() -> None:
     with pytest.raises(ValueError, match="has no segment_logits"):
         ClassificationTask(SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), PoolingClassifier(16, 4), 4,

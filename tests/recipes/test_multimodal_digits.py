@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from _recipes import RECIPES, run_recipe
+from _recipes import RECIPES, run_recipe, write_speech_commands
 
 from attnmm.adapters import MultimodalAdapter
 from attnmm.masks import Segments
@@ -45,6 +45,7 @@ def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for part, n in (("train", 300), ("t10k", 200)):
         _write_idx(raw / f"{part}-images-idx3-ubyte.gz", g.integers(0, 256, (n, 28, 28)))
         _write_idx(raw / f"{part}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    write_speech_commands(root, speakers=4, silence=0)  # the gate voices of the robust_gate overlay
     return root
 
 
@@ -134,7 +135,7 @@ def test_the_documented_corruption_options_reach_the_data(tmp_path: Path, monkey
     assert (data.audio_snr_db, data.image_occlusion, data.corrupt) == (0.0, 14, "one")
 
 
-@pytest.mark.parametrize("config", [None, "bottleneck", "audio", "image"])
+@pytest.mark.parametrize("config", [None, "bottleneck", "audio", "image", "gate"])
 def test_robust_fast_dev_run(generated_root: Path, tmp_path: Path, config: str | None) -> None:
     """recipes/multimodal_digits_robust.py (issue 27) and its overlays: the pretrained tower loads, the
     training pairs are corrupted and drawn afresh, and fit validates without a test when asked."""
@@ -154,6 +155,7 @@ def test_robust_fast_dev_run(generated_root: Path, tmp_path: Path, config: str |
         ("bottleneck", ["audio", "image", "fusion"], 3, True, 1.0, "speech_commands_8k"),
         ("audio", ["audio"], None, False, 0.0, "speech_commands_8k"),
         ("image", ["image"], None, False, 0.0, None),
+        ("gate", ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
     ],
 )
 def test_robust_configs_build(
@@ -169,7 +171,9 @@ def test_robust_configs_build(
     spec.loader.exec_module(recipe)
     monkeypatch.chdir(tmp_path)
     extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_robust_{config}.yaml'}"]
-    model = recipe.main([*extra, "--trainer.logger=false"], run=False).model
+    cli = recipe.main([*extra, "--trainer.logger=false"], run=False)
+    model = cli.model
+    assert cli.datamodule.gate_voices == ("speech_commands_test_v0.02" if config == "gate" else None)
     assert model.adapter.segment_names == names and model.head.num_segments == num_segments
     assert (model.head.gate is not None) == gate and model.segment_loss_weight == weight
     assert model.init_from == init_from
