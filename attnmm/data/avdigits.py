@@ -392,7 +392,7 @@ class AVDigitsDataModule(LightningDataModule):
     how the model's own audio fares on unfamiliar voices, which the training speakers cannot show it.
     ``gate_voices_val`` of its speakers (seeded by ``seed``) stay out of training and form
     :attr:`gate_val_set` (paired with validation images, corrupted like the validation split), a
-    validation condition of unfamiliar voices; the batch flags neither split's pairs otherwise.
+    validation condition of unfamiliar voices (its pairs, like the validation split's, carry no flag).
 
     Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
     (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
@@ -508,6 +508,7 @@ class AVDigitsDataModule(LightningDataModule):
         self.gate_val_set: AVDigits | None = None
         #: Speakers of the gate voices by split, ``{"train": [...], "val": [...]}`` (after ``setup``).
         self.gate_speakers: dict[str, list[str]] = {}
+        self._gate_clips: dict[str, AudioClips] = {}
 
     def prepare_data(self) -> None:
         try:
@@ -532,12 +533,25 @@ class AVDigitsDataModule(LightningDataModule):
             clips = getattr(self.fsdd, f"{split}_set")
             if clips is not None and getattr(self, f"{split}_set") is None:
                 setattr(self, f"{split}_set", self._pairs(split, clips))
-        if self.gate_voices is not None and self.gate_val_set is None and stage in (None, "fit", "validate"):
+        if self.gate_voices is not None and stage in (None, "fit", "validate"):
             self._gate_sets()
 
     def _gate_sets(self) -> None:
-        """The gate voices: their training speakers' pairs join ``train_set`` (marked gate-only), the held-out
-        speakers' make :attr:`gate_val_set`."""
+        """The gate voices: their training speakers' pairs join ``train_set`` (marked gate-only, once), the
+        held-out speakers' make :attr:`gate_val_set`; the folder is read at the first call."""
+        if not self._gate_clips:
+            self._gate_clips = self._read_gate_voices()
+        train, val = self._gate_clips.get("train"), self._gate_clips.get("val")
+        if train is not None and isinstance(self.train_set, AVDigits):  # not wrapped yet (nor absent)
+            self.train_set.gate_only = False
+            self.train_set = ConcatDataset(
+                [self.train_set] + [self._pairs("train", train, gate=True)] * self.gate_voices_repeats
+            )
+        if val is not None and self.gate_val_set is None:
+            self.gate_val_set = self._pairs("val", val)
+
+    def _read_gate_voices(self) -> dict[str, AudioClips]:
+        """The gate voices' clips by split (``train``: speakers that train the gate; ``val``: held out)."""
         folder = Path(self.gate_voices)  # type: ignore[arg-type]
         if not folder.is_absolute() and not folder.exists():
             folder = data_dir(self.root) / folder
@@ -551,21 +565,15 @@ class AVDigitsDataModule(LightningDataModule):
                 f"gate_voices_val={self.gate_voices_val} keeps all {len(speakers)} speakers out of training"
             )
         self.gate_speakers = {"train": sorted(set(speakers) - held), "val": sorted(held)}
+        clips = {}
         for split, chosen in (("train", False), ("val", True)):
             picked = [c for c in voices if (c.speaker in held) == chosen]
-            if not picked:
-                continue
-            clips = AudioClips(
-                [c.path for c in picked], [CLASS_NAMES.index(c.word) for c in picked], self.sample_rate,
-                cache=True, speakers=[c.speaker for c in picked], file_rate=16000,
-            )
-            pairs = self._pairs(split, clips, gate=split == "train")
-            if split == "train":
-                if isinstance(self.train_set, AVDigits):  # not loaded for validation alone
-                    self.train_set.gate_only = False
-                    self.train_set = ConcatDataset([self.train_set] + [pairs] * self.gate_voices_repeats)
-            else:
-                self.gate_val_set = pairs
+            if picked:  # Speech Commands is 16 kHz: read at the recordings' 8 kHz
+                clips[split] = AudioClips(
+                    [c.path for c in picked], [CLASS_NAMES.index(c.word) for c in picked], self.sample_rate,
+                    cache=True, speakers=[c.speaker for c in picked], file_rate=16000,
+                )
+        return clips
 
     def _pairs(self, split: str, clips: AudioClips, gate: bool = False) -> AVDigits:
         images, image_labels = self.mnist.datasets[split].tensors

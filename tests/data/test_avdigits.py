@@ -542,6 +542,12 @@ def test_gate_voices_train_the_gate_only_and_hold_out_speakers(root: Path, tmp_p
     assert "gate_only" not in next(iter(dm.val_dataloader()))
     assert "gate voices at voices: 3 speakers' digits train the gate only" in dm.summary()
     assert "gate_voices='voices'" in repr(dm)
+    late = AVDigitsDataModule(root=data, download=False, image_val_size=100, gate_voices="voices")
+    late.setup("validate")  # validation first, then fit: the training pairs still get the gate voices, once
+    assert late.gate_val_set is not None
+    late.setup("fit")
+    late.setup("fit")
+    assert len(late.train_set) == len(plain.train_set) + 4 * 2 * len(train)
     with pytest.raises(ValueError, match=r"gate_voices_val is a share in \[0, 1\)"):
         AVDigitsDataModule(gate_voices="voices", gate_voices_val=1.0)
     with pytest.raises(ValueError, match="gate_voices_repeats is a whole number"):
