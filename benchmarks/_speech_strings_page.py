@@ -298,7 +298,8 @@ def _budget(model: dict[str, Any]) -> str:
 
 
 def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
-    streamed = {m: r["stream"] for m, r in models.items() if "stream" in r}
+    # one row per mask: its first seed's model (another seed streams the same chunks)
+    streamed = {m: r["stream"] for m, r in models.items() if "stream" in r and mask_of(m) == m}
     budgets = sorted({_budget(models[m]) for m in streamed})
     if reference is not None:
         streamed[f"{reference['mask']}, {reference['budget']}"] = reference["stream"]
@@ -332,7 +333,7 @@ def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -
             f"{100 * s['der']:.2f} | {s['equal_to_full']}/{s['strings']} |"
         )
     lines.append("")
-    chunks = sorted((s["step_frames"], s) for m, s in streamed.items() if m in models)
+    chunks = sorted(((s["step_frames"], s) for m, s in streamed.items() if m in models), key=lambda c: c[0])
     if len(chunks) > 1:
         (f0, a), (f1, b) = chunks[0], chunks[-1]
         lines += [

@@ -182,6 +182,7 @@ def test_seeds_are_stored_apart_and_averaged() -> None:
     assert rendering.crossover(list(rows.values()), "der", "Chunk(8, 2)", se="se") == 20
     text = rendering.render_section(store)
     assert "| Chunk(8, 2) | 4,000 strings x 10 epochs | 2 | greedy | 4.00 ± 0.00 |" in text
+    assert text.count("| Chunk(8, 2) | 320 |") == 1  # the latency table: one row per mask, both seeds streamed
     assert "greedy DER is at least 10% and by its 95% recording-bootstrap interval below Full's from 20 digits" in text
 
 
