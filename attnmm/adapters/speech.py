@@ -18,6 +18,30 @@ from attnmm.masks import Mask, Padding
 _KERNEL, _STRIDE = 3, 2
 
 
+class _ResidualBlock(nn.Module):
+    """x + conv(relu(conv(relu(x)))): two padded 3 x 3 convolutions, the second starting at zero."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.conv1.reset_parameters()
+        nn.init.zeros_(self.conv2.weight)
+        nn.init.zeros_(self.conv2.bias)
+
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
+        """``keep`` (B, 1, L, 1): the real frames; the others are set to 0 before each convolution."""
+        if keep is not None:
+            x = x * keep
+        y = self.conv1(torch.relu(x))
+        if keep is not None:
+            y = y * keep
+        return x + self.conv2(torch.relu(y))
+
+
 @register_adapter("speech")
 class SpeechAdapter(Adapter):
     r"""Speech front end of a truncated-attention encoder ("Conformer", Gulati et al., 2020;
@@ -45,6 +69,14 @@ class SpeechAdapter(Adapter):
     and sets the padding frames to 0, so an item's features do not depend on the batch it is in. It
     needs the whole utterance: a stream's features, computed chunk by chunk, cannot use it.
 
+    ``residual_blocks`` = R adds R residual blocks of two 3 x 3 convolutions each (padded, stride 1,
+    pre-activation: :math:`\mathbf{H} + \mathrm{Conv}(\mathrm{ReLU}(\mathrm{Conv}(\mathrm{ReLU}(\mathbf{H}))))`,
+    the second convolution starting at zero, so each block starts as the identity) on the subsampled
+    time-frequency map, before it is flattened into tokens: a convolutional front end in the manner of
+    keyword-spotting CNNs (res8), which keeps the map's local time-frequency patterns longer than the
+    two subsampling convolutions do. Their padding in time reads frames across a chunk's edge, so a
+    model with them cannot be streamed (:class:`~attnmm.adapters.SpeechStream` refuses it).
+
     Args:
         d_model (int, optional): token width D. (default: :obj:`144`)
         sample_rate (int, optional): sample rate of the waveforms in Hz. (default: :obj:`8000`)
@@ -67,6 +99,8 @@ class SpeechAdapter(Adapter):
             called as ``waveform_augment(waveform, lengths) -> (waveform, lengths)`` (B, T), (B,), e.g.
             :class:`~attnmm.data.SpeedPerturb`; ``None`` is none. (default: :obj:`None`)
         dropout (float, optional): dropout on the tokens. (default: :obj:`0.1`)
+        residual_blocks (int, optional): residual 3 x 3 convolution blocks on the subsampled map
+            (see above). (default: :obj:`0`)
 
     Shapes:
         - **input:** a batch with ``waveform`` (B, T) and ``lengths`` (B,) in samples
@@ -98,6 +132,7 @@ class SpeechAdapter(Adapter):
         dropout: float = 0.1,
         utterance_norm: bool = False,
         waveform_augment: nn.Module | None = None,
+        residual_blocks: int = 0,
     ) -> None:
         super().__init__()
         self.out_dim = check_nonneg_int("d_model", d_model, minimum=1)
@@ -136,6 +171,9 @@ class SpeechAdapter(Adapter):
             nn.Conv2d(channels, channels, _KERNEL, _STRIDE),
             nn.ReLU(),
         )
+        self.residual_blocks = nn.ModuleList(
+            _ResidualBlock(channels) for _ in range(check_nonneg_int("residual_blocks", residual_blocks))
+        )
         freq_out = self._conv_len(self._conv_len(torch.tensor(n_mels)))
         if int(freq_out) < 1:
             raise ValueError(f"n_mels must be >= 7 for two stride-2 convolutions, got {n_mels}")
@@ -149,6 +187,8 @@ class SpeechAdapter(Adapter):
         for m in self.subsample:
             if isinstance(m, nn.Conv2d):
                 m.reset_parameters()
+        for block in self.residual_blocks:
+            block.reset_parameters()
         self.proj.reset_parameters()
 
     # ------------------------------------------------------------------ lengths
@@ -212,12 +252,21 @@ class SpeechAdapter(Adapter):
                 spec = self.time_masking(spec)
         return spec.transpose(1, 2)
 
-    def frames(self, feats: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Tokens (B, L, D) of mel features (B, T_mel, n_mels); ``positions`` offsets the encoding."""
+    def frames(self, feats: Tensor, positions: Tensor | None = None, num_frames: Tensor | None = None) -> Tensor:
+        """Tokens (B, L, D) of mel features (B, T_mel, n_mels); ``positions`` offsets the encoding.
+
+        ``num_frames`` (B,), each item's real output frames: with ``residual_blocks`` the map's padding
+        frames are set to 0 before each of their convolutions, so that an item's frames do not depend on
+        the batch's padding (its last frames see zeros beyond its end, as they would alone)."""
         if feats.size(1) < 2 * _STRIDE + _KERNEL:
             n = int(self.num_frames_from_mel(feats.size(1)))
             return feats.new_zeros(feats.size(0), n, self.out_dim)
         h = self.subsample(feats.unsqueeze(1))  # (B, C, L, F')
+        keep = None
+        if len(self.residual_blocks) and num_frames is not None:
+            keep = (torch.arange(h.size(2), device=h.device) < num_frames.to(h.device)[:, None])[:, None, :, None]
+        for block in self.residual_blocks:
+            h = block(h, keep)
         h = self.proj(h.permute(0, 2, 1, 3).flatten(2))  # (B, L, D)
         return self.drop(self.pos(h, positions))
 
@@ -253,8 +302,8 @@ class SpeechAdapter(Adapter):
         feats = self.features(waveform, lengths)
         if self.training:
             feats = self.augment(feats)
-        x = self.frames(feats)  # (B, L, D)
-        frame_lengths = self.num_frames(lengths.to(x.device)).clamp(max=x.size(1))
+        frame_lengths = self.num_frames(lengths.to(feats.device)).clamp(max=self.num_frames_from_mel(feats.size(1)))
+        x = self.frames(feats, num_frames=frame_lengths)  # (B, L, D)
         mask: Mask = Padding(frame_lengths)
         if self.mask is not None:
             mask = mask & self.mask

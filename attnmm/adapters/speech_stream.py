@@ -115,6 +115,12 @@ class SpeechStream:
                 raise ValueError("streaming supports absolute positions only (no rotary or relative bias)")
         if getattr(encoder, "position_bias", None) is not None:
             raise ValueError("streaming supports absolute positions only (no relative position bias)")
+        if len(getattr(adapter, "residual_blocks", ())):
+            raise ValueError(
+                f"the adapter has {len(adapter.residual_blocks)} residual_blocks, whose 3 x 3 convolutions read "
+                "frames across a chunk's edge: a stream computed chunk by chunk would not equal the whole "
+                "utterance; stream a model built with residual_blocks=0"
+            )
         max_cache = None if max_cache is None else check_nonneg_int("max_cache", max_cache)
         given = mask if mask is not None else adapter.mask
         self.mask, self.step = _stream_plan(given)

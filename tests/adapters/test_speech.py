@@ -29,9 +29,14 @@ def test_frame_counts_and_mask() -> None:
     assert expected[0] == 23
 
 
-def test_padding_does_not_change_real_frames() -> None:
-    # an item's encoder output is the same alone or in a padded batch
-    adapter = SpeechAdapter(d_model=16, mask=Window(4, 1)).eval()
+@pytest.mark.parametrize("blocks", [0, 2])
+def test_padding_does_not_change_real_frames(blocks: int) -> None:
+    # an item's encoder output is the same alone or in a padded batch (with residual blocks too: the map's
+    # padding frames are zeroed before each block)
+    torch.manual_seed(0)
+    adapter = SpeechAdapter(d_model=16, mask=Window(4, 1), residual_blocks=blocks).eval()
+    for block in adapter.residual_blocks:  # not the identity they start as
+        torch.nn.init.normal_(block.conv2.weight, std=0.1)
     encoder = Encoder(16, 2, 2, 32, dropout=0.0).eval()
     b = batch([8000, 3000])
     tokens = adapter(b)
@@ -154,3 +159,25 @@ def test_waveform_augment_only_in_training_and_lengths_follow() -> None:
 def test_waveform_augment_must_be_a_module() -> None:
     with pytest.raises(TypeError, match="waveform_augment must be an nn.Module"):
         SpeechAdapter(waveform_augment=lambda w, n: (w, n))  # type: ignore[arg-type]
+
+
+def test_residual_blocks_start_as_the_identity_and_refuse_streaming() -> None:
+    from attnmm.adapters import SpeechStream
+
+    torch.manual_seed(0)
+    plain = SpeechAdapter(d_model=16, channels=8).eval()
+    deep = SpeechAdapter(d_model=16, channels=8, residual_blocks=3).eval()
+    assert set(plain.state_dict()) < set(deep.state_dict())  # no new key without blocks: old weights load
+    assert not [k for k in plain.state_dict() if "residual" in k]
+    deep.load_state_dict(plain.state_dict(), strict=False)
+    b = batch([8000, 5000])
+    n = int(plain(b).lengths[1])  # type: ignore[index]
+    torch.testing.assert_close(deep(b).x[1, :n], plain(b).x[1, :n])  # each block starts as the identity
+    deep.train()
+    deep(b).x.sum().backward()
+    assert all(p.grad is not None for p in deep.residual_blocks.parameters())
+    encoder = Encoder(16, 2, 1, 32).eval()
+    with pytest.raises(ValueError, match="residual_blocks.*cannot|residual_blocks, whose"):
+        SpeechStream(deep, encoder)
+    with pytest.raises(ValueError, match="residual_blocks"):
+        SpeechAdapter(residual_blocks=-1)
