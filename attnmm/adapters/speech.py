@@ -2,7 +2,7 @@ r"""The speech adapter: waveform -> log-mel -> convolutional subsampling -> fram
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torchaudio
@@ -30,7 +30,8 @@ class _ResidualBlock(nn.Module):
     def reset_parameters(self) -> None:
         self.conv1.reset_parameters()
         nn.init.zeros_(self.conv2.weight)
-        nn.init.zeros_(self.conv2.bias)
+        if self.conv2.bias is not None:
+            nn.init.zeros_(self.conv2.bias)
 
     def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         """``keep`` (B, 1, L, 1): the real frames; the others are set to 0 before each convolution."""
@@ -188,7 +189,7 @@ class SpeechAdapter(Adapter):
             if isinstance(m, nn.Conv2d):
                 m.reset_parameters()
         for block in self.residual_blocks:
-            block.reset_parameters()
+            cast(_ResidualBlock, block).reset_parameters()
         self.proj.reset_parameters()
 
     # ------------------------------------------------------------------ lengths
