@@ -303,8 +303,12 @@ class SpeechAdapter(Adapter):
         feats = self.features(waveform, lengths)
         if self.training:
             feats = self.augment(feats)
-        frame_lengths = self.num_frames(lengths.to(feats.device)).clamp(max=self.num_frames_from_mel(feats.size(1)))
-        x = self.frames(feats, num_frames=frame_lengths)  # (B, L, D)
+        if len(self.residual_blocks):  # they zero the map's padding frames, so they need each item's frames
+            n = self.num_frames(lengths.to(feats.device)).clamp(max=self.num_frames_from_mel(feats.size(1)))
+            x = self.frames(feats, num_frames=n)  # (B, L, D)
+        else:
+            x = self.frames(feats)
+        frame_lengths = self.num_frames(lengths.to(x.device)).clamp(max=x.size(1))
         mask: Mask = Padding(frame_lengths)
         if self.mask is not None:
             mask = mask & self.mask

@@ -45,3 +45,20 @@ def test_the_peer_overlay_trains_on_the_keyword_config(tmp_path: Path, monkeypat
     assert cli.datamodule.noise_augment is not None
     metrics = json.loads((tmp_path / "runs" / "kws_res8" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
+
+
+def test_the_conv_candidate_overlay_adds_residual_blocks_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/kws_conv.yaml, the second keyword protocol's candidate, as its documented command runs it (a
+    new speaker split, no test after fit): the keyword config's model with residual blocks on its map."""
+    write_speech_commands(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    cli = recipe_main("speech_truncated")([
+        "fit", f"--config={RECIPES / 'configs' / 'speech_truncated_commands.yaml'}",
+        f"--config={RECIPES.parent / 'benchmarks' / 'kws_conv.yaml'}", "--data.init_args.seed=1",
+        "--test_after_fit=false", "--trainer.fast_dev_run=true", f"--data.root={tmp_path / 'data'}",
+    ])
+    adapter = cli.model.adapter
+    assert len(adapter.residual_blocks) == 3 and adapter.sample_rate == 16000 and cli.datamodule.seed == 1
+    assert type(adapter.waveform_augment).__name__ == "ChainAugment"  # the keyword config's augmentation
+    metrics = json.loads((tmp_path / "runs" / "kws_conv" / "metrics.json").read_text())
+    assert set(metrics) == {"val_acc", "val_loss"}  # no test number
