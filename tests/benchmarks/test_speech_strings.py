@@ -98,6 +98,7 @@ def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
     assert "Chunk(8, 2) trained here (4,000 strings x 10 epochs) and the recipe's own run (streamed DER 0.0% vs " \
            "1.0%): mean latency 50 vs 50 ms" in text
     assert "DER of Full: not measured yet" in text
+    assert "One seed per mask" in text
     page = "# Speech\n\nintro\n"
     once = rendering.render_page(page, store)
     assert once.startswith(page) and once.count(bench.START) == 1
@@ -183,6 +184,7 @@ def test_seeds_are_stored_apart_and_averaged() -> None:
     text = rendering.render_section(store)
     assert "| Chunk(8, 2) | 4,000 strings x 10 epochs | 2 | greedy | 4.00 ± 0.00 |" in text
     assert text.count("| Chunk(8, 2) | 320 |") == 1  # the latency table: one row per mask, both seeds streamed
+    assert "2 training seeds per mask (a row each" in text and "One seed per mask" not in text
     assert "greedy DER is at least 10% and by its 95% recording-bootstrap interval below Full's from 20 digits" in text
 
 
