@@ -126,14 +126,18 @@ def _mask_sweeps() -> Figure:
     return graph_mask_sweep.figure(graph_mask_sweep.load_stores())
 
 
-def _kws_confusion() -> Figure:
+def _kws_confusion(names: tuple[str, ...] = ("transformer", "res8")) -> Callable[[], Figure]:
     """Confusion matrices of the keyword-spotting model and its CNN peer on unseen speakers (docs/results.md),
-    from the evaluations ``python -m benchmarks.kws`` stored."""
-    if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import kws
+    from the evaluations ``python -m benchmarks.kws`` stored under ``names``."""
 
-    return kws.figure(kws.load_stores())
+    def draw() -> Figure:
+        if str(DOCS.parent) not in sys.path:
+            sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
+        from benchmarks import kws
+
+        return kws.figure(kws.load_stores(names))
+
+    return draw
 
 
 def _fusion_conditions() -> Figure:
@@ -186,7 +190,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "rnn_longrange": _rnn_figure("rnn_longrange"),
     "rnn_streaming": _rnn_figure("rnn_streaming"),
     "speech_strings_cost": _speech_strings_cost,
-    "kws_confusion": _kws_confusion,
+    "kws_confusion": _kws_confusion(),
+    "kws_confusion_split1": _kws_confusion(("conv_split1", "res8_split1")),  # the second keyword protocol
     "fusion_conditions": _fusion_conditions,
 }
 
