@@ -264,9 +264,10 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
 def _models_section(models: dict[str, Any]) -> list[str]:
     reduced = [m for m, r in models.items() if _budget(r) != _recipe_budget()]
     seeds = sorted({sum(mask_of(k) == m for k in models) for m in {mask_of(k) for k in models}})
+    count = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
     per_mask = ("One seed per mask" if seeds == [1] else
-                f"{' to '.join(map(str, (seeds[0], seeds[-1])) if len(seeds) > 1 else str(seeds[0]))} training "
-                "seeds per mask (a row each; seed 0 under the mask's name, another as \"MASK (seed N)\")")
+                f"{count} training seeds per mask (a row each; seed 0 under the mask's name, another as "
+                "\"MASK (seed N)\")")
     lines = [
         "### The models", "",
         f"The recipe's config with only the mask and the budget changed (the recipe's budget is "

@@ -304,11 +304,11 @@ class SpeechAdapter(Adapter):
         if self.training:
             feats = self.augment(feats)
         if len(self.residual_blocks):  # they zero the map's padding frames, so they need each item's frames
-            n = self.num_frames(lengths.to(feats.device)).clamp(max=self.num_frames_from_mel(feats.size(1)))
-            x = self.frames(feats, num_frames=n)  # (B, L, D)
-        else:
+            frame_lengths = self.num_frames(lengths.to(feats.device)).clamp(max=self.num_frames_from_mel(feats.size(1)))
+            x = self.frames(feats, num_frames=frame_lengths)  # (B, L, D)
+        else:  # (a subclass's frames() may make its own number of frames)
             x = self.frames(feats)
-        frame_lengths = self.num_frames(lengths.to(x.device)).clamp(max=x.size(1))
+            frame_lengths = self.num_frames(lengths.to(x.device)).clamp(max=x.size(1))
         mask: Mask = Padding(frame_lengths)
         if self.mask is not None:
             mask = mask & self.mask
