@@ -301,17 +301,22 @@ def sweep(kind: str, data: Any, masks: list[str], seeds: list[int], config: dict
 def sweep_real(task: str, masks: list[str], splits: list[int | None], seed: int, epochs: int,
                log: Callable[[str], None] | None = _say,
                after_run: Callable[[list[dict[str, Any]]], None] | None = None,
-               args: list[str] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+               args: list[str] = (), done: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
     """One run per mask and split of a real-data task (:data:`REAL_TASKS`): its recipe config's model and
     training (:func:`benchmarks._recipe_sweep.train`), ``epochs`` epochs, the mask swapped; ``args`` are
     recipe options given to every run. For a task with one official split, ``splits`` is ``[None]`` and
-    ``seed`` varies between calls."""
+    ``seed`` varies between calls. ``done`` are runs stored by an earlier, stopped sweep: they are kept and
+    not trained again (each run's data and draws depend only on its mask, split and seed)."""
     for name in masks:
         parse_mask(name)
     spec = REAL_TASKS[task]
-    runs, total = [], len(masks) * len(splits)
+    runs = [r for r in done if r["mask"] in masks and r["split"] in splits and r["seed"] == seed]
+    have = {(r["mask"], r["split"]) for r in runs}
+    total = len(masks) * len(splits)
     for name in masks:
         for split in splits:
+            if (name, split) in have:
+                continue
             model, data = _recipe_sweep.build(spec, split, list(args))
             generator = torch.Generator().manual_seed(seed)
             if spec.kind == "node":
@@ -506,6 +511,27 @@ def _splits(text: str) -> list[int]:
     return list(range(int(lo), int(hi) + 1)) if dash else [int(s) for s in text.split(",")]
 
 
+def _resumable(path: Path, args: argparse.Namespace, masks: list[str],
+               seeds: list[int]) -> tuple[float, list[dict[str, Any]]]:
+    """``--resume``: the wall time and runs of the stopped sweep stored at ``path``, after checking that it
+    was started with the same task, schedule and replicates; a missing store resumes nothing."""
+    if args.task not in REAL_TASKS:
+        raise SystemExit(f"--resume is for the real-data tasks ({', '.join(REAL_TASKS)}), not --task {args.task}")
+    if not path.exists():
+        print(f"--resume: no stored sweep at {path}; starting afresh", flush=True)
+        return 0.0, []
+    old = json.loads(path.read_text())
+    splits = [None] if REAL_TASKS[args.task].split_option is None else _splits(args.splits)
+    wanted = {"epochs": args.epochs, "threads": args.threads}
+    stored = {"epochs": old.get("config", {}).get("epochs"), "threads": old.get("threads")}
+    if wanted != stored:
+        raise SystemExit(f"--resume: {path} was run with {stored}, this command asks for {wanted}; "
+                         "give the same options or another --out")
+    runs = [r for r in old.get("runs", []) if r["mask"] in masks and r.get("split") in splits and r["seed"] in seeds]
+    print(f"--resume: keeping {len(runs)} stored runs of {path}", flush=True)
+    return float(old.get("wall_s", 0.0)), runs
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.graph_mask_sweep", description=__doc__.split("\n")[0])
@@ -518,6 +544,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("runs/graph_mask_sweep"), help="output folder")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--render-docs", action="store_true", help="only rewrite docs/graphs.md's tables from --out")
+    parser.add_argument("--resume", action="store_true",
+                        help="real data: keep the runs a stopped sweep with the same options stored in --out, "
+                             "train the rest")
     args = parser.parse_args(argv)
     if args.render_docs:
         done = render_docs(folder=args.out)
@@ -536,8 +565,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "command": "python -m benchmarks.graph_mask_sweep " + " ".join(argv),
                              "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
+    earlier_s, earlier = 0.0, []
+    if args.resume:
+        earlier_s, earlier = _resumable(stem.with_suffix(".json"), args, masks, seeds)
+
     def save(runs: list[dict[str, Any]]) -> None:  # after every run: a stopped sweep keeps what it measured
-        store.update(runs=runs, wall_s=time.perf_counter() - started)
+        store.update(runs=runs, wall_s=earlier_s + time.perf_counter() - started)
         stem.with_suffix(".json").write_text(json.dumps(store, indent=1) + "\n")
 
     if args.task in REAL_TASKS:
@@ -551,10 +584,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs = []
             for seed in seeds:
                 runs += sweep_real(args.task, masks, [None], seed, args.epochs,
-                                   after_run=lambda rs, done=list(runs): save(done + rs))
+                                   after_run=lambda rs, done=list(runs): save(done + rs), done=earlier)
         else:
             store["splits"], store["seeds"] = _splits(args.splits), seeds[:1]
-            runs = sweep_real(args.task, masks, store["splits"], seeds[0], args.epochs, after_run=save)
+            runs = sweep_real(args.task, masks, store["splits"], seeds[0], args.epochs, after_run=save,
+                              done=earlier)
         save(runs)
         table = markdown(runs, kind, spec.metric, reference="self")
         fig = figure([store], anchors=True)

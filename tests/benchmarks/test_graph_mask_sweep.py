@@ -153,6 +153,13 @@ def test_sweep_on_a_generated_actor_graph(tmp_path: Path, monkeypatch: pytest.Mo
     again = gms.sweep_real("actor", ["graph"], [1], 0, 2, log=None, args=args)[0]
     assert (again["val"], again["test"]) == next((r["val"], r["test"]) for r in runs if r["mask"] == "graph"
                                                  and r["split"] == 1)  # seeded: the same run again
+    trained = []
+    scores = {k: v for k, v in runs[0].items() if k not in ("mask", "seed", "split")}
+    monkeypatch.setattr(gms._recipe_sweep, "train", lambda *a, **k: trained.append(a) or scores)
+    kept = gms.sweep_real("actor", ["self", "graph"], [0, 1], 0, 2, log=None, args=args, done=runs[1:3])
+    assert kept[:2] == runs[1:3] and len(trained) == 2  # a stopped sweep's runs are kept, the rest trained
+    assert [(r["mask"], r["split"]) for r in kept[2:]] == [("self", 0), ("graph", 1)]
+    monkeypatch.undo()
     store = _real_store("actor", runs)
     table = gms.markdown(runs, "node", reference="self")
     assert "test − `self`, paired" in table.splitlines()[0] and table.count("/2 higher)") == 4
@@ -191,3 +198,20 @@ def test_sweep_on_generated_peptides_scores_average_precision(tmp_path: Path, mo
     runs = gms.sweep_real("peptides", ["graph", "virtual", "full"], [None], 0, 1, log=None, args=args)
     assert [r["split"] for r in runs] == [None] * 3
     assert all(0 <= r["val"] <= 1 and 0 <= r["test"] <= 1 for r in runs)  # average precision over the labels
+
+
+def test_resume_keeps_the_stored_runs_and_refuses_other_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [{"mask": m, "seed": 0, "split": s, "val": 0.3 + 0.01 * s, "test": 0.3, "pairs": 10.0, "train_s": 1.0,
+             "best_epoch": 1} for m in ("self", "graph") for s in (0, 1)]
+    (tmp_path / "graph_mask_sweep_actor.json").write_text(json.dumps(_real_store("actor", runs)))
+    monkeypatch.setattr(gms._recipe_sweep, "build", lambda *a: pytest.fail("nothing is left to train"))
+    argv = ["--task", "actor", "--masks", "self,graph", "--splits", "0-1", "--epochs", "2", "--out", str(tmp_path)]
+    store = gms.main([*argv, "--resume"])
+    assert store["runs"] == runs and store["wall_s"] >= 60.0  # the stopped sweep's time is counted
+    assert "keeping 4 stored runs" in capsys.readouterr().out
+    assert (tmp_path / "graph_mask_sweep_actor.md").read_text().count("/2 higher)") == 1
+    with pytest.raises(SystemExit, match="'epochs': 3"):
+        gms.main([*argv[:-3], "3", "--out", str(tmp_path), "--resume"])
+    with pytest.raises(SystemExit, match="real-data tasks"):
+        gms.main(["--task", "motifs", "--out", str(tmp_path), "--resume"])
