@@ -70,6 +70,7 @@ CANDIDATES: dict[str, list[str]] = {
     "norm_speed_noise": ["utterance_norm=true", f"waveform_augment={_SPEED_NOISE}"],
     "transfer": [],
     "transfer_freeze": [],
+    "transfer_freeze_voices": [],
 }
 #: The backbone the transfer candidates start from: shipped in ``attnmm/pretrained/``, pretrained on Speech
 #: Commands at 8 kHz (``recipes/configs/speech_truncated_pretrain.yaml``, docs/recipes/speech.md)
@@ -78,6 +79,12 @@ BACKBONE = "speech_commands_8k"
 MODEL_OPTIONS: dict[str, list[str]] = {
     "transfer": [f"init_from={BACKBONE}"],
     "transfer_freeze": [f"init_from={BACKBONE}", "freeze_encoder_epochs=5"],
+    "transfer_freeze_voices": [f"init_from={BACKBONE}", "freeze_encoder_epochs=5"],
+}
+#: Candidates' options of the data module (``name=value`` after the task's data prefix; the digits task's
+#: ``FSDDDataModule`` only): the spoken digits of Speech Commands' many voices join the training batches
+DATA_OPTIONS: dict[str, list[str]] = {
+    "transfer_freeze_voices": ["extra_voices=speech_commands_test_v0.02", "extra_voices_repeats=4"],
 }
 
 
@@ -91,11 +98,14 @@ def command(task: str, candidate: str, fold: int, extra: list[str], val_speaker:
     the four other speakers are all trained on and the config's ``val_fraction`` draw validates."""
     spec = TASKS[task]
     test, val = fold_speakers(fold)
+    if candidate in DATA_OPTIONS and task != "digits":
+        raise ValueError(f"candidate {candidate} sets options of the digits task's data module; not for --task {task}")
     return [
         "recipes/speech_truncated.py", "fit", f"--config={spec['config']}",
         f"{spec['data']}.test_speakers=[{test}]", *([f"{spec['data']}.val_speakers=[{val}]"] if val_speaker else []),
         *(f"{spec['adapter']}.{option}" for option in CANDIDATES[candidate]),
         *(f"{spec['model']}.{option}" for option in MODEL_OPTIONS.get(candidate, [])),
+        *(f"{spec['data']}.{option}" for option in DATA_OPTIONS.get(candidate, [])),
         "--trainer.enable_progress_bar=false", *extra,
     ]
 
@@ -136,7 +146,7 @@ def run(
     val = val if val_speaker else "draw"
     return {
         "task": task, "candidate": candidate, "fold": fold, "test_speaker": test, "val_speaker": val,
-        "command": " ".join(cmd), "val": best, "test": metrics[spec["test"]], "metrics": metrics,
+        "command": " ".join(cmd), "val": best, "test": metrics.get(spec["test"]), "metrics": metrics,
         "seconds": round(seconds, 1), "machine": machine_line(),
     }
 
@@ -156,6 +166,10 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
 def table(runs: list[dict[str, Any]]) -> str:
     """Markdown: one row per candidate, the validation and test score of each fold and their mean ± std
     (sample standard deviation over the folds), in percent."""
@@ -165,9 +179,9 @@ def table(runs: list[dict[str, Any]]) -> str:
     lines = [head + " | val mean ± std | test mean ± std |", "|---" * (len(folds) + 3) + "|"]
     for candidate in dict.fromkeys(r["candidate"] for r in runs):
         mine = {r["fold"]: r for r in runs if r["candidate"] == candidate}
-        cells = [f"{100 * mine[f]['val']:.1f} / {100 * mine[f]['test']:.1f}" if f in mine else "-" for f in folds]
+        cells = [f"{100 * mine[f]['val']:.1f} / {_pct(mine[f]['test'])}" if f in mine else "-" for f in folds]
         vals = [100 * r["val"] for r in mine.values()]
-        tests = [100 * r["test"] for r in mine.values()]
+        tests = [100 * r["test"] for r in mine.values() if r["test"] is not None]
         lines.append(f"| {candidate} | " + " | ".join(cells) + f" | {_mean_std(vals)} | {_mean_std(tests)} |")
     return "\n".join(lines)
 
@@ -185,7 +199,14 @@ def main(argv: list[str] | None = None) -> None:
         "the config's val_fraction of their takes validates",
     )
     parser.add_argument("--table-only", action="store_true", help="print the stored results' table")
+    parser.add_argument(
+        "--no-test", action="store_true",
+        help="selection runs: validate the chosen checkpoint instead of testing it (--test_after_fit=false), so "
+        "that no test number is computed, printed or stored",
+    )
     args = parser.parse_args(argv)
+    if args.no_test:
+        args.extra = [*args.extra, "--test_after_fit=false"]
     store = RESULTS / f"speakers_{args.name or args.task}.json"
     runs: list[dict[str, Any]] = json.loads(store.read_text())["runs"] if store.exists() else []
     if not args.table_only:
@@ -200,8 +221,9 @@ def main(argv: list[str] | None = None) -> None:
                 result = run(args.task, candidate, fold, args.extra, log_dir, val_speaker)
                 runs.append(result)
                 store.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
-                print(f"{candidate} fold {fold}: val {result['val']:.4f} test {result['test']:.4f} "
-                      f"({result['seconds']:.0f} s)", flush=True)
+                tested = "" if result["test"] is None else f" test {result['test']:.4f}"
+                seconds = result["seconds"]
+                print(f"{candidate} fold {fold}: val {result['val']:.4f}{tested} ({seconds:.0f} s)", flush=True)
     print(table(runs))
 
 

@@ -19,7 +19,7 @@ from attnmm.data._root import data_dir
 from attnmm.data.corruptions import RandomCorruption, add_audio_noise, add_image_noise, occlude
 from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
 from attnmm.data.mnist import MNISTDataModule
-from attnmm.data.speech_commands import SpeechClip, scan_class_folders, scan_speech_commands
+from attnmm.data.speech_commands import digit_voices
 
 __all__ = [
     "AVDigits",
@@ -28,7 +28,6 @@ __all__ = [
     "Corrupt",
     "Modality",
     "collate_avdigits",
-    "digit_voices",
     "pair_images",
 ]
 
@@ -78,40 +77,6 @@ def pair_images(labels: Sequence[int], image_labels: Tensor, seed: int) -> list[
         for k, i in enumerate(i for i, y in enumerate(labels) if y == digit):
             pairs[i] = order[k % len(order)]
     return pairs
-
-
-def digit_voices(folder: str | Path) -> list[SpeechClip]:
-    r"""The spoken digits (the words ``zero`` to ``nine``) of a Speech Commands folder, as clips with their
-    speakers: many voices saying the digits that FSDD's few speakers say.
-
-    Reads either layout: the 12-class one (the v0.02 test companion set, whose ``_unknown_`` folder holds
-    the digits as ``<word>_<speaker>_nohash_<n>.wav``) or the full v0.02 one (a folder per word,
-    ``validation_list.txt`` beside them).
-
-    Args:
-        folder (str or Path): the folder that holds the class or word folders.
-
-    Raises:
-        FileNotFoundError: the folder does not exist or holds no spoken digit.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no Speech Commands folder at {folder}")
-    if (folder / "validation_list.txt").exists():  # the full layout: a folder per word
-        clips = [
-            SpeechClip(folder / rel, word, rel.rsplit("/", 1)[-1].split("_nohash_")[0])
-            for split in scan_speech_commands(folder).values()
-            for rel, word in split
-            if word in CLASS_NAMES
-        ]
-    else:
-        clips = [c for c in scan_class_folders(folder) if c.word in CLASS_NAMES]
-    if not clips:
-        raise FileNotFoundError(
-            f"{folder} holds no spoken digit: expected Speech Commands clips of the words zero to nine, in "
-            "_unknown_/<word>_<speaker>_nohash_<n>.wav (the 12-class layout) or <word>/<speaker>_nohash_<n>.wav"
-        )
-    return sorted(clips, key=lambda c: c.path.as_posix())
 
 
 def _check_options(

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import torch
+from torch.utils.data import ConcatDataset, DataLoader
 
-from attnmm.data._audio import AudioClips, AudioDataModule, read_speakers
-from attnmm.data._root import DATA_ENV, resolve_root
+from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, read_speakers
+from attnmm.data._root import DATA_ENV, data_dir, resolve_root
+from attnmm.data.speech_commands import DIGIT_WORDS, FILE_RATE, digit_voices
 
 FSDD_URL = "https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/tags/v1.0.10.tar.gz"
-CLASS_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+CLASS_NAMES = DIGIT_WORDS
 _FILE_NAME = re.compile(r"^(?P<digit>\d)_(?P<speaker>[A-Za-z0-9]+)_(?P<index>\d+)\.wav$")
 _OWN_TEST_TAKES = 5  # the dataset's own split: takes 0-4 of every speaker and digit are the test set
 
@@ -191,6 +193,12 @@ class FSDDDataModule(AudioDataModule):
     are named by a list or by the path of a text file with one id per line (blank lines and ``#``
     comments ignored; read in :meth:`setup`).
 
+    ``extra_voices`` (a Speech Commands folder, either layout, see
+    :func:`~attnmm.data.speech_commands.digit_voices`) adds the digits that its many speakers say,
+    resampled to 8 kHz, to the training batches (``extra_voices_repeats`` times per epoch): FSDD has five
+    speakers, and a model trained on four of them learns their voices along with the digits. They train
+    only; validation and test stay FSDD's, and :attr:`voices_set` holds them.
+
     Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
     ``label`` (B,); :attr:`sample_rate` is 8000.
 
@@ -208,6 +216,10 @@ class FSDDDataModule(AudioDataModule):
             outside the test set, never trained on), e.g. ``["lucas"]`` or a file as for ``test_speakers``,
             so that checkpoints and settings are chosen on unseen voices; must not overlap
             ``test_speakers``; replaces the ``val_fraction`` draw. (default: :obj:`None`)
+        extra_voices (str or Path, optional): a Speech Commands folder whose spoken digits join the
+            training batches; a relative path that does not exist is taken under the data folder (e.g.
+            ``speech_commands_test_v0.02``). (default: :obj:`None`)
+        extra_voices_repeats (int, optional): times each of its clips is seen per epoch. (default: ``1``)
 
     Examples:
         >>> dm = FSDDDataModule(root="/data", test_speakers=["theo"])
@@ -231,8 +243,13 @@ class FSDDDataModule(AudioDataModule):
         seed: int = 0,
         download: bool = True,
         val_speakers: list[str] | str | None = None,
+        extra_voices: str | Path | None = None,
+        extra_voices_repeats: int = 1,
     ) -> None:
         super().__init__()
+        if isinstance(extra_voices_repeats, bool) or not isinstance(extra_voices_repeats, int) \
+                or extra_voices_repeats < 1:
+            raise ValueError(f"extra_voices_repeats is a whole number >= 1, got {extra_voices_repeats!r}")
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
         if not 0.0 <= val_fraction < 1.0:
@@ -258,6 +275,9 @@ class FSDDDataModule(AudioDataModule):
         self.train_set: AudioClips | None = None
         self.val_set: AudioClips | None = None
         self.test_set: AudioClips | None = None
+        self.extra_voices, self.extra_voices_repeats = extra_voices, extra_voices_repeats
+        #: The digits of ``extra_voices`` at 8 kHz (after ``setup("fit")``), else :obj:`None`.
+        self.voices_set: AudioClips | None = None
 
     @staticmethod
     def _check_disjoint(test: list[str] | None, val: list[str] | None) -> None:
@@ -305,8 +325,31 @@ class FSDDDataModule(AudioDataModule):
             self._splits = {"train": train, "val": val, "test": test}
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")
+        if stage in (None, "fit") and self.extra_voices is not None and self.voices_set is None:
+            self.voices_set = self._read_voices()
         if stage in (None, "test", "predict") and self.test_set is None:
             self.test_set = self._clips("test")
+
+    def _voices_dir(self) -> Path:
+        folder = Path(self.extra_voices)  # type: ignore[arg-type]
+        return folder if folder.is_absolute() or folder.exists() else data_dir(self.root) / folder
+
+    def _read_voices(self) -> AudioClips:
+        voices = digit_voices(self._voices_dir())  # Speech Commands is 16 kHz: read at FSDD's 8 kHz
+        return AudioClips(
+            [c.path for c in voices], [CLASS_NAMES.index(c.word) for c in voices], self.sample_rate, cache=True,
+            speakers=[c.speaker for c in voices], file_rate=FILE_RATE,
+        ).load()
+
+    def train_dataloader(self) -> DataLoader:
+        if self.voices_set is None or self.train_set is None:
+            return super().train_dataloader()
+        augment = self.train_augment
+        if augment is not None:
+            augment.train()
+        both = ConcatDataset([self.train_set, *[self.voices_set] * self.extra_voices_repeats])
+        return audio_loader(both, "train", self.batch_size, self.num_workers, shuffle=True,  # type: ignore[arg-type]
+                            augment=augment)
 
     def _clips(self, split: str) -> AudioClips:
         takes = self._splits[split]
@@ -359,6 +402,11 @@ class FSDDDataModule(AudioDataModule):
         if self._takes is not None:
             lines.insert(2, f"  {len(self._takes)} recordings, speakers: {', '.join(self.speakers)}")
             lines.append("  " + ", ".join(f"{k} {len(v)}" for k, v in self._splits.items()))
+        if self.extra_voices is not None:
+            found = "" if self.voices_set is None else (
+                f": {len(self.voices_set)} clips of {self.voices_set.num_speakers} speakers")
+            lines.append(f"  extra training voices, the digits of {self._voices_dir()}{found}, "
+                         f"{self.extra_voices_repeats}x per epoch")
         return "\n".join(lines)
 
     def __str__(self) -> str:

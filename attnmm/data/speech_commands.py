@@ -33,6 +33,8 @@ BACKGROUND_FOLDER = "_background_noise_"
 UNKNOWN = "_unknown_"
 SILENCE = "_silence_"
 CORE_COMMANDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+#: The spoken digits among the dataset's words (the classes of FSDD, in order)
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 _LISTS = {"val": "validation_list.txt", "test": "testing_list.txt"}
 _TAKE = re.compile(r"^(?P<speaker>[0-9A-Za-z]+)_nohash_(?P<take>\d+)\.wav$")
 _UNKNOWN_TAKE = re.compile(r"^(?P<word>[^_]+)_(?P<speaker>[0-9A-Za-z]+)_nohash_(?P<take>\d+)\.wav$")
@@ -42,10 +44,12 @@ FILE_RATE = 16000
 
 __all__ = [
     "CORE_COMMANDS",
+    "DIGIT_WORDS",
     "SILENCE",
     "SpeechClip",
     "SpeechCommandsDataModule",
     "UNKNOWN",
+    "digit_voices",
     "download_speech_commands",
     "scan_class_folders",
     "scan_speech_commands",
@@ -133,6 +137,40 @@ def scan_class_folders(folder: str | Path) -> list[SpeechClip]:
             word = match["word"] if class_dir.name == UNKNOWN else class_dir.name
             clips.append(SpeechClip(path, word, match["speaker"]))
     return clips
+
+
+def digit_voices(folder: str | Path) -> list[SpeechClip]:
+    r"""The spoken digits (the words ``zero`` to ``nine``) of a Speech Commands folder, as clips with their
+    speakers: many voices saying the digits that FSDD's few speakers say.
+
+    Reads either layout: the 12-class one (the v0.02 test companion set, whose ``_unknown_`` folder holds
+    the digits as ``<word>_<speaker>_nohash_<n>.wav``) or the full v0.02 one (a folder per word,
+    ``validation_list.txt`` beside them).
+
+    Args:
+        folder (str or Path): the folder that holds the class or word folders.
+
+    Raises:
+        FileNotFoundError: the folder does not exist or holds no spoken digit.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no Speech Commands folder at {folder}")
+    if (folder / "validation_list.txt").exists():  # the full layout: a folder per word
+        clips = [
+            SpeechClip(folder / rel, word, rel.rsplit("/", 1)[-1].split("_nohash_")[0])
+            for split in scan_speech_commands(folder).values()
+            for rel, word in split
+            if word in DIGIT_WORDS
+        ]
+    else:
+        clips = [c for c in scan_class_folders(folder) if c.word in DIGIT_WORDS]
+    if not clips:
+        raise FileNotFoundError(
+            f"{folder} holds no spoken digit: expected Speech Commands clips of the words zero to nine, in "
+            "_unknown_/<word>_<speaker>_nohash_<n>.wav (the 12-class layout) or <word>/<speaker>_nohash_<n>.wav"
+        )
+    return sorted(clips, key=lambda c: c.path.as_posix())
 
 
 def slice_background(noise_dir: str | Path, sample_rate: int = 16000) -> list[SpeechClip]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
+from _voices import write_voices
 
 from attnmm.adapters import ImageAdapter, SpeechAdapter
 from attnmm.data import AVDigitsDataModule, MNISTDataModule
@@ -484,30 +485,11 @@ def _loader(ds: AVDigits) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=collate_avdigits)
 
 
-def _write_voices(folder: Path, speakers: int = 6, full: bool = False) -> None:
-    """Speech Commands clips at 16 kHz: every speaker says two digits and one other word; the 12-class
-    layout (digits in ``_unknown_``) or, with ``full``, a folder per word and the official lists."""
-    words = ("three", "seven", "marvin")
-    for s in range(speakers):
-        for w, word in enumerate(words):
-            clip = np.full(1600 + 160 * w, 0.1, dtype=np.float32)
-            name = f"p{s:03d}_nohash_0.wav"
-            path = folder / word / name if full else folder / "_unknown_" / f"{word}_{name}"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            soundfile.write(path, clip, 16000, subtype="PCM_16")
-    if full:
-        (folder / "validation_list.txt").write_text("three/p000_nohash_0.wav\n")
-        (folder / "testing_list.txt").write_text("")
-    else:
-        (folder / "yes").mkdir(parents=True, exist_ok=True)
-        soundfile.write(folder / "yes" / "p000_nohash_0.wav", np.zeros(160, np.float32), 16000, subtype="PCM_16")
-
-
 @pytest.mark.parametrize("full", [False, True])
 def test_digit_voices_read_both_layouts(tmp_path: Path, full: bool) -> None:
-    from attnmm.data.avdigits import digit_voices
+    from attnmm.data.speech_commands import digit_voices
 
-    _write_voices(tmp_path / "sc", full=full)
+    write_voices(tmp_path / "sc", full=full)
     voices = digit_voices(tmp_path / "sc")
     assert len(voices) == 12 and {v.word for v in voices} == {"three", "seven"}  # marvin and yes are no digits
     assert {v.speaker for v in voices} == {f"p{s:03d}" for s in range(6)}
@@ -523,7 +505,7 @@ def test_gate_voices_train_the_gate_only_and_hold_out_speakers(root: Path, tmp_p
 
     data = tmp_path / "data"
     shutil.copytree(root, data)
-    _write_voices(data / "voices")
+    write_voices(data / "voices")
     plain = _dm(data)
     dm = _dm(data, gate_voices="voices", gate_voices_val=0.5, gate_voices_repeats=3)  # relative: under the root
     train, held = dm.gate_speakers["train"], dm.gate_speakers["val"]

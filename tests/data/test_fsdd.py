@@ -339,3 +339,37 @@ def test_real_fsdd() -> None:
     held_out.setup()
     assert len(held_out.test_set) == 500 and len(held_out.train_set) + len(held_out.val_set) == 2000
     assert not any("_theo_" in Path(p).name for p in held_out.train_set.paths + held_out.val_set.paths)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_extra_voices_join_training_only(root: Path, tmp_path: Path, full: bool) -> None:
+    from _voices import write_voices
+
+    write_voices(tmp_path / "sc", full=full)  # 6 speakers say three and seven (and marvin, not a digit)
+    dm = FSDDDataModule(root=root, download=False, test_speakers=["cid"], extra_voices=tmp_path / "sc",
+                        extra_voices_repeats=3)
+    dm.setup("fit")
+    voices = dm.voices_set
+    assert voices is not None and len(voices) == 12 and voices.num_speakers == 6
+    assert sorted(set(voices.labels)) == [3, 7] and voices.sample_rate == 8000
+    assert {len(voices[i][0]) for i in range(12)} == {800, 880}  # 1,600 and 1,760 samples at 16 kHz, at 8 kHz
+    batches = list(dm.train_dataloader())
+    assert sum(len(b["label"]) for b in batches) == len(dm.train_set) + 3 * 12
+    assert _ids(dm.val_set).isdisjoint(_ids(voices)) and len(dm.val_set) < len(dm.train_set)
+    assert "the digits of" in dm.summary() and "12 clips of 6 speakers, 3x per epoch" in dm.summary()
+    dm.setup("test")
+    assert {_parts(n)[1] for n in _ids(dm.test_set)} == {"cid"}  # the test set stays FSDD's held-out speaker
+    # a relative folder that does not exist here is taken under the data folder
+    rel = FSDDDataModule(root=tmp_path, download=False, extra_voices="sc")
+    assert rel._voices_dir() == tmp_path / "sc"
+    plain = FSDDDataModule(root=root, download=False)
+    plain.setup("fit")
+    assert plain.voices_set is None and "extra training voices" not in plain.summary()
+
+
+def test_extra_voices_refuse_bad_options(root: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="extra_voices_repeats is a whole number >= 1"):
+        FSDDDataModule(root=root, extra_voices="sc", extra_voices_repeats=0)
+    dm = FSDDDataModule(root=root, download=False, extra_voices=tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="no Speech Commands folder"):
+        dm.setup("fit")
