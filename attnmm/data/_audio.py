@@ -282,7 +282,7 @@ class _AugmentedCollate:
 
 
 def audio_loader(
-    dataset: AudioClips | None,
+    dataset: Dataset | None,
     split: str,
     batch_size: int,
     num_workers: int,

@@ -347,9 +347,8 @@ class FSDDDataModule(AudioDataModule):
         augment = self.train_augment
         if augment is not None:
             augment.train()
-        both = ConcatDataset([self.train_set, *[self.voices_set] * self.extra_voices_repeats])
-        return audio_loader(both, "train", self.batch_size, self.num_workers, shuffle=True,  # type: ignore[arg-type]
-                            augment=augment)
+        both: ConcatDataset = ConcatDataset([self.train_set, *[self.voices_set] * self.extra_voices_repeats])
+        return audio_loader(both, "train", self.batch_size, self.num_workers, shuffle=True, augment=augment)
 
     def _clips(self, split: str) -> AudioClips:
         takes = self._splits[split]
