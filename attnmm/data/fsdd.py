@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader
 
 from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, read_speakers
@@ -220,6 +221,9 @@ class FSDDDataModule(AudioDataModule):
             training batches; a relative path that does not exist is taken under the data folder (e.g.
             ``speech_commands_test_v0.02``). (default: :obj:`None`)
         extra_voices_repeats (int, optional): times each of its clips is seen per epoch. (default: ``1``)
+        require_extra_voices (bool, optional): a missing ``extra_voices`` folder is an error; with
+            :obj:`False` it is a warning and training uses FSDD's voices alone (the default config, so that
+            it runs where only FSDD is). (default: :obj:`True`)
 
     Examples:
         >>> dm = FSDDDataModule(root="/data", test_speakers=["theo"])
@@ -245,6 +249,7 @@ class FSDDDataModule(AudioDataModule):
         val_speakers: list[str] | str | None = None,
         extra_voices: str | Path | None = None,
         extra_voices_repeats: int = 1,
+        require_extra_voices: bool = True,
     ) -> None:
         super().__init__()
         if isinstance(extra_voices_repeats, bool) or not isinstance(extra_voices_repeats, int) \
@@ -276,6 +281,8 @@ class FSDDDataModule(AudioDataModule):
         self.val_set: AudioClips | None = None
         self.test_set: AudioClips | None = None
         self.extra_voices, self.extra_voices_repeats = extra_voices, extra_voices_repeats
+        self.require_extra_voices = require_extra_voices
+        self._voices_read = False
         #: The digits of ``extra_voices`` at 8 kHz (after ``setup("fit")``), else :obj:`None`.
         self.voices_set: AudioClips | None = None
 
@@ -325,8 +332,8 @@ class FSDDDataModule(AudioDataModule):
             self._splits = {"train": train, "val": val, "test": test}
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")
-        if stage in (None, "fit") and self.extra_voices is not None and self.voices_set is None:
-            self.voices_set = self._read_voices()
+        if stage in (None, "fit") and self.extra_voices is not None and not self._voices_read:
+            self.voices_set, self._voices_read = self._read_voices(), True
         if stage in (None, "test", "predict") and self.test_set is None:
             self.test_set = self._clips("test")
 
@@ -334,8 +341,15 @@ class FSDDDataModule(AudioDataModule):
         folder = Path(self.extra_voices)  # type: ignore[arg-type]
         return folder if folder.is_absolute() or folder.exists() else data_dir(self.root) / folder
 
-    def _read_voices(self) -> AudioClips:
-        voices = digit_voices(self._voices_dir())  # Speech Commands is 16 kHz: read at FSDD's 8 kHz
+    def _read_voices(self) -> AudioClips | None:
+        folder = self._voices_dir()
+        if not folder.is_dir() and not self.require_extra_voices:
+            rank_zero_warn(
+                f"extra_voices: no Speech Commands folder at {folder}; training on FSDD's voices alone, which "
+                "recognises new voices less well (put the folder there, or set extra_voices to its path)"
+            )
+            return None
+        voices = digit_voices(folder)  # Speech Commands is 16 kHz: read at FSDD's 8 kHz
         return AudioClips(
             [c.path for c in voices], [CLASS_NAMES.index(c.word) for c in voices], self.sample_rate, cache=True,
             speakers=[c.speaker for c in voices], file_rate=FILE_RATE,
@@ -404,6 +418,7 @@ class FSDDDataModule(AudioDataModule):
         if self.extra_voices is not None:
             found = "" if self.voices_set is None else (
                 f": {len(self.voices_set)} clips of {self.voices_set.num_speakers} speakers")
+            found = " (not found: FSDD's voices alone)" if self._voices_read and self.voices_set is None else found
             lines.append(f"  extra training voices, the digits of {self._voices_dir()}{found}, "
                          f"{self.extra_voices_repeats}x per epoch")
         return "\n".join(lines)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -373,3 +374,11 @@ def test_extra_voices_refuse_bad_options(root: Path, tmp_path: Path) -> None:
     dm = FSDDDataModule(root=root, download=False, extra_voices=tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="no Speech Commands folder"):
         dm.setup("fit")
+    lenient = FSDDDataModule(root=root, download=False, extra_voices=tmp_path / "absent", require_extra_voices=False)
+    with pytest.warns(UserWarning, match="training on FSDD's voices alone"):
+        lenient.setup("fit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lenient.setup("fit")  # looked for once: no second warning
+    assert lenient.voices_set is None and "(not found: FSDD's voices alone)" in lenient.summary()
+    assert sum(len(b["label"]) for b in lenient.train_dataloader()) == len(lenient.train_set)
