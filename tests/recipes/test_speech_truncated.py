@@ -79,10 +79,26 @@ def test_documented_command(args: list[str], generated_root: Path, tmp_path: Pat
 
         rate = 8000 if "--data.sample_rate=8000" in args else 16000
         assert isinstance(cli.datamodule, SpeechCommandsDataModule) and cli.model.adapter.sample_rate == rate
+    if "--config" not in " ".join(args) and "--data" not in args:  # the default config: FSDD and the extra voices
+        voices = cli.datamodule.voices_set
+        if "--data.extra_voices=null" in args:
+            assert voices is None
+        else:  # the generated folder's 20 speakers each say the ten digits once
+            assert voices is not None and len(voices) == 200 and voices.num_speakers == 20
     if any("strings" in a for a in args):
         assert set(metrics) == {"test_der", "test_loss", "test_string_acc"}
     else:
         assert set(metrics) == {"test_acc", "test_loss"}
+
+
+def test_the_default_trains_without_the_extra_voices_folder(tmp_path: Path, monkeypatch) -> None:
+    """Where only FSDD is, the default config warns that the extra voices are missing and trains on FSDD alone."""
+    write_fsdd(tmp_path / "data", speakers=("ann", "bob"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match="no Speech Commands folder at .*training on FSDD's voices alone"):
+        cli = recipe_main("speech_truncated")(
+            ["fit", "--trainer.fast_dev_run=true", f"--data.root={tmp_path / 'data'}", "--data.download=false"])
+    assert cli.datamodule.voices_set is None and cli.datamodule.extra_voices == "speech_commands_test_v0.02"
 
 
 @pytest.mark.data
