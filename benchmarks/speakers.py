@@ -63,7 +63,9 @@ _SPEED_NOISE = (
     '{"class_path": "attnmm.data.SpeedPerturb", "init_args": {"factors": [0.9, 1.0, 1.1]}}, '
     '{"class_path": "attnmm.data.AddNoise", "init_args": {"min_snr_db": 10.0, "max_snr_db": 30.0, "p": 0.5}}]}}'
 )
-#: The candidates: adapter options (``name=value`` after the task's adapter prefix).
+#: The candidates: adapter options (``name=value`` after the task's adapter prefix). Each is the digits
+#: config *as it is* plus its options: since the default took Speech Commands' voices (``extra_voices``,
+#: docs/results.md) the earlier candidates' commands, run again, train with them too.
 CANDIDATES: dict[str, list[str]] = {
     "specaugment": [],
     "norm": ["utterance_norm=true"],
