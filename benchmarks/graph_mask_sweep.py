@@ -467,8 +467,16 @@ def render_section(store: dict[str, Any]) -> str:
         markdown(store["runs"], store["kind"], store.get("metric", "acc"), reference="self").rstrip("\n"),
         "",
         f"Published ({spec.protocol}): " + ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) + ".",
+        "",
+        f"![{spec.name}: test score against pairs attended and against training time, with the published "
+        f"numbers](figures/graph_mask_sweep_{store['task']}.png)",
     ]
     return "\n".join(lines)
+
+
+def stored_tasks(folder: Path = STORE) -> list[str]:
+    """The real-data tasks whose sweep is stored in ``folder`` (docs/make_figures.py draws their figures)."""
+    return [task for task in REAL_TASKS if (folder / f"graph_mask_sweep_{task}.json").exists()]
 
 
 def render_docs(page: Path = DOCS_PAGE, folder: Path = STORE) -> list[str]:

@@ -19,6 +19,7 @@ first (docs/hooks.py). The text pictures in docs/masks.md carry the same informa
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import re
 import sys
@@ -126,6 +127,17 @@ def _mask_sweeps() -> Figure:
     return graph_mask_sweep.figure(graph_mask_sweep.load_stores())
 
 
+def _task_sweeps() -> dict[str, Callable[[], Figure]]:
+    """One figure per real-data graph mask sweep stored under benchmarks/results/ (docs/graphs.md links each
+    from the section rendered from the same store)."""
+    if str(DOCS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
+    from benchmarks import graph_mask_sweep
+
+    return {f"graph_mask_sweep_{task}": functools.partial(graph_mask_sweep.task_figure, task)
+            for task in graph_mask_sweep.stored_tasks()}
+
+
 def _kws_confusion(names: tuple[str, ...] = ("transformer", "res8")) -> Callable[[], Figure]:
     """Confusion matrices of the keyword-spotting model and its CNN peer on unseen speakers (docs/results.md),
     from the evaluations ``python -m benchmarks.kws`` stored under ``names``."""
@@ -186,6 +198,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     ),
     "tutorial_bigbird": _tutorial_mask,
     "graph_mask_sweep": _mask_sweeps,
+    **_task_sweeps(),
     "rnn_parallel": _rnn_figure("rnn_parallel"),
     "rnn_longrange": _rnn_figure("rnn_longrange"),
     "rnn_streaming": _rnn_figure("rnn_streaming"),
