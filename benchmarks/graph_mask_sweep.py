@@ -449,6 +449,15 @@ def _marker(task: str) -> tuple[str, str]:
             "python -m benchmarks.graph_mask_sweep --render-docs) -->", f"<!-- /mask-sweep:{task} -->")
 
 
+#: What the ``self`` row is, by task kind, in the rendered sections.
+_REFERENCE = {
+    "node": "With `self` each node keeps its own features alone (the ego-neighbour model is then an MLP).",
+    "graph": "The recipe's GPS layers also pass messages along the edges whatever the mask (the mask is the "
+             "global attention's), so `self` is message passing alone and each other row is what that "
+             "attention adds to it.",
+}
+
+
 def render_section(store: dict[str, Any]) -> str:
     """A real-data sweep's section: how it ran, its table (paired differences to ``self`` where it ran) and
     the published anchors."""
@@ -462,7 +471,7 @@ def render_section(store: dict[str, Any]) -> str:
         f"{store['threads']} thread). The model and training of `{spec.config}` (its optimiser and schedule), "
         f"**{epochs} epochs** (a short schedule), the mask swapped; {over}. Scores are those of the first "
         f"epoch with the best validation score; ± is the standard deviation over the {reps}; the paired column "
-        "is the mean difference to `self` on the same replicate, ± its standard error.",
+        "is the mean difference to `self` on the same replicate, ± its standard error. " + _REFERENCE[spec.kind],
         "",
         markdown(store["runs"], store["kind"], store.get("metric", "acc"), reference="self").rstrip("\n"),
         "",
