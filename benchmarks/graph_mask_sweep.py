@@ -529,14 +529,15 @@ def _splits(text: str) -> list[int]:
 
 
 def _resumable(path: Path, args: argparse.Namespace, masks: list[str],
-               seeds: list[int]) -> tuple[float, list[dict[str, Any]]]:
-    """``--resume``: the wall time and runs of the stopped sweep stored at ``path``, after checking that it
-    was started with the same task, schedule and replicates; a missing store resumes nothing."""
+               seeds: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``--resume``: the stopped sweep stored at ``path`` (its start and wall time so far) and those of its
+    runs that this command asks for (its masks, splits and seeds), after checking that it ran with the same
+    number of epochs and threads; a missing store resumes nothing."""
     if args.task not in REAL_TASKS:
         raise SystemExit(f"--resume is for the real-data tasks ({', '.join(REAL_TASKS)}), not --task {args.task}")
     if not path.exists():
         print(f"--resume: no stored sweep at {path}; starting afresh", flush=True)
-        return 0.0, []
+        return {}, []
     old = json.loads(path.read_text())
     splits = [None] if REAL_TASKS[args.task].split_option is None else _splits(args.splits)
     wanted = {"epochs": args.epochs, "threads": args.threads}
@@ -546,7 +547,7 @@ def _resumable(path: Path, args: argparse.Namespace, masks: list[str],
                          "give the same options or another --out")
     runs = [r for r in old.get("runs", []) if r["mask"] in masks and r.get("split") in splits and r["seed"] in seeds]
     print(f"--resume: keeping {len(runs)} stored runs of {path}", flush=True)
-    return float(old.get("wall_s", 0.0)), runs
+    return old, runs
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -584,7 +585,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     earlier_s, earlier = 0.0, []
     if args.resume:
-        earlier_s, earlier = _resumable(stem.with_suffix(".json"), args, masks, seeds)
+        stopped, earlier = _resumable(stem.with_suffix(".json"), args, masks, seeds)
+        earlier_s = float(stopped.get("wall_s", 0.0))
+        store["started"] = stopped.get("started", store["started"])  # the sweep's first start
 
     def save(runs: list[dict[str, Any]]) -> None:  # after every run: a stopped sweep keeps what it measured
         store.update(runs=runs, wall_s=earlier_s + time.perf_counter() - started)

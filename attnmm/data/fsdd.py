@@ -416,9 +416,10 @@ class FSDDDataModule(AudioDataModule):
             lines.insert(2, f"  {len(self._takes)} recordings, speakers: {', '.join(self.speakers)}")
             lines.append("  " + ", ".join(f"{k} {len(v)}" for k, v in self._splits.items()))
         if self.extra_voices is not None:
-            found = "" if self.voices_set is None else (
-                f": {len(self.voices_set)} clips of {self.voices_set.num_speakers} speakers")
-            found = " (not found: FSDD's voices alone)" if self._voices_read and self.voices_set is None else found
+            if self.voices_set is not None:
+                found = f": {len(self.voices_set)} clips of {self.voices_set.num_speakers} speakers"
+            else:
+                found = " (not found: FSDD's voices alone)" if self._voices_read else ""
             lines.append(f"  extra training voices, the digits of {self._voices_dir()}{found}, "
                          f"{self.extra_voices_repeats}x per epoch")
         return "\n".join(lines)

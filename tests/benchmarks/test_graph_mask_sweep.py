@@ -209,6 +209,7 @@ def test_resume_keeps_the_stored_runs_and_refuses_other_options(tmp_path: Path, 
     argv = ["--task", "actor", "--masks", "self,graph", "--splits", "0-1", "--epochs", "2", "--out", str(tmp_path)]
     store = gms.main([*argv, "--resume"])
     assert store["runs"] == runs and store["wall_s"] >= 60.0  # the stopped sweep's time is counted
+    assert store["started"] == "2026-12-01 00:00 UTC"  # and its first start kept
     assert "keeping 4 stored runs" in capsys.readouterr().out
     assert (tmp_path / "graph_mask_sweep_actor.md").read_text().count("/2 higher)") == 1
     with pytest.raises(SystemExit, match="'epochs': 3"):
