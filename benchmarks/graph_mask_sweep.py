@@ -483,11 +483,6 @@ def render_section(store: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def stored_tasks(folder: Path = STORE) -> list[str]:
-    """The real-data tasks whose sweep is stored in ``folder`` (docs/make_figures.py draws their figures)."""
-    return [task for task in REAL_TASKS if (folder / f"graph_mask_sweep_{task}.json").exists()]
-
-
 def render_docs(page: Path = DOCS_PAGE, folder: Path = STORE) -> list[str]:
     """Rewrite the marked sections of ``page`` from the stored sweeps; returns the tasks rendered (a section
     whose store is missing is left as it is)."""

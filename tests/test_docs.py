@@ -94,3 +94,14 @@ def test_make_figures_writes_every_png(tmp_path: Path) -> None:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 500
     with pytest.raises(ValueError, match="unknown figure names"):
         module.make_figures(out, ["nope"])
+
+
+def test_every_real_sweep_gets_its_figure() -> None:
+    """make_figures draws each real-data mask sweep whose store exists; its list is the sweep's tasks."""
+    from benchmarks._recipe_sweep import REAL_TASKS
+
+    module = load_make_figures()
+    assert set(module._SWEEP_TASKS) == set(REAL_TASKS)
+    stored = {p.stem for p in (DOCS.parent / "benchmarks" / "results").glob("graph_mask_sweep_*.json")}
+    assert {n for n in module.FIGURES if n.startswith("graph_mask_sweep_")} == stored - {
+        "graph_mask_sweep_cora", "graph_mask_sweep_motifs"}
