@@ -33,7 +33,9 @@ Real data (:mod:`benchmarks._recipe_sweep`): ``actor`` (geom-gcn's splits), ``pr
 folds) and ``peptides`` (the official split, average precision) train the model of their recipe config
 (``recipes/configs/graph_node_actor.yaml``, ``graph_graph_tu.yaml``, ``graph_graph_peptides.yaml``) with
 its optimiser and schedule for ``--epochs`` epochs (a short schedule), the mask swapped; replicates are
-``--splits`` (one seed, ``--seeds``' first) or, for peptides, ``--seeds``. ``--render-docs`` rewrites the
+``--splits`` (one seed, ``--seeds``' first) or, for peptides, ``--seeds``. A stopped sweep goes on with
+``--resume``; parts of one sweep run side by side on disjoint splits (``--splits 0-4`` and ``--splits 5-9``
+with separate ``--out``) are joined by ``--merge PART.json PART.json --out DIR``. ``--render-docs`` rewrites the
 tables of docs/graphs.md from the stored sweeps (:func:`render_docs`); docs/make_figures.py draws one
 figure per dataset (:func:`task_figure`).
 """
@@ -466,9 +468,15 @@ def render_section(store: dict[str, Any]) -> str:
     reps = _replicates(store)
     splits = [s for s in store.get("splits") or [] if s is not None]
     over = f"splits {splits[0]}-{splits[-1]}, seed {store['seeds'][0]}" if splits else f"seeds {store['seeds']}"
+    if "parts" in store:  # merged (merge_stores): the parts' commands, run at once
+        ran = (" and ".join(f"`{part['command']}`" for part in store["parts"])
+               + f", side by side ({store['started']}, {store['wall_s'] / 60:.0f} min by the clock for "
+               f"{len(store['runs'])} runs, {store['threads']} thread each, merged with `--merge`)")
+    else:
+        ran = (f"`{store['command']}` ({store['started']}, {store['wall_s'] / 60:.0f} min for "
+               f"{len(store['runs'])} runs, {store['threads']} thread)")
     lines = [
-        f"`{store['command']}` ({store['started']}, {store['wall_s'] / 60:.0f} min for {len(store['runs'])} runs, "
-        f"{store['threads']} thread). The model and training of `{spec.config}` (its optimiser and schedule), "
+        f"{ran}. The model and training of `{spec.config}` (its optimiser and schedule), "
         f"**{epochs} epochs** (a short schedule), the mask swapped; {over}. Scores are those of the first "
         f"epoch with the best validation score; ± is the standard deviation over the {reps}; the paired column "
         "is the mean difference to `self` on the same replicate, ± its standard error. " + _REFERENCE[spec.kind],
@@ -545,6 +553,55 @@ def _resumable(path: Path, args: argparse.Namespace, masks: list[str],
     return old, runs
 
 
+#: What the parts of one sweep must share to be merged (:func:`merge_stores`).
+_MERGE_KEYS = ("task", "kind", "metric", "config", "threads", "masks")
+
+
+def merge_stores(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One real-data sweep from parts run side by side (in separate processes) on disjoint splits or seeds,
+    each stored by its own command: the runs of all parts, after checking that the parts ran the same task,
+    masks, schedule and threads and that no run is in two parts. The merged store keeps each part's
+    command, start and wall time (``parts``); its wall time is the longest part's (they ran at once)."""
+    if len(parts) < 2:
+        raise ValueError(f"merging needs at least two stored parts, got {len(parts)}")
+    first = parts[0]
+    if first.get("task") not in REAL_TASKS:
+        raise ValueError(f"merging is for the real-data tasks ({', '.join(REAL_TASKS)}), not {first.get('task')!r}")
+    for part in parts[1:]:
+        for key in _MERGE_KEYS:
+            if part.get(key) != first.get(key):
+                raise ValueError(f"cannot merge: the parts differ in {key} ({first.get(key)!r} against "
+                                 f"{part.get(key)!r})")
+    runs: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for part in parts:
+        for run in part["runs"]:
+            key = (run["mask"], run["seed"], run.get("split"))
+            if key in seen:
+                raise ValueError(f"cannot merge: the run of mask {key[0]!r}, seed {key[1]}, split {key[2]} is in "
+                                 "two parts")
+            seen.add(key)
+            runs.append(run)
+    splits = {s for part in parts for s in part.get("splits") or [None]}
+    merged = dict(first)
+    merged.update(
+        runs=runs,
+        splits=[None] if None in splits else sorted(splits),
+        seeds=sorted({s for part in parts for s in part["seeds"]}),
+        command=" and ".join(part["command"] for part in parts),
+        parts=[{k: part[k] for k in ("command", "started", "wall_s")} for part in parts],
+        started=min(part["started"] for part in parts),
+        wall_s=max(part["wall_s"] for part in parts),
+    )
+    return merged
+
+
+def _write(stem: Path, store: dict[str, Any], table: str, fig: Any) -> None:
+    stem.with_suffix(".json").write_text(json.dumps(store, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(table)
+    fig.savefig(stem.with_suffix(".png"), dpi=110)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.graph_mask_sweep", description=__doc__.split("\n")[0])
@@ -560,7 +617,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--resume", action="store_true",
                         help="real data: keep the runs a stopped sweep with the same options stored in --out, "
                              "train the rest")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="STORE",
+                        help="real data: only merge the stores of one sweep's parts, run side by side on "
+                             "disjoint splits or seeds, into --out")
     args = parser.parse_args(argv)
+    if args.merge:
+        try:
+            merged = merge_stores([json.loads(path.read_text()) for path in args.merge])
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"--merge: {err}") from None
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = args.out / f"graph_mask_sweep_{merged['task']}"
+        table = markdown(merged["runs"], merged["kind"], merged["metric"], reference="self")
+        _write(stem, merged, table, figure([merged], anchors=True))
+        print(table + f"\n{len(merged['runs'])} runs from {len(args.merge)} parts; wrote {stem}.json, .md and .png")
+        return merged
     if args.render_docs:
         done = render_docs(folder=args.out)
         print(f"rendered {', '.join(done) or 'nothing'} into {DOCS_PAGE}")
@@ -613,8 +684,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs = sweep(kind, load_task(args.task, config), masks, seeds, config, after_run=save)
         table = markdown(runs, kind)
         fig = figure([store])
-    stem.with_suffix(".md").write_text(table)
-    fig.savefig(stem.with_suffix(".png"), dpi=110)
+    _write(stem, store, table, fig)
     print(table + f"\n{len(runs)} runs in {store['wall_s']:.0f} s; wrote {stem}.json, .md and .png", flush=True)
     return store
 

@@ -216,3 +216,35 @@ def test_resume_keeps_the_stored_runs_and_refuses_other_options(tmp_path: Path, 
         gms.main([*argv[:-3], "3", "--out", str(tmp_path), "--resume"])
     with pytest.raises(SystemExit, match="real-data tasks"):
         gms.main(["--task", "motifs", "--out", str(tmp_path), "--resume"])
+
+
+def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Path) -> None:
+    def runs(splits: tuple[int, ...]) -> list[dict]:
+        return [{"mask": m, "seed": 0, "split": s, "val": 0.3 + 0.01 * s, "test": 0.3 + 0.02 * (m == "graph"),
+                 "pairs": 10.0, "train_s": 1.0, "best_epoch": 1} for m in ("self", "graph") for s in splits]
+
+    a, b = _real_store("actor", runs((0, 1))), _real_store("actor", runs((2, 3)))
+    a["command"] += " --splits 0-1"
+    b.update(command=b["command"] + " --splits 2-3", started="2026-12-01 00:01 UTC", wall_s=90.0)
+    paths = []
+    for name, part in (("a", a), ("b", b)):
+        paths.append(tmp_path / name / "graph_mask_sweep_actor.json")
+        paths[-1].parent.mkdir()
+        paths[-1].write_text(json.dumps(part))
+    merged = gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "all")])
+    assert merged["splits"] == [0, 1, 2, 3] and len(merged["runs"]) == 8 and merged["wall_s"] == 90.0
+    assert merged["started"] == "2026-12-01 00:00 UTC" and [p["command"] for p in merged["parts"]] == [
+        a["command"], b["command"]]
+    assert json.loads((tmp_path / "all" / "graph_mask_sweep_actor.json").read_text()) == merged
+    assert (tmp_path / "all" / "graph_mask_sweep_actor.md").read_text().count("/4 higher)") == 1
+    section = gms.render_section(merged)
+    assert f"`{a['command']}` and `{b['command']}`, side by side" in section and "splits 0-3" in section
+    with pytest.raises(ValueError, match="run of mask 'self', seed 0, split 0 is in two parts"):
+        gms.merge_stores([a, a])
+    with pytest.raises(ValueError, match="differ in config"):
+        gms.merge_stores([a, {**b, "config": {**b["config"], "epochs": 3}}])
+    with pytest.raises(ValueError, match="at least two"):
+        gms.merge_stores([a])
+    with pytest.raises(SystemExit, match="--merge: .*differ in threads"):
+        paths[1].write_text(json.dumps({**b, "threads": 2}))
+        gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "all")])
