@@ -258,6 +258,68 @@ class AVDigits(Dataset):
         return f"{type(self).__name__}(pairs={len(self)}, images={len(self.images)}, seed={self.seed})"
 
 
+class ConflictPairs(Dataset):
+    r"""Pairs whose two modalities disagree, to train a gated head's gate alone: each item is a recording
+    of one digit beside an image of **another** digit, labelled by the image and marked ``gate_only``
+    (see :class:`AVDigitsDataModule`'s ``gate_conflicts``).
+
+    A gate that learns only from pairs whose audio is right learns to trust audio; a voice the towers
+    never heard is then misread with the gate's full trust. These pairs show the gate a misread voice
+    beside a clean image (no corruption, both present): the towers and classifiers learn nothing from
+    them (the task detaches all but the gate), so the labels cannot teach the audio tower wrong words.
+
+    Every access draws afresh (item ``i``'s generator from ``seed`` and the access, or at random with
+    ``seed=None``): the image's digit, an image of it from ``images`` and a recording of another digit.
+
+    Args:
+        clips (AudioClips): the recordings (training split); their labels are the digits.
+        images (Tensor): (N, 1, 28, 28) uint8, the image pool.
+        image_labels (Tensor): (N,) the digit of each image.
+        size (int): items per epoch.
+        seed (int, optional): seed of the draws; :obj:`None` draws afresh at every access.
+            (default: :obj:`None`)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.data import AudioClips
+        >>> clips = AudioClips(["a.wav", "b.wav"], [0, 1], 8000)
+        >>> ConflictPairs(clips, torch.zeros(4, 1, 28, 28, dtype=torch.uint8), torch.tensor([0, 1, 0, 1]), 3)
+        ConflictPairs(pairs=3, recordings=2, images=4)
+    """
+
+    def __init__(self, clips: AudioClips, images: Tensor, image_labels: Tensor, size: int,
+                 seed: int | None = None) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size is a whole number >= 1 of pairs per epoch, got {size!r}")
+        labels = torch.as_tensor(list(clips.labels))
+        digits = sorted(set(labels.tolist()) & set(image_labels.tolist()))
+        if len(digits) < 2:
+            raise ValueError(
+                f"conflict pairs need recordings and images of at least two digits in common, got {digits}"
+            )
+        self.clips, self.images, self.size, self.seed = clips, images, size, seed
+        self.digits = digits
+        self._images = {d: (image_labels == d).nonzero().flatten() for d in digits}
+        self._others = {d: ((labels != d) & torch.isin(labels, torch.tensor(digits))).nonzero().flatten()
+                        for d in digits}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> dict[str, Tensor | int | bool]:
+        entropy = self.seed % 2**63 if self.seed is not None else int(torch.randint(2**62, ()))
+        rng = np.random.default_rng([entropy, i, 7])
+        digit = self.digits[int(rng.integers(len(self.digits)))]
+        pool, others = self._images[digit], self._others[digit]
+        image = self.images[int(pool[int(rng.integers(pool.numel()))])].float() / 255.0
+        waveform, _ = self.clips[int(others[int(rng.integers(others.numel()))])]
+        return {"waveform": waveform, "image": image, "audio_present": True, "image_present": True,
+                "label": digit, "gate_only": True}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(pairs={self.size}, recordings={len(self.clips)}, images={len(self.images)})"
+
+
 class _AVDigitsBatchKeys(TypedDict):
     """The keys every :class:`AVDigitsBatch` has."""
 
@@ -359,6 +421,12 @@ class AVDigitsDataModule(LightningDataModule):
     :attr:`gate_val_set` (paired with validation images, corrupted like the validation split), a
     validation condition of unfamiliar voices (its pairs, like the validation split's, carry no flag).
 
+    ``gate_conflicts`` adds, per epoch, that share of the training recordings' number of gate-only
+    :class:`ConflictPairs`: a training recording beside a clean image of another digit, labelled by the
+    image. The gate then meets misread voices beside clean images, which the training speakers, whose
+    audio the towers learn to read, never show it (a voice never heard can be misread with confidence;
+    the images come from thousands of writers and hold up on new ones).
+
     Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
     (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
 
@@ -402,6 +470,8 @@ class AVDigitsDataModule(LightningDataModule):
         gate_voices_val (float, optional): share of its speakers kept out of training, for
             :attr:`gate_val_set`. (default: ``0.5``)
         gate_voices_repeats (int, optional): pairs per gate clip per epoch. (default: ``4``)
+        gate_conflicts (float, optional): gate-only conflict pairs per epoch, as a share of the training
+            recordings (needs a gated head). (default: ``0.0``, none)
 
     Examples:
         >>> dm = AVDigitsDataModule(root="/data", audio_snr_db=5.0, drop_modality="image")
@@ -440,8 +510,14 @@ class AVDigitsDataModule(LightningDataModule):
         gate_voices: str | Path | None = None,
         gate_voices_val: float = 0.5,
         gate_voices_repeats: int = 4,
+        gate_conflicts: float = 0.0,
     ) -> None:
         super().__init__()
+        if isinstance(gate_conflicts, bool) or not (isinstance(gate_conflicts, (int, float)) and gate_conflicts >= 0):
+            raise ValueError(
+                f"gate_conflicts is a share >= 0 of the training recordings (conflict pairs per epoch), got "
+                f"{gate_conflicts!r}"
+            )
         if not (isinstance(gate_voices_val, (int, float)) and 0.0 <= gate_voices_val < 1.0):
             raise ValueError(
                 f"gate_voices_val is a share in [0, 1) of the gate voices' speakers, got {gate_voices_val!r}"
@@ -466,6 +542,7 @@ class AVDigitsDataModule(LightningDataModule):
         self.fresh_train_images, self.train_corruption = fresh_train_images, train_corruption
         self.gate_voices, self.gate_voices_val = gate_voices, float(gate_voices_val)
         self.gate_voices_repeats = gate_voices_repeats
+        self.gate_conflicts = float(gate_conflicts)
         self.train_set: AVDigits | ConcatDataset | None = None
         self.val_set: AVDigits | None = None
         self.test_set: AVDigits | None = None
@@ -474,6 +551,8 @@ class AVDigitsDataModule(LightningDataModule):
         #: Speakers of the gate voices by split, ``{"train": [...], "val": [...]}`` (after ``setup``).
         self.gate_speakers: dict[str, list[str]] = {}
         self._gate_clips: dict[str, AudioClips] = {}
+        #: The gate-only conflict pairs (``gate_conflicts``; after ``setup('fit')``), else :obj:`None`.
+        self.conflict_set: ConflictPairs | None = None
 
     def prepare_data(self) -> None:
         try:
@@ -500,6 +579,21 @@ class AVDigitsDataModule(LightningDataModule):
                 setattr(self, f"{split}_set", self._pairs(split, clips))
         if self.gate_voices is not None and stage in (None, "fit", "validate"):
             self._gate_sets()
+        if self.gate_conflicts > 0 and stage in (None, "fit") and isinstance(self.train_set, (AVDigits, ConcatDataset)):
+            self._add_conflicts()
+
+    def _add_conflicts(self) -> None:
+        """Join :class:`ConflictPairs` to ``train_set`` (once): ``gate_conflicts`` x the training recordings."""
+        parts = self.train_set.datasets if isinstance(self.train_set, ConcatDataset) else [self.train_set]
+        if any(isinstance(part, ConflictPairs) for part in parts):
+            return
+        base = parts[0]
+        assert isinstance(base, AVDigits)
+        base.gate_only = False
+        images, image_labels = self.mnist.datasets["train"].tensors
+        size = max(1, round(self.gate_conflicts * len(base.clips)))
+        self.conflict_set = ConflictPairs(base.clips, images, image_labels, size)
+        self.train_set = ConcatDataset([*parts, self.conflict_set])
 
     def _gate_sets(self) -> None:
         """The gate voices: their training speakers' pairs join ``train_set`` (marked gate-only, once), the
@@ -598,6 +692,7 @@ class AVDigitsDataModule(LightningDataModule):
             "fresh_train_images": self.fresh_train_images or None,
             "train_corruption": self.train_corruption,
             "gate_voices": None if self.gate_voices is None else Path(self.gate_voices).as_posix(),
+            "gate_conflicts": self.gate_conflicts or None,
         }
         return {k: v for k, v in options.items() if v is not None}
 
@@ -653,6 +748,12 @@ class AVDigitsDataModule(LightningDataModule):
                 )
             else:
                 lines.append(f"  gate voices at {self.gate_voices} (read at setup('fit'))")
+        if self.gate_conflicts:
+            made = "" if self.conflict_set is None else f": {len(self.conflict_set)} per epoch"
+            lines.append(
+                f"  conflict pairs (gate only): {self.gate_conflicts:g} x the training recordings{made}, a "
+                "recording beside a clean image of another digit, labelled by the image"
+            )
         if self._sets():
             lines.append("  " + ", ".join(f"{k} {len(v)} pairs" for k, v in self._sets().items()))
         return "\n".join(lines)

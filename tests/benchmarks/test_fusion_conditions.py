@@ -230,3 +230,47 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     assert cells["ensemble"]["audio missing"]["correct"] == cells["image"]["audio missing"]["correct"]
     page = (tmp_path / "docs" / "recipes" / "multimodal.md").read_text()
     assert fc.START in page and "| held-out speaker |" in page
+
+
+def test_select_keeps_an_earlier_protocols_scores_for_runs_not_at_hand(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fc, "ROOT", tmp_path)
+    monkeypatch.setattr(fc, "SELECTION", tmp_path / "selection.json")
+    conditions = list(fc.VALIDATION_CONDITIONS)
+    earlier = {c: {**{k: 80.0 for k in conditions}, "mean": 80.0 + i} for i, c in enumerate(fc.CANDIDATES)
+               if c.startswith(("default", "robust_late", "robust_bottleneck", "robust_gate"))}
+    combine = {"run": "sel_robust_gate", "choice": "logits", "scores": {}}
+    record = {"protocol": fc.PROTOCOL - 1, "conditions": conditions, "scores": earlier, "choice": "robust_gate",
+              "combine": combine}
+    fc.SELECTION.write_text(json.dumps(record))
+    new = [c for c in fc.CANDIDATES if c not in earlier]
+    assert new == ["robust_conflict_light", "robust_conflict"]
+    with pytest.raises(FileNotFoundError, match="sel_robust_conflict_light"):
+        fc.select(runs_dir=Path("runs"))
+    for c in new:
+        (tmp_path / "runs" / f"sel_{c}").mkdir(parents=True)
+        (tmp_path / "runs" / f"sel_{c}" / "run.json").write_text("{}")
+    scored: list[list[str]] = []
+
+    def fake(names, split, root, runs_dir, combine=None):
+        scored.append(list(names))
+        right = {"probs": np.eye(10)[[1, 2]], "labels": np.array([1, 2])}
+        return {n: {c: right for c in conditions} for n in names}
+
+    monkeypatch.setattr(fc, "_evaluate_runs", fake)
+    chosen = fc.select(runs_dir=Path("runs"))
+    assert scored == [["sel_robust_conflict_light", "sel_robust_conflict"]]  # only the runs at hand are scored
+    assert chosen["scores"]["robust_gate"] == earlier["robust_gate"]
+    assert chosen["scores"]["robust_conflict"]["mean"] == 100
+    assert chosen["choice"] == "robust_conflict_light"  # a tie at 100: the earlier candidate
+    assert chosen["stored"] == {c: f"protocol {fc.PROTOCOL - 1}" for c in earlier}
+    kept = json.loads((tmp_path / f"fusion_selection_protocol{fc.PROTOCOL - 1}.json").read_text())
+    assert kept == record  # the earlier record, as it was
+    # a stored candidate chosen: its stored combine choice stands (its run is not at hand to score)
+    fc.SELECTION.write_text(json.dumps({**chosen, "choice": "robust_gate"}))
+    assert fc.select_combine(runs_dir=Path("runs")) == {**combine, "stored": f"protocol {fc.PROTOCOL - 1}"}
+    # an earlier record of other conditions does not compare: nothing is kept from it
+    assert fc.stored_scores(tmp_path / "absent.json")[0] == earlier  # the kept protocol file is found
+    (tmp_path / f"fusion_selection_protocol{fc.PROTOCOL - 1}.json").write_text(
+        json.dumps({**record, "conditions": conditions[:-1]}))
+    assert fc.stored_scores(tmp_path / "absent.json") == ({}, None, None)

@@ -536,3 +536,42 @@ def test_gate_voices_train_the_gate_only_and_hold_out_speakers(root: Path, tmp_p
         AVDigitsDataModule(gate_voices="voices", gate_voices_repeats=0)
     with pytest.raises(FileNotFoundError, match="no Speech Commands folder"):
         _dm(data, gate_voices="nowhere")
+
+
+def _clip_digit(waveform: torch.Tensor) -> int:
+    return round(float(waveform[0]) / 0.05) - 1  # the generated clips' constant value encodes the digit
+
+
+def test_gate_conflicts_pair_a_recording_with_another_digits_image_for_the_gate_only(root: Path) -> None:
+    from attnmm.data.avdigits import ConflictPairs
+
+    plain = _dm(root)
+    dm = _dm(root, gate_conflicts=0.5)
+    n = len(plain.train_set)
+    assert dm.conflict_set is not None and len(dm.conflict_set) == round(0.5 * n)
+    assert len(dm.train_set) == n + len(dm.conflict_set) and len(dm.val_set) == len(plain.val_set)
+    items = [dm.train_set[i] for i in range(n, len(dm.train_set))]
+    for item in items:  # another digit's recording, a clean training image of the label's digit, gate only
+        assert item["gate_only"] is True and item["audio_present"] and item["image_present"]
+        assert _image_digit(item["image"]) == item["label"] != _clip_digit(item["waveform"])
+        assert _image_id(item["image"])[0] == TRAIN
+    assert len({int(item["label"]) for item in items}) > 3  # the digits vary
+    assert not any(bool(dm.train_set[i].get("gate_only")) for i in range(0, n, 7))  # FSDD pairs train everything
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["gate_only"].dtype == torch.bool
+    dm.setup("fit")  # once only
+    assert len(dm.train_set) == n + len(dm.conflict_set)
+    assert "conflict pairs (gate only): 0.5 x the training recordings" in dm.summary()
+    assert "gate_conflicts=0.5" in repr(dm)
+    assert "gate_only" not in dm.val_set[0]
+    for bad in (-0.1, True, "0.2"):
+        with pytest.raises(ValueError, match="gate_conflicts is a share >= 0"):
+            AVDigitsDataModule(gate_conflicts=bad)
+    clips = dm.conflict_set.clips
+    images, labels = dm.mnist.datasets["train"].tensors
+    with pytest.raises(ValueError, match="size is a whole number >= 1"):
+        ConflictPairs(clips, images, labels, 0)
+    with pytest.raises(ValueError, match="at least two digits in common"):
+        ConflictPairs(clips, images[labels == 3], labels[labels == 3], 4)
+    seeded = ConflictPairs(clips, images, labels, 4, seed=5)
+    assert torch.equal(seeded[2]["image"], ConflictPairs(clips, images, labels, 4, seed=5)[2]["image"])

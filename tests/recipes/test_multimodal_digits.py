@@ -156,6 +156,8 @@ def test_robust_fast_dev_run(generated_root: Path, tmp_path: Path, config: str |
         ("audio", ["audio"], None, False, 0.0, "speech_commands_8k"),
         ("image", ["image"], None, False, 0.0, None),
         ("gate", ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
+        ("conflict", ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
+        ("conflict_light", ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
     ],
 )
 def test_robust_configs_build(
@@ -173,7 +175,9 @@ def test_robust_configs_build(
     extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_robust_{config}.yaml'}"]
     cli = recipe.main([*extra, "--trainer.logger=false"], run=False)
     model = cli.model
-    assert cli.datamodule.gate_voices == ("speech_commands_test_v0.02" if config == "gate" else None)
+    gated = config in ("gate", "conflict", "conflict_light")
+    assert cli.datamodule.gate_voices == ("speech_commands_test_v0.02" if gated else None)
+    assert cli.datamodule.gate_conflicts == {"conflict": 0.3, "conflict_light": 0.1}.get(config, 0.0)
     assert model.adapter.segment_names == names and model.head.num_segments == num_segments
     assert (model.head.gate is not None) == gate and model.segment_loss_weight == weight
     assert model.init_from == init_from
