@@ -82,8 +82,10 @@ def test_commands_never_test_and_follow_the_choice(tmp_path: Path, monkeypatch: 
     assert "--seed_everything=1" in fused and "--test_after_fit=false" in fused
     gate = fc.fit_command("sel_robust_gate")
     assert f"{configs}_gate.yaml" in gate and f"--data.val_speakers=[{fc.VAL_SPEAKER}]" in gate
-    # every run: 4 selection runs, 3 seeds of fused/audio/image, 5 folds of fused/audio
-    assert len(fc.RUNS) == 4 + 9 + 10
+    for name, dose in (("sel_robust_conflict", ""), ("sel_robust_conflict_light", "_light")):
+        assert f"{configs}_conflict{dose}.yaml" in fc.fit_command(name)
+    # every run: 6 selection runs, 3 seeds of fused/audio/image, 5 folds of fused/audio
+    assert len(fc.RUNS) == 6 + 9 + 10
     assert set(fc.BOTH_PRESENT) == set(fc.CONDITIONS) - {"audio missing", "image missing"} | {fc.HELD_OUT}
 
 
