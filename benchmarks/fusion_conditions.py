@@ -585,7 +585,9 @@ def render_section(store: dict[str, Any]) -> str:
         + ("" if store["test_seed"] in EARLIER or not EARLIER else
            "; its later changes ([what the head averages](../results.md#fusion-you-can-trust-what-the-head-averages"
            "-on-a-second-fresh-draw-issue-27), [a gate that has met unfamiliar voices](../results.md#fusion-you-"
-           "can-trust-a-gate-that-has-met-unfamiliar-voices-on-a-third-fresh-draw-issue-27)) and the earlier "
+           "can-trust-a-gate-that-has-met-unfamiliar-voices-on-a-third-fresh-draw-issue-27), [a gate that has met "
+           "misread voices](../results.md#fusion-you-can-trust-a-gate-that-has-met-misread-voices-on-a-fourth-"
+           "fresh-draw-issue-27)) and the earlier "
            "draws' numbers (test seeds " + ", ".join(map(str, EARLIER)) + ") are recorded there too")
         + ".", "",
         "| condition | fused | audio only | image only | late ensemble | fused − audio | fused − image "
