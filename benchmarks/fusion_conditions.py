@@ -5,6 +5,7 @@ Parts, each a subcommand::
     python -m benchmarks.fusion_conditions train RUN     # one training run of :data:`RUNS` (``fit``, no test)
     python -m benchmarks.fusion_conditions select        # the selection runs on the validation conditions
     python -m benchmarks.fusion_conditions select-combine  # what the chosen model's head averages, on them too
+    python -m benchmarks.fusion_conditions evaluate-run RUN  # one final run on the test conditions, kept
     python -m benchmarks.fusion_conditions evaluate      # every final run on the test conditions, stored
     python -m benchmarks.fusion_conditions render        # the table of docs/recipes/multimodal.md
 
@@ -17,10 +18,12 @@ stored in ``benchmarks/results/fusion_selection.json``; the final fused runs (``
 chosen config. ``select-combine`` then scores the chosen candidate's selection run with each of
 :data:`COMBINES` (what its head's weights average: the segments' logits, as trained, or their
 probabilities; no retraining) on the same validation conditions, and stores that choice beside the
-first. ``evaluate`` loads every final run's best checkpoint and classifies the fixed test draw
-(:data:`TEST_SEED`, :data:`TEST_PAIRS` pairs per test recording) under every condition: the fused
-model, audio only, image only and their late ensemble (:func:`late_ensemble`), and stores per-pair
-correctness, accuracies (mean ± std over the replicates: training seeds, or held-out-speaker folds)
+first. ``evaluate-run`` classifies the test draw with one final run and keeps what it needs under
+``benchmarks/results/fusion_cells/`` (:func:`evaluate_run`; committed, so that final runs trained in
+different sessions meet); ``evaluate`` reads those, evaluates the final runs not kept yet, and so
+classifies the fixed test draw (:data:`TEST_SEED`, :data:`TEST_PAIRS` pairs per test recording) under
+every condition: the fused model, audio only, image only and their late ensemble (:func:`late_ensemble`),
+and stores per-pair correctness, accuracies (mean ± std over the replicates: training seeds, or held-out-speaker folds)
 and paired bootstrap intervals of every comparison (:func:`bootstrap_difference`) in
 ``benchmarks/results/fusion_conditions.json``; ``render`` writes the section of
 docs/recipes/multimodal.md between the ``fusion_conditions`` markers from that store, and
@@ -49,6 +52,8 @@ CONFIGS = ROOT / "recipes" / "configs"
 RUNS_DIR = Path("runs") / "fusion_conditions"
 STORE = Path(__file__).with_name("results") / "fusion_conditions.json"
 SELECTION = Path(__file__).with_name("results") / "fusion_selection.json"
+#: Where ``evaluate-run`` keeps what each final run classified, per test draw (see :func:`evaluate_run`).
+CELLS = Path(__file__).with_name("results") / "fusion_cells"
 PAGE = ROOT / "docs" / "recipes" / "multimodal.md"
 START, END = "<!-- fusion_conditions:start -->", "<!-- fusion_conditions:end -->"
 
@@ -449,22 +454,89 @@ def _replicates(model: str) -> dict[str, list[str]]:
     return {"own": seeds, "speaker": [f"{model}_{s}" for s in SPEAKERS]}
 
 
+def cells_path(name: str) -> Path:
+    """Where :func:`evaluate_run` keeps what final run ``name`` classified on this protocol's test draw."""
+    return CELLS / f"draw{TEST_SEED}" / f"{name}.npz"
+
+
+def evaluate_run(name: str, root: str | None = None, runs_dir: Path = RUNS_DIR) -> Path:
+    """One final run on every test condition of the draw, kept at :func:`cells_path` with its run record
+    (committed, so that final runs trained in different sessions meet at :func:`evaluate`): a fused run's
+    predicted classes (its head with the chosen ``combine``) and the gate's mean weights, a single-modality
+    run's class probabilities (the late ensemble averages them); the seed-0 image-only run also on each
+    held-out speaker's pairs. Nothing is printed or scored here."""
+    if name not in RUNS or name.startswith("sel_"):
+        raise ValueError(f"evaluate-run takes a final run, one of {[n for n in RUNS if not n.startswith('sel_')]}")
+    record = ROOT / runs_dir / name / "run.json"
+    if not record.exists():
+        raise FileNotFoundError(f"run not trained yet: {name} (no {record})")
+    combine = chosen_combine() if name.startswith("fused_") else None
+    cells = _evaluate_runs([name], "test", root, runs_dir, None if combine is None else {name: combine})[name]
+    if name == "image_s0":  # the image-only model on each fold's pairs (the folds' draw differs from the own split's)
+        task = load_model(ROOT / runs_dir / name)
+        for speaker in SPEAKERS:
+            probs, labels, _ = predict(task, condition_set("test", {}, {"test_speakers": [speaker]}, root))
+            cells[f"{HELD_OUT}@{speaker}"] = {"probs": probs, "labels": labels, "alpha": None}
+    arrays: dict[str, np.ndarray] = {}
+    for i, cell in enumerate(cells.values()):
+        arrays[f"labels_{i}"] = cell["labels"].astype(np.int16)
+        if combine is None:
+            arrays[f"probs_{i}"] = cell["probs"].astype(np.float32)
+        else:
+            arrays[f"pred_{i}"] = cell["probs"].argmax(1).astype(np.int16)
+        if cell["alpha"] is not None:
+            arrays[f"alpha_{i}"] = np.asarray(cell["alpha"], dtype=np.float64)
+    meta = {"name": name, "run": json.loads(record.read_text()), "test_seed": TEST_SEED, "combine": combine,
+            "conditions": list(cells), "classes": int(next(iter(cells.values()))["probs"].shape[1]),
+            "machine": _machine(), "commit": _commit()}
+    path = cells_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
+    return path
+
+
+def load_cells(name: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The record and the cells (per condition: probabilities, labels, gate weights) that
+    :func:`evaluate_run` kept for run ``name``; a fused run's probabilities are its predictions one-hot."""
+    with np.load(cells_path(name)) as kept:
+        meta = json.loads(str(kept["meta"]))
+        cells = {}
+        for i, cond in enumerate(meta["conditions"]):
+            labels = kept[f"labels_{i}"].astype(np.int64)
+            if f"probs_{i}" in kept:
+                probs = kept[f"probs_{i}"]
+            else:
+                probs = np.eye(meta["classes"], dtype=np.float32)[kept[f"pred_{i}"]]
+            alpha = kept[f"alpha_{i}"].tolist() if f"alpha_{i}" in kept else None
+            cells[cond] = {"probs": probs, "labels": labels, "alpha": alpha}
+    if meta["test_seed"] != TEST_SEED:
+        raise ValueError(f"{cells_path(name)} holds test seed {meta['test_seed']}, not this draw's {TEST_SEED}")
+    return meta, cells
+
+
 def evaluate(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]:
-    """Every final run on every test condition; the store of per-pair correctness, accuracies and intervals."""
+    """Every final run on every test condition; the store of per-pair correctness, accuracies and intervals.
+    A run already kept by :func:`evaluate_run` (a run trained in an earlier session, whose checkpoint may be
+    gone) is read from its cells; every other is evaluated and kept now."""
     names = [n for n in RUNS if not n.startswith("sel_")]
-    missing = [n for n in names if not (ROOT / runs_dir / n / "run.json").exists()]
+    missing = [n for n in names if not cells_path(n).exists() and not (ROOT / runs_dir / n / "run.json").exists()]
     if missing:
         raise FileNotFoundError(f"runs not trained yet: {missing}")
     for seed, earlier in EARLIER.items():
         if STORE.exists() and json.loads(STORE.read_text())["test_seed"] == seed and not earlier.exists():
             shutil.copyfile(STORE, earlier)  # the earlier draw's store is kept as it was
     combine = chosen_combine()
-    cells = _evaluate_runs(names, "test", root, runs_dir, {n: combine for n in names if n.startswith("fused_")})
-    # the image-only model on each fold's pairs (the folds' test draw differs from the own split's)
+    cells: dict[str, dict[str, Any]] = {}
+    records: dict[str, Any] = {}
+    for name in names:
+        if not cells_path(name).exists():
+            evaluate_run(name, root, runs_dir)
+        meta, cells[name] = load_cells(name)
+        if meta["combine"] not in (None, combine):
+            raise ValueError(f"{cells_path(name)} was kept with combine={meta['combine']!r}, the choice is {combine!r}")
+        records[name] = meta["run"]
     for speaker in SPEAKERS:
-        task = load_model(ROOT / runs_dir / "image_s0")
-        probs, labels, _ = predict(task, condition_set("test", {}, {"test_speakers": [speaker]}, root))
-        cells.setdefault(f"image_on_{speaker}", {})[HELD_OUT] = {"probs": probs, "labels": labels, "alpha": None}
+        cells[f"image_on_{speaker}"] = {HELD_OUT: cells["image_s0"].pop(f"{HELD_OUT}@{speaker}")}
     table: dict[str, dict[str, dict[str, Any]]] = {m: {} for m in MODELS}
     for cond in [*CONDITIONS, HELD_OUT]:
         kind = "speaker" if cond == HELD_OUT else "own"
@@ -487,7 +559,7 @@ def evaluate(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, An
     store = {"test_seed": TEST_SEED, "test_pairs": TEST_PAIRS, "conditions": CONDITIONS, "held_out": HELD_OUT,
              "combine": combine,
              "selection": json.loads(SELECTION.read_text()) if SELECTION.exists() else None,
-             "runs": {n: json.loads((ROOT / runs_dir / n / "run.json").read_text()) for n in names},
+             "runs": records,
              "cells": table, "machine": _machine(), "commit": _commit()}
     store["summary"] = summarize(store)
     STORE.parent.mkdir(exist_ok=True)
@@ -662,8 +734,9 @@ def load_store(path: Path = STORE) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fusion_conditions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["train", "select", "select-combine", "evaluate", "render", "command"])
-    parser.add_argument("run", nargs="?", help=f"train/command: one of {list(RUNS)}")
+    parser.add_argument("part", choices=["train", "select", "select-combine", "evaluate-run", "evaluate", "render",
+                                         "command"])
+    parser.add_argument("run", nargs="?", help=f"train/command/evaluate-run: one of {list(RUNS)}")
     parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
     parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where the runs are (under the repository)")
     opts = parser.parse_args(argv)
@@ -682,6 +755,10 @@ def main(argv: list[str] | None = None) -> None:
     elif opts.part == "select-combine":
         record = select_combine(opts.root, opts.runs_dir)
         print(json.dumps({"scores": record["scores"], "choice": record["choice"]}, indent=1))
+    elif opts.part == "evaluate-run":
+        if opts.run not in RUNS:
+            parser.error(f"give a run: one of {list(RUNS)}")
+        print(f"kept {evaluate_run(opts.run, opts.root, opts.runs_dir)}")
     elif opts.part == "evaluate":
         store = evaluate(opts.root, opts.runs_dir)
         PAGE.write_text(render_page(PAGE.read_text(), store))

@@ -183,6 +183,7 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     monkeypatch.setattr(fc, "ROOT", tmp_path)
     monkeypatch.setattr(fc, "SELECTION", tmp_path / "selection.json")
     monkeypatch.setattr(fc, "STORE", tmp_path / "store.json")
+    monkeypatch.setattr(fc, "CELLS", tmp_path / "cells")
     monkeypatch.setattr(fc, "PAGE", tmp_path / "docs" / "recipes" / "multimodal.md")
     monkeypatch.setattr(fc, "SEEDS", (0,))
     monkeypatch.setattr(fc, "SPEAKERS", ("bob",))
@@ -218,6 +219,18 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     for name in fc.RUNS:
         if not name.startswith("sel_"):
             fc.train(name, runs, tiny)
+    # a run kept by evaluate-run is read from its cells at evaluate, its checkpoint gone (another session)
+    fc.main(["evaluate-run", "audio_s0", "--runs-dir", str(runs)])
+    meta, kept = fc.load_cells("audio_s0")
+    assert meta["name"] == "audio_s0" and meta["combine"] is None and "audio missing" not in kept
+    assert kept["clean"]["probs"].shape == (2 * 150, 10) and kept["clean"]["probs"].dtype == np.float32
+    import shutil
+
+    shutil.rmtree(tmp_path / runs / "audio_s0")
+    with pytest.raises(ValueError, match="takes a final run"):
+        fc.evaluate_run("sel_default", runs_dir=runs)
+    with pytest.raises(FileNotFoundError, match="run not trained yet: audio_s0"):
+        fc.evaluate_run("audio_s0", runs_dir=runs)
     earlier = tmp_path / "draw1.json"
     monkeypatch.setattr(fc, "EARLIER", {1: earlier})
     (tmp_path / "store.json").write_text(json.dumps({"test_seed": 1, "cells": "the first draw's"}))
@@ -230,6 +243,11 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     assert len(cells["fused"][fc.HELD_OUT]["correct"][0]) == 80  # bob's 80 takes x 1
     assert "image missing" not in cells["image"] and "audio missing" not in cells["audio"]
     assert cells["ensemble"]["audio missing"]["correct"] == cells["image"]["audio missing"]["correct"]
+    kept_runs = sorted(p.stem for p in fc.cells_path("x").parent.iterdir())
+    assert store["runs"]["audio_s0"] == meta["run"]
+    assert kept_runs == [n for n in sorted(fc.RUNS) if not n.startswith("sel_")]  # every final run kept
+    fused = fc.load_cells("fused_s0")[1]["clean"]
+    assert fused["probs"].sum(1).tolist() == [1.0] * 300  # a fused run keeps its predictions (one-hot)
     page = (tmp_path / "docs" / "recipes" / "multimodal.md").read_text()
     assert fc.START in page and "| held-out speaker |" in page
 
