@@ -460,6 +460,17 @@ _REFERENCE = {
 }
 
 
+def _resumed(stores: list[dict[str, Any]]) -> str:
+    """When sweeps stopped and went on with ``--resume``: when, and how long they stood stopped, which their
+    running time (``wall_s``) leaves out."""
+    again = sorted({t for store in stores for t in store.get("resumed", [])})
+    paused = sum(float(store.get("paused_s", 0.0)) for store in stores)
+    if not again and not paused:
+        return ""
+    return ("".join(f", resumed {t}" for t in again)
+            + (f"; stopped {paused / 60:.0f} min in all, not counted" if paused else ""))
+
+
 def render_section(store: dict[str, Any]) -> str:
     """A real-data sweep's section: how it ran, its table (paired differences to ``self`` where it ran) and
     the published anchors."""
@@ -470,11 +481,11 @@ def render_section(store: dict[str, Any]) -> str:
     over = f"splits {splits[0]}-{splits[-1]}, seed {store['seeds'][0]}" if splits else f"seeds {store['seeds']}"
     if "parts" in store:  # merged (merge_stores): the parts' commands, run at once
         ran = (" and ".join(f"`{part['command']}`" for part in store["parts"])
-               + f", side by side ({store['started']}, {store['wall_s'] / 60:.0f} min by the clock for "
-               f"{len(store['runs'])} runs, {store['threads']} thread each, merged with `--merge`)")
+               + f", side by side ({store['started']}{_resumed(store['parts'])}, {store['wall_s'] / 60:.0f} min "
+               f"running for {len(store['runs'])} runs, {store['threads']} thread each, merged with `--merge`)")
     else:
-        ran = (f"`{store['command']}` ({store['started']}, {store['wall_s'] / 60:.0f} min for "
-               f"{len(store['runs'])} runs, {store['threads']} thread)")
+        ran = (f"`{store['command']}` ({store['started']}{_resumed([store])}, {store['wall_s'] / 60:.0f} min "
+               f"running for {len(store['runs'])} runs, {store['threads']} thread)")
     lines = [
         f"{ran}. The model and training of `{spec.config}` (its optimiser and schedule), "
         f"**{epochs} epochs** (a short schedule), the mask swapped; {over}. Scores are those of the first "
@@ -531,6 +542,10 @@ def _splits(text: str) -> list[int]:
     return list(range(int(lo), int(hi) + 1)) if dash else [int(s) for s in text.split(",")]
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
 def _resumable(path: Path, args: argparse.Namespace, masks: list[str],
                seeds: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``--resume``: the stopped sweep stored at ``path`` (its start and wall time so far) and those of its
@@ -583,13 +598,14 @@ def merge_stores(parts: list[dict[str, Any]]) -> dict[str, Any]:
             seen.add(key)
             runs.append(run)
     splits = {s for part in parts for s in part.get("splits") or [None]}
-    merged = dict(first)
+    merged = {k: v for k, v in first.items() if k not in ("resumed", "paused_s")}  # kept per part
     merged.update(
         runs=runs,
         splits=[None] if None in splits else sorted(splits),
         seeds=sorted({s for part in parts for s in part["seeds"]}),
         command=" and ".join(part["command"] for part in parts),
-        parts=[{k: part[k] for k in ("command", "started", "wall_s")} for part in parts],
+        parts=[{k: part[k] for k in ("command", "started", "wall_s", "resumed", "paused_s") if k in part}
+               for part in parts],
         started=min(part["started"] for part in parts),
         wall_s=max(part["wall_s"] for part in parts),
     )
@@ -647,13 +663,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     kind = TASKS[args.task]
     store: dict[str, Any] = {"task": args.task, "kind": kind, "masks": masks, "seeds": seeds,
                              "command": "python -m benchmarks.graph_mask_sweep " + " ".join(argv),
-                             "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                             "threads": args.threads, "started": _now()}
 
     earlier_s, earlier = 0.0, []
     if args.resume:
         stopped, earlier = _resumable(stem.with_suffix(".json"), args, masks, seeds)
         earlier_s = float(stopped.get("wall_s", 0.0))
-        store["started"] = stopped.get("started", store["started"])  # the sweep's first start
+        if stopped:  # the sweep's first start, the time it stood stopped and when it was taken up again
+            store["started"] = stopped.get("started", store["started"])
+            store["resumed"] = [*stopped.get("resumed", []), _now()]
+            if "paused_s" in stopped:
+                store["paused_s"] = stopped["paused_s"]
 
     def save(runs: list[dict[str, Any]]) -> None:  # after every run: a stopped sweep keeps what it measured
         store.update(runs=runs, wall_s=earlier_s + time.perf_counter() - started)

@@ -204,12 +204,16 @@ def test_resume_keeps_the_stored_runs_and_refuses_other_options(tmp_path: Path, 
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     runs = [{"mask": m, "seed": 0, "split": s, "val": 0.3 + 0.01 * s, "test": 0.3, "pairs": 10.0, "train_s": 1.0,
              "best_epoch": 1} for m in ("self", "graph") for s in (0, 1)]
-    (tmp_path / "graph_mask_sweep_actor.json").write_text(json.dumps(_real_store("actor", runs)))
+    stopped = {**_real_store("actor", runs), "paused_s": 600.0, "resumed": ["2026-12-01 01:00 UTC"]}
+    (tmp_path / "graph_mask_sweep_actor.json").write_text(json.dumps(stopped))
     monkeypatch.setattr(gms._recipe_sweep, "build", lambda *a: pytest.fail("nothing is left to train"))
     argv = ["--task", "actor", "--masks", "self,graph", "--splits", "0-1", "--epochs", "2", "--out", str(tmp_path)]
     store = gms.main([*argv, "--resume"])
     assert store["runs"] == runs and store["wall_s"] >= 60.0  # the stopped sweep's time is counted
-    assert store["started"] == "2026-12-01 00:00 UTC"  # and its first start kept
+    assert store["started"] == "2026-12-01 00:00 UTC"  # and its first start kept, with its earlier record
+    assert store["paused_s"] == 600.0 and store["resumed"][0] == "2026-12-01 01:00 UTC" and len(store["resumed"]) == 2
+    assert "(2026-12-01 00:00 UTC, resumed 2026-12-01 01:00 UTC, resumed " in gms.render_section(store)
+    assert "; stopped 10 min in all, not counted, 1 min running for 4 runs" in gms.render_section(store)
     assert "keeping 4 stored runs" in capsys.readouterr().out
     assert (tmp_path / "graph_mask_sweep_actor.md").read_text().count("/2 higher)") == 1
     with pytest.raises(SystemExit, match="'epochs': 3"):
@@ -225,7 +229,8 @@ def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Pat
 
     a, b = _real_store("actor", runs((0, 1))), _real_store("actor", runs((2, 3)))
     a["command"] += " --splits 0-1"
-    b.update(command=b["command"] + " --splits 2-3", started="2026-12-01 00:01 UTC", wall_s=90.0)
+    b.update(command=b["command"] + " --splits 2-3", started="2026-12-01 00:01 UTC", wall_s=90.0, paused_s=120.0,
+             resumed=["2026-12-02 00:00 UTC"])
     paths = []
     for name, part in (("a", a), ("b", b)):
         paths.append(tmp_path / name / "graph_mask_sweep_actor.json")
@@ -239,6 +244,8 @@ def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Pat
     assert (tmp_path / "all" / "graph_mask_sweep_actor.md").read_text().count("/4 higher)") == 1
     section = gms.render_section(merged)
     assert f"`{a['command']}` and `{b['command']}`, side by side" in section and "splits 0-3" in section
+    assert ("(2026-12-01 00:00 UTC, resumed 2026-12-02 00:00 UTC; stopped 2 min in all, not counted, 2 min running "
+            "for 8 runs, 1 thread each" in section) and "paused_s" not in merged and merged["parts"][1]["paused_s"]
     with pytest.raises(ValueError, match="run of mask 'self', seed 0, split 0 is in two parts"):
         gms.merge_stores([a, a])
     with pytest.raises(ValueError, match="differ in config"):
