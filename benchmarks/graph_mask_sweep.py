@@ -569,14 +569,15 @@ def _resumable(path: Path, args: argparse.Namespace, masks: list[str],
 
 
 #: What the parts of one sweep must share to be merged (:func:`merge_stores`).
-_MERGE_KEYS = ("task", "kind", "metric", "config", "threads", "masks")
+_MERGE_KEYS = ("task", "kind", "metric", "config", "threads")
 
 
 def merge_stores(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One real-data sweep from parts run side by side (in separate processes) on disjoint splits or seeds,
-    each stored by its own command: the runs of all parts, after checking that the parts ran the same task,
-    masks, schedule and threads and that no run is in two parts. The merged store keeps each part's
-    command, start and wall time (``parts``); its wall time is the longest part's (they ran at once)."""
+    """One real-data sweep from parts run side by side (in separate processes) on disjoint splits, seeds or
+    masks, each stored by its own command: the runs of all parts, after checking that the parts ran the same
+    task, schedule and threads and that no run is in two parts. The merged store's masks are the parts'
+    in the order the parts list them (its runs ordered so), and it keeps each part's command, start and wall
+    time (``parts``); its wall time is the longest part's (they ran at once)."""
     if len(parts) < 2:
         raise ValueError(f"merging needs at least two stored parts, got {len(parts)}")
     first = parts[0]
@@ -598,9 +599,13 @@ def merge_stores(parts: list[dict[str, Any]]) -> dict[str, Any]:
             seen.add(key)
             runs.append(run)
     splits = {s for part in parts for s in part.get("splits") or [None]}
+    masks = list(dict.fromkeys(m for part in parts
+                               for m in [*part.get("masks", []), *(run["mask"] for run in part["runs"])]))
+    runs.sort(key=lambda run: masks.index(run["mask"]))  # stable: each mask's runs keep their order
     merged = {k: v for k, v in first.items() if k not in ("resumed", "paused_s")}  # kept per part
     merged.update(
         runs=runs,
+        masks=masks,
         splits=[None] if None in splits else sorted(splits),
         seeds=sorted({s for part in parts for s in part["seeds"]}),
         command=" and ".join(part["command"] for part in parts),

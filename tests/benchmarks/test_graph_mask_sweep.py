@@ -252,6 +252,12 @@ def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Pat
         gms.merge_stores([a, {**b, "config": {**b["config"], "epochs": 3}}])
     with pytest.raises(ValueError, match="at least two"):
         gms.merge_stores([a])
+    # parts on disjoint masks (one split): the masks in the parts' order, the runs ordered so
+    first = _real_store("actor", [r for r in runs((0,)) if r["mask"] == "self"])
+    second = {**_real_store("actor", [r for r in runs((0,)) if r["mask"] == "graph"]), "masks": ["graph"]}
+    by_mask = gms.merge_stores([{**first, "masks": ["self"]}, second])
+    assert by_mask["masks"] == ["self", "graph"] and [r["mask"] for r in by_mask["runs"]] == ["self", "graph"]
+    assert [r["mask"] for r in gms.merge_stores([second, {**first, "masks": ["self"]}])["runs"]] == ["graph", "self"]
     with pytest.raises(SystemExit, match="--merge: .*differ in threads"):
         paths[1].write_text(json.dumps({**b, "threads": 2}))
         gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "all")])
