@@ -397,6 +397,7 @@ def figure(stores: list[dict[str, Any]], anchors: bool = False) -> Any:
     train time) and against train time per run; with ``anchors``, the published numbers of a real-data
     task as horizontal lines."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig = Figure(figsize=(10, 3.6 * len(stores)), layout="constrained")
     axes = fig.subplots(len(stores), 2, squeeze=False)
@@ -407,10 +408,8 @@ def figure(stores: list[dict[str, Any]], anchors: bool = False) -> Any:
             size = 30 + 400 * r["train_s"] / most
             left.errorbar(r["pairs"], r["test"], yerr=r["test_std"], fmt="none", ecolor="grey", capsize=3)
             left.scatter(r["pairs"], r["test"], s=size, alpha=0.7, color=f"C{i % 10}")
-            left.annotate(r["mask"], (r["pairs"], r["test"]), textcoords="offset points", xytext=(6, 6))
             right.errorbar(r["train_s"], r["test"], xerr=r["train_s_std"], yerr=r["test_std"], fmt="o", capsize=3,
-                           color=f"C{i % 10}")
-            right.annotate(r["mask"], (r["train_s"], r["test"]), textcoords="offset points", xytext=(6, 6))
+                           color=f"C{i % 10}", label=r["mask"])  # a legend: masks of similar cost would overlap
         spec = REAL_TASKS.get(store["task"])
         if anchors and spec is not None:
             for ax in (left, right):
@@ -425,6 +424,11 @@ def figure(stores: list[dict[str, Any]], anchors: bool = False) -> Any:
                  title=f"{store['task']}: {score.split(' (')[0]} against pairs attended")
         right.set(xscale="log", xlabel="train time per run (s)", ylabel=score,
                   title=f"{store['task']}: against time ({_replicates(store)})")
+        right.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # seconds as plain numbers
+        right.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        for ax in (left, right):
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        right.legend(title="mask", fontsize=7, title_fontsize=7, ncol=2, loc="lower left", framealpha=0.9)
     return fig
 
 
@@ -462,9 +466,9 @@ _REFERENCE = {
 
 def _resumed(stores: list[dict[str, Any]]) -> str:
     """When sweeps stopped and went on with ``--resume``: when, and how long they stood stopped, which their
-    running time (``wall_s``) leaves out."""
+    running time (``wall_s``) leaves out (parts side by side: the longest part's stop)."""
     again = sorted({t for store in stores for t in store.get("resumed", [])})
-    paused = sum(float(store.get("paused_s", 0.0)) for store in stores)
+    paused = max(float(store.get("paused_s", 0.0)) for store in stores)
     if not again and not paused:
         return ""
     return ("".join(f", resumed {t}" for t in again)
