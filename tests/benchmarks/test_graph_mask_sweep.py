@@ -261,3 +261,26 @@ def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Pat
     with pytest.raises(SystemExit, match="--merge: .*differ in threads"):
         paths[1].write_text(json.dumps({**b, "threads": 2}))
         gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "all")])
+
+
+def test_one_run_per_mask_shows_no_spread() -> None:
+    # Peptides-func has one official split: a sweep of one seed has one run per mask and nothing to average
+    runs = [{"mask": m, "seed": 0, "split": None, "val": v, "test": v - 0.02, "pairs": 10.0 * (i + 1),
+             "train_s": 100.0, "best_epoch": 3} for i, (m, v) in enumerate((("self", 0.46), ("graph", 0.48)))]
+    store = {**_real_store("peptides", runs), "metric": "ap"}
+    table = gms.markdown(runs, "graph", "ap", reference="self")
+    assert "| `graph` | 20 | 48.00 | 46.00 | 100.0 s | +2.00 (one run) |" in table and "±" not in table
+    section = gms.render_section(store)
+    assert "one run per mask, so no spread is shown" in section and "; seed 0." in section
+    assert gms._replicates(store) == "1 seed"
+    d = gms.paired(runs, "graph", "self")
+    assert d is not None and d["n"] == 1 and d["sem"] is None and d["mean"] == pytest.approx(2.0)
+    assert gms.paired(runs, "virtual", "self") is None  # no shared replicate
+    matplotlib.use("Agg")
+    assert gms.figure([store], anchors=True) is not None
+
+
+def test_close_published_numbers_share_one_label() -> None:
+    labels = gms._anchor_labels((("GCN", 59.30), ("GatedGCN", 58.64), ("GPS", 65.35), ("Exphormer", 65.27)), 0.8)
+    assert labels == [("GatedGCN, GCN", 59.30), ("Exphormer, GPS", 65.35)]
+    assert gms._anchor_labels((("A", 1.0), ("B", 3.0)), 0.5) == [("A", 1.0), ("B", 3.0)]
