@@ -398,7 +398,7 @@ def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", referen
                 f"{_spread(r['test'], r['test_std'], n)} | {time} |")
         if extra:
             d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
-            line += f" {_paired_cell(d)} |"
+            line += f" {_paired_cell(d)} |" if d else " |"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -523,6 +523,8 @@ def render_section(store: dict[str, Any]) -> str:
     else:
         ran = (f"`{store['command']}` ({store['started']}{_resumed([store])}, {store['wall_s'] / 60:.0f} min "
                f"running for {len(store['runs'])} runs, {store['threads']} thread)")
+    if store.get("note"):
+        ran += ". " + store["note"].rstrip(".")
     lines = [
         f"{ran}. The model and training of `{spec.config}` (its optimiser and schedule), "
         f"**{epochs} epochs** (a short schedule), the mask swapped; {over}. Scores are those of the first "
@@ -681,12 +683,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--merge", type=Path, nargs="+", metavar="STORE",
                         help="real data: only merge the stores of one sweep's parts, run side by side on "
                              "disjoint splits or seeds, into --out")
+    parser.add_argument("--note", default=None,
+                        help="real data: a sentence on how the runs ran (machines, other work beside them) that "
+                             "the docs section prints after the command")
     args = parser.parse_args(argv)
     if args.merge:
         try:
             merged = merge_stores([json.loads(path.read_text()) for path in args.merge])
         except (OSError, ValueError) as err:
             raise SystemExit(f"--merge: {err}") from None
+        if args.note:
+            merged["note"] = args.note
         args.out.mkdir(parents=True, exist_ok=True)
         stem = args.out / f"graph_mask_sweep_{merged['task']}"
         table = markdown(merged["runs"], merged["kind"], merged["metric"], reference="self")
@@ -709,6 +716,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     store: dict[str, Any] = {"task": args.task, "kind": kind, "masks": masks, "seeds": seeds,
                              "command": "python -m benchmarks.graph_mask_sweep " + " ".join(argv),
                              "threads": args.threads, "started": _now()}
+    if args.note:
+        store["note"] = args.note
 
     earlier_s, earlier = 0.0, []
     if args.resume:

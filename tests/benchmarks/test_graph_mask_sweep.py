@@ -242,6 +242,8 @@ def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Pat
         a["command"], b["command"]]
     assert json.loads((tmp_path / "all" / "graph_mask_sweep_actor.json").read_text()) == merged
     assert (tmp_path / "all" / "graph_mask_sweep_actor.md").read_text().count("/4 higher)") == 1
+    noted = gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "noted"), "--note", "Part b ran later."])
+    assert "1 thread each, merged with `--merge`). Part b ran later. The model" in gms.render_section(noted)
     section = gms.render_section(merged)
     assert f"`{a['command']}` and `{b['command']}`, side by side" in section and "splits 0-3" in section
     assert ("(2026-12-01 00:00 UTC, resumed 2026-12-02 00:00 UTC; stopped 2 min in all, not counted, 2 min running "
