@@ -369,14 +369,12 @@ def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "te
             "wins": sum(d > 0 for d in diffs), "n": len(diffs)}
 
 
-def _spread(mean: float, std: float, n: int, unit: str = "") -> str:
+def _spread(mean: float, std: float, n: int, fmt: str = ".2f", unit: str = "") -> str:
     """``mean ± std`` over ``n`` replicates; one replicate has no spread to show."""
-    return f"{mean:.2f}{unit}" if n == 1 else f"{mean:.2f} ± {std:.2f}{unit}"
+    return f"{mean:{fmt}}{unit}" if n == 1 else f"{mean:{fmt}} ± {std:{fmt}}{unit}"
 
 
-def _paired_cell(d: dict[str, Any] | None) -> str:
-    if d is None:
-        return ""
+def _paired_cell(d: dict[str, Any]) -> str:
     if d["sem"] is None:  # one replicate
         return f"{d['mean']:+.2f} (one run)"
     return f"{d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher)"
@@ -393,9 +391,8 @@ def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", referen
     for r in summarize(runs):
         shown = r["mask"].replace("|", "\\|")  # a union's bar would split the table's cell
         n = r["seeds"]
-        time = f"{r['train_s']:.1f} s" if n == 1 else f"{r['train_s']:.1f} ± {r['train_s_std']:.1f} s"
         line = (f"| `{shown}` | {r['pairs']:,.0f} | {_spread(r['val'], r['val_std'], n)} | "
-                f"{_spread(r['test'], r['test_std'], n)} | {time} |")
+                f"{_spread(r['test'], r['test_std'], n)} | {_spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
         if extra:
             d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
             line += f" {_paired_cell(d)} |" if d else " |"
@@ -682,7 +679,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "train the rest")
     parser.add_argument("--merge", type=Path, nargs="+", metavar="STORE",
                         help="real data: only merge the stores of one sweep's parts, run side by side on "
-                             "disjoint splits or seeds, into --out")
+                             "disjoint splits, seeds or masks, into --out")
     parser.add_argument("--note", default=None,
                         help="real data: a sentence on how the runs ran (machines, other work beside them) that "
                              "the docs section prints after the command")
