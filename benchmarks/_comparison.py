@@ -13,8 +13,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from attnmm.attention._dispatch import DENSE_THRESHOLD
 from attnmm.attention.backends._calibration import COSTS
+from attnmm.attention.planner import DENSE_THRESHOLD
 from benchmarks._page import ROOT, Store, mb, ms, row
 
 COMPARISON = ROOT / "docs" / "comparison.md"

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnmm.attention._dispatch import DENSE_THRESHOLD
+from attnmm.attention.planner import DENSE_THRESHOLD
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = Path(__file__).with_name("header.md")
@@ -95,7 +95,7 @@ def render_density(density: dict[str, Any]) -> str:
     return (
         f"{markdown(rows, density['crossover'])}\n\n"  # type: ignore[arg-type]
         f"The dispatcher's fallback threshold, `DENSE_THRESHOLD`, is {DENSE_THRESHOLD:.2f} (read from\n"
-        "`attnmm/attention/_dispatch.py` when this page is written)."
+        "`attnmm/attention/planner.py` when this page is written)."
     )
 
 

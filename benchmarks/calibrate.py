@@ -38,8 +38,8 @@ import torch
 from scipy.optimize import nnls
 
 from attnmm import attend
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends import _calibration, _cost, flex, get_backend, list_backends
+from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Window
 
 OUTPUT = Path(_calibration.__file__)

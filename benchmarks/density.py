@@ -3,7 +3,7 @@
 Random masks of a chosen density (every query keeps ``round(d * S)`` random keys, so no allowed set
 is empty) on L = S = 2048, H = 4, E = 64, fp32, forward + backward, 2 threads. For each density the
 masked dense SDPA backend (``sdpa_mask``) and the sparse backend run alternately; the crossover is
-the dispatcher's :data:`~attnmm.attention._dispatch.DENSE_THRESHOLD`.
+the dispatcher's :data:`~attnmm.attention.planner.DENSE_THRESHOLD`.
 """
 
 from __future__ import annotations

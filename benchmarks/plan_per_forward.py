@@ -40,23 +40,16 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "attention.md"
 START, END = "<!-- plan_per_forward:start -->", "<!-- plan_per_forward:end -->"
 
 
-class _NoSharing:
-    """A plan that shares nothing: every layer dispatches on its own (the behaviour without a plan)."""
-
-    made = reused = 0
-
-    def take(self, problem: Any) -> None:
-        return None
-
-    def keep(self, problem: Any, backend: Any) -> None:
-        return None
+def _no_plan(*args: Any, **kwargs: Any) -> None:
+    """No plan to share: every layer's call makes its own (the behaviour without a plan)."""
+    return None
 
 
 @contextlib.contextmanager
 def per_layer_dispatch() -> Iterator[None]:
     """Within the block, an :class:`Encoder` gives its layers no shared plan."""
     shared = encoder_module.AttentionPlan
-    encoder_module.AttentionPlan = _NoSharing  # type: ignore[assignment,misc]
+    encoder_module.AttentionPlan = _no_plan  # type: ignore[assignment,misc]
     try:
         yield
     finally:

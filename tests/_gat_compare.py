@@ -165,33 +165,37 @@ def check_output_ignores_weights_flag(
 
 
 def check_graph_reads(build: Callable[[], nn.Module], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A graph layer reads each graph once for every layer and step that sees it (new but equal edge_index
-    objects, as a loader gives), and never reuses a stale read: after an edit of the edges in place, whether
+    """A graph layer reads each graph once for every step that sees it (new but equal edge_index objects, as
+    a loader gives; each layer keeps its reads in its own store), and never reuses a stale read: after an
+    edit of the edges in place, whether
     the version counter sees it or not (through ``.numpy()``), or of a sparse adjacency's indices, its
     output is that of a fresh read (the cache emptied, a new tensor of the same edges)."""
-    from attnmm.attention.backends import _cache
     from attnmm.masks import Graph, _key
 
     reads = []
     original = Graph._with_edge_pairs.__func__  # type: ignore[attr-defined]
     monkeypatch.setattr(Graph, "_with_edge_pairs", classmethod(lambda cls, *a: reads.append(1) or original(cls, *a)))
-    _cache.clear()
     torch.manual_seed(0)
     layers = [build().eval() for _ in range(2)]
+
+    def clear() -> None:
+        for layer in layers:
+            layer._forms.clear()
+
     x, edge_index = torch.randn(6, 8), random_edges(6, 6, 14, seed=3)
     for _ in range(2):  # two steps, a new edge_index each
         for layer in layers:
             layer(x, edge_index.clone())
-    assert len(reads) == 1
+    assert len(reads) == len(layers)  # once per layer, not again at the second step
     layers[0](x, edge_index[:, 1:])  # another graph
-    assert len(reads) == 2
+    assert len(reads) == len(layers) + 1
 
     def fresh(adjacency: Tensor) -> Tensor:
-        _cache.clear()
+        clear()
         return layers[0](x, adjacency.clone())
 
     def edited_in_place(by_value: bool) -> None:
-        _cache.clear()
+        clear()
         edges = random_edges(6, 6, 14, seed=4)
         before = layers[0](x, edges)
         _, returned = layers[0](x, edges, return_attention_weights=True)
@@ -207,9 +211,9 @@ def check_graph_reads(build: Callable[[], nn.Module], monkeypatch: pytest.Monkey
         assert edges._version == version
         torch.testing.assert_close(layers[0](x, edges), fresh(edges))
         if not by_value:  # named by identity: nothing outlives the call
-            _cache.clear()
+            clear()
             layers[0](x, edges)
-            assert _cache.held_bytes() == 0
+            assert layers[0]._forms.held_bytes() == 0
 
     edited_in_place(by_value=True)
     with monkeypatch.context() as m:
@@ -217,7 +221,7 @@ def check_graph_reads(build: Callable[[], nn.Module], monkeypatch: pytest.Monkey
         edited_in_place(by_value=False)
 
     # a sparse adjacency (N_dst, N_src): its indices edited in place, and through NumPy
-    _cache.clear()
+    clear()
     edges = torch.unique(random_edges(6, 6, 14, seed=5, repeats=False), dim=1)
     adj = torch.sparse_coo_tensor(edges.flip(0), torch.ones(edges.size(1)), (6, 6)).coalesce()
     before = layers[0](x, adj)

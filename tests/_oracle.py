@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from attnmm import attend
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends import get_backend, list_backends
+from attnmm.attention.problem import Problem
 from attnmm.masks import Full, Mask
 
 

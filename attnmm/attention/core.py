@@ -9,27 +9,26 @@ from typing import Literal, overload
 import torch
 from torch import Tensor
 
-from attnmm.attention._dispatch import choose_backend
-from attnmm.attention._memory import check_backend, check_pairs
-from attnmm.attention._problem import Problem
-from attnmm.attention.plan import AttentionPlan
+from attnmm.attention.backends._memory import check_backend, check_pairs
+from attnmm.attention.planner import Plan, choose_backend, split_problem
+from attnmm.attention.problem import Problem
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
 
 
 @overload
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None = ..., *, scale: float | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = ..., *, scale: float | None = ...,
     dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
-    return_weights: Literal[False] = ..., backend: str = ..., plan: AttentionPlan | None = ...,
+    return_weights: Literal[False] = ..., backend: str = ..., plan: Plan | None = ...,
 ) -> Tensor: ...
 
 
 @overload
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None = ..., *, scale: float | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = ..., *, scale: float | None = ...,
     dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
-    return_weights: Literal[True], backend: str = ..., plan: AttentionPlan | None = ...,
+    return_weights: Literal[True], backend: str = ..., plan: Plan | None = ...,
 ) -> tuple[Tensor, AttentionWeights]: ...
 
 
@@ -37,7 +36,7 @@ def attend(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    mask: Mask | None = None,
+    mask: Mask | Plan | None = None,
     *,
     scale: float | None = None,
     dropout_p: float = 0.0,
@@ -45,7 +44,7 @@ def attend(
     bias: Tensor | None = None,
     return_weights: bool = False,
     backend: str = "auto",
-    plan: AttentionPlan | None = None,
+    plan: Plan | None = None,
 ) -> Tensor | tuple[Tensor, AttentionWeights]:
     r"""Masked attention, softmax over the allowed set :math:`A(i)` of a :class:`~attnmm.masks.Mask`.
 
@@ -59,13 +58,15 @@ def attend(
     support the call, by each backend's calibrated cost estimate for the mask and sizes: fused SDPA
     for full and causal masks, the band kernel for windows and chunks that are narrow against the
     length, the sparse (CSR) kernel for sparse graphs, grids and other compositions, masked dense
-    SDPA where the mask is dense or short, FlexAttention on CUDA; see :mod:`attnmm.attention._dispatch`.
+    SDPA where the mask is dense or short, FlexAttention on CUDA; see :mod:`attnmm.attention.planner`.
 
     Args:
         q (Tensor): queries, (B, H, L, E) padded or (N, H, E) packed.
         k (Tensor): keys, (B, H, S, E) or (S, H, E).
         v (Tensor): values, (B, H, S, Ev) or (S, H, Ev).
-        mask (Mask, optional): the allowed set; ``None`` is full attention. (default: :obj:`None`)
+        mask (Mask or Plan, optional): the allowed set; ``None`` is full attention; a
+            :class:`~attnmm.attention.Plan` stands for its mask and holds what is derived from it.
+            (default: :obj:`None`)
         scale (float, optional): score scale. (default: :math:`1/\sqrt{E}`)
         dropout_p (float, optional): dropout on the weights; pass ``0.0`` at eval time.
             (default: :obj:`0.0`)
@@ -76,10 +77,10 @@ def attend(
             (default: :obj:`False`)
         backend (str, optional): ``"auto"`` or a registered backend name, for tests and
             benchmarks. (default: :obj:`"auto"`)
-        plan (AttentionPlan, optional): the plan of the forward this call is part of: a call equal to
-            an earlier one of the plan (same mask, sizes, dtype, ...) takes its backend and the mask's
-            derived forms instead of dispatching again (:class:`~attnmm.attention.AttentionPlan`).
-            (default: :obj:`None`, dispatch here)
+        plan (Plan, optional): the plan of the forward this call is part of, beside its ``mask``: a
+            call equal to an earlier one of the plan (same mask, sizes, dtype, ...) takes its backend and
+            the mask's derived forms instead of dispatching again (:class:`~attnmm.attention.Plan`).
+            (default: :obj:`None`, a plan of this call alone)
 
     Raises:
         AttentionMemoryError: the mask's sparse form or the chosen backend's working memory would
@@ -99,6 +100,10 @@ def attend(
         >>> attend(q, k, v, Window(2, 0)).shape
         torch.Size([2, 4, 10, 8])
     """
+    if isinstance(mask, Plan):
+        if plan is not None and plan is not mask:
+            raise TypeError("give the plan once: as the mask argument or as plan=, not both")
+        plan, mask = mask, mask.mask
     packed = _check_qkv(q, k, v)
     autocast = torch.is_autocast_enabled(q.device.type)
     if autocast:
@@ -130,6 +135,9 @@ def attend(
         padded = mask.as_padded()  # the same allowed set over one padded item, which more backends take
         if padded is not None:
             mask, as_packed = padded, False
+    plan = Plan() if plan is None else plan
+    batched = mask is not None and mask.batched
+    forms = plan.forms(mask, q.size(2), k.size(2), q.size(0) if batched else None, q.device, as_packed)
     problem = Problem(
         q,
         k,
@@ -141,18 +149,19 @@ def attend(
         bias=None,
         return_weights=return_weights,
         packed=as_packed,
+        forms=forms,
     )
-    check_pairs(problem, with_bias=bias is not None)  # before anything enumerates the pairs
+    check_pairs(problem, with_bias=bias is not None, reader=plan.reader)  # before anything enumerates the pairs
     if bias is not None:
         problem.bias = _check_bias(bias, problem)
     if problem.B == 0 or problem.H == 0:
         backend = "reference"  # an empty batch: nothing to compute, whichever backend was named
-    chosen = plan.take(problem) if plan is not None and backend == "auto" else None
+    chosen = plan.take(problem) if backend == "auto" else None
     if chosen is None:
-        _ = problem.split  # first, a mask of blocks is split: each query segment dispatched on its own
-        chosen = choose_backend(problem, backend)
-        check_backend(problem, chosen)
-        if plan is not None and backend == "auto":
+        problem.split = split_problem(problem, plan)  # first, each query segment of a mask of blocks planned
+        chosen = choose_backend(problem, backend, plan.reader)
+        check_backend(problem, chosen, plan.reader)
+        if backend == "auto":
             plan.keep(problem, chosen)
     with torch.autocast(q.device.type, enabled=False) if autocast else contextlib.nullcontext():
         out, values = chosen.forward(problem)

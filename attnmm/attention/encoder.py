@@ -7,8 +7,9 @@ from typing import Any, Literal, cast, overload
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
+from attnmm.attention.forms import FormStore
 from attnmm.attention.multihead import MultiHeadAttention
-from attnmm.attention.plan import AttentionPlan
+from attnmm.attention.planner import Plan as AttentionPlan
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.state import IncrementalState
@@ -192,6 +193,7 @@ class Encoder(nn.Module):
         score: Literal["softmax", "relu"] = "softmax",
     ) -> None:
         super().__init__()
+        self._forms = FormStore()  # the masks' forms, kept across forwards by value (the plans' store)
         self.num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
         self.layers = nn.ModuleList(
             EncoderLayer(
@@ -246,7 +248,7 @@ class Encoder(nn.Module):
             rel = self.position_bias(mask, L, L, None if x.dim() == 2 else x.size(0))  # (P, H)
             bias = rel if bias is None else rel + (bias.unsqueeze(-1) if bias.dim() == 1 else bias)
         all_weights: list[AttentionWeights] = []
-        plan = AttentionPlan()  # one dispatch for every layer: same mask, same sizes
+        plan = AttentionPlan(mask, store=self._forms)  # one dispatch for every layer: same mask, same sizes
         for layer in self.layers:
             if return_weights:
                 x, weights = layer(x, mask, bias=bias, return_weights=True, state=state, plan=plan)

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
-from attnmm.attention.plan import AttentionPlan
+from attnmm.attention.planner import Plan as AttentionPlan
 from attnmm.attention.positional import RotaryPE
 from attnmm.attention.relative import RelativePositionBias
 from attnmm.attention.state import IncrementalState, causal_reach

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
-from attnmm.attention._memory import PAIR_BYTES, check_mask_pairs
+from attnmm.attention.backends._memory import PAIR_BYTES, check_mask_pairs
 from attnmm.masks import Full, Mask
 
 

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
-from attnmm.attention.backends import _cache
 from attnmm.attention.core import attend
+from attnmm.attention.forms import FormStore
 from attnmm.masks import Graph, Mask
 from attnmm.nn._edges import (
     EdgeLayout,
@@ -197,6 +197,7 @@ class AdditiveGraphAttention(nn.Module):
         residual: bool,
     ) -> None:
         super().__init__()
+        self._forms = FormStore()  # the edges of the graphs seen, by value, across calls
         self.src_channels, self.dst_channels = split_channels(in_channels)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -215,8 +216,8 @@ class AdditiveGraphAttention(nn.Module):
     def edges(
         self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
     ) -> GATEdges:
-        """The edges and allowed pairs of this call. Layers and steps reading an equal graph share them
-        through the cache of :mod:`~attnmm.attention.backends._cache`, keyed by the value of the
+        """The edges and allowed pairs of this call. Calls reading an equal graph share them through the
+        layer's :class:`~attnmm.attention.forms.FormStore`, keyed by the value of the
         adjacency and the mask (:func:`~attnmm.nn._edges.adjacency_key`); a graph that can only be named
         by identity (a large edge_index, or one on an accelerator) is read again at every call, in one
         sort of its edges, so an edit of it in place (even one its version counter misses) is always
@@ -224,11 +225,11 @@ class AdditiveGraphAttention(nn.Module):
         if mask is not None and not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
         key = adjacency_key(edge_index, mask, num_src, num_dst, self.add_self_loops, str(device))
-        found = None if key is None else _cache.find(key, "gat_edges")
+        found = None if key is None else self._forms.find(key, "gat_edges")
         if found is None:
             found = gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
             if key is not None:
-                _cache.keep(key, "gat_edges", found)
+                self._forms.keep(key, "gat_edges", found)
         return found
 
     def edge_features(self, edges: GATEdges, edge_attr: Tensor | None) -> Tensor | None:

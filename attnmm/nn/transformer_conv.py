@@ -8,8 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
-from attnmm.attention.backends import _cache
 from attnmm.attention.core import attend
+from attnmm.attention.forms import FormStore
 from attnmm.masks import Mask
 from attnmm.nn._edges import EdgeLayout, adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
 
@@ -90,6 +90,7 @@ class AttentionConv(nn.Module):
         root_weight: bool = True,
     ) -> None:
         super().__init__()
+        self._forms = FormStore()  # edge layouts of the graphs seen, by value, across calls
         if isinstance(in_channels, int):
             src_dim = dst_dim = check_nonneg_int("in_channels", in_channels, minimum=1)
         elif isinstance(in_channels, (tuple, list)) and len(in_channels) == 2:
@@ -184,17 +185,17 @@ class AttentionConv(nn.Module):
     def _edge_layout(
         self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
     ) -> EdgeLayout:
-        # Every layer of a forward, and training step after step, sees the same graph, often as new
-        # objects: layouts are shared through the cache of the masks' forms, keyed by the value of the
-        # edges and the mask (so an in-place edit of the edges is a new key), and the same layout gives
+        # Training step after step may see the same graph, often as new objects: layouts are kept in
+        # the layer's store, keyed by the value of the edges and the mask (so an in-place edit of the
+        # edges is a new key), and the same layout gives
         # the same mask object, whose CSR form the sparse backend re-uses. A graph named by identity only
         # (large, or on an accelerator) is read again at every call, in one sort of its edges.
         key = adjacency_key(edge_index, mask, num_src, num_dst, str(device))
-        found = None if key is None else _cache.find(key, "layout")
+        found = None if key is None else self._forms.find(key, "layout")
         if found is None:
             found = edge_layout(edge_index, num_src, num_dst, mask, device)
             if key is not None:
-                _cache.keep(key, "layout", found)
+                self._forms.keep(key, "layout", found)
         return found
 
     def __repr__(self) -> str:

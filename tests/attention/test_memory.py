@@ -12,7 +12,7 @@ from _strategies import sequence_masks
 from hypothesis import given
 from hypothesis import strategies as st
 
-import attnmm.attention._memory as memory
+import attnmm.attention.backends._memory as memory
 from attnmm import attend
 from attnmm.attention import AttentionMemoryError
 from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window, base
@@ -61,8 +61,8 @@ def test_dense_or_wide_working_memory_fails_early(mask: Mask, kwargs: dict, back
 
 def test_band_inference_holds_pieces_only() -> None:
     # without a gradient the band kernel keeps nothing for backward: a piece of rows and its scores
-    from attnmm.attention._problem import Problem
     from attnmm.attention.backends import get_backend
+    from attnmm.attention.problem import Problem
 
     q = huge(2**20)
     band = get_backend("band")
@@ -82,17 +82,17 @@ def test_the_estimate_is_compared_with_the_available_memory(monkeypatch: pytest.
     q = torch.randn(2, 3, 40, 8)
     mask = Grid(5, 8, 3) & Padding([40, 20])
     monkeypatch.setattr(memory, "SMALL_BYTES", 0)  # check even tiny problems
-    monkeypatch.setattr(memory, "available_bytes", lambda device: 10**12)
+    monkeypatch.setattr(memory, "available_bytes", lambda device, reader=None: 10**12)
     attend(q, q, q, mask)  # fits
-    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    monkeypatch.setattr(memory, "available_bytes", lambda device, reader=None: 1000)
     with pytest.raises(AttentionMemoryError, match=r"would need about 0\.\d MB .* more than the 0\.0 MB available"):
         attend(q, q, q, mask)
-    monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # unknown: nothing refused
+    monkeypatch.setattr(memory, "available_bytes", lambda device, reader=None: None)  # unknown: nothing refused
     attend(q, q, q, mask)
 
 
 def test_ordinary_sizes_never_ask_for_the_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    def forbidden(device: torch.device) -> int:
+    def forbidden(device: torch.device, reader: object = None) -> int:
         raise AssertionError("available memory queried for a small problem")
 
     monkeypatch.setattr(memory, "available_bytes", forbidden)
@@ -138,8 +138,8 @@ def test_bounds_from_the_band_hold(data: st.DataObject, B: int, L: int, S: int) 
 @given(st.data(), st.integers(0, 3), st.integers(0, 3), st.integers(0, 300), st.integers(0, 300))
 def test_the_quick_ceiling_bounds_every_estimate(data: st.DataObject, B: int, H: int, L: int, S: int) -> None:
     # check_backend skips problems whose ceiling is small: it must bound every built-in backend's estimate
-    from attnmm.attention._problem import Problem
     from attnmm.attention.backends import get_backend, list_backends
+    from attnmm.attention.problem import Problem
 
     mask = data.draw(st.sampled_from([None, Window(3, 1), Chunk(16, 2), Window(L, S)]))
     E, Ev = data.draw(st.integers(0, 64)), data.draw(st.integers(0, 64))
@@ -181,16 +181,16 @@ def test_relative_position_bias_checks_the_pairs_it_enumerates() -> None:
 
 
 def test_a_reading_of_the_cpu_memory_is_reused_briefly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every query segment of a split and every layer asks for the free memory: one reading serves the
-    asks of the next READING_SECONDS, then the files are read again."""
+    """Every query segment of a split and every layer asks for the free memory: one reading of a plan's
+    reader serves the asks of the next READING_SECONDS, then the files are read again."""
     readings = iter([1000, 2000])
     clock = [100.0]
     monkeypatch.setattr(memory, "_read_cpu_available", lambda: next(readings))
     monkeypatch.setattr(memory.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(memory, "_last_reading", None)
+    reader = memory.MemoryReader()
     cpu = torch.device("cpu")
-    assert memory.available_bytes(cpu) == 1000
+    assert memory.available_bytes(cpu, reader) == 1000
     clock[0] += memory.READING_SECONDS / 2
-    assert memory.available_bytes(cpu) == 1000  # reused
+    assert memory.available_bytes(cpu, reader) == 1000  # reused
     clock[0] += memory.READING_SECONDS
-    assert memory.available_bytes(cpu) == 2000  # read again
+    assert memory.available_bytes(cpu, reader) == 2000  # read again

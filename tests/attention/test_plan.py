@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import attnmm.attention._dispatch as dispatch
+import attnmm.attention.planner as dispatch
 from attnmm import attend
 from attnmm.attention import AttentionPlan, Encoder
 from attnmm.masks import Causal, Documents, Grid, Padding, Segments, Window
@@ -15,13 +15,13 @@ from attnmm.masks import Causal, Documents, Grid, Padding, Segments, Window
 def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times dispatch ranked the backends (once per problem it decided)."""
     calls: list[int] = []
-    ranked = dispatch.candidates
+    ranked = dispatch._candidates
 
-    def counting(problem):  # type: ignore[no-untyped-def]
+    def counting(problem, reader=None):  # type: ignore[no-untyped-def]
         calls.append(problem.L)
-        return ranked(problem)
+        return ranked(problem, reader)
 
-    monkeypatch.setattr(dispatch, "candidates", counting)
+    monkeypatch.setattr(dispatch, "_candidates", counting)
     return calls
 
 
@@ -77,3 +77,46 @@ def test_packed_documents_in_an_encoder() -> None:
     for layer in enc.layers:
         expected = layer(expected, mask)
     torch.testing.assert_close(out, enc.norm(expected))
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [Window(3, 1) & Padding([12, 7]), Grid(3, 4, kernel=3), Causal(), None,
+     Segments([6, 6], within=[Window(1, 1), Causal()], links=[[True, False], [True, True]])],
+    ids=repr,
+)
+def test_a_plan_stands_for_its_mask(mask, dispatched: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # attend(q, k, v, plan) equals attend(q, k, v, mask), values and gradients, and the work (dispatch,
+    # the mask's pairs and dense form) happens once however many calls take the plan
+    from attnmm.attention import Plan
+    from attnmm.masks.base import Mask
+
+    enumerated: list[int] = []
+    pairs = Mask.pairs
+    monkeypatch.setattr(Mask, "pairs", lambda self, *a, **kw: enumerated.append(1) or pairs(self, *a, **kw))
+    q, k, v = (torch.randn(2, 2, 12, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    expected = attend(q, k, v, mask)
+    want = torch.autograd.grad(expected.sum(), (q, k, v))
+    plan = Plan(mask)
+    for call in range(3):
+        out = attend(q, k, v, plan)
+        torch.testing.assert_close(out, expected)
+        for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), want):
+            torch.testing.assert_close(a, b)
+        if call == 0:
+            worked = (len(dispatched), len(enumerated))
+    assert (len(dispatched), len(enumerated)) == worked  # the later calls took everything from the plan
+    assert (plan.made, plan.reused) == (1, 2)
+    with pytest.raises(TypeError, match="give the plan once"):
+        attend(q, k, v, plan, plan=Plan(mask))
+
+
+def test_a_plan_holds_at_most_its_budget() -> None:
+    from attnmm.attention import Plan
+
+    plan = Plan(budget=1)  # smaller than any mask's forms: only the latest mask's are held
+    q = torch.randn(1, 1, 32, 4)
+    for left in range(1, 5):
+        attend(q, q, q, Grid(4, 8, kernel=2 * left + 1), plan=plan, backend="sparse")
+        assert len(plan._forms) == 1 and plan.nbytes > 0
+    assert plan.made == 0  # a named backend is not dispatched, so nothing is planned

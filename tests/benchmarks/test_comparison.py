@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from attnmm.attention._dispatch import DENSE_THRESHOLD
+from attnmm.attention.planner import DENSE_THRESHOLD
 from benchmarks import _comparison, _page
 
 

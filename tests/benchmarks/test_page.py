@@ -7,7 +7,7 @@ import re
 import pytest
 
 import benchmarks.__main__ as cli
-from attnmm.attention._dispatch import DENSE_THRESHOLD
+from attnmm.attention.planner import DENSE_THRESHOLD
 from benchmarks import _page
 from benchmarks._cases import Case
 

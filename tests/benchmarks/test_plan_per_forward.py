@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-import attnmm.attention._dispatch as dispatch
+import attnmm.attention.planner as dispatch
 from benchmarks.plan_per_forward import END, START, _encoder_step, markdown, measure, per_layer_dispatch, render_page
 
 
 def test_per_layer_dispatch_switches_the_sharing_off(monkeypatch) -> None:
     calls: list[int] = []
-    ranked = dispatch.candidates
-    monkeypatch.setattr(dispatch, "candidates", lambda p: calls.append(1) or ranked(p))
+    ranked = dispatch._candidates
+    monkeypatch.setattr(dispatch, "_candidates", lambda p, reader=None: calls.append(1) or ranked(p, reader))
     step = _encoder_step(16)
     step()
     shared = len(calls)

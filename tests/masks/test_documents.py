@@ -108,7 +108,7 @@ def test_band_kernel_trains_on_packed_documents(mask) -> None:
 
 def test_long_packing_runs_on_the_band_kernel() -> None:
     # 64 documents in 4096 tokens: the band is one document wide, not the whole sequence
-    from attnmm.attention._problem import Problem
+    from attnmm.attention.problem import Problem
 
     lengths = torch.randint(1, 64, (64,), generator=torch.Generator().manual_seed(1))
     mask = Documents(lengths) & Causal()

@@ -7,9 +7,6 @@ tests read the registry and the declarations; nothing else names a backend.
 
 from __future__ import annotations
 
-from attnmm.attention._problem import GradSinks
-from attnmm.attention.backends._cache import budget as cache_budget
-from attnmm.attention.backends._cache import set_budget as set_cache_budget
 from attnmm.attention.backends._registry import get_backend, list_backends, register_backend, unregister_backend
 from attnmm.attention.backends.band import BandBackend
 from attnmm.attention.backends.base import Backend, Supports
@@ -19,6 +16,7 @@ from attnmm.attention.backends.reference import ReferenceBackend
 from attnmm.attention.backends.sdpa import SDPABackend
 from attnmm.attention.backends.segments import SegmentsBackend
 from attnmm.attention.backends.sparse import SparseBackend
+from attnmm.attention.problem import GradSinks
 
 register_backend(ReferenceBackend())
 register_backend(SDPABackend())
@@ -39,10 +37,8 @@ __all__ = [
     "SegmentsBackend",
     "SparseBackend",
     "Supports",
-    "cache_budget",
     "get_backend",
     "list_backends",
     "register_backend",
-    "set_cache_budget",
     "unregister_backend",
 ]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends import _calibration
+from attnmm.attention.problem import Problem
 
 #: Terms are counted in millions, so that the constants read as seconds per million.
 UNIT = 1e-6

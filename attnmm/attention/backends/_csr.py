@@ -21,7 +21,7 @@ copies, and results are written in the memory order of the inputs.
 Values (one per pair, head and batch item) are kept as one (H, V) tensor: V runs over the batch
 items, each item's pairs in the pattern's order (for a mask shared by the batch, V = B * P and item
 ``b`` holds values ``b * P .. (b + 1) * P``), so ``values.t()`` is the (V, H) pair order of
-:meth:`~attnmm.attention._problem.Problem.weight_pairs`.
+:meth:`~attnmm.attention.problem.Problem.weight_pairs`.
 """
 
 from __future__ import annotations
@@ -336,17 +336,10 @@ def _flat(t: Tensor) -> tuple[Tensor, Order]:
     return t.reshape(-1, t.size(-1)), "head"
 
 
-_warned = False  # whether PyTorch has given its warning that sparse CSR support is in beta
-
-
 def _csr_tensor(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
     """A CSR matrix, unchecked (the pattern is valid by construction)."""
-    global _warned
-    if _warned:
-        return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta", once per process
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
         warnings.simplefilter("ignore", UserWarning)
-        _warned = True
         return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
 
 

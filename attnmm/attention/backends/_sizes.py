@@ -1,13 +1,13 @@
 """Size arithmetic the backends' cost estimates share: bytes of the output, of dense scores and masks,
 and a bound on the allowed pairs. Each backend owns its estimate
 (:meth:`~attnmm.attention.backends.Backend.memory_bytes`); the core's pre-flight check
-(:mod:`attnmm.attention._memory`) compares it with the memory available."""
+(:mod:`attnmm.attention.backends._memory`) compares it with the memory available."""
 
 from __future__ import annotations
 
 import torch
 
-from attnmm.attention._problem import Problem
+from attnmm.attention.problem import Problem
 
 #: Working memory below this many bytes is small: pair counts under it are bounded by L * S without
 #: asking the mask, and estimates under it are never checked against the available memory.

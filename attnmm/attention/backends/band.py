@@ -10,10 +10,10 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends._blocks import BandGeometry
 from attnmm.attention.backends._sizes import compute_bytes, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.problem import Problem
 from attnmm.masks.base import IntervalMask
 
 

@@ -9,8 +9,8 @@ from typing import get_args
 import torch
 from torch import Tensor
 
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends._cost import constants, estimate, mode
+from attnmm.attention.problem import Problem
 from attnmm.masks.base import StructureKind
 
 #: Every mask structure (:attr:`Structure.kind <attnmm.masks.base.Structure>`).
@@ -117,7 +117,7 @@ class Backend(ABC):
     materialises: bool = False
 
     #: Whether its backward adds input gradients into the problem's :attr:`Problem.sinks
-    #: <attnmm.attention._problem.Problem.sinks>` when they are set (else it returns them).
+    #: <attnmm.attention.problem.Problem.sinks>` when they are set (else it returns them).
     accumulates: bool = False
 
     #: What to change when :meth:`memory_bytes` exceeds the memory available.
@@ -157,8 +157,8 @@ class Backend(ABC):
     def memory_bytes(self, problem: Problem) -> int:
         """Estimated bytes this backend allocates for ``problem`` (working memory and the output),
         checked by :func:`~attnmm.attend` against the memory available before anything is computed
-        (:mod:`attnmm.attention._memory`). Problems whose
-        :func:`~attnmm.attention._memory.ceiling_bytes` (1 KiB per score) is small are not asked.
+        (:mod:`attnmm.attention.backends._memory`). Problems whose
+        :func:`~attnmm.attention.backends._memory.ceiling_bytes` (1 KiB per score) is small are not asked.
         The default, 0, claims nothing: override it with the backend's own working memory.
         """
         return 0

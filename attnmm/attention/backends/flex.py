@@ -3,7 +3,6 @@ inference)."""
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from collections import OrderedDict
 from collections.abc import Callable
@@ -13,10 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends._cost import UNIT
+from attnmm.attention.backends._registry import get_backend
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.problem import Problem
 from attnmm.masks import Mask
 from attnmm.masks._key import content_key
 from attnmm.masks.base import IntervalMask
@@ -24,18 +24,10 @@ from attnmm.masks.base import IntervalMask
 #: Block size of the block masks (FlexAttention's default).
 BLOCK_SIZE = 128
 
-_compiled: Callable[..., Tensor] | None = None
-#: How many block masks to keep (least recently used first out).
+#: How many block masks (and tile counts) the backend keeps (least recently used first out).
 CACHE_SIZE = 32
 
-# (content key of the mask, B, L, S, device) -> (mask, block mask); holding the mask keeps the ids of
-# any objects its key names by identity from being reused
-_block_masks: OrderedDict[tuple[Any, ...], tuple[Mask, Any]] = OrderedDict()
-# the same key -> tiles holding an allowed pair, for the cost estimate
-_tile_counts: OrderedDict[tuple[Any, ...], tuple[Mask, tuple[int, int, int]]] = OrderedDict()
 
-
-@functools.cache
 def flex_available(device_type: str = "cuda") -> str | None:
     """``None`` when FlexAttention can run on ``device_type`` here (``"cuda"`` or ``"cpu"``), else the
     reason it cannot."""
@@ -93,23 +85,48 @@ class FlexBackend(Backend):
         "shorter sequences, or backend='sparse'"
     )
 
+    def __init__(self) -> None:
+        self.compiled: Callable[..., Tensor] | None = None
+        # (content key of the mask, B, L, S, device) -> (mask, block mask); holding the mask keeps the ids
+        # of any objects its key names by identity from being reused
+        self.block_masks: OrderedDict[tuple[Any, ...], tuple[Mask, Any]] = OrderedDict()
+        # the same key -> tiles holding an allowed pair, for the cost estimate
+        self.tile_counts: OrderedDict[tuple[Any, ...], tuple[Mask, tuple[int, int, int]]] = OrderedDict()
+        self._available: dict[str, str | None] = {}
+
+    def flex_available(self, device_type: str) -> str | None:
+        """:func:`flex_available`, asked once per device type."""
+        if device_type not in self._available:
+            self._available[device_type] = flex_available(device_type)
+        return self._available[device_type]
+
+    def clear(self) -> None:
+        """Forget every kept block mask and tile count (the next call of each mask builds it again)."""
+        self.block_masks.clear()
+        self.tile_counts.clear()
+
+    def reset_compiled(self) -> None:
+        """Forget the compiled kernel, so that the next call compiles it again (for measuring)."""
+        self.compiled = None
+        torch._dynamo.reset()
+
     def memory_bytes(self, problem: Problem) -> int:
         # create_block_mask materialises the boolean (B, L, S) mask and an int64 index grid
         return dense_bytes(problem, 0, 9)
 
     def available(self) -> str | None:
-        return flex_available("cpu")
+        return self.flex_available("cpu")
 
     def cost_terms(self, problem: Problem) -> tuple[float, ...]:
         """Multiply-adds over the (128 x 128) tiles holding an allowed pair, the positions of the
         partial ones (where ``mask_mod`` runs), the tiles, the (L, S) positions where a block-mask
         build evaluates ``mask_mod`` (0 when this mask's block mask is cached), and 10**6 for a kernel
         not yet compiled in this process (so that its constant reads as seconds)."""
-        tiles, positions, partial = (problem.H * n for n in _tiles(problem))
-        cached = _block_mask_key(problem) in _block_masks
+        tiles, positions, partial = (problem.H * n for n in self.tiles(problem))
+        cached = block_mask_key(problem) in self.block_masks
         build = 0 if cached else (problem.batch_size or 1) * problem.L * problem.S
         width = problem.q.size(-1) + problem.v.size(-1)
-        compile_ = 0.0 if _compiled is not None else 1 / UNIT
+        compile_ = 0.0 if self.compiled is not None else 1 / UNIT
         return float(positions * width), float(partial), float(tiles), float(build), compile_
 
     def cost(self, problem: Problem) -> float | None:
@@ -121,7 +138,7 @@ class FlexBackend(Backend):
 
     def check(self, problem: Problem) -> str | None:
         device = problem.q.device.type
-        reason = flex_available(device)
+        reason = self.flex_available(device)
         if reason is not None:
             return reason
         if device == "cpu" and problem.training:
@@ -133,14 +150,13 @@ class FlexBackend(Backend):
         return None
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        global _compiled
         from torch.nn.attention.flex_attention import flex_attention
 
-        if _compiled is None:
-            _compiled = torch.compile(flex_attention, dynamic=True)  # new lengths reuse the kernel
-        block_mask = block_mask_for(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.q.device)
+        if self.compiled is None:
+            self.compiled = torch.compile(flex_attention, dynamic=True)  # new lengths reuse the kernel
+        block_mask = self.block_mask(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.q.device)
         try:
-            out = _compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
+            out = self.compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
         except Exception as err:
             if problem.q.device.type != "cpu" or not problem.effective_mask.batched:
                 raise
@@ -154,89 +170,76 @@ class FlexBackend(Backend):
         return torch.where(nonempty, out, torch.zeros_like(out)), None
 
 
-def block_masks_clear() -> None:
-    """Forget every cached block mask (the next call of each mask builds it again)."""
-    _block_masks.clear()
+    def tiles(self, problem: Problem) -> tuple[int, int, int]:
+        """The (BLOCK_SIZE x BLOCK_SIZE) tiles of the B items' score matrices (one head) that hold an
+        allowed pair, as (tiles, their positions within L x S, the positions of the partial tiles, where
+        the kernel evaluates ``mask_mod``). For an interval mask, a row of tiles spans from its first
+        allowed key to its last, and a tile is full when every query row allows all its keys (O(B * L));
+        else the tiles are counted from the mask's pairs (O(nnz)). Cached per mask content and shape."""
+        key = block_mask_key(problem)
+        if key in self.tile_counts:
+            self.tile_counts.move_to_end(key)
+            return self.tile_counts[key][1]
+        mask, B, L, S, T = problem.effective_mask, problem.B, problem.L, problem.S, BLOCK_SIZE
+        items = 1 if problem.batch_size is None else B  # a shared mask: the same tiles in every item
+        rows, cols = -(-L // T), -(-S // T)
+        height = (L - torch.arange(rows) * T).clamp(max=T)  # real query rows of each row of tiles
+        if L == 0 or S == 0:
+            counts = (0, 0, 0)
+        elif isinstance(mask, IntervalMask):
+            b = torch.arange(items).view(-1, 1)
+            start, end = (x.clamp(0, S).expand(items, L) for x in mask.interval(b, torch.arange(L).view(1, -1)))
+            pad = rows * T - L
+            allowed = F.pad(end > start, (0, pad)).view(items, rows, T)
+            real = F.pad(torch.ones(L, dtype=torch.bool), (0, pad)).view(1, rows, T)
+            lo = F.pad(start, (0, pad), value=S).view(items, rows, T)
+            hi = F.pad(end, (0, pad)).view(items, rows, T)
+            first = lo.masked_fill(~allowed, S).amin(-1) // T
+            last = -(-hi.masked_fill(~allowed, 0).amax(-1) // T)
+            tiles = (last - first).clamp_min(0)
+            spanned = ((last * T).clamp(max=S) - first * T).clamp_min(0) * height  # positions of the tiles
+            # full tiles: allowed by every real query row of the row of tiles
+            full_lo = -(-lo.masked_fill(~real, 0).amax(-1) // T)
+            min_end = hi.masked_fill(~real, S).amin(-1)
+            full_hi = torch.where(min_end >= S, torch.full_like(min_end, cols), min_end // T)
+            full = ((full_hi * T).clamp(max=S) - full_lo * T).clamp_min(0) * height
+            counts = (int(tiles.sum()), int(spanned.sum()), int((spanned - full).clamp_min(0).sum()))
+        else:
+            pairs = problem.pairs()
+            tile = (pairs.row // T) * cols + pairs.col // T
+            if pairs.batch is not None:
+                tile = tile + pairs.batch * (rows * cols)
+            found, count = torch.unique(tile, return_counts=True)
+            r, c = (found % (rows * cols)) // cols, found % cols
+            size = height[r] * (S - c * T).clamp(max=T)
+            counts = (found.numel(), int(size.sum()), int(size[count < size].sum()))
+        counts = tuple(n * (B // items) for n in counts)
+        self.tile_counts[key] = (problem.effective_mask, counts)
+        while len(self.tile_counts) > CACHE_SIZE:
+            self.tile_counts.popitem(last=False)
+        return counts  # type: ignore[return-value]
 
+    def block_mask(self, mask: Mask, batch_size: int | None, num_rows: int, num_cols: int, device: torch.device) -> Any:
+        """The FlexAttention ``BlockMask`` of ``mask`` for one shape, built once and kept (the
+        :data:`CACHE_SIZE` most recent)."""
+        from torch.nn.attention.flex_attention import create_block_mask
 
-def reset_compiled() -> None:
-    """Forget the compiled kernel, so that the next call compiles it again (for measuring)."""
-    global _compiled
-    _compiled = None
-    torch._dynamo.reset()
+        key = (content_key(mask), batch_size, num_rows, num_cols, str(device))
+        if key in self.block_masks:
+            self.block_masks.move_to_end(key)
+            return self.block_masks[key][1]
+        block_mask = create_block_mask(
+            as_mask_mod(mask), batch_size, None, num_rows, num_cols, device=device, BLOCK_SIZE=BLOCK_SIZE
+        )
+        self.block_masks[key] = (mask, block_mask)
+        while len(self.block_masks) > CACHE_SIZE:
+            self.block_masks.popitem(last=False)
+        return block_mask
 
-
-def _tiles(problem: Problem) -> tuple[int, int, int]:
-    """The (BLOCK_SIZE x BLOCK_SIZE) tiles of the B items' score matrices (one head) that hold an
-    allowed pair, as (tiles, their positions within L x S, the positions of the partial tiles, where
-    the kernel evaluates ``mask_mod``). For an interval mask, a row of tiles spans from its first
-    allowed key to its last, and a tile is full when every query row allows all its keys (O(B * L));
-    else the tiles are counted from the mask's pairs (O(nnz)). Cached per mask content and shape."""
-    key = _block_mask_key(problem)
-    if key in _tile_counts:
-        _tile_counts.move_to_end(key)
-        return _tile_counts[key][1]
-    mask, B, L, S, T = problem.effective_mask, problem.B, problem.L, problem.S, BLOCK_SIZE
-    items = 1 if problem.batch_size is None else B  # a shared mask: the same tiles in every item
-    rows, cols = -(-L // T), -(-S // T)
-    height = (L - torch.arange(rows) * T).clamp(max=T)  # real query rows of each row of tiles
-    if L == 0 or S == 0:
-        counts = (0, 0, 0)
-    elif isinstance(mask, IntervalMask):
-        b = torch.arange(items).view(-1, 1)
-        start, end = (x.clamp(0, S).expand(items, L) for x in mask.interval(b, torch.arange(L).view(1, -1)))
-        pad = rows * T - L
-        allowed = F.pad(end > start, (0, pad)).view(items, rows, T)
-        real = F.pad(torch.ones(L, dtype=torch.bool), (0, pad)).view(1, rows, T)
-        lo = F.pad(start, (0, pad), value=S).view(items, rows, T)
-        hi = F.pad(end, (0, pad)).view(items, rows, T)
-        first = lo.masked_fill(~allowed, S).amin(-1) // T
-        last = -(-hi.masked_fill(~allowed, 0).amax(-1) // T)
-        tiles = (last - first).clamp_min(0)
-        spanned = ((last * T).clamp(max=S) - first * T).clamp_min(0) * height  # positions of the tiles
-        # full tiles: allowed by every real query row of the row of tiles
-        full_lo = -(-lo.masked_fill(~real, 0).amax(-1) // T)
-        min_end = hi.masked_fill(~real, S).amin(-1)
-        full_hi = torch.where(min_end >= S, torch.full_like(min_end, cols), min_end // T)
-        full = ((full_hi * T).clamp(max=S) - full_lo * T).clamp_min(0) * height
-        counts = (int(tiles.sum()), int(spanned.sum()), int((spanned - full).clamp_min(0).sum()))
-    else:
-        pairs = problem.pairs()
-        tile = (pairs.row // T) * cols + pairs.col // T
-        if pairs.batch is not None:
-            tile = tile + pairs.batch * (rows * cols)
-        found, count = torch.unique(tile, return_counts=True)
-        r, c = (found % (rows * cols)) // cols, found % cols
-        size = height[r] * (S - c * T).clamp(max=T)
-        counts = (found.numel(), int(size.sum()), int(size[count < size].sum()))
-    counts = tuple(n * (B // items) for n in counts)
-    _tile_counts[key] = (problem.effective_mask, counts)
-    while len(_tile_counts) > CACHE_SIZE:
-        _tile_counts.popitem(last=False)
-    return counts  # type: ignore[return-value]
-
-
-def _block_mask_key(problem: Problem) -> tuple[Any, ...]:
+def block_mask_key(problem: Problem) -> tuple[Any, ...]:
+    """The key of the problem's block mask (and tile counts): the mask's content and the shape."""
     mask = problem.effective_mask
     return (content_key(mask), problem.batch_size, problem.L, problem.S, str(problem.q.device))
-
-
-def block_mask_for(mask: Mask, batch_size: int | None, num_rows: int, num_cols: int, device: torch.device) -> Any:
-    """The FlexAttention ``BlockMask`` of ``mask`` for one shape, built once and cached."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    key = (content_key(mask), batch_size, num_rows, num_cols, str(device))
-    if key in _block_masks:
-        _block_masks.move_to_end(key)
-        return _block_masks[key][1]
-    block_mask = create_block_mask(
-        as_mask_mod(mask), batch_size, None, num_rows, num_cols, device=device, BLOCK_SIZE=BLOCK_SIZE
-    )
-    _block_masks[key] = (mask, block_mask)
-    while len(_block_masks) > CACHE_SIZE:
-        _block_masks.popitem(last=False)
-    return block_mask
-
 
 def as_mask_mod(mask: Mask) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
     """``mask.mask_mod`` as a plain 4-argument function: FlexAttention tells mask_mods from
@@ -246,3 +249,19 @@ def as_mask_mod(mask: Mask) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor
         return mask.mask_mod(b, h, q_idx, kv_idx)
 
     return predicate
+
+
+def _registered() -> FlexBackend:
+    backend = get_backend("flex")
+    assert isinstance(backend, FlexBackend)
+    return backend
+
+
+def block_masks_clear() -> None:
+    """Forget the block masks kept by the registered flex backend (the next call of each mask builds it again)."""
+    _registered().clear()
+
+
+def reset_compiled() -> None:
+    """Forget the registered flex backend's compiled kernel, so that the next call compiles it again."""
+    _registered().reset_compiled()

@@ -6,17 +6,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmm.attention._problem import Problem
-from attnmm.attention.backends import _cache
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.problem import Problem
 
 
 class MaskedSDPABackend(Backend):
     r"""``F.scaled_dot_product_attention`` with ``attn_mask = mask.dense(L, S)``, O(L * S) memory.
 
     The dispatcher picks it for masks that are dense enough (see
-    :data:`~attnmm.attention._dispatch.DENSE_THRESHOLD`) that the fused kernel beats the sparse one.
+    :data:`~attnmm.attention.planner.DENSE_THRESHOLD`) that the fused kernel beats the sparse one.
     It computes softmax scores without bias or returned weights. A query with an empty allowed set
     attends every key inside the kernel and gets its output replaced by the defined zero, which also
     zeroes every gradient through it.
@@ -53,7 +52,7 @@ class MaskedSDPABackend(Backend):
         return float(products), float((problem.batch_size or 1) * problem.L * problem.S), float(scores)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        allowed = _cache.dense(problem)  # (L, S) or (B, L, S), built once for equal masks
+        allowed = problem.forms.dense()  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(-1, 1, problem.L, problem.S)  # (B or 1, 1, L, S)
         nonempty = allowed.any(-1, keepdim=True)  # (B or 1, 1, L, 1)
         some_empty = not bool(nonempty.all())

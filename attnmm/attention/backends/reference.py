@@ -6,10 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmm.attention._problem import Problem
-from attnmm.attention.backends import _cache
 from attnmm.attention.backends._sizes import compute_bytes, dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.problem import Problem
 
 
 class ReferenceBackend(Backend):
@@ -46,7 +45,7 @@ class ReferenceBackend(Backend):
         q, k, v = problem.q, problem.k, problem.v
         B, L, S = problem.B, problem.L, problem.S
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        allowed = _cache.dense(problem)  # (L, S) or (B, L, S), built once for equal masks
+        allowed = problem.forms.dense()  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(B if allowed.dim() == 3 else 1, 1, L, S)  # (B or 1, 1, L, S)
         scores = torch.matmul(q.to(compute), k.to(compute).transpose(-1, -2)) * problem.scale  # (B, H, L, S)
         if problem.bias is not None:

@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends._sizes import dense_bytes, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.problem import Problem
 
 
 class SDPABackend(Backend):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from attnmm.attention._problem import Problem
-from attnmm.attention._split import row_memory, run_split
 from attnmm.attention.backends._sizes import output_bytes
+from attnmm.attention.backends._split import row_memory, run_split
 from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.problem import Problem
 
 
 class SegmentsBackend(Backend):
@@ -30,10 +30,10 @@ class SegmentsBackend(Backend):
     over its linked keys laid one after another or, where that is not estimated cheaper (a sparse
     row, whose cost follows its pairs), over all the keys in place, so nothing is copied.
     The queries of a segment past an item's length get output 0 (and gradient 0). The split is made
-    before dispatch (:attr:`Problem.split <attnmm.attention._problem.Problem.split>`, each segment
+    before dispatch (:attr:`Problem.split <attnmm.attention.problem.Problem.split>`, each segment
     dispatched like any problem, once per call and shared by the layers of a forward); this backend
     runs it as one autograd node whose backward takes the segments one at a time and adds their
-    gradients into one buffer per input (:class:`~attnmm.attention._split.SplitAttention`). Its cost
+    gradients into one buffer per input (:class:`~attnmm.attention.backends._split.SplitAttention`). Its cost
     is the sum of the cost of every segment's chosen backend, so the dispatcher compares it with
     computing the whole mask on one backend.
     Softmax or ReLU scores and dropout; no bias and no returned weights (the sparse backend computes

@@ -9,10 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from attnmm.attention._problem import GradSinks, Problem
-from attnmm.attention.backends import _cache
 from attnmm.attention.backends._csr import (
     Blocks,
+    CSRPattern,
     as_heads_second,
     expand,
     head_major,
@@ -24,11 +23,23 @@ from attnmm.attention.backends._csr import (
 )
 from attnmm.attention.backends._sizes import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import GradSinks, Problem
 
 #: Bytes of the CSR pattern per pair: the columns, the rows of the transpose and the permutation between
 #: them (int64 when a problem needs it), and the pointers' share.
 PATTERN_BYTES = 32
 
+
+
+def _pattern(forms: Forms) -> CSRPattern:
+    return CSRPattern.from_pairs(forms.pairs(keep=False))
+
+
+def pattern(problem: Problem) -> CSRPattern:
+    """The CSR pattern of the problem's pairs, shared by the heads (and by the batch items of a mask shared by
+    the batch); kept instead of the pairs, which it holds."""
+    return problem.forms.form("pattern", _pattern, drop="pairs")
 
 class SparseBackend(Backend):
     r"""Attention over an arbitrary mask, costing O(nnz) time and memory.
@@ -102,7 +113,7 @@ class SparseBackend(Backend):
         q, k, v = problem.q, problem.k, problem.v
         B, H = problem.B, problem.H
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        blocks = Blocks(_cache.pattern(problem), B, H)
+        blocks = Blocks(pattern(problem), B, H)
         bias = None
         if problem.bias is not None:
             bias = problem.bias.to(compute).t()  # (H, P), a view

@@ -7,18 +7,20 @@ import pytest
 import torch
 
 from attnmm import attend
-from attnmm.attention import _dispatch
-from attnmm.attention._dispatch import candidates, choose_backend
-from attnmm.attention._problem import Problem
+from attnmm.attention import planner as _dispatch
 from attnmm.attention.backends import _calibration, _cost, get_backend
+from attnmm.attention.planner import candidates, choose_backend
+from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Documents, Grid, Mask, Segments, Window
 
 
 def _problem(mask: Mask, L: int, H: int = 2, E: int = 64, Ev: int | None = None, training: bool = True) -> Problem:
     q, k = (torch.zeros(1, H, L, E, requires_grad=training) for _ in range(2))
     v = torch.zeros(1, H, L, E if Ev is None else Ev, requires_grad=training)
-    return Problem(q, k, v, mask, scale=E**-0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
+    made = Problem(q, k, v, mask, scale=E**-0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
                    packed=False)
+    made.split = _dispatch.split_problem(made)  # (as the planner does before asking the backends)
+    return made
 
 
 def _documents(count: int, n: int) -> Problem:
@@ -99,14 +101,14 @@ def test_segments_choose_each_segment_once(monkeypatch: pytest.MonkeyPatch) -> N
                     links=[[True, False, True], [False, True, True], [True, True, True]])
     q, k, v = (torch.randn(2, 2, 64, 8, requires_grad=True) for _ in range(3))
     calls = []
-    real = _dispatch.candidates
+    real = _dispatch._candidates
 
-    def counted(problem: Problem) -> list:
+    def counted(problem: Problem, reader: object = None) -> tuple:
         if not isinstance(problem.effective_mask, Segments):
             calls.append(problem.L)
-        return real(problem)
+        return real(problem, reader)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_dispatch, "candidates", counted)
+    monkeypatch.setattr(_dispatch, "_candidates", counted)
     out = attend(q, k, v, mask)
     # cost, memory and forward share one choice per query segment; the two linked to several apart
     # choose for each of their two forms (keys laid together, keys in place)

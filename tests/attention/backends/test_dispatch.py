@@ -9,9 +9,9 @@ import torch
 from _compare import randn
 
 from attnmm import attend
-from attnmm.attention._dispatch import TIE, candidates, choose_backend
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends import Backend, Supports, _calibration, get_backend, list_backends
+from attnmm.attention.planner import TIE, candidates, choose_backend
+from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, SameGraph, Window
 
 

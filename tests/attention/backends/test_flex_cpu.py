@@ -7,13 +7,22 @@ import pytest
 import torch
 
 from attnmm import attend
-from attnmm.attention._problem import Problem
 from attnmm.attention.backends import flex
 from attnmm.attention.backends.flex import flex_available
+from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Documents, Grid, Mask, Padding, Window
 
 pytestmark = pytest.mark.skipif(flex_available("cpu") is not None, reason=str(flex_available("cpu")))
 
+
+
+def _flex() -> flex.FlexBackend:
+    """The registered flex backend, which keeps the compiled kernel and the block masks."""
+    from attnmm.attention.backends import get_backend
+
+    backend = get_backend("flex")
+    assert isinstance(backend, flex.FlexBackend)
+    return backend
 
 def test_cpu_inference_matches_the_reference() -> None:
     g = torch.Generator().manual_seed(0)
@@ -64,7 +73,7 @@ def test_a_per_item_kernel_the_cpu_compiler_fails_on_is_refused_by_name(monkeypa
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("C++ compile error")  # what torch's code generator raises for some masks
 
-    monkeypatch.setattr(flex, "_compiled", broken)
+    monkeypatch.setattr(_flex(), "compiled", broken)
     q = torch.randn(2, 1, 64, 16)
     mask = Window(8, 0) & Padding([64, 30])
     with torch.no_grad(), pytest.raises(ValueError, match=r"failed to compile the kernel of the per-item mask"):
@@ -74,13 +83,13 @@ def test_a_per_item_kernel_the_cpu_compiler_fails_on_is_refused_by_name(monkeypa
 
 
 def test_block_masks_are_shared_by_equal_masks() -> None:
-    flex._block_masks.clear()
+    _flex().block_masks.clear()
     q = torch.randn(2, 1, 200, 16)
     with torch.no_grad():
         for _ in range(3):  # a new but equal mask per batch, as adapters build them
             attend(q, q, q, Documents([120, 80]) & Causal(), backend="flex")
         attend(q, q, q, Documents([100, 100]) & Causal(), backend="flex")
-    assert len(flex._block_masks) == 2
+    assert len(_flex().block_masks) == 2
 
 
 def test_training_and_other_dtypes_are_refused_on_the_cpu() -> None:
@@ -122,8 +131,8 @@ def _tile_problem(mask: Mask, L: int, S: int, B: int = 2, H: int = 3) -> Problem
 def test_tiles_of_the_cost_match_the_block_mask(mask: Mask, L: int, S: int) -> None:
     from torch.nn.attention.flex_attention import create_block_mask
 
-    flex._tile_counts.clear()
-    tiles, positions, partial = flex._tiles(_tile_problem(mask, L, S))
+    _flex().tile_counts.clear()
+    tiles, positions, partial = _flex().tiles(_tile_problem(mask, L, S))
     items = mask.batch_size
     block = create_block_mask(flex.as_mask_mod(mask), items, None, L, S, device="cpu", BLOCK_SIZE=flex.BLOCK_SIZE)
     full = int(block.full_kv_num_blocks.sum()) if block.full_kv_num_blocks is not None else 0
@@ -144,21 +153,21 @@ def test_tiles_of_the_cost_match_the_block_mask(mask: Mask, L: int, S: int) -> N
 
 
 def test_cost_counts_a_build_and_a_compile_only_until_done(monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = flex.FlexBackend()
+    backend = _flex()
     flex.block_masks_clear()
     x = torch.randn(1, 2, 300, 16)
     problem = Problem(x, x, x, Window(8, 8), 0.25, 0.0, "softmax", None, False, False)
-    monkeypatch.setattr(flex, "_compiled", None)  # as in a fresh process (restored after the test)
+    monkeypatch.setattr(_flex(), "compiled", None)  # as in a fresh process (restored after the test)
     terms = backend.cost_terms(problem)
     assert terms[3] == 300 * 300 and terms[4] == 1e6
     with torch.no_grad():
         attend(x, x, x, Window(8, 8), backend="flex")  # an equal mask: its block mask is cached now
-    assert flex._compiled is not None
+    assert _flex().compiled is not None
     assert backend.cost_terms(problem)[3:] == (0.0, 0.0)
 
 
 def test_dispatch_takes_flex_on_the_cpu_by_its_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnmm.attention import _dispatch
+    from attnmm.attention import planner as _dispatch
     from attnmm.attention.backends import _calibration
 
     x = torch.randn(1, 2, 512, 16)
@@ -182,17 +191,17 @@ def test_on_this_cpu_flex_is_never_the_cheapest_estimate(monkeypatch: pytest.Mon
     """What the docs say of the calibrated CPU constants: even compiled and with its block mask
     cached, flex's estimate stays above another backend's on every inference problem of the
     calibration (rerun ``python -m benchmarks.calibrate`` and revisit docs/attention.md if not)."""
-    from attnmm.attention import _dispatch
+    from attnmm.attention import planner as _dispatch
     from benchmarks import calibrate
 
-    monkeypatch.setattr(flex, "_compiled", lambda *args, **kwargs: None)  # counted as compiled
+    monkeypatch.setattr(_flex(), "compiled", lambda *args, **kwargs: None)  # counted as compiled
     seen = 0
     with torch.no_grad():
         for label, q, k, v, mask in calibrate.problems():
             problem = calibrate._problem(q, k, v, mask, "infer")
             if flex.FlexBackend().unsupported(problem) is not None:
                 continue
-            monkeypatch.setitem(flex._block_masks, flex._block_mask_key(problem), (problem.effective_mask, None))
+            monkeypatch.setitem(_flex().block_masks, flex.block_mask_key(problem), (problem.effective_mask, None))
             ranked = _dispatch.candidates(problem)
             assert ranked[0].name != "flex", label
             seen += 1

@@ -12,17 +12,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnmm import attend
-from attnmm.attention._dispatch import choose_backend
-from attnmm.attention._problem import Problem
-from attnmm.attention.backends import _cache, _calibration, get_backend, list_backends
+from attnmm.attention.backends import _calibration, get_backend, list_backends
+from attnmm.attention.forms import Forms, FormStore
+from attnmm.attention.planner import Plan, choose_backend, split_problem
+from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Chunk, Grid, Mask, Padding, Segments, Window
 
 
-def problem(mask: Mask, B: int, L: int, **kwargs: Any) -> Problem:
+def problem(mask: Mask, B: int, L: int, plan: Plan | None = None, **kwargs: Any) -> Problem:
+    """A problem of zeros under ``mask``, planned (its split worked out) with ``plan``."""
     q = torch.zeros(B, 2, L, 8)
     options: dict[str, Any] = dict(scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False)
     options.update(kwargs)
-    return Problem(q, q, q, mask, packed=False, **options)
+    forms = None if plan is None else plan.forms(mask, L, L, B if mask.batched else None, q.device)
+    made = Problem(q, q, q, mask, packed=False, forms=forms, **options)  # type: ignore[arg-type]
+    made.split = split_problem(made, plan)
+    return made
 
 
 @pytest.fixture
@@ -72,15 +77,15 @@ def test_linked_segments_attend_their_keys_only(ran: list) -> None:
 def test_a_row_of_several_links_takes_the_cheaper_form() -> None:
     # the audio frames attend their window and 2 shared tokens: pairs cost the same wherever the keys
     # lie, so the keys are used in place; a dense row over far fewer keys than L is laid together
-    from attnmm.attention._problem import Problem
-    from attnmm.attention._split import _keys, row_problem
+    from attnmm.attention.backends._split import _keys, row_problem
+    from attnmm.attention.problem import Problem
 
     mask = Segments([64, 32, 2], within=[Window(2, 2), None, None], links=[[True, False, True], [False, True, True],
                                                                           [True, True, True]])
     q, k, v = (randn(1, 2, 98, 8, seed=s) for s in range(3))
     problem = Problem(q, k, v, mask, scale=8**-0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
                       packed=False)
-    split = problem.split
+    split = problem.split = split_problem(problem)
     assert split is not None
     ref = attend(q, k, v, mask, backend="reference")
     for a, row in enumerate(split.rows):
@@ -134,8 +139,8 @@ def test_equals_the_reference(mask: Mask, score: str) -> None:
 def test_no_dense_mask_of_the_whole_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
     # 6000 positions: the (L, L) mask would hold 36M bools; only blocks of one segment are ever dense
     dense_shapes: list[tuple[int, int]] = []
-    build = _cache.dense
-    monkeypatch.setattr(_cache, "dense", lambda p: dense_shapes.append((p.L, p.S)) or build(p))
+    build = Forms.dense
+    monkeypatch.setattr(Forms, "dense", lambda f: dense_shapes.append((f.L, f.S)) or build(f))
     mask = Segments([1000, 4800, 200], within=[Grid(25, 40, kernel=3), Window(16, 4), Causal()],
                     lengths=[[1000, 3000, 150]])
     q, k, v = (randn(1, 2, 6000, 8, dtype=torch.float32, seed=s).requires_grad_(True) for s in range(3))
@@ -277,6 +282,7 @@ def test_head_by_head_into_shared_buffers(
     _segments_on_the_sparse_kernel(monkeypatch)
     problem_ = Problem(q, k, v, mask, scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
                        packed=False)
+    problem_.split = split_problem(problem_)
     assert problem_.split is not None and all(r is None or r.backend.name == "sparse" for r in problem_.split.rows)
     out = attend(q, k, v, mask, backend="segments")
     torch.testing.assert_close(out, ref)
@@ -311,12 +317,13 @@ def test_an_equal_mask_takes_the_split_chosen_before(monkeypatch: pytest.MonkeyP
     """What dispatch chose for each segment is kept for an equal mask of the same sizes (no backend is
     asked again), not across a change of the backends that can run, and not when it followed the memory
     free at the time."""
-    import attnmm.attention._dispatch as dispatch
-    import attnmm.attention._memory as memory
+    import attnmm.attention.backends._memory as memory
+    import attnmm.attention.planner as dispatch
 
     asked: list[int] = []
-    candidates = dispatch.candidates
-    monkeypatch.setattr(dispatch, "candidates", lambda p: asked.append(p.L) or candidates(p))
+    candidates = dispatch._candidates
+    monkeypatch.setattr(dispatch, "_candidates", lambda p, reader=None: asked.append(p.L) or candidates(p, reader))
+    store = FormStore()  # what the plans of an encoder share across forwards
 
     def make() -> Segments:  # a new mask object each time, equal by value
         return Segments([40, 30, 2], within=[Grid(5, 8, kernel=3), Window(4, 4), None],
@@ -324,24 +331,24 @@ def test_an_equal_mask_takes_the_split_chosen_before(monkeypatch: pytest.MonkeyP
 
     def segments_asked(mask: Segments, B: int = 1) -> int:
         asked.clear()
-        split = problem(mask, B, 72).split
+        split = problem(mask, B, 72, Plan(store=store)).split
         assert split is not None
         return sum(1 for L in asked if L != 72)
 
-    _cache.clear()
+    store.clear()
     assert segments_asked(make()) == 5  # two forms for each row linked to two segments, one for the last
     assert segments_asked(make()) == 0  # taken
     assert segments_asked(make(), B=2) == 5  # other sizes: chosen anew
-    first = problem(make(), 1, 72).split
+    first = problem(make(), 1, 72, Plan(store=store)).split
     assert first is not None
     monkeypatch.setattr(get_backend("reference"), "available", lambda: "off in this test")
     assert segments_asked(make()) == 5  # another set of backends that can run
-    again = problem(make(), 1, 72).split
+    again = problem(make(), 1, 72, Plan(store=store)).split
     assert again is not None and [r.backend.name for r in again.rows if r] != [r.backend.name for r in first.rows if r]
 
-    _cache.clear()
+    store.clear()
     monkeypatch.setattr(memory, "SMALL_BYTES", 0)  # every problem asks for the memory free
     monkeypatch.setattr(dispatch, "SMALL_BYTES", 0)
-    monkeypatch.setattr(dispatch, "available_bytes", lambda device: 1)  # nothing fits
+    monkeypatch.setattr(dispatch, "available_bytes", lambda device, reader=None: 1)  # nothing fits
     assert segments_asked(make()) == 5
     assert segments_asked(make()) == 5  # a choice made under memory pressure is made again

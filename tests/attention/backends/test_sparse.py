@@ -175,8 +175,8 @@ def test_no_per_pair_copies_of_keys_or_values() -> None:
 def test_gradient_sinks(monkeypatch: pytest.MonkeyPatch, fused: bool, dropout_p: float) -> None:
     """Given sinks, the kernel adds its input gradients into them (what they held stays) and returns none
     for those inputs; the gradients are those it returns without sinks, dropout's draws included."""
-    from attnmm.attention._problem import GradSinks, Problem
     from attnmm.attention.backends import _csr, get_backend
+    from attnmm.attention.problem import GradSinks, Problem
 
     if not fused:
         monkeypatch.setattr(_csr, "FUSED_VALUES", 0)

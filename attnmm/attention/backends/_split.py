@@ -7,7 +7,8 @@ documents, their intersections) confines the softmax of a query of segment :math
 .. math::
     O_a = \mathrm{attend}\left(Q_a, K_{C_a}, V_{C_a}, M_a\right), \qquad O = [O_1; \dots; O_K],
 
-each an attention problem of its own, dispatched like any (:func:`split_problem`): a segment under
+each an attention problem of its own, dispatched like any (:func:`~attnmm.attention.planner.split_problem`):
+a segment under
 ``Window`` goes to the band kernel, under ``Causal`` to fused SDPA, under ``Grid`` to the sparse kernel.
 The split is worked out on stand-ins of the inputs (no tensor of the call is kept), so an
 :class:`~attnmm.attention.AttentionPlan` shares it among the layers of a forward. It runs as one
@@ -24,10 +25,10 @@ import torch
 from torch import Tensor
 from torch.autograd.graph import get_gradient_edge
 
-from attnmm.attention._problem import GradSinks, Problem
-from attnmm.attention.backends import _cache, _calibration
-from attnmm.attention.backends._registry import BACKENDS, get_backend, list_backends
+from attnmm.attention.backends._memory import MemoryReader, check_backend, check_pairs
 from attnmm.attention.backends.base import Backend
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import GradSinks, Problem
 from attnmm.masks import Mask, Segments
 
 #: How a query segment reads its keys: those of one segment, all the keys in their places, or the keys of
@@ -47,6 +48,7 @@ class Row:
         backend (Backend): the backend dispatch chose for it.
         cost (float, optional): that backend's estimate.
         split (Split, optional): its own split, when its mask is made of blocks too.
+        forms (Forms, optional): the derived forms of its mask, shared by every run of the row.
     """
 
     segment: int
@@ -56,6 +58,7 @@ class Row:
     backend: Backend
     cost: float | None
     split: Split | None = None
+    forms: Forms | None = None
 
 
 @dataclass(frozen=True)
@@ -78,14 +81,17 @@ def _stand_in(like: Tensor, *shape: int) -> Tensor:
     return base.expand(*shape)
 
 
-def _like(problem: Problem, q: Tensor, k: Tensor, v: Tensor, mask: Mask, sinks: GradSinks | None = None) -> Problem:
+def _like(
+    problem: Problem, q: Tensor, k: Tensor, v: Tensor, mask: Mask, sinks: GradSinks | None = None,
+    forms: Forms | None = None,
+) -> Problem:
     """A problem of ``q``, ``k``, ``v`` under ``mask`` with ``problem``'s options (no bias, no weights
     returned, the padded layout), its backend's gradients going to ``sinks`` where it can."""
     return Problem(q, k, v, mask, scale=problem.scale, dropout_p=problem.dropout_p, score=problem.score, bias=None,
-                   return_weights=False, packed=False, sinks=sinks)
+                   return_weights=False, packed=False, forms=forms, sinks=sinks)  # type: ignore[arg-type]
 
 
-def _sub(problem: Problem, rows: int, keys: int, mask: Mask) -> Problem:
+def sub_problem(problem: Problem, rows: int, keys: int, mask: Mask, forms: Forms | None = None) -> Problem:
     """A problem of ``rows`` of ``problem``'s queries over ``keys`` keys under ``mask``, on stand-ins
     (itself split when its mask is made of blocks)."""
     q, k, v = problem.q, problem.k, problem.v
@@ -96,85 +102,14 @@ def _sub(problem: Problem, rows: int, keys: int, mask: Mask) -> Problem:
         _stand_in(k, B, H, keys, k.size(-1)),
         _stand_in(v, B, H, keys, v.size(-1)),
         mask,
+        forms=forms,
     )
-
-
-def split_problem(problem: Problem) -> Split | None:
-    """The split of ``problem`` into its query segments, each dispatched on its own; ``None`` when its mask
-    is not made of blocks (:attr:`Problem.blocks`).
-
-    A segment linked to one key segment, or to all, reads the keys as they are. A segment linked to
-    several is a choice: their keys laid one after another (a copy, which keeps a dense or banded
-    block's cost to its own keys) or all the keys in their own places, the blocks of unlinked segments
-    empty (no copy, and as cheap for kernels whose cost follows the allowed pairs); the keys stay in
-    place unless laying them together is estimated cheaper.
-
-    What dispatch chose for each segment (how it reads its keys, the backend and its estimate) depends
-    on the mask and the sizes only, so it is kept beside the mask's other forms
-    (:mod:`~attnmm.attention.backends._cache`): a later call with an equal mask and the same sizes,
-    dtype, device and options takes it instead of asking every backend again (the segments' masks
-    are made anew from the call's own mask), as long as the same backends are registered and can
-    run and the cost constants are the same. A choice that followed the memory free at the time (a
-    backend passed over because it did not fit) is not kept.
-    """
-    from attnmm.attention._dispatch import candidates  # (dispatch asks this module when a mask has blocks)
-
-    blocks = problem.blocks
-    if blocks is None:
-        return None
-    # (the choice also depends on which backends are registered and can run, and on the cost constants)
-    usable = tuple(n for n in list_backends() if get_backend(n).available() is None)
-    name = ("split", problem.signature, BACKENDS.generation, usable, id(_calibration.COSTS))
-    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = _cache.recall(problem, name)
-    rows: list[Row | None] = []
-    transient = False
-    for a in range(blocks.num_segments):
-        linked, row_mask = blocks.row(a)
-        if row_mask is None or blocks.sizes[a] == 0:
-            rows.append(None)
-            continue
-        n = blocks.sizes[a]
-        if len(linked) == blocks.num_segments:  # every segment, in order: the keys themselves
-            forms: list[tuple[Keys, Mask, int]] = [("all", row_mask, problem.S)]
-        elif len(linked) == 1:
-            forms = [("one", row_mask, blocks.sizes[linked[0]])]
-        else:
-            over_all = blocks.row_over_all(a)
-            assert over_all is not None
-            forms = [("together", row_mask, sum(blocks.sizes[c] for c in linked)), ("all", over_all, problem.S)]
-        taken = None if chosen is None else chosen[a]
-        if taken is not None:
-            keys, backend, cost = taken
-            mask, width = next((m, w) for form, m, w in forms if form == keys)
-            sub = _sub(problem, n, width, mask)
-            rows.append(Row(a, keys, tuple(linked), mask, get_backend(backend), cost, sub.split))
-            continue
-        options = []
-        for keys, mask, width in forms:
-            sub = _sub(problem, n, width, mask)
-            best = candidates(sub)[0]
-            transient = transient or bool(sub.__dict__.get("memory_bound"))
-            options.append(Row(a, keys, tuple(linked), mask, best, best.cost(sub), sub.split))
-        rows.append(_cheapest(options))
-    if chosen is None and not transient:
-        _cache.remember(problem, name, tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows))
-    return Split(blocks, tuple(rows))
-
-
-def _cheapest(options: list[Row]) -> Row:
-    """The one option, or of the two forms of a segment linked to several the keys in place unless laying
-    them together is estimated cheaper (or a cost is unknown)."""
-    if len(options) == 1:
-        return options[0]
-    together, over_all = options
-    if together.cost is None or over_all.cost is None or together.cost < over_all.cost * (1 - 1e-6):
-        return together
-    return over_all
 
 
 def row_memory(problem: Problem, row: Row) -> int:
     """``row``'s working memory on its backend (worked out on stand-ins)."""
-    return row.backend.memory_bytes(_sub(problem, _segment_size(problem, row), _width(problem, row), row.mask))
+    sub = sub_problem(problem, _segment_size(problem, row), _width(problem, row), row.mask, row.forms)
+    return row.backend.memory_bytes(sub)
 
 
 def _segment_size(problem: Problem, row: Row) -> int:
@@ -193,8 +128,8 @@ def row_problem(
 ) -> Problem:
     """``row``'s problem on the tensors ``q`` (its queries) and ``k``, ``v`` (its keys), its backend's
     gradients going to ``sinks`` where it can."""
-    sub = _like(problem, q, k, v, row.mask, sinks)
-    sub.__dict__["split"] = row.split  # (worked out with the row)
+    sub = _like(problem, q, k, v, row.mask, sinks, row.forms)
+    sub.split = row.split  # (worked out with the row)
     return sub
 
 
@@ -235,12 +170,11 @@ def _run_row(
 ) -> Tensor:
     """``row``'s output (B, H, n_a, Ev) from its queries ``q`` and its keys and values ``k``, ``v``
     (:func:`_keys`), its padded queries 0."""
-    from attnmm.attention._memory import check_backend, check_pairs
-
     blocks = split.blocks
     sub = row_problem(problem, row, q, k, v, sinks)
-    check_pairs(sub, with_bias=False)
-    check_backend(sub, row.backend)
+    reader = MemoryReader()
+    check_pairs(sub, with_bias=False, reader=reader)
+    check_backend(sub, row.backend, reader=reader)
     out, _ = row.backend.forward(sub)  # (B, H, n_a, Ev)
     if blocks.lengths is not None:  # the segment's padded queries attend nothing
         n = blocks.sizes[row.segment]
@@ -372,4 +306,4 @@ class SplitAttention(torch.autograd.Function):
         return (*(buffer(i) if wanted[i] else None for i in range(3)), None, None)
 
 
-__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_memory", "row_problem", "run_split", "split_problem"]
+__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_memory", "row_problem", "run_split", "sub_problem"]

@@ -1,5 +1,5 @@
-"""The masks' derived forms (pairs, CSR patterns, dense masks) are built once per forward and keyed by
-content: equal masks built per batch share them, different ones never do."""
+"""The masks' derived forms (pairs, CSR patterns, dense masks) are built once per plan and kept across plans
+by a store keyed by content: equal masks built per batch share them, different ones never do."""
 
 from __future__ import annotations
 
@@ -7,15 +7,11 @@ import pytest
 import torch
 
 from attnmm import attend
-from attnmm.attention import Encoder
-from attnmm.attention.backends import _cache
+from attnmm.attention import Encoder, Plan
+from attnmm.attention import forms as _forms
+from attnmm.attention.forms import FormStore
 from attnmm.masks import Full, Graph, Grid, Padding, Window
 from attnmm.masks._key import VALUE_KEY_ELEMENTS, content_key, keyed_by_value
-
-
-@pytest.fixture(autouse=True)
-def fresh_cache() -> None:
-    _cache.clear()
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -78,11 +74,11 @@ def test_an_encoder_forward_builds_the_mask_once(monkeypatch: pytest.MonkeyPatch
 def test_each_backend_builds_once_per_forward(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     q = torch.randn(2, 2, 10, 4, requires_grad=True)
     counts = _counting(monkeypatch)
-    built = dict(_cache.builds)
-    outs = [attend(q, q, q, Padding([10, 6]) & Window(2, 1), backend=backend) for _ in range(4)]  # four "layers"
+    plan = Plan()
+    outs = [attend(q, q, q, Padding([10, 6]) & Window(2, 1), backend=backend, plan=plan) for _ in range(4)]  # 4 layers
     torch.stack(outs).sum().backward()
     assert counts["pairs"] + counts["dense"] == 1, counts
-    assert sum(_cache.builds.values()) - sum(built.values()) <= 2  # the pairs and, for sparse, their pattern
+    assert sum(plan.built.values()) <= 2  # the pairs and, for sparse, their pattern
 
 
 def test_cached_forms_give_the_reference_result() -> None:
@@ -96,12 +92,14 @@ def test_cached_forms_give_the_reference_result() -> None:
 
 
 def test_large_dense_masks_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_cache, "DENSE_ELEMENTS", 10)  # below this mask's 2 * 8 * 8 entries
+    monkeypatch.setattr(_forms, "DENSE_ELEMENTS", 10)  # below this mask's 2 * 8 * 8 entries
     q = torch.randn(2, 2, 8, 4)
-    built = _cache.builds["dense"]
+    store, built = FormStore(), 0
     for _ in range(3):
-        attend(q, q, q, Padding([8, 5]) & Window(1, 1), backend="sdpa_mask")
-    assert _cache.builds["dense"] - built == 3
+        plan = Plan(store=store)
+        attend(q, q, q, Padding([8, 5]) & Window(1, 1), backend="sdpa_mask", plan=plan)
+        built += plan.built["dense"]
+    assert built == 3
 
 
 def test_keys_by_value_and_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,8 +112,9 @@ def test_keys_by_value_and_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     assert keyed_by_value(content_key(Window(4, 1) & Grid(3, 3, 3)))  # no tensor at all
 
 
-def _sparse_reference(q: torch.Tensor, mask: Padding) -> None:
-    torch.testing.assert_close(attend(q, q, q, mask, backend="sparse"), attend(q, q, q, mask, backend="reference"))
+def _sparse_reference(q: torch.Tensor, mask: Padding, store: FormStore) -> None:
+    out = attend(q, q, q, mask, backend="sparse", plan=Plan(store=store))
+    torch.testing.assert_close(out, attend(q, q, q, mask, backend="reference", plan=Plan(store=store)))
 
 
 def test_in_place_edits_never_reuse_a_stale_form(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,22 +122,22 @@ def test_in_place_edits_never_reuse_a_stale_form(monkeypatch: pytest.MonkeyPatch
 
     q = torch.randn(2, 2, 8, 4, dtype=torch.float64)
     lengths = torch.tensor([8, 5])
-    mask = Padding(lengths)
-    _sparse_reference(q, mask)
+    mask, store = Padding(lengths), FormStore()
+    _sparse_reference(q, mask, store)
     lengths[1] = 2  # a small tensor: keyed by its values, so the edit is a new key
-    _sparse_reference(q, mask)
+    _sparse_reference(q, mask, store)
     # a tensor keyed by identity (large, or on an accelerator) may be edited where its version counter does
     # not see it (through NumPy, .data or DLPack): its forms are never kept across calls
     monkeypatch.setattr(_key, "VALUE_KEY_ELEMENTS", 1)
-    _cache.clear()
+    store.clear()
     lengths = torch.tensor([8, 5])
     mask = Padding(lengths)
-    _sparse_reference(q, mask)
+    _sparse_reference(q, mask, store)
     version = lengths._version
     lengths.numpy()[1] = 3
     assert lengths._version == version
-    _sparse_reference(q, mask)
-    assert _cache.held_bytes() == 0
+    _sparse_reference(q, mask, store)
+    assert store.held_bytes() == 0
 
 
 def test_the_budget_evicts_least_recently_used() -> None:
@@ -146,33 +145,30 @@ def test_the_budget_evicts_least_recently_used() -> None:
     masks = [Window(2, 2), Window(1, 3), Window(3, 1)]  # forms of about the same size
     sizes = []
     for mask in masks:
-        _cache.clear()
-        attend(q, q, q, mask, backend="sparse")
-        sizes.append(_cache.held_bytes())  # a pattern and the keys per query (no pairs: the pattern holds them)
+        store = FormStore()
+        attend(q, q, q, mask, backend="sparse", plan=Plan(store=store))
+        sizes.append(store.held_bytes())  # a pattern and the keys per query (no pairs: the pattern holds them)
     assert 0 < max(sizes) < 64 * 5 * 16
-    _cache.clear()
-    previous = _cache.set_budget(2 * max(sizes) + min(sizes) // 2)  # room for two of them
-    try:
-        for mask in masks:
-            attend(q, q, q, mask, backend="sparse")
-        assert _cache.held_bytes() <= _cache.budget()
-        kept = [m for m in masks if any(key[0] == content_key(m) for key in _cache._entries)]
-        assert kept == masks[1:]  # the least recently used went first
-        built = _cache.builds["pattern"]
-        attend(q, q, q, masks[-1], backend="sparse")
-        assert _cache.builds["pattern"] == built  # kept: not built again
-        _cache.set_budget(min(sizes) // 2)  # smaller than any entry: nothing is kept
-        assert _cache.held_bytes() == 0
-        attend(q, q, q, masks[0], backend="sparse")
-        attend(q, q, q, masks[0], backend="sparse")
-        assert _cache.builds["pattern"] == built + 2 and _cache.held_bytes() == 0
-    finally:
-        _cache.set_budget(previous)
+    store = FormStore(budget=2 * max(sizes) + min(sizes) // 2)  # room for two of them
+
+    def built(mask: Window) -> int:
+        plan = Plan(store=store)
+        attend(q, q, q, mask, backend="sparse", plan=plan)
+        return plan.built.get("pattern", 0)
+
+    for mask in masks:
+        built(mask)
+    assert store.held_bytes() <= store.budget
+    kept = [m for m in masks if any(key[0] == content_key(m) for key in store.keys())]
+    assert kept == masks[1:]  # the least recently used went first
+    assert built(masks[-1]) == 0  # kept: not built again
+    store.set_budget(min(sizes) // 2)  # smaller than any entry: nothing is kept
+    assert store.held_bytes() == 0
+    assert built(masks[0]) + built(masks[0]) == 2 and store.held_bytes() == 0
 
 
 @pytest.mark.parametrize("by_value", [True, False])
 def test_a_form_is_built_once_per_forward_for_all_layers(monkeypatch: pytest.MonkeyPatch, by_value: bool) -> None:
-    from attnmm.attention import AttentionPlan
     from attnmm.masks import _key
 
     if not by_value:  # the mask's tensors keyed by identity: its forms live for one forward
@@ -181,23 +177,28 @@ def test_a_form_is_built_once_per_forward_for_all_layers(monkeypatch: pytest.Mon
     edges = torch.randint(0, N, (2, 1600), generator=torch.Generator().manual_seed(0))
     x = torch.randn(N, 2, 8, requires_grad=True)  # packed (N, H, E)
 
+    store = FormStore()  # what an encoder keeps across its forwards
+    built: dict[str, int] = {"pattern": 0, "pairs": 0}
+
     def forward() -> torch.Tensor:
-        plan, h, mask = AttentionPlan(), x, Graph(edges, N)  # a mask made for the forward
+        plan, h, mask = Plan(store=store), x, Graph(edges, N)  # a mask made for the forward
         for _ in range(4):  # four layers
             h = attend(h, h, h, mask, plan=plan, backend="auto")
         assert plan.made == 1 and plan.reused == 3
+        for name in built:
+            built[name] += plan.built.get(name, 0)
         return h
 
-    before = dict(_cache.builds)
     forward().sum().backward()
-    assert _cache.builds["pattern"] - before["pattern"] == 1 and _cache.builds["pairs"] - before["pairs"] == 1
+    assert built["pattern"] == 1 and built["pairs"] == 1
     forward().sum().backward()  # the next forward, over an equal mask
-    assert _cache.builds["pattern"] - before["pattern"] == (1 if by_value else 2)
+    assert built["pattern"] == (1 if by_value else 2)
 
 
 def test_the_pattern_is_shared_by_the_heads_and_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnmm.attention._problem import Problem
     from attnmm.attention.backends import _csr
+    from attnmm.attention.backends.sparse import pattern as sparse_pattern
+    from attnmm.attention.problem import Problem
 
     monkeypatch.setattr(_csr, "FUSED_VALUES", 0)  # a large problem: its blocks one by one
     sizes = {}
@@ -205,8 +206,11 @@ def test_the_pattern_is_shared_by_the_heads_and_the_batch(monkeypatch: pytest.Mo
         q = torch.randn(B, H, 64, 4, requires_grad=True)
         mask = Grid(8, 8, 5)
         attend(q, q, q, mask, backend="sparse").sum().backward()
-        problem = Problem(q, q, q, mask, 1.0, 0.0, "softmax", None, False, False)
-        pattern = _cache.pattern(problem)  # the one kept for the call
+        plan = Plan()
+        attend(q, q, q, mask, backend="sparse", plan=plan)
+        forms = plan.forms(mask, 64, 64, None, q.device)
+        problem = Problem(q, q, q, mask, 1.0, 0.0, "softmax", None, False, False, forms=forms)
+        pattern = sparse_pattern(problem)  # the one kept for the call
         sizes[B, H] = pattern.nbytes
         assert pattern.nbytes <= 3 * 4 * pattern.nnz + 2 * 4 * (64 + 1)  # three int32 per pair, two pointers
     assert sizes[1, 1] == sizes[3, 8]

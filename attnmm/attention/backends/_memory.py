@@ -21,22 +21,20 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from attnmm.attention.backends._sizes import PAIR_BYTES, SMALL_BYTES, max_pairs
+from attnmm.attention.backends.base import Backend
+from attnmm.attention.problem import Problem
+from attnmm.masks import Mask
 from attnmm.masks.base import IntervalMask
-
-if TYPE_CHECKING:
-    from attnmm.attention._problem import Problem
-    from attnmm.attention.backends.base import Backend
-    from attnmm.masks import Mask
 
 __all__ = [
     "PAIR_BYTES",
     "SMALL_BYTES",
     "AttentionMemoryError",
+    "MemoryReader",
     "available_bytes",
     "ceiling_bytes",
     "check_backend",
@@ -74,17 +72,20 @@ def _read_int(path: str) -> int | None:
 #: layer, asks; reading ``/proc/meminfo`` and the cgroup files costs about a millisecond each time.
 READING_SECONDS = 0.1
 
-_last_reading: tuple[float, int | None] | None = None
+class MemoryReader:
+    """Reads the CPU's available memory, reusing a reading for :data:`READING_SECONDS` (a plan holds one,
+    so the layers and query segments of a forward do not each read the files)."""
 
+    def __init__(self) -> None:
+        self.last: tuple[float, int | None] | None = None
 
-def _cpu_available() -> int | None:
-    global _last_reading
-    now = time.monotonic()
-    if _last_reading is not None and now - _last_reading[0] < READING_SECONDS:
-        return _last_reading[1]
-    found = _read_cpu_available()
-    _last_reading = (now, found)
-    return found
+    def cpu_available(self) -> int | None:
+        now = time.monotonic()
+        if self.last is not None and now - self.last[0] < READING_SECONDS:
+            return self.last[1]
+        found = _read_cpu_available()
+        self.last = (now, found)
+        return found
 
 
 def _read_cpu_available() -> int | None:
@@ -111,18 +112,18 @@ def _read_cpu_available() -> int | None:
     return min(candidates)
 
 
-def available_bytes(device: torch.device) -> int | None:
+def available_bytes(device: torch.device, reader: MemoryReader | None = None) -> int | None:
     """Memory available for new tensors on ``device``, in bytes (``None`` when unknown).
 
     On CUDA, the device's free memory plus what PyTorch's caching allocator holds unused; on CPU,
     the kernel's ``MemAvailable`` or the cgroup's remaining limit, whichever is smaller (a reading is
-    reused for :data:`READING_SECONDS`).
+    reused for :data:`READING_SECONDS` by a ``reader``).
     """
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     if device.type == "cpu":
-        return _cpu_available()
+        return (reader or MemoryReader()).cpu_available()
     return None
 
 
@@ -132,9 +133,11 @@ _PAIRS_HINT = (
 )
 
 
-def _refuse(subject: str, needed: int, purpose: str, device: torch.device, hint: str) -> None:
+def _refuse(
+    subject: str, needed: int, purpose: str, device: torch.device, hint: str, reader: MemoryReader | None = None
+) -> None:
     """Raise :class:`AttentionMemoryError` when ``needed`` bytes exceed the memory available on ``device``."""
-    available = available_bytes(device)
+    available = available_bytes(device, reader)
     if available is None or needed <= available:
         return
     raise AttentionMemoryError(
@@ -145,9 +148,10 @@ def _refuse(subject: str, needed: int, purpose: str, device: torch.device, hint:
     )
 
 
-def _problem_refuse(problem: Problem, needed: int, purpose: str, hint: str) -> None:
+def _problem_refuse(problem: Problem, needed: int, purpose: str, hint: str, reader: MemoryReader | None) -> None:
     sizes = f"B={problem.B}, H={problem.H}, L={problem.L}, S={problem.S}"
-    _refuse(f"attention with mask {problem.effective_mask!r} ({sizes})", needed, purpose, problem.q.device, hint)
+    subject = f"attention with mask {problem.effective_mask!r} ({sizes})"
+    _refuse(subject, needed, purpose, problem.q.device, hint, reader)
 
 
 def check_mask_pairs(
@@ -168,7 +172,7 @@ def check_mask_pairs(
     _refuse(f"mask {mask!r} ({sizes})", pairs * per_pair, purpose, device, _PAIRS_HINT)
 
 
-def check_pairs(problem: Problem, with_bias: bool = False) -> None:
+def check_pairs(problem: Problem, with_bias: bool = False, reader: MemoryReader | None = None) -> None:
     """Raise :class:`AttentionMemoryError` when enumerating the mask's allowed pairs cannot fit.
 
     Nothing is checked when the pairs will not be enumerated (an interval mask without bias or
@@ -183,7 +187,7 @@ def check_pairs(problem: Problem, with_bias: bool = False) -> None:
     if pairs is None:
         return
     _problem_refuse(problem, pairs * PAIR_BYTES, f"the sparse form of the mask (up to {pairs:.3g} allowed pairs)",
-                    _PAIRS_HINT)
+                    _PAIRS_HINT, reader)
 
 
 def ceiling_bytes(problem: Problem) -> int:
@@ -195,11 +199,11 @@ def ceiling_bytes(problem: Problem) -> int:
     return max(B, 1) * max(H, 1) * n * (1024 * n + 512 * max(E, problem.v.shape[3]))
 
 
-def check_backend(problem: Problem, backend: Backend) -> None:
+def check_backend(problem: Problem, backend: Backend, reader: MemoryReader | None = None) -> None:
     """Raise :class:`AttentionMemoryError` when ``backend``'s working memory cannot fit."""
     if ceiling_bytes(problem) < SMALL_BYTES:
         return
     needed = backend.memory_bytes(problem)
     if needed < SMALL_BYTES:
         return
-    _problem_refuse(problem, needed, f"backend {backend.name!r}", backend.memory_hint)
+    _problem_refuse(problem, needed, f"backend {backend.name!r}", backend.memory_hint, reader)

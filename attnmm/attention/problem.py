@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from attnmm.masks import Full, Mask, Pairs, Segments
-from attnmm.masks.base import IntervalMask, Structure
-
-if TYPE_CHECKING:
-    from attnmm.attention._split import Split
+from attnmm.attention.forms import Forms
+from attnmm.masks import Mask, Pairs, Segments
+from attnmm.masks.base import Structure
 
 
 @dataclass
@@ -52,11 +48,13 @@ class Problem:
             :meth:`pairs`.
         return_weights (bool): whether the backend must return the weights at :meth:`weight_pairs`.
         packed (bool): whether the caller used the packed (N, H, E) layout (then B = 1).
-        forms (dict): the mask's derived forms for this problem's shapes (pairs, CSR pattern, dense
-            mask), built once (:mod:`attnmm.attention.backends._cache`) and shared by the layers of a
-            forward through its :class:`~attnmm.attention.AttentionPlan`.
+        forms (Forms): the mask's derived forms at this problem's sizes (pairs, counts, dense mask, a
+            backend's CSR pattern), built once each and shared by the calls of one
+            :class:`~attnmm.attention.Plan` (made here when not given).
+        split (Split, optional): for a mask made of blocks, how its query segments are computed, worked
+            out by the planner (:func:`~attnmm.attention.planner.split_problem`); else ``None``.
         sinks (GradSinks, optional): where a backend that can may add its input gradients (set by
-            :class:`~attnmm.attention._split.SplitAttention` for a query segment's problem).
+            :class:`~attnmm.attention.backends._split.SplitAttention` for a query segment's problem).
     """
 
     q: Tensor
@@ -69,9 +67,13 @@ class Problem:
     bias: Tensor | None
     return_weights: bool
     packed: bool
-    _pairs: Pairs | None = field(default=None, repr=False)
-    forms: dict[Hashable, Any] = field(default_factory=dict, repr=False)
+    forms: Forms = field(default=None, repr=False)  # type: ignore[assignment]  # (made in __post_init__)
+    split: Any = field(default=None, repr=False)
     sinks: GradSinks | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.forms is None:
+            self.forms = Forms(self.mask, self.L, self.S, self.batch_size, self.q.device, self.packed)
 
     @property
     def B(self) -> int:  # noqa: N802 - the house letter set
@@ -102,29 +104,18 @@ class Problem:
     @property
     def effective_mask(self) -> Mask:
         """The mask, with ``None`` read as :class:`~attnmm.masks.Full`."""
-        return self.mask if self.mask is not None else Full()
+        return self.forms.effective_mask
 
-    @cached_property
+    @property
     def blocks(self) -> Segments | None:
         """The mask as blocks computed one by one (:meth:`~attnmm.masks.Mask.as_blocks`: a ``Segments``
-        mask, packed documents), worked out once per call; ``None`` for one block or the packed layout."""
-        if self.packed or self.effective_mask.layout == "packed":
-            return None
-        return self.effective_mask.as_blocks(self.L, self.S)
+        mask, packed documents); ``None`` for one block or the packed layout."""
+        return self.forms.blocks
 
-    @cached_property
-    def split(self) -> Split | None:
-        """For a mask made of :attr:`blocks`, its query segments each dispatched on its own
-        (:func:`~attnmm.attention._split.split_problem`), worked out once per call, by
-        :func:`~attnmm.attention.attend` before it dispatches the whole; else ``None``."""
-        from attnmm.attention._split import split_problem  # (the split builds problems of its own)
-
-        return split_problem(self)
-
-    @cached_property
+    @property
     def structure(self) -> Structure:
-        """The mask's :class:`~attnmm.masks.base.Structure` (worked out once per call)."""
-        return self.effective_mask.structure
+        """The mask's :class:`~attnmm.masks.base.Structure`."""
+        return self.forms.structure
 
     @property
     def training(self) -> bool:
@@ -136,39 +127,22 @@ class Problem:
     @property
     def layout(self) -> Literal["padded", "packed"]:
         """``"packed"`` for packed (N, H, E) inputs or a graph mask, else ``"padded"``."""
-        return "packed" if self.packed or self.effective_mask.layout == "packed" else "padded"
+        return "packed" if self.packed or (self.mask is not None and self.mask.layout == "packed") else "padded"
 
     @property
     def batch_size(self) -> int | None:
         """B for a batched mask, else ``None`` (the mask's pairs are shared by the batch)."""
-        return self.B if self.effective_mask.batched else None
+        mask = self.mask
+        return self.B if mask is not None and mask.batched else None
 
     def pairs(self) -> Pairs:
-        """The mask's allowed pairs (computed once per call, and shared by calls with an equal mask
-        through :mod:`attnmm.attention.backends._cache`)."""
-        if self._pairs is None:
-            from attnmm.attention.backends import _cache  # (the backends import this module)
+        """The mask's allowed pairs (built once per plan: :class:`~attnmm.attention.forms.Forms`)."""
+        return self.forms.pairs()
 
-            self._pairs = _cache.pairs(self)
-        return self._pairs
-
-    @cached_property
+    @property
     def row_counts(self) -> Tensor:
-        r"""|A_b(i)| for every query, (B or 1, L), on the CPU (worked out once per call): from the
-        intervals of an interval mask in O(L), else from the mask's sparse form (kept for equal masks by
-        :mod:`attnmm.attention.backends._cache`)."""
-        mask, L, S, bsz = self.effective_mask, self.L, self.S, self.batch_size
-        items = 1 if bsz is None else bsz  # (an empty batch has 0 items, not 1)
-        if L == 0:
-            return torch.zeros(items, 0, dtype=torch.long)
-        if isinstance(mask, IntervalMask):
-            i = torch.arange(L).view(1, -1)
-            b = torch.zeros((), dtype=torch.long) if bsz is None else torch.arange(bsz).view(-1, 1)
-            start, end = mask.interval(b, i)
-            return (end.clamp(0, S) - start.clamp(0, S)).clamp_min(0).expand(items, L)
-        from attnmm.attention.backends import _cache  # (the backends import this module)
-
-        return _cache.counts(self)
+        r"""|A_b(i)| for every query, (B or 1, L), on the CPU."""
+        return self.forms.row_counts
 
     @property
     def density(self) -> float:
