@@ -187,6 +187,8 @@ class Forms:
     def put(self, name: Hashable, form: Any, across_calls: bool = True, drop: Hashable | None = None) -> Any:
         """Hold ``form`` as ``name`` and, when ``across_calls``, keep it in the store (in place of ``drop``)."""
         self._held[name] = form
+        if drop is not None:
+            self._held.pop(drop, None)
         if across_calls and self.key is not None and self._store is not None:
             self._store.keep(self.key, name, form, drop)
         return form
@@ -229,12 +231,33 @@ class Forms:
             counts = (end.clamp(0, S) - start.clamp(0, S)).clamp_min(0).expand(items, L)
             return self.put("counts", counts, across_calls=False)
         held = self.get("pattern")
+        blocks = self.blocks
         if held is not None:
             counts = held.crow.diff(dim=1).long().cpu()
+        elif blocks is not None and self.get("pairs") is None:
+            counts = self._block_counts(blocks, items)
         else:
             p = self.pairs(keep=False)
             counts = torch.bincount(p.segment().cpu(), minlength=p.num_segments).view(-1, L)
         return self.put("counts", counts)
+
+    def _block_counts(self, blocks: Segments, items: int) -> Tensor:
+        """The counts of a mask made of blocks, query segment by query segment, from each segment's own mask
+        (an interval block in O(n)), never holding the pairs of the whole mask."""
+        parts = []
+        for a, n in enumerate(blocks.sizes):
+            linked, row = blocks.row(a)
+            if row is None:
+                parts.append(torch.zeros(items, n, dtype=torch.long))
+                continue
+            width = sum(blocks.sizes[c] for c in linked)
+            sub = Forms(row, n, width, self.batch_size if row.batched else None, self.device)
+            counts = sub.row_counts.expand(items, n)
+            if blocks.lengths is not None:  # a segment's padded queries attend nothing
+                real = torch.arange(n).view(1, -1) < blocks.lengths[:, a].cpu().view(-1, 1)
+                counts = counts * real.expand(items, n)
+            parts.append(counts)
+        return torch.cat(parts, dim=1) if parts else torch.zeros(items, 0, dtype=torch.long)
 
     def dense(self) -> Tensor:
         """The mask's dense form (L, S) or (B, L, S), kept across calls up to :data:`DENSE_ELEMENTS` entries."""

@@ -10,7 +10,7 @@ from attnmm import attend
 from attnmm.attention import Encoder, Plan
 from attnmm.attention import forms as _forms
 from attnmm.attention.forms import FormStore
-from attnmm.masks import Full, Graph, Grid, Padding, Window
+from attnmm.masks import Causal, Documents, Full, Graph, Grid, Padding, Segments, Window
 from attnmm.masks._key import VALUE_KEY_ELEMENTS, content_key, keyed_by_value
 
 
@@ -214,3 +214,28 @@ def test_the_pattern_is_shared_by_the_heads_and_the_batch(monkeypatch: pytest.Mo
         sizes[B, H] = pattern.nbytes
         assert pattern.nbytes <= 3 * 4 * pattern.nnz + 2 * 4 * (64 + 1)  # three int32 per pair, two pointers
     assert sizes[1, 1] == sizes[3, 8]
+
+
+@pytest.mark.parametrize(
+    ("mask", "L"),
+    [
+        (Segments([5, 7, 3], within=[Window(1, 1), Grid(1, 7, kernel=3), None],
+                  links=[[True, False, True], [False, True, True], [True, True, True]]), 15),
+        (Segments([4, 6], within=[Causal(), Window(2, 0)], links=[[True, False], [Window(1, 1), True]],
+                  lengths=[[4, 6], [2, 3]]), 10),
+        (Documents([3, 5, 4]) & Causal(), 12),
+        (Documents([6, 6]) & Window(1, 0) & Padding([12, 9]), 12),
+        (Documents([6, 6]) & Grid(3, 4, kernel=3), 12),
+    ],
+    ids=repr,
+)
+def test_counts_of_a_mask_of_blocks_come_segment_by_segment(mask, L: int) -> None:
+    # the keys per query of a mask made of blocks, from each query segment's own mask: equal to counting
+    # the whole mask's pairs, which are never enumerated
+    batch = 2 if mask.batched else None
+    pairs = mask.pairs(L, L, batch)
+    expected = torch.bincount(pairs.segment(), minlength=pairs.num_segments).view(-1, L)
+    forms = _forms.Forms(mask, L, L, batch, torch.device("cpu"))
+    assert forms.blocks is not None
+    torch.testing.assert_close(forms.row_counts, expected)
+    assert forms.get("pairs") is None
