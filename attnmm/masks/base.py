@@ -1,18 +1,20 @@
-r"""The :class:`Mask` base class: a definition of the allowed set :math:`A(i)`."""
+r"""The :class:`Mask` base class, a definition of the allowed set :math:`A(i)`, with its algebra: intersection
+(``&``, :class:`And` and :class:`Intersection`), union (``|``, :class:`Or`), complement (``~``, :class:`Not`)
+and the view of a mask from an offset (:class:`Shifted`), which every mask's answers are built on, and
+:class:`Full`, the unit of the algebra. Nothing here imports another mask module."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from functools import reduce
+from operator import and_
+from typing import Literal, TypeVar
 
 import torch
 from torch import Tensor
 
-from attnmm.masks._pairs import Pairs, pairs_from_ranges
-
-if TYPE_CHECKING:
-    from attnmm.masks.segments import Segments
+from attnmm.masks._pairs import Pairs, pairs_from_keys, pairs_from_ranges
 
 #: What a dispatcher may exploit: ``full`` (every key), ``causal`` (j <= i), ``band`` (an interval
 #: of bounded width around the diagonal), ``interval`` (one contiguous key range per query, unbounded
@@ -132,11 +134,9 @@ class Mask(ABC):
         allowed set depends on :math:`i - j` only returns itself for equal offsets, and an interval
         mask stays an interval mask (so a block of a band stays a band).
         """
-        from attnmm.masks.shifted import Shifted
-
         return Shifted(self, q_offset, kv_offset)
 
-    def as_blocks(self, num_rows: int, num_cols: int) -> Segments | None:
+    def as_blocks(self, num_rows: int, num_cols: int) -> Mask | None:
         """The mask as a :class:`~attnmm.masks.Segments` mask over ``num_rows`` x ``num_cols`` positions
         when it is made of blocks that can be computed one by one (a ``Segments`` mask, packed
         ``Documents`` and their intersections), else ``None`` (the default)."""
@@ -274,18 +274,12 @@ class Mask(ABC):
     # ---------------------------------------------------------------- composition
 
     def __and__(self, other: Mask) -> Mask:
-        from attnmm.masks.compose import intersect
-
         return intersect(self, _as_mask(other, "&"))
 
     def __or__(self, other: Mask) -> Mask:
-        from attnmm.masks.compose import Or
-
         return Or(self, _as_mask(other, "|"))
 
     def __invert__(self) -> Mask:
-        from attnmm.masks.compose import Not
-
         return Not(self)
 
 
@@ -323,8 +317,6 @@ class IntervalMask(Mask):
         return Structure("interval", left, right, self.batched)
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
-        from attnmm.masks.shifted import ShiftedInterval
-
         return ShiftedInterval(self, q_offset, kv_offset)
 
     def first_key(self, end: int) -> int | None:
@@ -385,3 +377,513 @@ class IntervalMask(Mask):
         left, right = self.band
         width = num_cols if left is None or right is None else min(num_cols, left + right + 1)
         return rows * width
+
+
+class Full(IntervalMask):
+    r"""Full attention, :math:`A(i) = \{0, \dots, S-1\}`.
+
+    Examples:
+        >>> from attnmm.masks import Full
+        >>> Full()
+        Full()
+        >>> print(Full().picture(2, 3))
+        1 1 1
+        1 1 1
+    """
+
+    def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(q_idx), torch.full_like(q_idx, UNBOUNDED)
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return torch.ones_like(q_idx + kv_idx, dtype=torch.bool)
+
+    @property
+    def structure(self) -> Structure:
+        return Structure("full")
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return self  # every key, from anywhere
+
+    def lookahead_error(self, step: int) -> str | None:
+        return "Full() lets every query attend the whole sequence"
+
+    def __repr__(self) -> str:
+        return "Full()"
+
+
+#: Below this many (L + q_offset) x (S + kv_offset) positions a shifted mask filters the dense form for
+#: its pairs; above it, the inner mask's own pairs.
+_DENSE_POSITIONS = 1 << 16
+
+
+def _check_offsets(q_offset: int, kv_offset: int) -> tuple[int, int]:
+    for name, value in (("q_offset", q_offset), ("kv_offset", kv_offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return q_offset, kv_offset
+
+
+class Shifted(Mask):
+    r"""``inner`` between the queries at positions ``q_offset + i`` and the keys at ``kv_offset + j``:
+
+    .. math::
+        A'_b(i) = \{j : \mathrm{kv\_offset} + j \in A_b(\mathrm{q\_offset} + i)\}
+
+    What :meth:`~attnmm.masks.Mask.shifted` gives for a mask that has no shifted form of its own: a block of a
+    longer sequence (one document of a packing, one step of a stream) in the block's own coordinates.
+    The predicate is the inner one at the absolute positions; the pairs are the inner mask's over the
+    larger area, kept where both positions are past the offsets (or the dense form's, on small areas).
+
+    Args:
+        inner (Mask): the mask in absolute positions.
+        q_offset (int): the absolute position of query 0.
+        kv_offset (int): the absolute position of key 0.
+
+    Examples:
+        >>> from attnmm.masks import Grid
+        >>> m = Grid(2, 3, kernel=3).shifted(3, 0)  # the second row's queries, every key
+        >>> m
+        Grid(height=2, width=3, kernel=3) at queries 3.., keys 0..
+        >>> print(m.picture(3, 6))
+        1 1 0 1 1 0
+        1 1 1 1 1 1
+        0 1 1 0 1 1
+    """
+
+    def __init__(self, inner: Mask, q_offset: int, kv_offset: int) -> None:
+        self.inner = inner
+        self.q_offset, self.kv_offset = _check_offsets(q_offset, kv_offset)
+        self.layout = inner.layout  # type: ignore[assignment]
+        self.batched = inner.batched
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.inner.batch_size
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        Mask.check(self, num_rows, num_cols, batch_size)
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return self.inner.mask_mod(b, h, q_idx + self.q_offset, kv_idx + self.kv_offset)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        rows, cols = num_rows + self.q_offset, num_cols + self.kv_offset
+        if rows * cols <= _DENSE_POSITIONS:
+            dense = self.dense(num_rows, num_cols, batch_size, device=device)
+            if dense.dim() == 2:
+                row, col = dense.nonzero(as_tuple=True)
+                return Pairs(row, col, None, num_rows, num_cols, None)
+            batch, row, col = dense.nonzero(as_tuple=True)
+            return Pairs(row, col, batch, num_rows, num_cols, batch_size)
+        whole = self.inner.pairs(rows, cols, batch_size, device=device)
+        keep = (whole.row >= self.q_offset) & (whole.col >= self.kv_offset)
+        batch = whole.batch[keep] if whole.batch is not None else None
+        row, col = whole.row[keep] - self.q_offset, whole.col[keep] - self.kv_offset
+        return Pairs(row, col, batch, num_rows, num_cols, whole.batch_size)
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The inner mask's bound over the area from position 0 (this block lies in it); 0 for an empty
+        block, ``None`` (no bound) when the inner mask is laid over its own shape only (a ``Segments``
+        mask of fixed sizes answers for that shape alone)."""
+        num_cols = num_rows if num_cols is None else num_cols
+        if num_rows == 0 or num_cols == 0:
+            return 0
+        try:
+            return self.inner.nnz_bound(num_rows + self.q_offset, num_cols + self.kv_offset, batch_size)
+        except ValueError:
+            return None
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        q_offset, kv_offset = _check_offsets(q_offset, kv_offset)
+        return self.inner.shifted(self.q_offset + q_offset, self.kv_offset + kv_offset)
+
+    def __repr__(self) -> str:
+        return f"{self.inner!r} at queries {self.q_offset}.., keys {self.kv_offset}.."
+
+
+class ShiftedInterval(Shifted, IntervalMask):
+    r"""An interval mask seen from an offset, itself an interval mask: query :math:`i`'s key range is
+    the inner range of query ``q_offset + i`` less ``kv_offset``, and the band moves by the offsets'
+    difference :math:`d = \mathrm{q\_offset} - \mathrm{kv\_offset}` (``left - d``, ``right + d``, each
+    at least 0), so a block of a banded mask stays banded.
+
+    Examples:
+        >>> from attnmm.masks import Chunk
+        >>> m = Chunk(4, 0).shifted(2, 2)  # positions 2.. of chunks of 4: chunks end at 2, 6, ...
+        >>> print(m.picture(5))
+        1 1 0 0 0
+        1 1 0 0 0
+        0 0 1 1 1
+        0 0 1 1 1
+        0 0 1 1 1
+        >>> m.structure.kind, m.band
+        ('band', (3, 3))
+    """
+
+    inner: IntervalMask
+
+    def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
+        start, end = self.inner.interval(b, q_idx + self.q_offset)
+        return start - self.kv_offset, end - self.kv_offset
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return IntervalMask.mask_mod(self, b, h, q_idx, kv_idx)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        return IntervalMask._pairs(self, num_rows, num_cols, batch_size, device)
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        return IntervalMask.nnz_bound(self, num_rows, num_cols, batch_size)
+
+    @property
+    def band(self) -> tuple[int | None, int | None]:
+        # a band is a bound on where the keys lie: a side pushed past the diagonal is bounded by it
+        left, right = self.inner.band
+        d = self.q_offset - self.kv_offset
+        return (None if left is None else max(left - d, 0)), (None if right is None else max(right + d, 0))
+
+    @property
+    def structure(self) -> Structure:
+        return IntervalMask.structure.fget(self)  # type: ignore[attr-defined]
+
+
+def _layout(parts: tuple[Mask, ...], op: str) -> str | None:
+    layouts = {p.layout for p in parts if p.layout is not None}
+    if len(layouts) > 1:
+        raise TypeError(
+            f"cannot compose masks of different layouts with {op!r}: "
+            + ", ".join(f"{p!r} is {p.layout}" for p in parts if p.layout is not None)
+            + " (Graph masks use the packed node layout; Padding and Grid the padded (B, H, L, E) one)"
+        )
+    return layouts.pop() if layouts else None
+
+
+def _batch_size(parts: tuple[Mask, ...]) -> int | None:
+    sizes = {p.batch_size for p in parts if p.batch_size is not None}
+    if len(sizes) > 1:
+        raise ValueError(f"cannot compose batched masks built for different batch sizes: {sorted(sizes)}")
+    return sizes.pop() if sizes else None
+
+
+def _part_bound(part: Mask, num_rows: int, num_cols: int, batch_size: int | None) -> int | None:
+    """``part.nnz_bound`` over the whole batch: an unbatched part counts once per batch item."""
+    bound = part.nnz_bound(num_rows, num_cols, batch_size if part.batched else None)
+    if bound is None or part.batched or batch_size is None:
+        return bound
+    return bound * batch_size
+
+
+def _wrap(m: Mask, parent: type) -> str:
+    return f"({m!r})" if isinstance(m, (And, Or, Intersection)) and not isinstance(m, parent) else repr(m)
+
+
+class _Composite(Mask):
+    def __init__(self, parts: tuple[Mask, ...], op: str) -> None:
+        self.parts = parts
+        self.layout = _layout(parts, op)  # type: ignore[assignment]
+        self.batched = any(p.batched for p in parts)
+        self._batch_size = _batch_size(parts)
+        self._op = op
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
+        for p in self.parts:
+            p.check(num_rows, num_cols, batch_size)
+
+    def __repr__(self) -> str:
+        return f" {self._op} ".join(_wrap(p, type(self)) for p in self.parts)
+
+    @property
+    def block_sizes(self) -> frozenset[int]:
+        return frozenset().union(*(p.block_sizes for p in self.parts))
+
+    @property
+    def grid_size(self) -> tuple[int, int] | None:
+        return next((g for p in self.parts if (g := p.grid_size) is not None), None)
+
+
+def _not_full(parts: tuple[Mask, ...]) -> list[Mask]:
+    return [p for p in parts if p.structure.kind != "full" or p.batched]
+
+
+class _Meet(_Composite):
+    """What an intersection answers from its parts: a key must be allowed by every part."""
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return reduce(and_, (p.shifted(q_offset, kv_offset) for p in self.parts))
+
+    def as_blocks(self, num_rows: int, num_cols: int) -> Mask | None:
+        """The blocks of the one part made of blocks, each intersected with the other parts seen from
+        the block's offsets (``Documents(lengths) & Causal()``: each document causal on its own)."""
+        for i, part in enumerate(self.parts):
+            blocks = part.as_blocks(num_rows, num_cols)
+            if blocks is None:
+                continue
+            others = [p for j, p in enumerate(self.parts) if j != i]
+            rest = reduce(and_, others) if others else None
+            return blocks if rest is None else blocks.intersect_blocks(rest)
+        return None
+
+    def first_key(self, end: int) -> int | None:
+        known = [k for p in self.parts if (k := p.first_key(end)) is not None]
+        return max(known) if known else None
+
+    def lookahead_error(self, step: int) -> str | None:
+        reasons = [p.lookahead_error(step) for p in self.parts]
+        if any(r is None for r in reasons):
+            return None  # one bounded part bounds the intersection
+        return "; ".join(r for r in reasons if r is not None)
+
+    @property
+    def padding_lengths(self) -> Tensor | None:
+        known = [n for p in self.parts if (n := p.padding_lengths) is not None]
+        return reduce(torch.minimum, known) if known else None
+
+    def without_padding(self) -> Mask:
+        kept = _not_full(tuple(p.without_padding() for p in self.parts))
+        return reduce(and_, kept) if kept else Full()
+
+    @property
+    def grid_window(self) -> tuple[int, int] | None:
+        core = _not_full(self.parts)
+        return core[0].grid_window if len(core) == 1 else None
+
+    @property
+    def segmentation(self) -> tuple[tuple[int, ...], Tensor | None] | None:
+        found = [s for p in self.parts if (s := p.segmentation) is not None]
+        return found[0] if len(found) == 1 else None
+
+
+class Intersection(_Meet, IntervalMask):
+    r"""Intersection of interval masks, itself an interval mask:
+    :math:`[\max_k \mathrm{start}_k, \min_k \mathrm{end}_k)`. Built by ``&``; keeps band structure.
+
+    Examples:
+        >>> from attnmm.masks import Causal, Padding, Window
+        >>> m = Window(2, 2) & Causal() & Padding([3, 4])
+        >>> m
+        Window(left=2, right=2) & Causal() & Padding(lengths=[3, 4])
+        >>> m.structure.kind, m.structure.left, m.structure.right
+        ('band', 2, 0)
+    """
+
+    parts: tuple[IntervalMask, ...]  # type: ignore[assignment]
+
+    def __init__(self, *parts: IntervalMask) -> None:
+        # per-item parts (Padding) first, shown as written: the same set, and the order in which
+        # FlexAttention's CPU code generator compiles a per-item mask with dynamic shapes (a Padding
+        # read after a Window generates C++ that does not compile, torch 2.14)
+        _Composite.__init__(self, tuple(sorted(parts, key=lambda p: not p.batched)), "&")
+        self._written = parts
+
+    def __repr__(self) -> str:
+        return " & ".join(_wrap(p, type(self)) for p in self._written)
+
+    def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
+        starts, ends = zip(*(p.interval(b, q_idx) for p in self.parts))
+        start, end = starts[0], ends[0]
+        for s, e in zip(starts[1:], ends[1:]):
+            start, end = torch.maximum(start, s), torch.minimum(end, e)
+        return start, end
+
+    @property
+    def band(self) -> tuple[int | None, int | None]:
+        lefts = [p.band[0] for p in self.parts if p.band[0] is not None]
+        rights = [p.band[1] for p in self.parts if p.band[1] is not None]
+        return (min(lefts) if lefts else None), (min(rights) if rights else None)
+
+    @property
+    def structure(self) -> Structure:
+        core = [p for p in self.parts if p.structure.kind != "full" or p.batched]
+        if not self.batched and not core:
+            return Structure("full")
+        if not self.batched and all(p.structure.kind == "causal" for p in core):
+            return Structure("causal", None, 0)
+        return IntervalMask.structure.fget(self)  # type: ignore[attr-defined]
+
+
+class And(_Meet):
+    r"""Intersection :math:`A(i) \cap A'(i)` of general masks. Built by ``&``.
+
+    The sparse form enumerates the sparser operand's pairs and keeps those the other allows, so it
+    costs O(nnz) of that operand.
+    """
+
+    def __init__(self, *parts: Mask) -> None:
+        super().__init__(parts, "&")
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+        for p in self.parts[1:]:
+            out = out & p.mask_mod(b, h, q_idx, kv_idx)
+        return out
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The smallest operand bound (an intersection has at most as many pairs as any operand)."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        bounds = [b for p in self.parts if (b := _part_bound(p, num_rows, num_cols, batch_size)) is not None]
+        return min(bounds) if bounds else None
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        # enumerate the operand with the fewest pairs, judged by the operands' cheap bounds (exact for
+        # the built-in masks but complements), counting an operand's pairs only when it has no bound
+        counts = []
+        for p in self.parts:
+            bound = _part_bound(p, num_rows, num_cols, batch_size)
+            if bound is None:
+                bound = p.nnz(num_rows, num_cols, batch_size if p.batched else None)
+                bound *= batch_size if batch_size is not None and not p.batched else 1
+            counts.append(bound)
+        first = min(range(len(self.parts)), key=counts.__getitem__)
+        base = self.parts[first]._pairs(
+            num_rows, num_cols, batch_size if self.parts[first].batched else None, device
+        )
+        if batch_size is not None:
+            base = base.expand(batch_size)
+        b = base.batch if base.batch is not None else torch.zeros_like(base.row)
+        keep = torch.ones_like(base.row, dtype=torch.bool)
+        h = torch.zeros_like(base.row)
+        for i, p in enumerate(self.parts):
+            if i != first:
+                keep &= p.mask_mod(b, h, base.row, base.col)
+        batch = base.batch[keep] if base.batch is not None else None
+        return Pairs(base.row[keep], base.col[keep], batch, num_rows, num_cols, base.batch_size)
+
+
+class Or(_Composite):
+    r"""Union :math:`A(i) \cup A'(i)`. Built by ``|``; the sparse form merges both operands' pairs.
+
+    Examples:
+        >>> from attnmm.masks import Window
+        >>> print((Window(0, 0) | Window(0, 2)).picture(3))
+        1 1 1
+        0 1 1
+        0 0 1
+    """
+
+    def __init__(self, *parts: Mask) -> None:
+        flat: list[Mask] = []
+        for p in parts:
+            flat.extend(p.parts if isinstance(p, Or) else (p,))
+        super().__init__(tuple(flat), "|")
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+        for p in self.parts[1:]:
+            out = out | p.mask_mod(b, h, q_idx, kv_idx)
+        return out
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """The sum of the operands' bounds, at most B * L * S; ``None`` if an operand has none."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        bounds = [_part_bound(p, num_rows, num_cols, batch_size) for p in self.parts]
+        if any(b is None for b in bounds):
+            return None
+        return min(sum(bounds), (batch_size or 1) * num_rows * num_cols)  # type: ignore[arg-type]
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return Or(*(p.shifted(q_offset, kv_offset) for p in self.parts))
+
+    def first_key(self, end: int) -> int | None:
+        """A key allowed by any part: the earliest of the parts' bounds (``None`` if one has none)."""
+        bounds = [p.first_key(end) for p in self.parts]
+        return None if any(b is None for b in bounds) else min(b for b in bounds if b is not None)
+
+    def lookahead_error(self, step: int) -> str | None:
+        """A union is bounded only if every part is."""
+        return next((r for p in self.parts if (r := p.lookahead_error(step)) is not None), None)
+
+    def without_padding(self) -> Mask:
+        parts = [p.without_padding() for p in self.parts]
+        return Full() if len(_not_full(tuple(parts))) < len(parts) else Or(*parts)
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        keys = []
+        for p in self.parts:
+            pp = p._pairs(num_rows, num_cols, batch_size if p.batched else None, device)
+            if batch_size is not None:
+                pp = pp.expand(batch_size)
+            keys.append(pp.segment() * num_cols + pp.col)
+        return pairs_from_keys(torch.cat(keys), num_rows, num_cols, batch_size)
+
+
+class Not(_Composite):
+    r"""Complement :math:`\{0, \dots, S-1\} \setminus A(i)`. Built by ``~``.
+
+    Its sparse form filters all L x S pairs, O(L * S): the complement of a sparse mask is dense.
+
+    Examples:
+        >>> from attnmm.masks import Causal
+        >>> print((~Causal()).picture(3))
+        0 1 1
+        0 0 1
+        0 0 0
+    """
+
+    def __init__(self, inner: Mask) -> None:
+        super().__init__((inner,), "~")
+
+    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return ~self.parts[0].mask_mod(b, h, q_idx, kv_idx)
+
+    def shifted(self, q_offset: int, kv_offset: int) -> Mask:
+        return Not(self.parts[0].shifted(q_offset, kv_offset))
+
+    def lookahead_error(self, step: int) -> str | None:
+        return f"{self!r} is a complement, which may allow any later position"
+
+    def without_padding(self) -> Mask:
+        return Not(self.parts[0].without_padding())
+
+    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
+        """B * L * S: the complement's sparse form filters every pair (see :meth:`_pairs`)."""
+        num_rows, num_cols, batch_size = self._resolve(num_rows, num_cols, batch_size)
+        return (batch_size or 1) * num_rows * num_cols
+
+    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+        full = Full()._pairs(num_rows, num_cols, None, device)
+        if batch_size is not None:
+            full = full.expand(batch_size)
+        b = full.batch if full.batch is not None else torch.zeros_like(full.row)
+        keep = self.mask_mod(b, torch.zeros_like(b), full.row, full.col)
+        batch = full.batch[keep] if full.batch is not None else None
+        return Pairs(full.row[keep], full.col[keep], batch, num_rows, num_cols, full.batch_size)
+
+    def __repr__(self) -> str:
+        inner = self.parts[0]
+        return f"~({inner!r})" if isinstance(inner, _Composite) else f"~{inner!r}"
+
+
+M = TypeVar("M", bound=Mask)
+
+
+def find_part(mask: Mask | None, kind: type[M]) -> M | None:
+    """The first mask of type ``kind`` in ``mask``: itself, or an operand of a composition, searched
+    depth first; ``None`` if there is none.
+
+    Examples:
+        >>> from attnmm.masks import Chunk, Padding
+        >>> find_part(Padding([3]) & Chunk(2, 1), Chunk)
+        Chunk(size=2, left_chunks=1)
+    """
+    if isinstance(mask, kind):
+        return mask
+    if isinstance(mask, _Composite):
+        for part in mask.parts:
+            found = find_part(part, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def intersect(a: Mask, b: Mask) -> Mask:
+    """``a & b``: an :class:`Intersection` when both are interval masks, else an :class:`And`."""
+    parts: list[Mask] = []
+    for m in (a, b):
+        parts.extend(m.parts if isinstance(m, (Intersection, And)) else (m,))
+    if all(isinstance(p, IntervalMask) for p in parts):
+        return Intersection(*parts)  # type: ignore[arg-type]
+    return And(*parts)
