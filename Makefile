@@ -13,8 +13,10 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q $(TORCH_PINS) -e ".[dev,docs,chem]"
 	touch $@
 
+# ruff, and the layers of the package as import-linter contracts ([tool.importlinter] in pyproject.toml)
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(VENV)/.installed
 	$(PY) -m mypy attnmm

@@ -1,8 +1,8 @@
 """attnmm: one attention core with pluggable masks for graphs, speech, images and text."""
 
 from attnmm import masks
-from attnmm.attention import (
-    AttentionWeights,
+from attnmm.attention import AttentionWeights, attend
+from attnmm.nn import (
     Encoder,
     EncoderLayer,
     LearnedPE,
@@ -11,7 +11,6 @@ from attnmm.attention import (
     RotaryPE,
     Sinusoidal2DPE,
     SinusoidalPE,
-    attend,
 )
 
 __version__ = "0.1.0"

@@ -54,7 +54,7 @@ ignore it. Both encoders read a causal sequence incrementally through an `Increm
 
 ```python
 import torch
-from attnmm.attention import Encoder, IncrementalState
+from attnmm.nn import Encoder, IncrementalState
 from attnmm.masks import Causal, Window
 from attnmm.nn import RecurrentEncoder
 

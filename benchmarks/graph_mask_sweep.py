@@ -59,8 +59,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm.adapters import GraphAdapter
+from attnmm.common.feature_knn import feature_knn
 from attnmm.masks import Graph, Mask, SameGraph
-from attnmm.masks.feature_knn import feature_knn
 from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
 from attnmm.nn import GraphAttentionEncoder
 from benchmarks import _recipe_sweep

@@ -16,7 +16,7 @@ the default recipe's model with ``hidden: 64, dropout: 0.5, in_drop: 0.5, lr: 0.
 ``pair_dropout``, ``scores`` and ``score_heads`` (the heads of ``scores: "additive"``); for ``"ego"``
 ``hops``, ``normalize``, ``scores``, ``score_heads`` and ``pair_dropout``. The mask: ``self_loops``
 (the adapter's), ``knn`` (K > 0 adds every node's K most similar nodes by feature cosine,
-:func:`~attnmm.masks.feature_knn.feature_knn`), ``undirected`` (the data's ``to_undirected``).
+:func:`~attnmm.common.feature_knn.feature_knn`), ``undirected`` (the data's ``to_undirected``).
 
 ``--name Actor --splits 0-9`` runs every config on each of geom-gcn's splits (replicates are splits x
 seeds, ``--seeds 1`` for one seed per split).
@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from attnmm.adapters import GraphAdapter
+from attnmm.common.feature_knn import feature_knn
 from attnmm.data import NodeDataModule
-from attnmm.masks.feature_knn import feature_knn
 from attnmm.nn import EgoNeighbourEncoder, GraphAttentionEncoder, PropagationEncoder
 
 DEFAULTS: dict[str, Any] = dict(

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-import attnmm.attention.encoder as encoder_module
-from attnmm.attention import Encoder
+import attnmm.nn.encoder as encoder_module
 from attnmm.masks import Padding, Window
+from attnmm.nn import Encoder
 from benchmarks._measure import alternate, machine_line
 
 RESULTS = Path(__file__).with_name("results") / "plan_per_forward.json"

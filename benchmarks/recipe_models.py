@@ -28,9 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm.adapters import SpeechAdapter, TextAdapter, Tokens
-from attnmm.attention import Encoder
 from attnmm.masks import Causal, Chunk, Mask
-from attnmm.nn import PoolingClassifier, TokenClassifier
+from attnmm.nn import Encoder, PoolingClassifier, TokenClassifier
 
 Inputs = dict[str, Any]
 Runner = Callable[[], object]

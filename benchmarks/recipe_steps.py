@@ -60,8 +60,7 @@ BATCHES = 4
 
 def _speech(mask: Mask | None, max_samples: int, min_samples: int, seed: int = 0) -> Step:
     from attnmm.adapters import SpeechAdapter
-    from attnmm.attention import Encoder
-    from attnmm.nn import PoolingClassifier
+    from attnmm.nn import Encoder, PoolingClassifier
 
     torch.manual_seed(seed)
     adapter = SpeechAdapter(d_model=96, sample_rate=8000, n_mels=40, channels=32, mask=mask, dropout=0.1)
@@ -87,8 +86,7 @@ def _speech(mask: Mask | None, max_samples: int, min_samples: int, seed: int = 0
 
 def _image(full: bool, seed: int = 0) -> Step:
     from attnmm.adapters import ImageAdapter
-    from attnmm.attention import Encoder, RelativePositionBias
-    from attnmm.nn import PoolingClassifier
+    from attnmm.nn import Encoder, PoolingClassifier, RelativePositionBias
 
     torch.manual_seed(seed)
     mask = None if full else Grid(7, 7, kernel=3)

@@ -100,7 +100,7 @@ LSTM_LAYERS, LSTM_HIDDEN = 2, 344  # recipes/configs/text_lm_lstm.yaml
 
 
 def _attention_encoder(width: int = WIDTH, heads: int = HEADS, layers: int = LAYERS, ffn: int = FFN) -> Any:
-    from attnmm.attention import Encoder, RotaryPE
+    from attnmm.nn import Encoder, RotaryPE
 
     return Encoder(width, heads, layers, ffn, dropout=0.0, rotary=RotaryPE(width // heads))
 
@@ -263,8 +263,8 @@ def longrange(opts: argparse.Namespace) -> dict[str, Any]:
 
 
 def streaming(opts: argparse.Namespace) -> dict[str, Any]:
-    from attnmm.attention import IncrementalState
     from attnmm.masks import Causal, Window
+    from attnmm.nn import IncrementalState
 
     torch.manual_seed(opts.seed)
     window = opts.stream_window

@@ -3,29 +3,11 @@ r"""The :class:`Adapter` base class: one modality's raw batch in, tokens and the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
-from attnmm.masks import Mask
-
-
-@dataclass
-class Tokens:
-    """What an adapter hands to the encoder.
-
-    Attributes:
-        x (Tensor): token features, (B, L, D) in the padded layout or (N, D) packed.
-        mask (Mask, optional): the allowed set the tokens attend under (``None``: full attention).
-        lengths (LongTensor, optional): real tokens per item (B,), padded layout.
-        batch (LongTensor, optional): item of each token (N,), packed layout (PyG's ``batch``).
-    """
-
-    x: Tensor
-    mask: Mask | None = None
-    lengths: Tensor | None = None
-    batch: Tensor | None = None
+from attnmm.common.tokens import Tokens
 
 
 class Adapter(nn.Module, ABC):

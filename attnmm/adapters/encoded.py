@@ -29,8 +29,8 @@ class EncodedAdapter(Adapter):
         adapter (Adapter, optional): the modality's adapter. (default: :obj:`None`, a
             :class:`~attnmm.adapters.SpeechAdapter`)
         encoder (nn.Module, optional): ``encoder(x, mask, *, tokens) -> h`` of the adapter's width, e.g.
-            :class:`~attnmm.attention.Encoder`. (default: :obj:`None`, a 2-layer
-            :class:`~attnmm.attention.Encoder` of the adapter's width)
+            :class:`~attnmm.nn.Encoder`. (default: :obj:`None`, a 2-layer
+            :class:`~attnmm.nn.Encoder` of the adapter's width)
 
     Shapes:
         - **input:** the batch ``adapter`` reads
@@ -40,7 +40,7 @@ class EncodedAdapter(Adapter):
     Examples:
         >>> import torch
         >>> from attnmm.adapters import SpeechAdapter
-        >>> from attnmm.attention import Encoder
+        >>> from attnmm.nn import Encoder
         >>> from attnmm.masks import Window
         >>> tower = EncodedAdapter(SpeechAdapter(d_model=32, mask=Window(8, 2)), Encoder(32, 4, 2, 64))
         >>> tokens = tower(SpeechAdapter.example_batch(2))
@@ -57,7 +57,7 @@ class EncodedAdapter(Adapter):
         if not isinstance(adapter, Adapter):
             raise TypeError(f"adapter must be an Adapter, got {type(adapter).__name__}")
         if encoder is None:
-            from attnmm.attention import Encoder
+            from attnmm.nn import Encoder
 
             encoder = Encoder(adapter.out_dim, 4, 2, 2 * adapter.out_dim)
         self.adapter = adapter

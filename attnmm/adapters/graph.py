@@ -11,9 +11,9 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.common.categorical import CategoricalEncoder
 from attnmm.masks import SameGraph
 from attnmm.masks.graph_helpers import graph_mask
-from attnmm.nn.categorical import CategoricalEncoder
 
 PE = Literal["none", "laplacian", "random_walk"]
 
@@ -40,7 +40,7 @@ class GraphAdapter(Adapter):
         \qquad A(i) = \{j : (j \to i) \in \mathcal{E}\} \;(\cup \{i\})
 
     where :math:`\mathbf{p}_i` is an optional positional encoding computed with PyG's transforms
-    (:func:`~attnmm.data.encodings.graph_encoding`): the ``pe_dim`` Laplacian eigenvectors of smallest
+    (:func:`~attnmm.common.encodings.graph_encoding`): the ``pe_dim`` Laplacian eigenvectors of smallest
     non-trivial eigenvalue (``"laplacian"``, ``AddLaplacianEigenvectorPE``; their signs are flipped at
     random in training, since an eigenvector's sign is arbitrary) or the random-walk return
     probabilities of 1 to ``pe_dim`` steps (``"random_walk"``, RWSE, ``AddRandomWalkPE``). An encoding
@@ -186,7 +186,7 @@ class GraphAdapter(Adapter):
                     "pe_dim), or set pe_dim to theirs"
                 )
             return stored.float()
-        from attnmm.data.encodings import graph_encoding
+        from attnmm.common.encodings import graph_encoding
 
         graphs = batch.to_data_list() if hasattr(batch, "to_data_list") else [batch]
         return torch.cat([graph_encoding(g, self.pe, self.pe_dim) for g in graphs])

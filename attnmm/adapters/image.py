@@ -10,8 +10,8 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
-from attnmm.attention.positional import LearnedPE, Sinusoidal2DPE
 from attnmm.masks import Mask
+from attnmm.nn.positional import LearnedPE, Sinusoidal2DPE
 
 
 @register_adapter("image")
@@ -33,8 +33,8 @@ class ImageAdapter(Adapter):
         in_channels (int, optional): image channels. (default: :obj:`1`)
         patch_size (int, optional): patch side p in pixels. (default: :obj:`4`)
         d_model (int, optional): token width D. (default: :obj:`64`)
-        positional (str, optional): ``"sinusoidal"`` (:class:`~attnmm.attention.Sinusoidal2DPE`),
-            ``"learned"`` (one vector per patch, :class:`~attnmm.attention.LearnedPE` with
+        positional (str, optional): ``"sinusoidal"`` (:class:`~attnmm.nn.Sinusoidal2DPE`),
+            ``"learned"`` (one vector per patch, :class:`~attnmm.nn.LearnedPE` with
             ``max_patches`` positions) or ``"none"`` (e.g. with a relative position bias in the
             encoder). (default: :obj:`"sinusoidal"`)
         max_patches (int, optional): patches of the learned encoding. (default: :obj:`256`)

@@ -11,8 +11,8 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
-from attnmm.attention.positional import SinusoidalPE
 from attnmm.masks import Mask, Padding
+from attnmm.nn.positional import SinusoidalPE
 
 #: Each convolution of the subsampling: kernel 3 over time, stride 2, no padding.
 _KERNEL, _STRIDE = 3, 2

@@ -24,7 +24,7 @@ _BLANK = 0
 
 
 class SpeechStream:
-    r"""Runs a :class:`~attnmm.adapters.SpeechAdapter` and an :class:`~attnmm.attention.Encoder`
+    r"""Runs a :class:`~attnmm.adapters.SpeechAdapter` and an :class:`~attnmm.nn.Encoder`
     on audio that arrives piece by piece, with the same frame outputs as the whole-utterance forward
     under the adapter's mask.
 
@@ -72,7 +72,7 @@ class SpeechStream:
 
     Args:
         adapter (SpeechAdapter): the trained front end.
-        encoder (nn.Module): the trained :class:`~attnmm.attention.Encoder` (pre-norm layers with
+        encoder (nn.Module): the trained :class:`~attnmm.nn.Encoder` (pre-norm layers with
             ``norm1``, ``attn``, ``norm2``, ``ffn``; no rotary or relative bias).
         mask (Mask, optional): the frames' mask; default: ``adapter.mask``.
         batch_size (int, optional): number of parallel streams. (default: :obj:`1`)
@@ -85,7 +85,7 @@ class SpeechStream:
 
     Examples:
         >>> import torch
-        >>> from attnmm.attention import Encoder
+        >>> from attnmm.nn import Encoder
         >>> from attnmm.masks import Causal, Chunk
         >>> adapter = SpeechAdapter(d_model=32, mask=Chunk(4, 1) | Causal()).eval()
         >>> encoder = Encoder(32, 4, 2, 64).eval()
@@ -322,7 +322,7 @@ class StreamingRecognizer:
 
     Examples:
         >>> import torch
-        >>> from attnmm.attention import Encoder
+        >>> from attnmm.nn import Encoder
         >>> from attnmm.masks import Chunk
         >>> adapter = SpeechAdapter(d_model=32, mask=Chunk(4, 1)).eval()
         >>> encoder, head = Encoder(32, 4, 2, 64).eval(), torch.nn.Linear(32, 11)  # blank + 10 digits

@@ -11,9 +11,9 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
-from attnmm.attention.positional import LearnedPE, SinusoidalPE
-from attnmm.data.vocab import PAD, UNK
+from attnmm.common.vocab import PAD, UNK
 from attnmm.masks import Mask, Padding
+from attnmm.nn.positional import LearnedPE, SinusoidalPE
 
 Positional = Literal["sinusoidal", "learned", "rotary", "none"]
 
@@ -132,7 +132,7 @@ class TextAdapter(Adapter):
 
     ``positional`` is the encoding: a module called as ``pos(x, positions)`` (``positions`` (L,) or
     ``None`` for 0..L-1; in YAML by ``class_path``), or a shorthand: ``"sinusoidal"``
-    (:class:`~attnmm.attention.SinusoidalPE`), ``"learned"`` (:class:`~attnmm.attention.LearnedPE`
+    (:class:`~attnmm.nn.SinusoidalPE`), ``"learned"`` (:class:`~attnmm.nn.LearnedPE`
     with ``max_len`` positions), ``"rotary"`` (nothing is added here: give the encoder
     ``rotary=RotaryPE(D // H)``, which rotates queries and keys in every layer) or ``"none"``. The
     character features are likewise a module of one's own (``char_encoder``: chars (B, L, C) ->

@@ -193,6 +193,10 @@ class Forms:
             self._store.keep(self.key, name, form, drop)
         return form
 
+    def release(self, name: Hashable) -> None:
+        """Stop holding the form ``name`` here (the store keeps what it kept)."""
+        self._held.pop(name, None)
+
     def form(self, name: Hashable, build: Callable[[Forms], Any], drop: Hashable | None = None) -> Any:
         """The form ``name``, built by ``build(self)`` the first time (a backend's own form of the mask)."""
         found = self.get(name)

@@ -162,7 +162,10 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
             found, bound = _candidates(sub, reader)
             transient = transient or bound
             options.append(Row(a, keys, tuple(linked), mask, found[0], found[0].cost(sub), sub.split, sub.forms))
-        rows.append(_cheapest(options))
+        best = _cheapest(options)
+        if best.forms is not None:  # the pairs counted for the estimates: built again if the backend needs them
+            best.forms.release("pairs")
+        rows.append(best)
     if chosen is None and not transient:
         problem.forms.put(name, tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows))
     return Split(blocks, tuple(rows))

@@ -1,5 +1,6 @@
 """Lightning DataModules for the real datasets, and data-root resolution."""
 
+from attnmm.common.vocab import Vocabulary
 from attnmm.data._audio import AudioBatch, AudioClips, collate_audio, read_audio
 from attnmm.data._root import cache_dir, data_dir, resolve_root, writable_copy
 from attnmm.data.augment import AddNoise, BackgroundNoise, ChainAugment, SpeedPerturb, TimeShift
@@ -15,7 +16,6 @@ from attnmm.data.planetoid import PlanetoidDataModule
 from attnmm.data.shakespeare import ShakespeareDataModule
 from attnmm.data.speech_commands import SpeechCommandsDataModule
 from attnmm.data.ud import UPOS_TAGS, UDPOSDataModule, read_conllu
-from attnmm.data.vocab import Vocabulary
 
 __all__ = [
     "AVDigitsDataModule",

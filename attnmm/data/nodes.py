@@ -10,9 +10,9 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
 from attnmm._checks import check_nonneg_int
+from attnmm.common.feature_knn import feature_knn
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
 from attnmm.data._staging import drop_pyg_metadata, process_staged
-from attnmm.masks.feature_knn import feature_knn
 
 #: The Planetoid citation graphs.
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
@@ -50,7 +50,7 @@ class NodeDataModule(LightningDataModule):
     mostly use them (the graph recipe's adapter adds self loops). ``to_undirected=True`` adds the
     reverse of every edge (Actor: 53,411 edges). ``feature_neighbors=k`` adds, as in-edges of every
     node, its k most similar nodes by the cosine similarity of their features
-    (:func:`~attnmm.masks.feature_knn.feature_knn`, computed once in :meth:`setup`): on a heterophilous
+    (:func:`~attnmm.common.feature_knn.feature_knn`, computed once in :meth:`setup`): on a heterophilous
     graph the nodes that look alike are often better company than the neighbours.
 
     Raw files are read from ``<root>/planetoid/<name>/raw`` (geom-gcn split files:

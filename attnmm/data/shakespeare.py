@@ -10,8 +10,8 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from attnmm.common.vocab import Vocabulary
 from attnmm.data._root import DATA_ENV, resolve_root
-from attnmm.data.vocab import Vocabulary
 
 __all__ = ["CharWindows", "ShakespeareDataModule", "split_text"]
 

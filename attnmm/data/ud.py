@@ -18,9 +18,9 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
+from attnmm.common.vocab import PAD, UNK, Vocabulary
 from attnmm.data._resumable import ResumableDataLoader
 from attnmm.data._root import DATA_ENV, resolve_root
-from attnmm.data.vocab import PAD, UNK, Vocabulary
 
 #: The 17 universal part-of-speech tags (https://universaldependencies.org/u/pos/), in label order.
 UPOS_TAGS = (

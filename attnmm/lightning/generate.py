@@ -11,7 +11,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
-from attnmm.attention.state import IncrementalState
+from attnmm.nn.state import IncrementalState
 
 __all__ = ["TextSample", "generate"]
 
@@ -39,14 +39,14 @@ def generate(
 
     With ``cache`` (the default) the model reads the prompt once and then one new token per step,
     its attention layers keeping their keys and values in an
-    :class:`~attnmm.attention.IncrementalState` (recurrent layers their hidden state): a step costs
+    :class:`~attnmm.nn.IncrementalState` (recurrent layers their hidden state): a step costs
     one token's pass instead of ``context`` tokens'. While prompt and output fit in ``context``
     tokens the result equals the uncached one; past that, each layer attends its last ``context``
     keys (the model's mask intersected with ``Window(context - 1, 0)``), where the uncached model
     re-reads the last ``context`` tokens from scratch at every step, so the two differ. The model
     must accept ``model(batch, state)`` with a batch ``{"tokens": ids, "offset": t}`` of the new
     tokens and their first position, as :class:`~attnmm.lightning.ClassificationTask` does with a
-    causal :class:`~attnmm.attention.Encoder` or :class:`~attnmm.nn.RecurrentEncoder`.
+    causal :class:`~attnmm.nn.Encoder` or :class:`~attnmm.nn.RecurrentEncoder`.
 
     Args:
         model (callable): ``model({"tokens": ids}) -> logits`` with ids (B, L) and logits (B, L, V),

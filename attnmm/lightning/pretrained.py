@@ -118,7 +118,7 @@ def load_backbone(task: nn.Module, source: str | Path) -> list[str]:
     Examples:
         >>> import tempfile, os, torch
         >>> from attnmm.adapters import SpeechAdapter
-        >>> from attnmm.attention import Encoder
+        >>> from attnmm.nn import Encoder
         >>> from attnmm.lightning import ClassificationTask
         >>> from attnmm.nn import PoolingClassifier
         >>> old = ClassificationTask(SpeechAdapter(d_model=32), Encoder(32, 4, 1, 64), PoolingClassifier(32, 12), 12)

@@ -76,7 +76,7 @@ class SequenceTask(EncoderTask):
     Examples:
         >>> import torch
         >>> from attnmm.adapters import SpeechAdapter
-        >>> from attnmm.attention import Encoder
+        >>> from attnmm.nn import Encoder
         >>> from attnmm.lightning import SequenceTask
         >>> from attnmm.nn import AttentionDecoder
         >>> from attnmm.nn.ctc import CTCHead

@@ -16,9 +16,9 @@ from torchmetrics.classification import MulticlassAccuracy, MultilabelAccuracy, 
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
-from attnmm.attention.state import IncrementalState
 from attnmm.lightning.schedule import WarmupCosine
 from attnmm.nn.ensemble import Ensemble
+from attnmm.nn.state import IncrementalState
 
 Stage = Literal["train", "val", "test"]
 Task = Literal["multiclass", "multilabel"]
@@ -248,7 +248,7 @@ class ClassificationTask(EncoderTask):
     Args:
         adapter (Adapter): raw batch -> :class:`~attnmm.adapters.Tokens`.
         encoder (nn.Module): ``encoder(x, mask, *, tokens, state, return_weights) -> h``, the call
-            every encoder takes, e.g. :class:`~attnmm.attention.Encoder`; ``tokens`` is the adapter's
+            every encoder takes, e.g. :class:`~attnmm.nn.Encoder`; ``tokens`` is the adapter's
             :class:`~attnmm.adapters.Tokens` (e.g. :class:`~attnmm.nn.GPSEncoder` reads the edges).
         head (nn.Module, optional): ``head(h, tokens) -> logits``; ``None`` when the encoder's output
             already is the logits (e.g. a GAT whose last layer has one output per class).
@@ -293,7 +293,7 @@ class ClassificationTask(EncoderTask):
     Examples:
         >>> import torch
         >>> from attnmm.adapters import SpeechAdapter
-        >>> from attnmm.attention import Encoder
+        >>> from attnmm.nn import Encoder
         >>> from attnmm.lightning import ClassificationTask
         >>> from attnmm.nn import PoolingClassifier
         >>> task = ClassificationTask(SpeechAdapter(d_model=32), Encoder(32, 4, 1, 64), PoolingClassifier(32, 10), 10)
@@ -465,7 +465,7 @@ class ClassificationTask(EncoderTask):
     def forward(self, batch: Any, state: IncrementalState | None = None) -> Tensor:
         """The logits; for an ensemble, the log of the members' mean probabilities.
 
-        With ``state`` (an :class:`~attnmm.attention.IncrementalState`), a causal model reads its
+        With ``state`` (an :class:`~attnmm.nn.IncrementalState`), a causal model reads its
         tokens incrementally: the batch holds only the tokens after those already read (and
         ``offset``, their first position), and the encoder's caches carry the rest (see
         :func:`~attnmm.lightning.generate`)."""

@@ -101,3 +101,14 @@ def pairs_from_keys(keys: Tensor, num_rows: int, num_cols: int, batch_size: int 
     if batch_size is None:
         return Pairs(seg, col, None, num_rows, num_cols, None)
     return Pairs(seg % num_rows, col, seg // num_rows, num_rows, num_cols, batch_size)
+
+
+def broadcast_shape(*shapes: torch.Size | tuple[int, ...]) -> tuple[int, ...]:
+    """The shape the given shapes broadcast to (they must be compatible): ``torch.broadcast_shapes``
+    without its first call's import of torch's symbolic-shape machinery (about 40 MB)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for dims in zip(*((1,) * (ndim - len(s)) + tuple(s) for s in shapes)):
+        sizes = {d for d in dims if d != 1}
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)

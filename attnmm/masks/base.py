@@ -14,7 +14,7 @@ from typing import Literal, TypeVar
 import torch
 from torch import Tensor
 
-from attnmm.masks._pairs import Pairs, pairs_from_keys, pairs_from_ranges
+from attnmm.masks._pairs import Pairs, broadcast_shape, pairs_from_keys, pairs_from_ranges
 
 #: What a dispatcher may exploit: ``full`` (every key), ``causal`` (j <= i), ``band`` (an interval
 #: of bounded width around the diagonal), ``interval`` (one contiguous key range per query, unbounded
@@ -351,7 +351,7 @@ class IntervalMask(Mask):
             b = torch.arange(batch_size, device=device).view(-1, 1)
             q = q.view(1, -1)
         start, end = self.interval(b, q)
-        shape = torch.broadcast_shapes(start.shape, end.shape, q.shape, b.shape)
+        shape = broadcast_shape(start.shape, end.shape, q.shape, b.shape)
         start = start.expand(shape).clamp(0, num_cols).reshape(-1)
         end = end.expand(shape).clamp(0, num_cols).reshape(-1)
         return start, torch.maximum(start, end)

@@ -1,9 +1,10 @@
-"""Model parts built on the attention core: every encoder other than the core's own, every head.
+"""Model parts built on the attention core: multi-head attention, positional encodings, every encoder,
+every head.
 
 A model is ``adapter -> encoder -> head``. Each kind has one place:
 
 - **Encoders** (``encoder(x, mask, tokens=...)`` -> h, the one call every task makes): the transformer
-  :class:`~attnmm.attention.Encoder` lives with the attention core (:mod:`attnmm.attention.encoder`);
+  :class:`~attnmm.nn.Encoder` (pre-norm transformer layers of :class:`~attnmm.nn.MultiHeadAttention`);
   every other encoder lives here, by the data it serves: sequences, the recurrent baseline
   :class:`RecurrentEncoder`; image patch grids, the CNN baseline :class:`ConvEncoder` (and
   :class:`ConvAsAttention`, self-attention that computes a convolution); graphs, the GPS graph
@@ -20,24 +21,39 @@ A model is ``adapter -> encoder -> head``. Each kind has one place:
   (atoms, bonds) as summed embeddings per column (:class:`CategoricalEncoder`).
 """
 
-from attnmm.nn.categorical import CategoricalEncoder
+from attnmm.common.categorical import CategoricalEncoder
 from attnmm.nn.cnn import ConvAsAttention, ConvEncoder
 from attnmm.nn.ctc import CTCHead
 from attnmm.nn.decoder import AttentionDecoder
 from attnmm.nn.ego_neighbour import EgoNeighbourEncoder
+from attnmm.nn.encoder import Encoder, EncoderLayer
 from attnmm.nn.ensemble import Ensemble
 from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
 from attnmm.nn.gps import GPSEncoder, GPSLayer
 from attnmm.nn.graph_encoder import GraphAttentionEncoder
 from attnmm.nn.heads import PoolingClassifier, SegmentPoolingClassifier, TokenClassifier, TokenHeads
+from attnmm.nn.multihead import MultiHeadAttention
+from attnmm.nn.positional import LearnedPE, RotaryPE, Sinusoidal2DPE, SinusoidalPE, sinusoid
 from attnmm.nn.propagation import PropagationEncoder
 from attnmm.nn.recurrent import RecurrentEncoder
+from attnmm.nn.relative import RelativePositionBias
 from attnmm.nn.spd_bias import ShortestPathBias
+from attnmm.nn.state import IncrementalState
 from attnmm.nn.transformer_conv import AttentionConv
 
 __all__ = [
     "AttentionConv",
+    "Encoder",
+    "EncoderLayer",
+    "IncrementalState",
+    "LearnedPE",
+    "MultiHeadAttention",
+    "RelativePositionBias",
+    "RotaryPE",
+    "Sinusoidal2DPE",
+    "SinusoidalPE",
+    "sinusoid",
     "AttentionDecoder",
     "CategoricalEncoder",
     "CTCHead",

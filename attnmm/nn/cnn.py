@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
-from attnmm.attention.multihead import MultiHeadAttention
-from attnmm.attention.relative import RelativePositionBias
 from attnmm.masks import Grid, Mask
+from attnmm.nn.multihead import MultiHeadAttention
+from attnmm.nn.relative import RelativePositionBias
 
 
 class ConvAsAttention(nn.Module):
@@ -164,7 +164,7 @@ __all__ = ["ConvAsAttention"]
 
 class ConvBlock(nn.Module):
     r"""A pre-norm residual block whose token mixing is a ``kernel`` x ``kernel`` convolution over
-    the patch grid, in place of :class:`~attnmm.attention.EncoderLayer`'s attention.
+    the patch grid, in place of :class:`~attnmm.nn.EncoderLayer`'s attention.
 
     .. math::
         \mathbf{X}' = \mathbf{X} + \mathrm{Dropout}\big(\mathrm{Conv2d}(\mathrm{LN}(\mathbf{X}))\big),
@@ -211,7 +211,7 @@ class ConvBlock(nn.Module):
 
 class ConvEncoder(nn.Module):
     r"""A stack of :class:`ConvBlock` and a final LayerNorm: a small CNN over patch tokens that
-    takes the same ``encoder(x, mask)`` call as :class:`~attnmm.attention.Encoder`, so a recipe can
+    takes the same ``encoder(x, mask)`` call as :class:`~attnmm.nn.Encoder`, so a recipe can
     swap attention for convolution and nothing else.
 
     .. math::

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
-from attnmm.adapters.base import Tokens
+from attnmm.common.tokens import Tokens
 
 __all__ = ["BLANK", "CTCHead", "check_ctc_targets", "ctc_greedy_decode", "ctc_prefix_beam_search", "nbest_labels"]
 

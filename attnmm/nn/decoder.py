@@ -7,10 +7,10 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
-from attnmm.adapters.base import Tokens
-from attnmm.attention.multihead import MultiHeadAttention
-from attnmm.attention.positional import SinusoidalPE
+from attnmm.common.tokens import Tokens
 from attnmm.masks import Causal, Mask, Padding
+from attnmm.nn.multihead import MultiHeadAttention
+from attnmm.nn.positional import SinusoidalPE
 
 
 class AttentionDecoderLayer(nn.Module):

@@ -33,7 +33,7 @@ class EgoNeighbourEncoder(nn.Module):
     one hidden layer. Dropout on the input features is the adapter's (``GraphAdapter(dropout=...)``).
     The mask should leave the node itself out (``GraphAdapter(self_loops=False)``): a node with an
     empty allowed set gets zero for its neighbour hops. Any packed mask works: the graph's edges, their
-    k-hop neighbourhoods, feature-similarity neighbours (:func:`~attnmm.masks.feature_knn.feature_knn`),
+    k-hop neighbourhoods, feature-similarity neighbours (:func:`~attnmm.common.feature_knn.feature_knn`),
     or a union of them.
 
     With ``scores="uniform"`` the weights are :math:`a_{ij} = 1/|A(i)|` (the mean over the allowed set,

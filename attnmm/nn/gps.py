@@ -10,10 +10,10 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
-from attnmm.adapters.base import Tokens
-from attnmm.attention.multihead import MultiHeadAttention
 from attnmm.attention.planner import AttentionPlan
+from attnmm.common.tokens import Tokens
 from attnmm.masks import Mask, SameGraph
+from attnmm.nn.multihead import MultiHeadAttention
 from attnmm.nn.spd_bias import ShortestPathBias
 from attnmm.nn.transformer_conv import AttentionConv
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
-from attnmm.adapters.base import Tokens
+from attnmm.common.tokens import Tokens
 
 
 def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:

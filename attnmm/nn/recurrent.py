@@ -9,15 +9,15 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
-from attnmm.attention.state import IncrementalState
 from attnmm.masks import Mask
+from attnmm.nn.state import IncrementalState
 
 _CELLS: dict[str, type[nn.LSTM] | type[nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
 class RecurrentEncoder(nn.Module):
     r"""A stack of LSTM ("Long Short-Term Memory", Hochreiter and Schmidhuber, 1997) or GRU (Cho et
-    al., 2014) layers with the call signature of :class:`~attnmm.attention.Encoder`, the recurrent
+    al., 2014) layers with the call signature of :class:`~attnmm.nn.Encoder`, the recurrent
     baseline of the attention encoders.
 
     .. math::
@@ -38,7 +38,7 @@ class RecurrentEncoder(nn.Module):
     mask (a window, chunks, a graph) is refused with its name: a recurrence cannot forget the
     keys a window drops.
 
-    With ``state`` (an :class:`~attnmm.attention.IncrementalState`), a unidirectional encoder reads
+    With ``state`` (an :class:`~attnmm.nn.IncrementalState`), a unidirectional encoder reads
     its input a few tokens at a time, carrying its hidden state between calls: the outputs equal one
     call on the whole sequence, for a state of constant size.
 

@@ -17,7 +17,7 @@ class ShortestPathBias(nn.Module):
         b_{ij}^{(h)} = \mathbf{B}\left[\min(\phi(j, i), d_{\max} + 1),\, h\right]
 
     given only on the allowed pairs of a mask, in ``mask.pairs()`` order, ready for ``bias=`` of
-    :func:`~attnmm.attend` or :class:`~attnmm.attention.MultiHeadAttention`. Distances come from a
+    :func:`~attnmm.attend` or :class:`~attnmm.nn.MultiHeadAttention`. Distances come from a
     breadth-first search up to :math:`d_{\max}` hops (:func:`~attnmm.masks.graph_helpers.hop_distance`);
     no N x N distance table is built.
 

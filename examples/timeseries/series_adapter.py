@@ -11,8 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from attnmm.adapters import Adapter, Tokens, register_adapter
-from attnmm.attention import SinusoidalPE
 from attnmm.masks import Mask, Padding
+from attnmm.nn import SinusoidalPE
 
 
 @register_adapter("timeseries")

@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from attnmm.adapters import EncodedAdapter, ImageAdapter, MultimodalAdapter, SpeechAdapter
-from attnmm.attention import Encoder
 from attnmm.lightning import ClassificationTask
 from attnmm.lightning.pretrained import load_backbone
 from attnmm.masks import Grid, Window
-from attnmm.nn import PoolingClassifier
+from attnmm.nn import Encoder, PoolingClassifier
 
 
 def _speech() -> SpeechAdapter:

@@ -17,9 +17,8 @@ from attnmm.adapters import (
     SpeechAdapter,
     Tokens,
 )
-from attnmm.attention import Encoder
 from attnmm.masks import Grid, Segments, Window
-from attnmm.nn import SegmentPoolingClassifier
+from attnmm.nn import Encoder, SegmentPoolingClassifier
 
 D = 16
 

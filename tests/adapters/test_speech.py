@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from attnmm.adapters import SpeechAdapter
-from attnmm.attention import Encoder
 from attnmm.masks import Chunk, Intersection, Padding, Window
+from attnmm.nn import Encoder
 
 
 def batch(lengths: list[int], seed: int = 0) -> dict[str, torch.Tensor]:

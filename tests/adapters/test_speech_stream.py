@@ -10,8 +10,8 @@ import torch
 from _streaming import stream_in_pieces
 
 from attnmm.adapters import SpeechAdapter, SpeechStream
-from attnmm.attention import Encoder
 from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Window
+from attnmm.nn import Encoder
 
 
 @pytest.mark.parametrize(

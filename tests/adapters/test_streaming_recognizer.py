@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from attnmm.adapters import Emission, SpeechAdapter, SpeechStream, StreamingRecognizer, emission_latency
-from attnmm.attention import Encoder
 from attnmm.masks import Causal, Chunk, Mask, Window
+from attnmm.nn import Encoder
 from attnmm.nn.ctc import CTCHead, ctc_greedy_decode
 
 

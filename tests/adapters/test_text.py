@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from attnmm.adapters import CharFeatures, TextAdapter
-from attnmm.attention import Encoder, RotaryPE
-from attnmm.data.vocab import PAD, UNK
+from attnmm.common.vocab import PAD, UNK
 from attnmm.masks import Causal, Padding, Window
+from attnmm.nn import Encoder, RotaryPE
 
 
 def _batch(B: int = 3, L: int = 7, C: int = 5) -> dict[str, torch.Tensor]:
@@ -131,7 +131,7 @@ def test_lstm_char_features_in_the_adapter_and_bad_options() -> None:
 
 
 def test_positional_encoding_and_char_encoder_are_injected_modules() -> None:
-    from attnmm.attention import LearnedPE
+    from attnmm.nn import LearnedPE
 
     class Bag(torch.nn.Module):  # a character encoder of one's own: the mean character embedding
         out_dim = 8

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from attnmm import attend
-from attnmm.attention import Encoder, Plan
+from attnmm.attention import Plan
 from attnmm.attention import forms as _forms
 from attnmm.attention.forms import FormStore
 from attnmm.masks import Causal, Documents, Full, Graph, Grid, Padding, Segments, Window
 from attnmm.masks._key import VALUE_KEY_ELEMENTS, content_key, keyed_by_value
+from attnmm.nn import Encoder
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

@@ -171,7 +171,7 @@ def test_a_large_sparse_graph_is_not_refused() -> None:
 
 
 def test_relative_position_bias_checks_the_pairs_it_enumerates() -> None:
-    from attnmm.attention import RelativePositionBias
+    from attnmm.nn import RelativePositionBias
 
     rel = RelativePositionBias(num_heads=2, max_offset=3)
     message = r"mask Window\(left=3, right=3\) \(L=1099511627776, S=1099511627776\) would need .* sparse form"

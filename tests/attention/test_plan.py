@@ -7,8 +7,9 @@ import torch
 
 import attnmm.attention.planner as dispatch
 from attnmm import attend
-from attnmm.attention import AttentionPlan, Encoder
+from attnmm.attention import AttentionPlan
 from attnmm.masks import Causal, Documents, Grid, Padding, Segments, Window
+from attnmm.nn import Encoder
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from attnmm import attend
-from attnmm.attention import Encoder
 from attnmm.masks import Causal, Chunk, Graph, Grid, Mask, Padding, Window
+from attnmm.nn import Encoder
 
 BF16 = dict(atol=3e-2, rtol=3e-2)
 

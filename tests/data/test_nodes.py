@@ -10,8 +10,8 @@ import torch
 from _graph_data import write_actor
 from _recipes import data_root
 
+from attnmm.common.feature_knn import feature_knn
 from attnmm.data import NodeDataModule, PlanetoidDataModule
-from attnmm.masks.feature_knn import feature_knn
 
 
 @pytest.fixture

@@ -3,10 +3,9 @@ from __future__ import annotations
 import torch
 
 from attnmm.adapters import SpeechAdapter
-from attnmm.attention import Encoder
 from attnmm.lightning import AttentionMapLogger, ClassificationTask
 from attnmm.masks import Window
-from attnmm.nn import PoolingClassifier
+from attnmm.nn import Encoder, PoolingClassifier
 
 
 def test_attention_map_figures() -> None:

@@ -7,11 +7,10 @@ import torch
 
 from attnmm._checks import refuse_encoder_options
 from attnmm.adapters import TextAdapter
-from attnmm.attention import Encoder, RotaryPE
 from attnmm.lightning import ClassificationTask
 from attnmm.lightning.generate import generate
 from attnmm.masks import Causal, Window
-from attnmm.nn import Ensemble, RecurrentEncoder, TokenClassifier
+from attnmm.nn import Encoder, Ensemble, RecurrentEncoder, RotaryPE, TokenClassifier
 
 V, D = 11, 16
 

@@ -9,10 +9,9 @@ from torch.utils.data import DataLoader
 
 import attnmm.lightning.pretrained as pretrained
 from attnmm.adapters import SpeechAdapter
-from attnmm.attention import Encoder
 from attnmm.lightning import ClassificationTask
 from attnmm.lightning.pretrained import backbone_state, export_backbone, load_backbone, resolve_backbone
-from attnmm.nn import Ensemble, PoolingClassifier
+from attnmm.nn import Encoder, Ensemble, PoolingClassifier
 
 
 def task(

@@ -8,10 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from attnmm.adapters import SpeechAdapter, Tokens
-from attnmm.attention import Encoder
 from attnmm.lightning import SequenceTask
 from attnmm.masks import Chunk
-from attnmm.nn import AttentionDecoder, CTCHead
+from attnmm.nn import AttentionDecoder, CTCHead, Encoder
 from attnmm.nn.ctc import ctc_greedy_decode, ctc_prefix_beam_search
 
 

@@ -9,10 +9,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from attnmm.adapters import Adapter, SpeechAdapter, Tokens
-from attnmm.attention import Encoder
 from attnmm.lightning import ClassificationTask, warmup_cosine
 from attnmm.masks import Window
-from attnmm.nn import Ensemble, PoolingClassifier, TokenClassifier
+from attnmm.nn import Encoder, Ensemble, PoolingClassifier, TokenClassifier
 from attnmm.nn.heads import masked_mean
 
 

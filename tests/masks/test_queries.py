@@ -17,9 +17,9 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.adapters import SpeechAdapter, SpeechStream
-from attnmm.attention import Encoder
 from attnmm.masks import Causal, Chunk, Documents, Full, Grid, Mask, Padding, Segments, Window
 from attnmm.masks._pairs import Pairs
+from attnmm.nn import Encoder
 
 
 class Strided(Mask):

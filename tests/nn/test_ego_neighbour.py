@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnmm.common.feature_knn import feature_knn
 from attnmm.masks import Graph, Mask, SameGraph
-from attnmm.masks.feature_knn import feature_knn
 from attnmm.nn import EgoNeighbourEncoder
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnmm.attention import IncrementalState
 from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Padding, Window
-from attnmm.nn import RecurrentEncoder
+from attnmm.nn import IncrementalState, RecurrentEncoder
 
 D = 12
 

@@ -159,7 +159,7 @@ def check_mask_pairs(
 ) -> None:
     """Raise :class:`AttentionMemoryError` when enumerating ``mask.pairs(L, S, B)``, at ``per_pair`` bytes
     per pair, cannot fit on ``device``; for callers that enumerate a mask's pairs themselves (such as
-    :class:`~attnmm.attention.RelativePositionBias`). Masks without :meth:`~attnmm.masks.Mask.nnz_bound`
+    :class:`~attnmm.nn.RelativePositionBias`). Masks without :meth:`~attnmm.masks.Mask.nnz_bound`
     are not checked."""
     items = (batch_size if mask.batched else None) or 1
     if items * num_rows * num_cols * per_pair < SMALL_BYTES:

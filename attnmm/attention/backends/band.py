@@ -14,6 +14,7 @@ from attnmm.attention.backends._blocks import BandGeometry
 from attnmm.attention.backends._sizes import compute_bytes, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.problem import Problem
+from attnmm.masks._pairs import broadcast_shape
 from attnmm.masks.base import IntervalMask
 
 
@@ -151,7 +152,7 @@ def _ranges(
     i = i.squeeze(-1)  # (nbp, T)
     b = torch.zeros((), dtype=torch.long, device=device) if batch is None else batch.view(-1, 1, 1)
     start, end = mask.interval(b, i + row0)
-    shape = torch.broadcast_shapes(start.shape, end.shape, i.shape, b.shape)
+    shape = broadcast_shape(start.shape, end.shape, i.shape, b.shape)
     start = (start.expand(shape) - key0).clamp(0, geo.S)
     end = torch.where(i < geo.L, (end.expand(shape) - key0).clamp(0, geo.S), start)
     return start.reshape(-1, geo.nbp, geo.T), end.reshape(-1, geo.nbp, geo.T)

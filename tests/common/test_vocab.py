@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnmm.data.vocab import PAD, UNK, Vocabulary
+from attnmm.common.vocab import PAD, UNK, Vocabulary
 
 
 def test_ranking_caps_and_unknown() -> None:

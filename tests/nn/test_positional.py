@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnmm import LearnedPE, RotaryPE, Sinusoidal2DPE, SinusoidalPE
-from attnmm.attention import sinusoid
+from attnmm.nn import sinusoid
 
 
 @pytest.mark.parametrize("d", [6, 7])

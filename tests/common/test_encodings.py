@@ -11,10 +11,11 @@ import torch_geometric.transforms as T
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import to_undirected
 
-import attnmm.data.encodings as encodings
+import attnmm.common.encodings as encodings
 from attnmm.adapters import GraphAdapter
+from attnmm.common.encodings import graph_encoding
 from attnmm.data import GraphDataModule, motif_graphs
-from attnmm.data.encodings import add_encodings, graph_encoding
+from attnmm.data.encodings import add_encodings
 
 
 def _graphs(count: int = 6, seed: int = 0) -> list[Data]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnmm.masks.feature_knn import feature_knn
+from attnmm.common.feature_knn import feature_knn
 
 
 def _brute_force(x: torch.Tensor, k: int, batch: torch.Tensor, metric: str) -> torch.Tensor:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnmm.attention import Encoder, IncrementalState, MultiHeadAttention, RelativePositionBias, RotaryPE
 from attnmm.masks import Causal, Chunk, Full, Padding, Window
+from attnmm.nn import Encoder, IncrementalState, MultiHeadAttention, RelativePositionBias, RotaryPE
 
 D, H = 16, 4
 
