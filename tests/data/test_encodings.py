@@ -11,7 +11,7 @@ import torch_geometric.transforms as T
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import to_undirected
 
-import attnmm.common.encodings as encodings
+import attnmm.data.encodings as encodings
 from attnmm.adapters import GraphAdapter
 from attnmm.common.encodings import graph_encoding
 from attnmm.data import GraphDataModule, motif_graphs
