@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from attnmm import attend
-from attnmm.masks import Causal, Graph, Grid, Mask, Padding, SameGraph, Window
+from attnmm.masks import Causal, Graph, Grid, Padding, SameGraph, Window
 from attnmm.masks.graph_helpers import virtual_nodes
 from attnmm.viz import plot_attention, plot_grid_neighbourhood, plot_mask
 
@@ -60,8 +60,10 @@ def pipeline() -> Figure:
     ax.set_ylim(0, 3.7)
     ax.axis("off")
     top, h = 0.5, 3.0
-    _box(ax, 0.15, top, 1.75, h, INPUT, "raw batch", "text ids (B, L)\nwaveform (B, T)\nimage (B, C, H, W)\nPyG Batch of graphs")
-    _box(ax, 2.35, top, 1.6, h, ADAPTER, "Adapter", "one per modality\n(attnmm.adapters),\npicked in YAML\nby class_path")
+    raw = "text ids (B, L)\nwaveform (B, T)\nimage (B, C, H, W)\nPyG Batch of graphs"
+    _box(ax, 0.15, top, 1.75, h, INPUT, "raw batch", raw)
+    adapter = "one per modality\n(attnmm.adapters),\npicked in YAML\nby class_path"
+    _box(ax, 2.35, top, 1.6, h, ADAPTER, "Adapter", adapter)
     _box(ax, 4.4, top, 2.05, h, TOKENS, "Tokens", "x (B, L, D) or (N, D)\n+ the mask: A(i)")
     _box(ax, 6.9, top, 2.1, h, CORE, "Encoder", "layers of attend():\nsoftmax over A(i)")
     _box(ax, 9.45, top, 1.4, h, HEAD, "Head", "pooled or\nper token\n-> logits")
@@ -130,7 +132,9 @@ def adapters() -> Figure:
         ("TextAdapter\nids -> tokens (B, L, D)", Causal() & Padding([12, 9]), 12, 1),
         ("GraphAdapter\nPyG Batch -> nodes (N, D)", Graph(BATCH_EDGES, num_nodes=7), 7, 0),
     ]
-    masks = ["Window(3, 1) & Padding, item 1", "Grid(3, 4, kernel=3)", "Causal() & Padding, item 1", "the batch's Graph"]
+    masks = [
+        "Window(3, 1) & Padding, item 1", "Grid(3, 4, kernel=3)", "Causal() & Padding, item 1", "the batch's Graph"
+    ]
     for ax, (title, mask, n, b), name in zip(axes, panels, masks, strict=True):
         plot_mask(mask, n, b=b, ax=ax, title=f"{title}\n{name}")
         ax.title.set_fontsize(9)
