@@ -132,7 +132,8 @@ def _pyg(store: Store) -> list[str]:
     for r in layers:
         peer, ours = _times(r)
         lines.append(
-            f"| {_LAYERS[r['key']]}, same weights, 64 -> 4 heads x 64, forward + backward | {peer} | {ours} "
+            f"| {_LAYERS[r['key']]}, same weights, N = 100k nodes, M = 1M random edges, 64 -> 4 heads x 64, "
+            f"forward + backward | {peer} | {ours} "
             f"| {_targeted(r)} |"
         )
     missed = sum(not r["met"] for r in (graph, *layers))
