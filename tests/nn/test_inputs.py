@@ -60,3 +60,16 @@ def test_graph_encoders_name_in_channels(name: str) -> None:
     with pytest.raises(ValueError, match=rf"{name}: x must have shape \(N, 16\), got a 3-D tensor"):
         encoder(torch.randn(2, 5, 16), mask)
     assert encoder(torch.randn(5, 16), mask).shape == (5, 4)
+
+
+@pytest.mark.parametrize("name", ["PoolingClassifier", "TokenClassifier"])
+def test_heads_name_d_model(name: str) -> None:
+    import attnmm.nn
+    from attnmm.adapters import Tokens
+
+    head = getattr(attnmm.nn, name)(16, 3)
+    tokens = Tokens(torch.randn(2, 5, 16), None, lengths=torch.tensor([5, 3]))
+    with pytest.raises(ValueError, match=rf"{name} was built with d_model=16, so h must have 16 features .* "
+                       r"got shape \(2, 5, 12\); build it with d_model=12"):  # fmt: skip
+        head(torch.randn(2, 5, 12), tokens)
+    assert head(torch.randn(2, 5, 16), tokens).shape[-1] == 3
