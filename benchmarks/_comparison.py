@@ -58,8 +58,15 @@ def _prose(text: str) -> list[str]:
     return textwrap.wrap(text, 100, break_long_words=False, break_on_hyphens=False)
 
 
+def _reported(r: Row) -> bool:
+    """Whether the row reports a setting rather than testing a claim (its target is ``none: ...``)."""
+    return str(r["target"]).startswith("none")
+
+
 def _targeted(r: Row) -> str:
     """The row's verdict and its target."""
+    if _reported(r):
+        return f"{r['result']} (no target: the setting is reported, not claimed)"
     return f"{r['result']} (target {r['target']}{'' if r['met'] else ': missed'})"
 
 
@@ -141,8 +148,9 @@ def _pyg(store: Store) -> list[str]:
             f"forward + backward | {peer} | {ours} "
             f"| {_targeted(r)} |"
         )
-    missed = sum(not r["met"] for r in (graph, *layers))
-    notes = [f"{missed} of the {1 + len(layers)} rows miss their target." if missed else "Every row meets its target."]
+    targeted = [r for r in (graph, *layers) if not _reported(r)]
+    missed = sum(not r["met"] for r in targeted)
+    notes = [f"{missed} of the {len(targeted)} rows miss their target." if missed else "Every row meets its target."]
     conv = row(store, "graph_conv")
     if conv is not None and (_ratio(conv["t_peer"], conv["t_ours"]) or 0) < (
         _ratio(graph["t_peer"], graph["t_ours"]) or 0
