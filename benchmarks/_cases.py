@@ -392,6 +392,18 @@ CASES: list[Case] = [
         rounds=5,
     ),
     Case(
+        "gat_conv_cora",
+        "GATConv at Cora's size: N=2,708, M=10,556 random edges, 64 -> 4 heads x 64, fwd+bwd",
+        "PyG GATConv (same weights)",
+        "none: the small-graph setting, reported (>= 1x)",
+        gat_conv.build_gat_cora,
+        gat_conv.ours,
+        gat_conv.peer,
+        gat_conv.check,
+        graph_conv.at_least(1, 1),
+        rounds=9,
+    ),
+    Case(
         "gatv2_conv",
         "GATv2Conv N=100k, M=1M, 64 -> 4 heads x 64, fwd+bwd",
         "PyG GATv2Conv (same weights)",

@@ -162,7 +162,8 @@ def measure(name: str, how: str, budget: float) -> list[tuple[str, tuple[float, 
             training: bool = training,
         ) -> None:
             with torch.set_grad_enabled(training):
-                out = attend(*leaves, mask, dropout_p=dropout, backend=name)
+                layout = "packed" if leaves[0].dim() == 3 else None  # (N, H, E) nodes, under Full() too
+                out = attend(*leaves, mask, dropout_p=dropout, backend=name, layout=layout)
                 if training:
                     out.sum().backward()
 

@@ -45,6 +45,8 @@ def make_build(name: str, nodes: int = N_NODES, edges: int = N_EDGES) -> Callabl
 
 
 build_gat, build_gatv2 = make_build("GATConv"), make_build("GATv2Conv")
+#: The small-graph setting: Cora's numbers of nodes and edges (the edges random, as above).
+build_gat_cora = make_build("GATConv", 2708, 10556)
 ours, peer = graph_conv.ours, graph_conv.peer
 ours_new, peer_new = graph_conv.ours_new, graph_conv.peer_new
 

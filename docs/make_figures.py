@@ -12,8 +12,10 @@ Usage::
 models trained for a few deterministic steps (docs/trained_maps.py: on the real data under
 ``$ATTNMM_DATA`` when present, else on generated data; about a minute in all on one core).
 
-The PNGs are build outputs (docs/figures/ is git-ignored); ``mkdocs build`` renders the missing ones
-first (docs/hooks.py). The text pictures in docs/masks.md carry the same information without them.
+The PNGs the pages link are committed (docs/figures/, small palette PNGs: :func:`save_png`), so the
+Markdown reads with its pictures in a clone; run this script after a change to what a figure draws and
+commit the result (tests/test_docs_figures.py checks that every image link of docs/ and the README
+resolves to a committed file). ``mkdocs build`` renders any that are missing first (docs/hooks.py).
 """
 
 from __future__ import annotations
@@ -80,13 +82,23 @@ def _tutorial_mask() -> Figure:
     return plot_mask(mask, 64)
 
 
-def _trained_maps() -> ModuleType:
-    """docs/trained_maps.py as a module (docs/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("trained_maps", DOCS / "trained_maps.py")
+def _docs_module(name: str) -> ModuleType:
+    """docs/<name>.py as a module (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _diagram(name: str) -> Callable[[], Figure]:
+    """A figure of docs/diagrams.py: the pictures of the pages readers start from."""
+    return lambda: _docs_module("diagrams").DIAGRAMS[name]()
+
+
+def _trained_maps() -> ModuleType:
+    """docs/trained_maps.py as a module."""
+    return _docs_module("trained_maps")
 
 
 def _rnn_figure(name: str) -> Callable[[], Figure]:
@@ -214,11 +226,26 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "kws_confusion": _kws_confusion(),
     "kws_confusion_split1": _kws_confusion(("conv_split1", "res8_split1")),  # the second keyword protocol
     "fusion_conditions": _fusion_conditions,
+    **{name: _diagram(name) for name in ("pipeline", "allowed_set", "layouts", "adapters", "graph_batch",
+                                         "quickstart_grid_patch", "quickstart_weights")},
 }
 
 #: File stem -> name of the docs/trained_maps.py function drawing it, ``fn(steps, use_data) -> Figure``:
 #: attention maps of briefly trained recipe models.
 TRAINED: dict[str, str] = {"trained_speech": "speech", "trained_image": "image", "trained_text": "text"}
+
+
+def save_png(fig: Figure, path: Path, dpi: int) -> None:
+    """Save ``fig`` as a small PNG: an image of at most 256 colours (exact when it has no more, as a mask
+    picture; else the nearest 256, which no reader tells apart in a plot) with a palette, compressed at
+    the highest level. The figures are committed with the pages, so their size counts."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format="png")
+    Image.open(buffer).convert("RGB").quantize(colors=256).save(path, format="PNG", optimize=True)
 
 
 def make_figures(
@@ -262,7 +289,7 @@ def make_figures(
             draw = getattr(_trained_maps(), TRAINED[name])
             fig = draw(use_data=use_data) if steps is None else draw(steps=steps, use_data=use_data)
         tmp = path.with_suffix(".tmp.png")
-        fig.savefig(tmp, dpi=dpi)
+        save_png(fig, tmp, dpi)
         tmp.replace(path)  # a build that stops half-way leaves no truncated PNG behind
         written.append(path)
     return written

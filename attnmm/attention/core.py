@@ -9,6 +9,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor
 
+from attnmm.attention._layout import Layout, resolve_layout
 from attnmm.attention.backends._memory import check_backend, check_pairs
 from attnmm.attention.planner import Plan, choose_backend, split_problem
 from attnmm.attention.problem import Problem
@@ -21,6 +22,7 @@ def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = ..., *, scale: float | None = ...,
     dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
     return_weights: Literal[False] = ..., backend: str = ..., plan: Plan | None = ...,
+    layout: Layout | None = ...,
 ) -> Tensor: ...
 
 
@@ -29,6 +31,7 @@ def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = ..., *, scale: float | None = ...,
     dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
     return_weights: Literal[True], backend: str = ..., plan: Plan | None = ...,
+    layout: Layout | None = ...,
 ) -> tuple[Tensor, AttentionWeights]: ...
 
 
@@ -45,6 +48,7 @@ def attend(
     return_weights: bool = False,
     backend: str = "auto",
     plan: Plan | None = None,
+    layout: Layout | None = None,
 ) -> Tensor | tuple[Tensor, AttentionWeights]:
     r"""Masked attention, softmax over the allowed set :math:`A(i)` of a :class:`~attnmm.masks.Mask`.
 
@@ -59,6 +63,13 @@ def attend(
     for full and causal masks, the band kernel for windows and chunks that are narrow against the
     length, the sparse (CSR) kernel for sparse graphs, grids and other compositions, masked dense
     SDPA where the mask is dense or short, FlexAttention on CUDA; see :mod:`attnmm.attention.planner`.
+
+    **The layout is stated, never guessed.** A 4-D q is the padded layout (B, H, L, E). A 3-D q is
+    the packed node layout of PyG (N, H, E) only when the mask is a packed-layout mask
+    (``mask.layout == "packed"``: :class:`~attnmm.masks.Graph`, :class:`~attnmm.masks.SameGraph`
+    and their compositions) or ``layout="packed"`` says so. Any other 3-D call, e.g. a batch-first
+    (B, L, D) sequence under ``Causal()`` or no mask, is refused with both readings and the fix
+    (split the heads: ``x.unflatten(-1, (H, E)).transpose(1, 2)``).
 
     Args:
         q (Tensor): queries, (B, H, L, E) padded or (N, H, E) packed.
@@ -81,8 +92,15 @@ def attend(
             call equal to an earlier one of the plan (same mask, sizes, dtype, ...) takes its backend and
             the mask's derived forms instead of dispatching again (:class:`~attnmm.attention.Plan`).
             (default: :obj:`None`, a plan of this call alone)
+        layout (str, optional): ``"padded"`` (inputs (B, H, L, E)) or ``"packed"`` (inputs
+            (N, H, E) of graph nodes, under any mask that is not a padded-layout one, or none).
+            (default: :obj:`None`: 4-D inputs are padded, 3-D ones packed only under a packed-layout
+            mask)
 
     Raises:
+        ValueError: a 3-D q whose layout is not stated (by ``layout`` or a packed-layout mask), or
+            inputs of the other layout than ``layout`` or the mask states (the error, a
+            ``LayoutError``, is also a ``TypeError``).
         AttentionMemoryError: the mask's sparse form or the chosen backend's working memory would
             not fit in the memory available on the inputs' device (checked before allocating; the
             message gives the estimate and what to change).
@@ -99,12 +117,21 @@ def attend(
         >>> q = k = v = torch.randn(2, 4, 10, 8)  # (B, H, L, E)
         >>> attend(q, k, v, Window(2, 0)).shape
         torch.Size([2, 4, 10, 8])
+        >>> nodes = torch.randn(5, 4, 8)  # (N, H, E): graph nodes, said so by layout
+        >>> attend(nodes, nodes, nodes, layout="packed").shape
+        torch.Size([5, 4, 8])
     """
     if isinstance(mask, Plan):
         if plan is not None and plan is not mask:
             raise TypeError("give the plan once: as the mask argument or as plan=, not both")
         plan, mask = mask, mask.mask
-    packed = _check_qkv(q, k, v)
+    _check_qkv(q, k, v)
+    if mask is not None and not isinstance(mask, Mask):
+        raise TypeError(
+            f"mask must be an attnmm.masks.Mask, a Plan or None, got {type(mask).__name__}; "
+            "wrap a boolean pattern in a Mask (e.g. Graph for index pairs)"
+        )
+    packed = resolve_layout(q, mask, layout)  # stated by ``layout`` or by the mask, never guessed
     autocast = torch.is_autocast_enabled(q.device.type)
     if autocast:
         # mixed precision (bf16-mixed): compute in the autocast dtype, as autocast runs SDPA, with
@@ -113,20 +140,11 @@ def attend(
         q, k, v = (t.to(low) for t in (q, k, v))
         if isinstance(bias, Tensor) and bias.is_floating_point():
             bias = bias.to(low)
-    if mask is not None and not isinstance(mask, Mask):
-        raise TypeError(
-            f"mask must be an attnmm.masks.Mask or None, got {type(mask).__name__}; "
-            "wrap a boolean pattern in a Mask (e.g. Graph for index pairs)"
-        )
     if score not in ("softmax", "relu"):
         raise ValueError(f"score must be 'softmax' or 'relu', got {score!r}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     if packed:
-        if mask is not None and mask.layout == "padded":
-            raise TypeError(
-                f"{mask!r} is a padded-layout mask but q is packed (N, H, E); use (B, H, L, E) inputs"
-            )
         q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1, H, N, E)
     if mask is not None:
         mask.check(q.size(2), k.size(2), q.size(0))

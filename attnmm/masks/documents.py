@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from attnmm._checks import as_whole_numbers
 from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask
 
@@ -59,8 +60,7 @@ class Documents(IntervalMask):
     layout = "padded"
 
     def __init__(self, lengths: Tensor | Sequence[int] | Sequence[Sequence[int]]) -> None:
-        if not isinstance(lengths, Tensor):
-            lengths = torch.as_tensor(lengths if len(lengths) else [], dtype=torch.long)
+        lengths = as_whole_numbers("lengths", lengths, "(D,) or (B, D)")
         if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
             raise TypeError(f"lengths must be an integer tensor of shape (D,) or (B, D), got dtype {lengths.dtype}")
         if lengths.dim() not in (1, 2):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from attnmm._checks import as_whole_numbers
 from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask, Mask
 from attnmm.masks.full import Full
@@ -36,8 +37,7 @@ class Padding(IntervalMask):
     batched = True
 
     def __init__(self, lengths: Tensor | Sequence[int]) -> None:
-        if not isinstance(lengths, Tensor):
-            lengths = torch.as_tensor(list(lengths), dtype=torch.long)
+        lengths = as_whole_numbers("lengths", lengths if isinstance(lengths, Tensor) else list(lengths), "(B,)")
         if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
             raise TypeError(f"lengths must be an integer tensor of shape (B,), got dtype {lengths.dtype}")
         if lengths.dim() != 1:

@@ -286,7 +286,9 @@ class AdditiveGraphAttention(nn.Module):
         want = bool(return_attention_weights)  # PyG returns the weights when the flag is truthy
         # the weights are asked for on every call: whether they come back enters attend's choice of
         # backend (and its cost estimates), and the output must not depend on the flag
-        out, w = attend(q, k, values, layout.mask, bias=pair_bias_, dropout_p=p, return_weights=True)  # (N_dst, H, C)
+        out, w = attend(
+            q, k, values, layout.mask, bias=pair_bias_, dropout_p=p, return_weights=True, layout="packed"
+        )  # (N_dst, H, C)
         out = out.reshape(num_dst, H * C) if self.concat else out.mean(1)  # (N_dst, H*C) or (N_dst, C)
         if residual is not None:
             out = residual.add_(out)  # in place: the projection's output is not needed for its gradient

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention import attend
 from attnmm.masks import Mask
+from attnmm.nn._inputs import check_node_features
 
 
 class EgoNeighbourEncoder(nn.Module):
@@ -121,6 +122,8 @@ class EgoNeighbourEncoder(nn.Module):
         self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
     ) -> Tensor:
         refuse_encoder_options(self, state, return_weights)
+        width = self.lins[0].in_features
+        check_node_features("EgoNeighbourEncoder", x, None, width, (width, width))
         zs = [lin(x) for lin in self.lins]  # K + 1 of (N, hidden)
         bias = self._additive_scores(zs[0], mask) if self.att_dst is not None else None
         p = self.pair_dropout if self.training else 0.0
@@ -138,7 +141,7 @@ class EgoNeighbourEncoder(nn.Module):
         heads = 1 if bias is None else self.heads
         v = z.unsqueeze(1).expand(-1, heads, -1)  # (N, H, C): every head spreads z
         q = k = z.new_zeros(z.shape[0], heads, 0)
-        return attend(q, k, v, mask, bias=bias, dropout_p=p).mean(1)  # (N, C)
+        return attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed").mean(1)  # (N, C)
 
     def _additive_scores(self, g: Tensor, mask: Mask) -> Tensor:
         """GAT's score of every allowed pair and head, (P, H) in the order of ``mask.pairs``."""

@@ -6,7 +6,7 @@ from typing import Any, Literal, cast, overload
 
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_features, check_nonneg_int
 from attnmm.attention.forms import FormStore
 from attnmm.attention.planner import Plan as AttentionPlan
 from attnmm.attention.weights import AttentionWeights
@@ -17,6 +17,16 @@ from attnmm.nn.relative import RelativePositionBias
 from attnmm.nn.state import IncrementalState
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+
+
+def check_input(layer: str, x: object, d_model: int) -> None:
+    """Refuse an input of a layer of width ``d_model`` that is not (B, L, d_model) or packed (N, d_model),
+    naming ``d_model`` and the shape given (before any LayerNorm meets it)."""
+    check_features(
+        layer, "x", x, d_model, "d_model", {3: f"(B, L, {d_model})", 2: f"(N, {d_model})"},
+        hint="the layer splits its own heads: give the sequence as (B, L, D) (not (B, H, L, E)), or graph "
+        "nodes packed as (N, D)",
+    )  # fmt: skip
 
 
 def _check_dropout(dropout: float) -> float:
@@ -126,6 +136,7 @@ class EncoderLayer(nn.Module):
         self, x: Tensor, mask: Mask | None = None, *, bias: Tensor | None = None, return_weights: bool = False,
         state: IncrementalState | None = None, plan: AttentionPlan | None = None,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        check_input("EncoderLayer", x, self.d_model)
         h = self.norm1(x)  # (B, L, D)
         result = self.attn(h, mask=mask, bias=bias, return_weights=return_weights, state=state, plan=plan)
         h, weights = result if isinstance(result, tuple) else (result, None)
@@ -195,6 +206,7 @@ class Encoder(nn.Module):
         super().__init__()
         self._forms = FormStore()  # the masks' forms, kept across forwards by value (the plans' store)
         self.num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
+        self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
         self.layers = nn.ModuleList(
             EncoderLayer(
                 d_model,
@@ -241,6 +253,7 @@ class Encoder(nn.Module):
         state: IncrementalState | None = None, return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, list[AttentionWeights]]:
         # (``tokens``, the adapter's output, is part of every encoder's call; x and mask say all this one needs)
+        check_input("Encoder", x, self.d_model)
         if self.position_bias is not None and state is not None:
             raise ValueError("state= does not support score biases (position_bias): call without state")
         if self.position_bias is not None:

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from attnmm.masks import Mask
 from attnmm.nn._edges import node_counts
 from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_
+from attnmm.nn._inputs import check_node_features
 
 
 class GATConv(AdditiveGraphAttention):
@@ -153,6 +154,7 @@ class GATConv(AdditiveGraphAttention):
         """
         H, C = self.heads, self.out_channels
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        check_node_features("GATConv", x_src, x_dst, self.in_channels, (self.src_channels, self.dst_channels))
         num_src, num_dst = node_counts(x_src, x_dst, size, edge_index)
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst

@@ -12,6 +12,7 @@ from torch.autograd.function import once_differentiable
 from attnmm.masks import Mask
 from attnmm.nn._edges import node_counts
 from attnmm.nn._gat import AdditiveGraphAttention, Weights, glorot_
+from attnmm.nn._inputs import check_node_features
 
 #: Floats per (rows, H * C) working buffer of the pair scores: a few MB, reused block after block.
 CHUNK_FLOATS = 2**20
@@ -152,6 +153,7 @@ class GATv2Conv(AdditiveGraphAttention):
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         if x_dst is None:
             raise ValueError("GATv2Conv needs target features: pass x or (x_src, x_dst), not (x_src, None)")
+        check_node_features("GATv2Conv", x_src, x_dst, self.in_channels, (self.src_channels, self.dst_channels))
         num_src, num_dst = node_counts(x_src, x_dst, size, edge_index)
         values = self.lin_l(x_src).view(-1, H, C)  # (N_src, H, C): W_s x_j
         targets = values if self.share_weights and x_dst is x_src else self.lin_r(x_dst).view(-1, H, C)

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.masks import Mask
+from attnmm.nn._inputs import check_node_features
 from attnmm.nn.transformer_conv import AttentionConv
 
 
@@ -66,6 +67,7 @@ class GraphAttentionEncoder(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.dropout = float(dropout)
+        self.in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
         widths = [in_channels] + [hidden_channels * heads] * (num_layers - 1)
         self.convs = nn.ModuleList(
             AttentionConv(w, hidden_channels, heads=heads, dropout=dropout, root_weight=root_weight)
@@ -86,6 +88,7 @@ class GraphAttentionEncoder(nn.Module):
         """Node embeddings (N, out_channels); with ``return_weights`` also each layer's
         ``(edge_index, alpha)``."""
         refuse_encoder_options(self, state=state)
+        check_node_features("GraphAttentionEncoder", x, None, self.in_channels, (self.in_channels,) * 2)
         weights = []
         for i, conv in enumerate([*self.convs, self.out]):
             if i > 0:

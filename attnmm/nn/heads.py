@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_features, check_nonneg_int
 from attnmm.common.tokens import Tokens
 
 
@@ -22,6 +22,11 @@ def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:
     total = (x * keep.unsqueeze(-1)).sum(1)
     return total / keep.sum(1, keepdim=True).clamp(min=1)
 
+
+
+def _check_h(head: str, h: object, d_model: int) -> None:
+    """Refuse encoder outputs that are not (B, L, d_model) or packed (N, d_model), naming ``d_model``."""
+    check_features(head, "h", h, d_model, "d_model", {3: f"(B, L, {d_model})", 2: f"(N, {d_model})"})
 
 class PoolingClassifier(nn.Module):
     r"""Pools the encoder's tokens over each item and classifies,
@@ -98,6 +103,7 @@ class PoolingClassifier(nn.Module):
         return torch.where(keep.any(1, keepdim=True), pooled, torch.zeros_like(pooled))
 
     def forward(self, h: Tensor, tokens: Tokens) -> Tensor:
+        _check_h("PoolingClassifier", h, self.linear.in_features)
         z = self.pool(h, tokens)  # (B, D)
         if self.hidden is not None:
             z = self.hidden(z)
@@ -135,6 +141,7 @@ class TokenClassifier(nn.Module):
         self.linear.reset_parameters()
 
     def forward(self, h: Tensor, tokens: Tokens | None = None) -> Tensor:
+        _check_h("TokenClassifier", h, self.linear.in_features)
         return self.linear(self.drop(h))
 
 

@@ -7,7 +7,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
-from attnmm._checks import check_nonneg_int
+from attnmm._checks import check_features, check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.attention.planner import Plan as AttentionPlan
 from attnmm.attention.weights import AttentionWeights
@@ -183,13 +183,15 @@ class MultiHeadAttention(nn.Module):
             rel = self.position_bias(mask, L, S, None if packed else q.size(0))  # (P, H)
             bias = rel if bias is None else rel + (bias.unsqueeze(-1) if bias.dim() == 1 else bias)
         dropout_p = self.dropout if self.training else 0.0
+        layout = "packed" if packed else "padded"  # (N, D) inputs are graph nodes: said, not guessed
         weights: AttentionWeights | None = None
         if return_weights:
             out, weights = attend(
-                q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, return_weights=True, plan=plan
+                q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, return_weights=True, plan=plan,
+                layout=layout,
             )
         else:
-            out = attend(q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, plan=plan)
+            out = attend(q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, plan=plan, layout=layout)
         if packed:
             out = out.flatten(-2)  # (N, D)
         else:
@@ -231,21 +233,20 @@ class MultiHeadAttention(nn.Module):
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> bool:
         """Validate shapes; return whether the inputs use the packed layout."""
-        if query.dim() not in (2, 3):
-            raise ValueError(
-                f"query must be (B, L, D) (padded) or (N, D) (packed), got shape {tuple(query.shape)}"
-            )
+        for name, t, width, param, n in (
+            ("query", query, self.embed_dim, "embed_dim", "L"), ("key", key, self.kdim, "kdim", "S"),
+            ("value", value, self.vdim, "vdim", "S"),
+        ):  # fmt: skip
+            check_features(
+                "MultiHeadAttention", name, t, width, param, {3: f"(B, {n}, {width})", 2: f"(N, {width})"},
+                hint="query must be (B, L, D) (padded) or (N, D) (packed): the layer splits its own heads, so "
+                "give (B, L, D), not (B, H, L, E)",
+            )  # fmt: skip
         if key.dim() != query.dim() or value.dim() != query.dim():
             raise ValueError(
                 f"query, key and value must have the same rank, got shapes {tuple(query.shape)}, "
                 f"{tuple(key.shape)}, {tuple(value.shape)}"
             )
-        for name, t, width in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
-            if t.size(-1) != width:
-                raise ValueError(
-                    f"{name} must have {width} features in its last dim (embed_dim, kdim, vdim), got "
-                    f"shape {tuple(t.shape)}"
-                )
         packed = query.dim() == 2
         if not packed and not query.size(0) == key.size(0) == value.size(0):
             raise ValueError(

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention import attend
 from attnmm.masks import Mask
+from attnmm.nn._inputs import check_node_features
 
 
 class PropagationEncoder(nn.Module):
@@ -125,6 +126,7 @@ class PropagationEncoder(nn.Module):
         self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
     ) -> Tensor:
         refuse_encoder_options(self, state, return_weights)
+        check_node_features("PropagationEncoder", x, None, self.lin1.in_features, (self.lin1.in_features,) * 2)
         g = F.dropout(F.relu(self.lin1(x)), self.dropout, self.training)  # (N, hidden)
         h = self.lin2(g)
         p = self.pair_dropout if self.training else 0.0
@@ -135,11 +137,11 @@ class PropagationEncoder(nn.Module):
                 # no query or key: the score is the bias alone, and a softmax over zeros is uniform
                 v = z.unsqueeze(1).expand(-1, self.heads, -1)  # (N, H, C): every head spreads z
                 q = k = z.new_zeros(z.shape[0], self.heads, 0)
-                out = attend(q, k, v, mask, bias=bias, dropout_p=p).mean(1)  # (N, C)
+                out = attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed").mean(1)  # (N, C)
             else:
                 v = z.unsqueeze(1)  # (N, 1, C): one head
                 u = F.normalize(v, dim=-1)
-                out = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p).squeeze(1)
+                out = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p, layout="packed").squeeze(1)
             z = (1.0 - self.alpha) * out + self.alpha * h
         return z
 

@@ -12,6 +12,7 @@ from attnmm.attention.core import attend
 from attnmm.attention.forms import FormStore
 from attnmm.masks import Mask
 from attnmm.nn._edges import EdgeLayout, adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
+from attnmm.nn._inputs import check_node_features
 
 
 class AttentionConv(nn.Module):
@@ -136,6 +137,8 @@ class AttentionConv(nn.Module):
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         if x_dst is None:
             raise ValueError("AttentionConv needs target features: pass x or (x_src, x_dst), not (x_src, None)")
+        widths = (self.lin_key.in_features, self.lin_query.in_features)
+        check_node_features("AttentionConv", x_src, x_dst, self.in_channels, widths)
         H, C = self.heads, self.out_channels
         N_src, N_dst = node_counts(x_src, x_dst, None, edge_index)
         layout = self._edge_layout(edge_index, N_src, N_dst, mask, x_dst.device)
@@ -159,7 +162,9 @@ class AttentionConv(nn.Module):
         # choice of backend (masked dense SDPA and the band kernel's inference path return none, and
         # round differently from the sparse kernel), and the output must not depend on
         # return_attention_weights; PyG forms alpha on every call too
-        out, w = attend(q, k, v, layout.mask, bias=bias, dropout_p=p, return_weights=True)  # (N_dst, H, C)
+        out, w = attend(
+            q, k, v, layout.mask, bias=bias, dropout_p=p, return_weights=True, layout="packed"
+        )  # (N_dst, H, C)
         pair_w = w.values  # (P, H)
         alpha = None
         if layout.src.numel() and (edge is not None or isinstance(return_attention_weights, bool)):

@@ -288,7 +288,7 @@ def _run(case: Case, backend: str, dtype: torch.dtype) -> list[Tensor]:
     with autocast:  # as bf16-mixed training runs the forward pass
         result = attend(
             q, k, v, case.mask, scale=case.scale, score=case.score, bias=bias,  # type: ignore[arg-type]
-            return_weights=case.weights, backend=backend,
+            return_weights=case.weights, backend=backend, layout="packed" if packed else None,
         )
     outs = list(result) if case.weights else [result]
     if case.weights:
@@ -352,7 +352,8 @@ def _supported(case: Case, backend: str) -> bool:
     try:
         with torch.no_grad():
             attend(case.q, case.k, case.v, case.mask, scale=case.scale, score=case.score,  # type: ignore[arg-type]
-                   bias=case.bias, return_weights=case.weights, backend=backend)
+                   bias=case.bias, return_weights=case.weights, backend=backend,
+                   layout="packed" if case.q.dim() == 3 else None)
     except ValueError as err:
         if "cannot compute this attention" in str(err):
             return False

@@ -117,3 +117,9 @@ def test_long_packing_runs_on_the_band_kernel() -> None:
     assert get_backend("band").unsupported(problem) is None
     assert problem.structure.left == int(lengths.max()) - 1
     assert int(problem.row_counts.sum()) == mask.nnz(4096)
+
+
+def test_lengths_that_are_not_whole_numbers_are_refused() -> None:
+    with pytest.raises(TypeError, match=r"whole numbers \(ints\) of shape \(D,\) or \(B, D\), got float 1.5"):
+        Documents([[2, 1.5], [3, 0]])  # type: ignore[list-item]
+    assert Documents([[2, 1], [3, 0]]).lengths.tolist() == [[2, 1], [3, 0]]

@@ -39,3 +39,24 @@ def test_bad_lengths() -> None:
         Padding(torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"shape \(B,\), got shape \(2, 1\)"):
         Padding(torch.tensor([[1], [2]]))
+
+
+@pytest.mark.parametrize(
+    "lengths,bad",
+    [([10.0, 5.5], "float 10.0"), ((10, 5.5), "float 5.5"), ([10, 5.0], "float 5.0"), ([True, 2], "bool True")],
+)
+def test_lengths_that_are_not_whole_numbers_are_refused(lengths: object, bad: str) -> None:
+    """A list or tuple of lengths holding anything but ints is refused, never rounded (a float tensor too)."""
+    with pytest.raises(TypeError, match=rf"lengths must be whole numbers \(ints\) of shape \(B,\), got {bad}"):
+        Padding(lengths)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="integer tensor"):
+        Padding(torch.tensor([10.0, 5.5]))
+
+
+def test_whole_number_lengths_in_every_form() -> None:
+    import numpy as np
+
+    for lengths in ([3, 1], (3, 1), range(3, 0, -2), np.array([3, 1]), [np.int64(3), 1], [torch.tensor(3), 1]):
+        assert Padding(lengths).lengths.tolist() == [3, 1]  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"whole numbers \(ints\) of shape \(B,\), got float64 3.5"):
+        Padding(np.array([3.5, 1.0]))  # type: ignore[arg-type]

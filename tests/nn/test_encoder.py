@@ -122,3 +122,25 @@ def test_built_from_yaml_config():
     enc = instantiate(cfg).encoder
     assert isinstance(enc, Encoder) and enc.position_bias.table.shape == (9, 4)
     assert enc(torch.randn(1, 9, D), Grid(3, 3, kernel=3)).shape == (1, 9, D)
+
+
+@pytest.mark.parametrize("cls", ["Encoder", "EncoderLayer"])
+def test_input_that_does_not_fit_names_d_model(cls: str) -> None:
+    """A wrong width, rank or dtype is refused at the top of forward, naming d_model and both shapes,
+    before a LayerNorm meets it."""
+    layer = Encoder(32, 4, num_layers=2, dim_feedforward=64) if cls == "Encoder" else EncoderLayer(32, 4, 64)
+    with pytest.raises(
+        ValueError,
+        match=rf"{cls} was built with d_model=32, so x must have 32 features in its last dim, shape \(B, L, 32\), "
+        r"got shape \(2, 10, 16\); build it with d_model=16 or project x to 32 features first",
+    ):
+        layer(torch.randn(2, 10, 16), Causal())
+    with pytest.raises(ValueError, match=r"shape \(N, 32\), got shape \(7, 16\)"):
+        layer(torch.randn(7, 16), SameGraph(torch.zeros(7, dtype=torch.long)))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, 32\) or \(N, 32\), got a 4-D tensor of shape "
+                       r"\(2, 4, 10, 32\); the layer splits its own heads"):  # fmt: skip
+        layer(torch.randn(2, 4, 10, 32), Causal())
+    with pytest.raises(TypeError, match=r"x must be a floating-point tensor of shape \(B, L, 32\), got dtype torch.int64"):  # noqa: E501
+        layer(torch.ones(2, 10, 32, dtype=torch.long), Causal())
+    with pytest.raises(TypeError, match=r"x must be a Tensor of shape \(B, L, 32\) or \(N, 32\), got list"):
+        layer([[0.0] * 32], Causal())  # type: ignore[arg-type]

@@ -188,3 +188,17 @@ def test_errors():
 
 def test_repr():
     assert "embed_dim=8, num_heads=2, kdim=3\n" in repr(MultiHeadAttention(8, 2, kdim=3))
+
+
+def test_inputs_that_do_not_fit_name_the_parameter():
+    mha = MultiHeadAttention(32, 4, vdim=8)
+    x = torch.randn(2, 10, 32)
+    with pytest.raises(ValueError, match=r"built with embed_dim=32, so query must have 32 features in its last dim, "
+                       r"shape \(B, L, 32\), got shape \(2, 10, 16\); build it with embed_dim=16"):  # fmt: skip
+        mha(torch.randn(2, 10, 16), x, torch.randn(2, 10, 8))
+    with pytest.raises(ValueError, match=r"built with vdim=8, so value must have 8 features .* \(B, S, 8\), got shape"):
+        mha(x, x, x)
+    with pytest.raises(ValueError, match=r"got a 4-D tensor of shape \(2, 4, 10, 8\).*not \(B, H, L, E\)"):
+        mha(torch.randn(2, 4, 10, 8))
+    with pytest.raises(TypeError, match="query must be a floating-point tensor"):
+        mha(x.long(), x, torch.randn(2, 10, 8))
