@@ -128,7 +128,7 @@ def attend(
     _check_qkv(q, k, v)
     if mask is not None and not isinstance(mask, Mask):
         raise TypeError(
-            f"mask must be an attnmm.masks.Mask, a Plan or None, got {type(mask).__name__}; "
+            f"mask must be an attnmm.masks.Mask or None, got {type(mask).__name__} (a Plan goes there too); "
             "wrap a boolean pattern in a Mask (e.g. Graph for index pairs)"
         )
     packed = resolve_layout(q, mask, layout)  # stated by ``layout`` or by the mask, never guessed
