@@ -110,6 +110,8 @@ class AttentionMapPNG(L.Callback):
         if self._batch is None or not callable(getattr(pl_module, "encode", None)):
             self.skipped = "no batch was kept" if self._batch is None else f"{type(pl_module).__name__} has no encode"
             return []
+        from matplotlib.figure import Figure
+
         from attnmm.viz import plot_attention
 
         try:
@@ -128,10 +130,12 @@ class AttentionMapPNG(L.Callback):
                 continue
             dense = _first_item_weights(tokens, w)  # (H, L, S)
             title = f"layer {layer}, mean of {dense.size(0)} heads, first {n} tokens"
-            fig = plot_attention(dense[:, :n, :n].float().mean(0).cpu(), title=title)
+            # a figure without a layout engine: half the time of plot_attention's own (constrained) figure
+            fig = Figure(figsize=(3.6, 3.0))
+            plot_attention(dense[:, :n, :n].float().mean(0).cpu(), ax=fig.add_subplot(), title=title)
             path = Path(folder) / f"attention_layer{layer}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=80)
+            fig.savefig(path, dpi=72)
             paths.append(path)
         return paths
 
