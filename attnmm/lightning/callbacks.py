@@ -131,7 +131,8 @@ class AttentionMapPNG(L.Callback):
             dense = _first_item_weights(tokens, w)  # (H, L, S)
             title = f"layer {layer}, mean of {dense.size(0)} heads, first {n} tokens"
             # a figure without a layout engine: half the time of plot_attention's own (constrained) figure
-            fig = Figure(figsize=(3.6, 3.0))
+            fig = Figure(figsize=(4.0, 3.6))
+            fig.subplots_adjust(left=0.16, right=0.86, top=0.78, bottom=0.04)  # room for the keys and the title
             plot_attention(dense[:, :n, :n].float().mean(0).cpu(), ax=fig.add_subplot(), title=title)
             path = Path(folder) / f"attention_layer{layer}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
