@@ -341,6 +341,17 @@ class RecipeCLI(LightningCLI):
     :func:`best_checkpoint_name` unless ``filename`` is given). So a recipe's config holds only what is
     its own, and a variant config only what differs from it.
 
+    A smoke run (``--trainer.fast_dev_run=true``, which has no logger) gets a ``version_N`` folder of its
+    own too, for its checkpoints and metrics. A progress bar is on by default, and an
+    :class:`~attnmm.lightning.AttentionMapPNG` callback saves one example's attention map per encoder
+    layer beside ``metrics.json`` when ``fit`` or ``test`` ends.
+
+    From the command line (``args`` not given) an error is one short message: a refused value names its
+    option (``--model.adapter.init_args.mask.init_args.left: left must be an int >= 0, got -3``), a
+    misspelled option or command gets "did you mean", missing data says where it is looked for; with
+    ``ATTNMM_DEBUG=1`` (or ``args`` given, from Python) the exception propagates. ``--help`` starts with the
+    recipe's one-line description and its configs, and shows docstrings as plain text.
+
     It adds ``--torch_threads N`` to every subcommand, which sets PyTorch's intra-op threads before
     anything is built (small models on a busy CPU run far faster on one thread than on threads that
     wait for each other), and ``--test_after_fit`` (fit only, default true): after ``fit`` it tests the
