@@ -64,7 +64,10 @@ def data_text() -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """List the recipes and the data (``argv``: the command line, for ``--help``)."""
-    parser = argparse.ArgumentParser(prog="python -m attnmm", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m attnmm",
+        description="List the recipes with their configs, where data is looked for and which datasets are there.",
+    )
     parser.parse_args(sys.argv[1:] if argv is None else argv)
     print("\n".join([*recipes_text(), "", *data_text()]))
     return 0
