@@ -573,7 +573,7 @@ class RecipeCLI(LightningCLI):
         """``(key, " of <class>", the options it may have meant)`` of each option in ``keys`` that the
         ``parser`` or the class under it (named in the error ``message``) does not take."""
         usage = parser.format_usage()
-        known = set(re.findall(r"(--[\w.]+)", usage)) | {"--help", "--print_config"}
+        known = set(re.findall(r"(--[\w.]+)", usage)) | {"--help", "--print_config", "--config"}  # -c in the usage
         # options that take a class's keys (--model.lr, --model.init_args.lr)
         nested = set(re.findall(r"(--[\w.]+) CONFIG \| CLASS_PATH_OR_NAME", usage))
         unknown = []

@@ -175,3 +175,13 @@ def test_every_recipe_without_its_data_says_where_to_put_it(
     assert str(data) in errors[0]
     assert f"$ATTNMM_DATA ({data})" in err  # which variable points there, and where it points
     assert list(data.iterdir()) == []  # no empty folder left behind
+
+
+def test_a_missing_config_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        _command_line(monkeypatch, tmp_path, "text_lm", "fit", "--config", "nope.yaml")
+    assert stop.value.code == 2
+    missing = tmp_path / "nope.yaml"
+    assert capsys.readouterr().err.splitlines()[0] == f"error: --config: File does not exist: '{missing}'"
