@@ -163,9 +163,16 @@ def _first_item_tokens(tokens: Any, max_tokens: int) -> int:
 
 
 def _first_item_weights(tokens: Any, w: Any) -> Any:
-    """One layer's weights as a dense (H, L, S) tensor of the first item (packed tokens: of all nodes)."""
+    """One layer's weights as a dense (H, L, S) tensor of the first item (packed tokens: of all nodes):
+    :class:`~attnmm.attention.AttentionWeights`, or a graph layer's ``(edge_index, alpha)``."""
     x = tokens.x
     size = x.size(0) if x.dim() == 2 else x.size(1)
+    if not hasattr(w, "to_dense"):  # PyG's form: edge_index (2, M) as (source, target), alpha (M, H)
+        edge_index, alpha = w
+        alpha = alpha if alpha.dim() == 2 else alpha[:, None]
+        dense = alpha.new_zeros(alpha.size(1), size, size)
+        dense[:, edge_index[1], edge_index[0]] = alpha.T  # row: the target (query), column: the source (key)
+        return dense
     dense = w.to_dense(size, size, None if w.batch is None else x.size(0))
     return dense[0] if dense.dim() == 4 else dense  # (H, L, S) of the first item
 
