@@ -1,17 +1,21 @@
-# `make test` sets up .venv on first use and runs ruff, the test suite, the doctests and the docs build.
+# `make install` sets up .venv (the environment only); `make test` does so on first use too and runs ruff,
+# the test suite, the doctests and the docs build.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch/torchvision/torchaudio versions known to work together (the cap of the build machines)
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1 torchaudio==2.11.0
 
-.PHONY: test test-fast lint typecheck docs serve bench demo clean
+.PHONY: install test test-fast lint typecheck docs serve bench demo clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS) -e ".[dev,docs,chem]"
 	touch $@
+
+# The environment only: .venv with torch, attnmm (editable) and the dev, docs and chem extras.
+install: $(VENV)/.installed
 
 # ruff, and the layers of the package as import-linter contracts ([tool.importlinter] in pyproject.toml)
 lint: $(VENV)/.installed

@@ -1,4 +1,4 @@
-"""Audio-visual digits, fusion you can trust (issue 27): robust late fusion by default.
+"""Audio-visual digits, fusion you can trust: robust late fusion by default.
 
 The model of ``multimodal_digits.py`` with each modality's own prediction trained beside the fused one and
 weighted per item by a learned gate, a pretrained audio tower (the shipped ``speech_commands_8k``

@@ -13,12 +13,14 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 DATA_ENV = "ATTNMM_DATA"
 CACHE_ENV = "ATTNMM_CACHE"
 
-__all__ = ["CACHE_ENV", "DATA_ENV", "cache_dir", "data_dir", "resolve_root", "writable_copy"]
+__all__ = ["CACHE_ENV", "DATA_ENV", "cache_dir", "data_dir", "new_folder", "resolve_root", "writable_copy"]
 
 
 def _check_name(name: str) -> str:
@@ -77,6 +79,43 @@ def resolve_root(root: str | Path | None, name: str) -> Path:
         True
     """
     return data_dir(root) / _check_name(name)
+
+
+@contextmanager
+def new_folder(path: str | Path) -> Iterator[Path]:
+    r"""Make the folder ``path`` (and its missing parents) for the block, e.g. a download; if the block
+    fails, remove again the folders it made that are still empty, so a failed download leaves nothing.
+
+    Args:
+        path (str or Path): the folder.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     try:
+        ...         with new_folder(Path(tmp, "data", "fsdd")):
+        ...             raise OSError("no network")
+        ...     except OSError:
+        ...         pass
+        ...     print(list(Path(tmp).iterdir()))
+        []
+    """
+    path = Path(path).expanduser()
+    made = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        made.append(folder)  # deepest first
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (something else wrote there) or gone: keep what is left
+                break
+        raise
 
 
 def _make_user_writable(top: Path) -> None:

@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader
 
 from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, read_speakers
-from attnmm.data._root import DATA_ENV, data_dir, resolve_root
+from attnmm.data._root import DATA_ENV, data_dir, new_folder, resolve_root
 from attnmm.data.speech_commands import DIGIT_WORDS, FILE_RATE, digit_voices
 
 FSDD_URL = "https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/tags/v1.0.10.tar.gz"
@@ -149,8 +149,8 @@ def download_fsdd(dataset_dir: str | Path, url: str = FSDD_URL, timeout: float =
         Path: the ``recordings`` folder.
     """
     target = Path(dataset_dir).expanduser() / "recordings"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fsdd-download-", dir=target.parent) as tmp:
+    # a failed download removes the folders it made (no empty fsdd/ is left to puzzle over)
+    with new_folder(target.parent), tempfile.TemporaryDirectory(prefix=".fsdd-download-", dir=target.parent) as tmp:
         archive, staged = Path(tmp, "fsdd.tar.gz"), Path(tmp, "recordings")
         with urllib.request.urlopen(url, timeout=timeout) as response, open(archive, "wb") as out:
             shutil.copyfileobj(response, out)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnmm.data._root import DATA_ENV, cache_dir, resolve_root
+from attnmm.data._root import DATA_ENV, cache_dir, new_folder, resolve_root
 from attnmm.data._staging import save_staged
 
 __all__ = [
@@ -105,8 +105,9 @@ def _folder(root: str | Path | None, download: bool) -> Path:
     if missing and download:
         from torch_geometric.data import download_url
 
-        for n, p in missing.items():
-            download_url(_URLS[n], str(p.parent))
+        with new_folder(folder / "raw"):  # a failed download leaves no empty folder
+            for n, p in missing.items():
+                download_url(_URLS[n], str(p.parent))
         missing = {}
     if missing:
         raise FileNotFoundError(

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmm.data._audio import AudioClips, AudioDataModule, read_speakers
-from attnmm.data._root import DATA_ENV, data_dir
+from attnmm.data._root import DATA_ENV, data_dir, new_folder
 
 # Folder names as torchaudio's SPEECHCOMMANDS lays the data out: <root>/SpeechCommands/speech_commands_v0.02
 FOLDER_IN_ARCHIVE = "SpeechCommands"
@@ -327,8 +327,8 @@ def download_speech_commands(base: str | Path) -> None:
             "Delete it and run again (a downloaded archive next to it is re-used)"
         )
     archive = base / f"{VERSION}.tar.gz"
-    base.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".speech-commands-", dir=base) as tmp:
+    # a failed download removes the folders it made, unless it keeps a complete archive there for a retry
+    with new_folder(base), tempfile.TemporaryDirectory(prefix=".speech-commands-", dir=base) as tmp:
         staged_archive = Path(tmp, archive.name)
         if archive.is_file():
             try:

@@ -2,7 +2,7 @@
 (the heads are model parts, in :mod:`attnmm.nn`)."""
 
 from attnmm.lightning.averaging import AverageCheckpoints
-from attnmm.lightning.callbacks import AttentionMapLogger
+from attnmm.lightning.callbacks import AttentionMapLogger, AttentionMapPNG
 from attnmm.lightning.checkpoint import AtomicCheckpointIO, RandomState, find_last_checkpoint
 from attnmm.lightning.cli import RecipeCLI, write_metrics
 from attnmm.lightning.generate import TextSample, generate
@@ -13,6 +13,7 @@ from attnmm.lightning.task import ClassificationTask, EncoderTask
 __all__ = [
     "AtomicCheckpointIO",
     "AttentionMapLogger",
+    "AttentionMapPNG",
     "AverageCheckpoints",
     "ClassificationTask",
     "EncoderTask",

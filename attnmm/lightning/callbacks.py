@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -40,20 +41,9 @@ class AttentionMapLogger(L.Callback):
         """The attention-map and mask figures of ``batch``'s first item."""
         from attnmm.viz import plot_attention, plot_mask
 
-        was_training = pl_module.training
-        pl_module.eval()
-        with torch.no_grad():
-            _, tokens, weights = pl_module.encode(batch, return_weights=True)  # type: ignore[operator]
-        pl_module.train(was_training)
-        x = tokens.x
-        n = x.size(0) if x.dim() == 2 else x.size(1)
-        if tokens.lengths is not None:
-            n = int(tokens.lengths[0])
-        n = max(1, min(n, self.max_tokens))
-        w = weights[min(self.layer, len(weights) - 1)]
-        dense = w.to_dense(x.size(0) if x.dim() == 2 else x.size(1), x.size(0) if x.dim() == 2 else x.size(1),
-                           None if w.batch is None else x.size(0))
-        dense = dense[0] if dense.dim() == 4 else dense  # (H, L, S) of the first item
+        tokens, weights = _encode(pl_module, batch)
+        n = _first_item_tokens(tokens, self.max_tokens)
+        dense = _first_item_weights(tokens, weights[min(self.layer, len(weights) - 1)])
         head = min(self.head, dense.size(0) - 1)
         attn = plot_attention(dense[head, :n, :n].float().cpu(), title=f"layer {self.layer}, head {head}")
         figs = {"attention_map": attn}
@@ -74,6 +64,117 @@ class AttentionMapLogger(L.Callback):
         for fig in figs.values():
             plt.close(fig)
         self._batch = None
+
+
+class AttentionMapPNG(L.Callback):
+    """Saves, when a recipe run ends, the attention map of one example per encoder layer as PNG files
+    ``attention_layer<i>.png`` (the heads' mean) in the run's folder, beside ``metrics.json``.
+
+    It keeps the first batch of the last test (or validation) run and draws its first item with the
+    final weights; :meth:`save` writes the pictures (:class:`~attnmm.lightning.RecipeCLI` calls it once
+    per run, after writing the metrics). An encoder that returns no attention weights (an LSTM, a CNN,
+    GPS layers) gets no picture.
+
+    Args:
+        max_tokens (int, optional): crop to the first ``max_tokens`` queries and keys.
+            (default: :obj:`64`)
+    """
+
+    def __init__(self, max_tokens: int = 64) -> None:
+        super().__init__()
+        self.max_tokens = check_nonneg_int("max_tokens", max_tokens, minimum=1)
+        self._batch: Any = None
+        #: why the last :meth:`save` wrote nothing (``None`` when it wrote the pictures)
+        self.skipped: str | None = None
+
+    def _keep(self, trainer: L.Trainer, batch: Any, batch_idx: int, dataloader_idx: int) -> None:
+        if batch_idx == 0 and dataloader_idx == 0 and not trainer.sanity_checking:
+            self._batch = batch
+
+    def on_test_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._keep(trainer, batch, batch_idx, dataloader_idx)
+
+    def on_validation_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._keep(trainer, batch, batch_idx, dataloader_idx)
+
+    def save(self, pl_module: L.LightningModule, folder: str | Path) -> list[Path]:
+        """Write one PNG per encoder layer into ``folder`` and return their paths (none when no batch was
+        kept or the encoder returns no weights)."""
+        self.skipped = None
+        if self._batch is None or not callable(getattr(pl_module, "encode", None)):
+            self.skipped = "no batch was kept" if self._batch is None else f"{type(pl_module).__name__} has no encode"
+            return []
+        from matplotlib.figure import Figure
+
+        from attnmm.viz import plot_attention
+
+        try:
+            tokens, weights = _encode(pl_module, self._batch)
+        except ValueError as err:
+            if "does not return attention weights" in str(err):
+                self.skipped = str(err).split(" (")[0]
+                return []
+            raise
+        finally:
+            self._batch = None
+        n = _first_item_tokens(tokens, self.max_tokens)
+        paths = []
+        for layer, w in enumerate(weights or ()):
+            if w is None:
+                continue
+            dense = _first_item_weights(tokens, w)  # (H, L, S)
+            title = f"layer {layer}, mean of {dense.size(0)} heads, first {n} tokens"
+            # a figure without a layout engine: half the time of plot_attention's own (constrained) figure
+            fig = Figure(figsize=(4.0, 3.6))
+            fig.subplots_adjust(left=0.16, right=0.86, top=0.78, bottom=0.04)  # room for the keys and the title
+            plot_attention(dense[:, :n, :n].float().mean(0).cpu(), ax=fig.add_subplot(), title=title)
+            path = Path(folder) / f"attention_layer{layer}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, dpi=72)
+            paths.append(path)
+        return paths
+
+
+def _encode(pl_module: L.LightningModule, batch: Any) -> tuple[Any, Any]:
+    """The adapter's tokens and the attention weights per layer of ``batch``, in eval mode."""
+    was_training = pl_module.training
+    pl_module.eval()
+    try:
+        with torch.no_grad():
+            _, tokens, weights = pl_module.encode(batch, return_weights=True)  # type: ignore[operator]
+    finally:
+        pl_module.train(was_training)
+    return tokens, weights
+
+
+def _first_item_tokens(tokens: Any, max_tokens: int) -> int:
+    """How many tokens of the first item to show: its length, at most ``max_tokens``."""
+    x = tokens.x
+    n = x.size(0) if x.dim() == 2 else x.size(1)
+    if tokens.lengths is not None:
+        n = int(tokens.lengths[0])
+    return max(1, min(n, max_tokens))
+
+
+def _first_item_weights(tokens: Any, w: Any) -> Any:
+    """One layer's weights as a dense (H, L, S) tensor of the first item (packed tokens: of all nodes):
+    :class:`~attnmm.attention.AttentionWeights`, or a graph layer's ``(edge_index, alpha)``."""
+    x = tokens.x
+    size = x.size(0) if x.dim() == 2 else x.size(1)
+    if not hasattr(w, "to_dense"):  # PyG's form: edge_index (2, M) as (source, target), alpha (M, H)
+        edge_index, alpha = w
+        alpha = alpha if alpha.dim() == 2 else alpha[:, None]
+        dense = alpha.new_zeros(alpha.size(1), size, size)
+        dense[:, edge_index[1], edge_index[0]] = alpha.T  # row: the target (query), column: the source (key)
+        return dense
+    dense = w.to_dense(size, size, None if w.batch is None else x.size(0))
+    return dense[0] if dense.dim() == 4 else dense  # (H, L, S) of the first item
 
 
 def _plot_item_mask(tokens: Any, n: int) -> Any:

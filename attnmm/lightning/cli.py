@@ -5,19 +5,29 @@ from __future__ import annotations
 
 import argparse
 import copy
+import difflib
 import importlib
 import inspect
 import json
+import os
+import re
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import torch
+from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from attnmm import _recipes
+from attnmm.lightning.callbacks import AttentionMapPNG
 from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
+
+#: Set to 1 for the full traceback of a recipe's error (otherwise one short message).
+DEBUG_ENV = "ATTNMM_DEBUG"
 
 
 def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
@@ -172,6 +182,21 @@ def _set(config: dict[str, Any], key: str, value: Any) -> None:
     config[leaf] = copy.deepcopy(value)  # (a value of its own: no YAML anchor in a printout)
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it, else absolute."""
+    path = path.resolve()
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _did_you_mean(key: str, options: Sequence[str]) -> str:
+    """`` (did you mean --x?)`` for the option among ``options`` closest to the misspelled ``key``."""
+    close = difflib.get_close_matches(key, options, 1, 0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _run_name(args: Any, config: str | Path | None) -> str | None:
     """The stem of the last ``--config`` file among ``args`` (the command line when ``None``), else of
     the recipe's default ``config``."""
@@ -183,6 +208,122 @@ def _run_name(args: Any, config: str | Path | None) -> str | None:
     if named:
         return Path(named[-1]).stem
     return None if config is None else Path(config).stem
+
+
+def debug_mode() -> bool:
+    """Whether ``$ATTNMM_DEBUG`` asks for full tracebacks (any value but empty, 0, false or no)."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+_ROLE = re.compile(r":(?:[\w-]+:)*[\w-]+:`(~?)([^`]*)`")
+_LITERAL = re.compile(r"``([^`]*)``")
+
+
+def plain_text(text: str) -> str:
+    r"""Docstring text as it reads in a terminal: reST roles, inline literals and ``.. math::`` directives
+    replaced by their content (a ``~`` role by the last part of the name).
+
+    Examples:
+        >>> plain_text(":class:`~attnmm.masks.Window` of ``left`` frames (default: :obj:`None`)")
+        'Window of left frames (default: None)'
+        >>> plain_text(r"the set :math:`A(i)`; :func:`attnmm.attend`")
+        'the set A(i); attnmm.attend'
+    """
+
+    def role(match: re.Match[str]) -> str:
+        content = match.group(2).strip()
+        return content.rsplit(".", 1)[-1] if match.group(1) else content
+
+    text = _ROLE.sub(role, text)
+    text = re.sub(r":(?:[\w-]+:)*[\w-]+:`~?", "", text)  # a role cut off by a line end (a first line)
+    text = _LITERAL.sub(r"\1", text)
+    text = re.sub(r"`([^`\n]*)`", r"\1", text)  # the default role
+    text = re.sub(r"\.\. [\w-]+::\s*", "", text)  # directives (math, note, warning): their text stays
+    text = re.sub(r"\\hat\{(\w)\}", "\\1\u0302", text)  # LaTeX as it reads: \hat{y} -> y with a hat
+    text = re.sub(r"\\(?:mathrm|mathbf|mathbb|mathcal|text|operatorname)\{([^{}]*)\}", r"\1", text)
+    for command, symbol in _LATEX.items():
+        text = text.replace(command, symbol)
+    return text
+
+
+_LATEX = {"\\in ": "∈ ", "\\cdot": "·", "\\le ": "≤ ", "\\ge ": "≥ ", "\\infty": "∞", "\\sum": "Σ",
+          "\\exp": "exp", "\\sqrt": "sqrt", "\\odot": "⊙", "\\times": "×", "\\;": " ", "\\,": " ",
+          "\\lambda": "λ", "\\alpha": "α", "\\beta": "β", "\\sigma": "σ", "\\tau": "τ", "\\ldots": "..."}
+
+
+def _init_params(class_path: str) -> list[str]:
+    """The ``__init__`` parameters of the class at ``class_path`` (none when it cannot be imported)."""
+    try:
+        cls = _class({"class_path": class_path}, None)
+        return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    except Exception:  # an unknown or unimportable class: no suggestion
+        return []
+
+
+def _raised_by(err: BaseException, package: str) -> bool:
+    """Whether ``err`` was raised inside ``package`` (its innermost frame is there)."""
+    frames = list(traceback.walk_tb(err.__traceback__))
+    return bool(frames) and f"{os.sep}{package}{os.sep}" in frames[-1][0].f_code.co_filename
+
+
+def _reason(err: BaseException) -> BaseException:
+    """The exception that says what is wrong: ``err`` with jsonargparse's wrappers around it taken off."""
+    while True:
+        inner = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+        if inner is None or not _raised_by(err, "jsonargparse"):
+            return err
+        err = inner
+
+
+_NOISE = (
+    "Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
+    "Given value:", "Expected a <class 'NoneType'>", "Problem with given class_path",
+)
+
+
+def _condensed(message: str) -> str:
+    """jsonargparse's nested parse error ``message`` as one line: the reasons without the wrappers."""
+    reasons: list[str] = []
+    for line in message.splitlines():
+        line = re.sub(r'^(-\s*)?Parser key "[^"]+":\s*', "", line.strip()).lstrip("- ").strip()
+        line = re.sub(r"<class '(?:\w+\.)*(\w+)'>", r"\1", line)
+        if line and not line.startswith(_NOISE) and line != "Expected a NoneType" and line not in reasons:
+            reasons.append(line)
+    return "; ".join(reasons) or message.strip()
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help layout with docstrings as plain text (:func:`plain_text`) and the description's
+    line breaks kept (the recipe header)."""
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain_text(super()._expand_help(action))
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+    def start_section(self, heading: str | None) -> None:
+        super().start_section(None if heading is None else plain_text(heading))
+
+
+class RecipeArgumentParser(LightningArgumentParser):
+    """The recipes' parser: an error on the command line is one short message (with "did you mean" for a
+    misspelled option, :meth:`RecipeCLI.parse_error_text`). ``$ATTNMM_DEBUG=1`` gives jsonargparse's own
+    report."""
+
+    recipe_cli: RecipeCLI | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)  # also for a subclass's help (--model.help)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> Any:  # type: ignore[override]
+        cli = self.recipe_cli
+        if not self.exit_on_error or debug_mode() or cli is None or cli.argv is None:
+            return super().error(message, ex)
+        # the subcommand's parser, where jsonargparse says which (as its own report does)
+        sys.stderr.write(cli.parse_error_text(message, getattr(ex, "subcommand_parser", None) or self) + "\n")
+        sys.exit(2)
 
 
 class RecipeCLI(LightningCLI):
@@ -199,6 +340,17 @@ class RecipeCLI(LightningCLI):
     default ``val_acc``; ``mode``, default ``max``; the last checkpoint kept; the best named by
     :func:`best_checkpoint_name` unless ``filename`` is given). So a recipe's config holds only what is
     its own, and a variant config only what differs from it.
+
+    A smoke run (``--trainer.fast_dev_run=true``, which has no logger) gets a ``version_N`` folder of its
+    own too, for its checkpoints and metrics. A progress bar is on by default, and an
+    :class:`~attnmm.lightning.AttentionMapPNG` callback saves one example's attention map per encoder
+    layer beside ``metrics.json`` when ``fit`` or ``test`` ends.
+
+    From the command line (``args`` not given) an error is one short message: a refused value names its
+    option (``--model.adapter.init_args.mask.init_args.left: left must be an int >= 0, got -3``), a
+    misspelled option or command gets "did you mean", missing data says where it is looked for; with
+    ``ATTNMM_DEBUG=1`` (or ``args`` given, from Python) the exception propagates. ``--help`` starts with the
+    recipe's one-line description and its configs, and shows docstrings as plain text.
 
     It adds ``--torch_threads N`` to every subcommand, which sets PyTorch's intra-op threads before
     anything is built (small models on a busy CPU run far faster on one thread than on threads that
@@ -245,6 +397,10 @@ class RecipeCLI(LightningCLI):
     ) -> None:
         self._default_classes = {"model": default_model, "data": default_data}
         self._links = tuple(links)
+        self.recipe_config = None if config is None else Path(config)
+        self.run_dir: Path | None = None
+        #: the command line as parsed (``None`` until then, or when given as a dict)
+        self.argv: list[str] | None = None
         if config is not None:
             defaults = {"default_config_files": [str(config)]}
             per_command = {cmd: defaults for cmd in self.subcommands()} if kwargs.get("run", True) else defaults
@@ -255,7 +411,21 @@ class RecipeCLI(LightningCLI):
             kwargs.setdefault("trainer_defaults", self.recipe_trainer_defaults(f"runs/{name}"))
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("load_from_checkpoint_support", False)  # the hyperparameters are recorded here
-        super().__init__(*args, **kwargs)
+        kwargs.setdefault("parser_class", RecipeArgumentParser)
+        from_command_line = kwargs.get("args") is None
+        try:
+            super().__init__(*args, **kwargs)
+        except Exception as err:
+            # a person at a terminal gets one message; a program (args given) and ATTNMM_DEBUG=1 the exception
+            if not from_command_line or debug_mode():
+                raise
+            lines = [self.error_text(err)]
+            if isinstance(_reason(err), FileNotFoundError):
+                env = os.environ.get("ATTNMM_DATA", "").strip() or "not set"
+                lines.append(f"(data is looked for in --data.root, else $ATTNMM_DATA ({env}), else ~/.cache/attnmm; "
+                             "python -m attnmm lists the datasets there)")
+            sys.stderr.write("\n".join([*lines, f"({DEBUG_ENV}=1 shows the traceback)"]) + "\n")
+            sys.exit(1)
         # A process group left for interpreter teardown lets gloo's worker threads die inside
         # C++ destructors ("terminate called without an active exception", exit code 134) now
         # and then. Tear it down here, after a clean run only: after an exception the other
@@ -277,7 +447,9 @@ class RecipeCLI(LightningCLI):
                 for cls, name in loggers.items()
             ],
             "plugins": [{"class_path": "attnmm.lightning.AtomicCheckpointIO"}],  # never a truncated last.ckpt
-            "callbacks": [RandomState()],  # persistent: resume draws the same random numbers
+            "enable_progress_bar": True,
+            # persistent: resume draws the same random numbers; the run's attention maps as PNG files
+            "callbacks": [RandomState(), AttentionMapPNG()],
         }
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -316,17 +488,175 @@ class RecipeCLI(LightningCLI):
     def _root_class(self, key: str) -> Any:
         return self.model_class if key.startswith("model.") else self.datamodule_class
 
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        header = self._header()
+        if header:
+            kwargs["description"] = header + (f"\n\n{kwargs['description']}" if kwargs.get("description") else "")
+        parser = super().init_parser(**kwargs)
+        if isinstance(parser, RecipeArgumentParser):
+            parser.recipe_cli = self
+        return parser
+
+    def _header(self) -> str | None:
+        """The help's first lines: the recipe, what it does, and its configs."""
+        if self.recipe_config is None:
+            return None
+        folder, name = self.recipe_config.resolve().parent.parent, self.recipe_config.stem
+        script = folder / f"{name}.py"
+        if not script.is_file():
+            return None
+        configs = _recipes.recipe_configs(folder, name)
+        lines = [f"{script.name}: {_recipes.summary(script)}", f"  default config: {_shown(self.recipe_config)}"]
+        variants = [c.name for c in configs if c.resolve() != self.recipe_config.resolve()]
+        if variants:
+            where = _shown(self.recipe_config.parent)
+            lines.append(f"  other configs (--config {where}/<name>): {', '.join(variants)}")
+        return "\n".join(lines)
+
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         if self.subclass_mode_model or self.subclass_mode_data:
             args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
         if isinstance(args, list | None):
             args = list(sys.argv[1:] if args is None else args)
+            self.argv = list(args)
             if "--print_config" in args:
                 # jsonargparse leaves link targets out of --print_config; show the resolved values
-                super().parse_arguments(parser, [a for a in args if a != "--print_config"])
+                self._parse(parser, [a for a in args if a != "--print_config"])
                 print(self._resolved_config(), end="")
                 sys.exit(0)
-        super().parse_arguments(parser, args)
+        self._parse(parser, args)
+
+    def _parse(self, parser: LightningArgumentParser, args: Any) -> None:
+        # LightningCLI.parse_arguments less its warning about args given with a command line: the
+        # command line is what this class passes as args
+        self.config = parser.parse_object(args) if isinstance(args, dict | Namespace) else parser.parse_args(args)
+
+    # ------------------------------------------------------------------ errors a person reads
+
+    def parse_error_text(self, message: str, parser: argparse.ArgumentParser | None = None) -> str:
+        """The short report of the parse error ``message`` (jsonargparse's): the option and what is wrong
+        with it, a "did you mean" for a misspelled option or command, and where the options are listed."""
+        argv = self.argv or []
+        prog = Path(sys.argv[0]).name
+        commands = list(self.subcommands())
+        command = next((a for a in argv if a in commands), None)
+        hint = f"({prog} {command or '<command>'} --help lists the options)"
+        if command is None:
+            given = next((a for i, a in enumerate(argv) if not a.startswith("-")
+                          and (i == 0 or not argv[i - 1].startswith("-") or "=" in argv[i - 1])), None)
+            if given is not None:
+                close = difflib.get_close_matches(given, commands, 1)
+                maybe = f" (did you mean {close[0]}?)" if close else ""
+                return f"error: {given!r} is not a command{maybe}; the commands: {', '.join(commands)}"
+            if "subcommand" in message.lower():
+                return f"error: no command given; the commands: {', '.join(commands)} (e.g. {prog} fit)"
+        parser = parser or self.parser
+        keys = [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+        lines = [f"error: {key} is not an option{of}{_did_you_mean(key, options)}"
+                 for key, of, options in self._unknown_options(parser, keys, message)]
+        if not lines and message.startswith("unrecognized arguments"):
+            negative = [f"{argv[i - 1]}={a}" for i, a in enumerate(argv) if i and re.fullmatch(r"-[\d.]+", a)
+                        and argv[i - 1].startswith("--") and "=" not in argv[i - 1]]
+            if negative:
+                lines = [f"error: write a negative value with '=': {', '.join(negative)}"]
+        if not lines:
+            keys_in = re.findall(r'Parser key "([^"]+)"', message)
+            key = next((k for k in keys if keys_in and (k == f"--{keys_in[-1]}" or k.endswith(f".{keys_in[-1]}"))),
+                       f"--{'.'.join(keys_in)}" if keys_in else None)
+            lines = [f"error: {key + ': ' if key else ''}{_condensed(message)}"]
+        return "\n".join([*lines, hint])
+
+    @staticmethod
+    def _unknown_options(
+        parser: argparse.ArgumentParser, keys: list[str], message: str
+    ) -> list[tuple[str, str, list[str]]]:
+        """``(key, " of <class>", the options it may have meant)`` of each option in ``keys`` that the
+        ``parser`` or the class under it (named in the error ``message``) does not take."""
+        usage = parser.format_usage()
+        known = set(re.findall(r"(--[\w.]+)", usage)) | {"--help", "--print_config", "--config"}  # -c in the usage
+        # options that take a class's keys (--model.lr, --model.init_args.lr)
+        nested = set(re.findall(r"(--[\w.]+) CONFIG \| CLASS_PATH_OR_NAME", usage))
+        unknown = []
+        for key in keys:
+            if key not in known and not any(key.startswith(f"{root}.") for root in nested):
+                unknown.append((key, "", sorted(known)))
+        for class_path, option in re.findall(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message):
+            key = next((k for k in keys if k.endswith(f".{option}")), None)
+            if key is not None:
+                prefix = key[: -len(option)]
+                of = f" of {class_path.rsplit('.', 1)[-1]}"
+                unknown.append((key, of, [prefix + p for p in _init_params(class_path)]))
+        return unknown
+
+    def error_text(self, err: BaseException) -> str:
+        """The one-line report of ``err``, raised while building or running the recipe: the option whose
+        value was refused (when the error names a parameter of a class the config builds), then the reason."""
+        reason = _reason(err)
+        text = str(reason).strip() or type(reason).__name__
+        if isinstance(reason, KeyError | OSError) and reason.args:
+            text = str(reason.args[-1] if isinstance(reason, OSError) and len(reason.args) == 2 else reason.args[0])
+        kind = "" if isinstance(reason, ValueError | TypeError | FileNotFoundError) else f"{type(reason).__name__}: "
+        option = self._option_of(reason, text)
+        return f"error: {option + ': ' if option else ''}{kind}{text}"
+
+    def _option_of(self, err: BaseException, text: str) -> str | None:
+        """The option (``--model.adapter.init_args.mask.init_args.left``) of the parameter that ``err``, raised
+        in the ``__init__`` of a class the config builds, names in its message ``text``."""
+        config = getattr(self, "config", None)
+        if config is None:
+            return None
+        command = config.get("subcommand")
+        tree = (config[command] if command else config).as_dict()
+        words = re.findall(r"\w+", text)
+        for frame, _ in traceback.walk_tb(err.__traceback__):
+            owner = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
+            if owner is None:
+                continue
+            for path, args in self._places_of(type(owner), tree):
+                named = [w for w in words if w in args]
+                if named:
+                    return self._as_given(f"--{path}.{named[0]}")
+        return None
+
+    def _as_given(self, option: str) -> str:
+        """``option`` as the command line wrote it (with or without ``init_args`` after a class's key), else
+        without the ``init_args`` after a subclass-mode root (``--model.adapter...``)."""
+        plain = option.replace(".init_args.", ".")
+        for key in (a.split("=", 1)[0] for a in self.argv or () if a.startswith("--")):
+            if key.replace(".init_args.", ".") == plain:
+                return key
+        for root in self._subclass_roots():
+            if option.startswith(f"--{root}.init_args."):
+                return f"--{root}." + option[len(f"--{root}.init_args."):]
+        return option
+
+    def _places_of(self, cls: type, tree: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """``(dotted key, its arguments)`` of every place in the config ``tree`` that builds ``cls``."""
+        found: list[tuple[str, dict[str, Any]]] = []
+
+        def walk(node: Any, path: str, default: Any = None) -> None:
+            if not isinstance(node, dict):
+                return
+            if "class_path" in node:
+                try:
+                    built = _class(node, None)
+                except Exception:  # a class that does not import: not the one that failed
+                    built = None
+                args = node.get("init_args") or {}
+                if built is cls:
+                    found.append((f"{path}.init_args", args))
+                for key, value in args.items():
+                    walk(value, f"{path}.init_args.{key}")
+                return
+            if default is cls:
+                found.append((path, node))
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+
+        for root, default in (("model", self.model_class), ("data", self.datamodule_class),
+                              ("trainer", self.trainer_class), ("checkpoint", ModelCheckpoint)):
+            walk(tree.get(root), root, default)
+        return found
 
     def _config_dict(self) -> dict[str, Any]:
         """The parsed config of the subcommand as plain data, with the link targets jsonargparse filled."""
@@ -384,6 +714,22 @@ class RecipeCLI(LightningCLI):
             config["checkpoint.filename"] = best_checkpoint_name(config["checkpoint.monitor"])
 
     def after_instantiate_classes(self) -> None:
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None and trainer.fast_dev_run:
+            self._own_run_dir(trainer)
+        self._record_hyperparameters()
+
+    def _own_run_dir(self, trainer: Any) -> None:
+        """Give a ``fast_dev_run`` (which has no logger) its own ``version_N`` folder in the run directory,
+        numbered as the loggers number theirs, for its checkpoints, metrics and pictures."""
+        root = Path(trainer.default_root_dir)
+        taken = [int(p.name[8:]) for p in root.glob("version_*") if p.name[8:].isdigit()]
+        self.run_dir = root / f"version_{max(taken, default=-1) + 1}"
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
+                callback.dirpath = str(self.run_dir / "checkpoints")
+
+    def _record_hyperparameters(self) -> None:
         # The model's hyperparameters are its resolved config, every linked value included, in the form
         # Lightning's ``instantiate_module`` rebuilds from: ``load_from_checkpoint(path)`` (and ``test
         # --ckpt_path``) rebuild the model a run trained. (Lightning's own recording is switched off:
@@ -456,5 +802,12 @@ class RecipeCLI(LightningCLI):
         merged: dict[str, Any] = {}
         for r in results:
             merged.update({k: v for k, v in r.items() if k.startswith(prefix)})
-        path = write_metrics(merged, log_dir)
+        path = write_metrics(merged, self.run_dir or log_dir)
         print(f"metrics written to {path}: {json.dumps({k: round(float(v), 4) for k, v in merged.items()})}")
+        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(callback, AttentionMapPNG):
+                pictures = callback.save(self.model, path.parent)
+                if pictures:
+                    print(f"attention maps written to {path.parent}: {', '.join(p.name for p in pictures)}")
+                elif callback.skipped:
+                    print(f"no attention maps: {callback.skipped}")

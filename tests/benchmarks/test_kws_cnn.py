@@ -43,7 +43,7 @@ def test_the_peer_overlay_trains_on_the_keyword_config(tmp_path: Path, monkeypat
     assert model.adapter.sample_rate == 16000 and model.num_classes == 12 and model.head.linear.in_features == 45
     assert type(model.adapter.waveform_augment).__name__ == "ChainAugment"  # the keyword config's augmentation
     assert cli.datamodule.noise_augment is not None
-    metrics = json.loads((tmp_path / "runs" / "kws_res8" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "kws_res8" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 
 
@@ -60,5 +60,5 @@ def test_the_conv_candidate_overlay_adds_residual_blocks_only(tmp_path: Path, mo
     adapter = cli.model.adapter
     assert len(adapter.residual_blocks) == 3 and adapter.sample_rate == 16000 and cli.datamodule.seed == 1
     assert type(adapter.waveform_augment).__name__ == "ChainAugment"  # the keyword config's augmentation
-    metrics = json.loads((tmp_path / "runs" / "kws_conv" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "kws_conv" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"val_acc", "val_loss"}  # no test number

@@ -63,5 +63,6 @@ def test_recipe_fast_dev_run(tmp_path: Path) -> None:
         env={**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = json.loads((tmp_path / "runs" / "series" / "metrics.json").read_text())  # named after the config
+    # the run folder is named after the config
+    metrics = json.loads((tmp_path / "runs" / "series" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}

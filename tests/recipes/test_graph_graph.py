@@ -14,7 +14,7 @@ from _recipes import recipe_main, run_recipe
 def test_fast_dev_run(tmp_path: Path) -> None:
     args = ["fit", "--trainer.fast_dev_run=true", "--data.num_graphs=40", "--data.batch_size=8"]
     proc = run_recipe("graph_graph", args, tmp_path)
-    metrics = json.loads((tmp_path / "runs" / "graph_graph" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "graph_graph" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"} and 0.0 <= metrics["test_acc"] <= 1.0
     assert "metrics written to" in proc.stdout
 
@@ -35,7 +35,7 @@ def test_a_tu_set_is_one_flag_away(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     run = tmp_path / "run"
     run.mkdir()
     run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
-    metrics = json.loads((run / "runs" / "graph_graph" / "metrics.json").read_text())
+    metrics = json.loads((run / "runs" / "graph_graph" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 
 
@@ -67,7 +67,7 @@ def test_peptides_make_the_task_multilabel(tmp_path: Path, monkeypatch: pytest.M
     run = tmp_path / "run"
     run.mkdir()
     run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
-    metrics = json.loads((run / "runs" / "graph_graph" / "metrics.json").read_text())
+    metrics = json.loads((run / "runs" / "graph_graph" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_ap", "test_loss"}
 
 
@@ -96,5 +96,5 @@ def test_the_peptides_configs(config: str, attention: bool, tmp_path: Path, monk
     run = tmp_path / "run"
     run.mkdir()
     run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
-    metrics = json.loads((run / "runs" / config / "metrics.json").read_text())
+    metrics = json.loads((run / "runs" / config / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_ap", "test_loss"} and 0.0 <= metrics["test_ap"] <= 1.0

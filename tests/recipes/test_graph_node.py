@@ -17,7 +17,7 @@ def test_fast_dev_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data_root("planetoid")
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     proc = run_recipe("graph_node", ["fit", "--trainer.fast_dev_run=true"], tmp_path)
-    metrics = json.loads((tmp_path / "runs" / "graph_node" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "graph_node" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"} and 0.0 <= metrics["test_acc"] <= 1.0
     assert "metrics written to" in proc.stdout
 

@@ -17,7 +17,7 @@ def test_fast_dev_run(tmp_path: Path, config: str | None) -> None:
     extra = [] if config is None else [f"--config={RECIPES / 'configs' / config}"]
     proc = run_recipe("image_patches", ["fit", "--trainer.fast_dev_run=true", *extra], tmp_path)
     run = "image_patches" if config is None else config.removesuffix(".yaml")  # named after the config
-    metrics = json.loads((tmp_path / "runs" / run / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / run / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
     assert "first 8,000 images train/validate, the last 2,000 test" in proc.stdout
 

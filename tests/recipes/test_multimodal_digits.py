@@ -58,7 +58,7 @@ def test_fast_dev_run(generated_root: Path, tmp_path: Path, config: str | None) 
     args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *extra]
     run_recipe("multimodal_digits", args, tmp_path)
     run = "multimodal_digits" + ("" if config is None else f"_{config}")  # named after the config
-    metrics = json.loads((tmp_path / "runs" / run / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / run / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 
 
@@ -66,7 +66,7 @@ def test_corrupted_test_set_without_images(generated_root: Path, tmp_path: Path)
     corrupt = ["--data.audio_snr_db=0", "--data.image_occlusion=14", "--data.drop_modality=image"]
     args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *corrupt]
     run_recipe("multimodal_digits", args, tmp_path)
-    assert (tmp_path / "runs" / "multimodal_digits" / "metrics.json").is_file()
+    assert (tmp_path / "runs" / "multimodal_digits" / "version_0" / "metrics.json").is_file()
 
 
 def _cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
@@ -144,7 +144,7 @@ def test_robust_fast_dev_run(generated_root: Path, tmp_path: Path, config: str |
             "--test_after_fit=false", "--data.val_speakers=[cid]"]
     run_recipe("multimodal_digits_robust", args, tmp_path)
     run = "multimodal_digits_robust" + ("" if config is None else f"_{config}")
-    metrics = json.loads((tmp_path / "runs" / run / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / run / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"val_acc", "val_loss"}  # no test number
 
 

@@ -22,7 +22,7 @@ def test_fast_dev_run_with_an_lstm_encoder(recipe: str, tmp_path: Path) -> None:
     extra = smoke_args(recipe)  # the real data when it is there, else generated files
     config = RECIPES / "configs" / CONFIGS[recipe]
     run_recipe(recipe, ["fit", "--trainer.fast_dev_run=true", f"--config={config}", *extra], tmp_path)
-    run_dir = tmp_path / "runs" / config.stem
+    run_dir = tmp_path / "runs" / config.stem / "version_0"  # the smoke run's own folder
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics) >= {"test_acc", "test_loss"}
     import torch

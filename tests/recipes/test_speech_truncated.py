@@ -72,7 +72,7 @@ def test_documented_command(args: list[str], generated_root: Path, tmp_path: Pat
         assert exit_info.value.code == 0
         return
     cli = main([*args, "--trainer.fast_dev_run=true", f"--data.root={generated_root}", "--data.download=false"])
-    (metrics_path,) = tmp_path.glob("runs/*/metrics.json")
+    (metrics_path,) = tmp_path.glob("runs/*/version_0/metrics.json")
     metrics = json.loads(metrics_path.read_text())
     if "SpeechCommandsDataModule" in args:
         from attnmm.data import SpeechCommandsDataModule
@@ -105,7 +105,7 @@ def test_the_default_trains_without_the_extra_voices_folder(tmp_path: Path, monk
 def test_fast_dev_run(tmp_path: Path) -> None:
     data_root("fsdd")
     proc = run_recipe("speech_truncated", ["fit", "--trainer.fast_dev_run=true"], tmp_path)
-    metrics = json.loads((tmp_path / "runs" / "speech_truncated" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "speech_truncated" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
     assert 0.0 <= metrics["test_acc"] <= 1.0
     assert "metrics written to" in proc.stdout
@@ -166,7 +166,7 @@ def test_commands_config(commands_root: Path, tmp_path: Path, monkeypatch: pytes
     assert dm.noise_augment is not None and len(dm.noise_augment.noise) == 8  # 8 of the 10 silence clips
     speakers = dm.split_speakers
     assert (len(speakers["train"]), len(speakers["val"]), len(speakers["test"])) == (8, 1, 1)
-    metrics = json.loads((tmp_path / "runs" / "speech_truncated_commands" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "speech_truncated_commands" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 
 

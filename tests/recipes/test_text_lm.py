@@ -15,7 +15,7 @@ def test_fast_dev_run_prints_a_sample(tmp_path: Path) -> None:
     data_root("tinyshakespeare")
     args = ["fit", "--trainer.fast_dev_run=true", "--data.block_size=64", "--data.eval_stride=32"]
     proc = run_recipe("text_lm", args, tmp_path)
-    metrics = json.loads((tmp_path / "runs" / "text_lm" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "text_lm" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
     assert metrics["test_loss"] > 0.0
     assert "--- sample (20 tokens" in proc.stdout and "ROMEO:" in proc.stdout
