@@ -32,7 +32,6 @@ SLOW_FILES = ("test_docs.py", "test_fuzz.py")
 TESTS = Path(__file__).parent
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.path))
