@@ -27,9 +27,9 @@ PYTEST_ARGS := -n $(TEST_WORKERS) --dist worksteal --durations=20
 test: lint docs
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The quick loop for development (under 2 minutes): every test not marked slow, no docs build. Slow
-# (tests/conftest.py): recipe runs, DDP, kill-and-resume, benchmarks, examples, executed docs, long
-# fuzzing and the real-data tests.
+# The quick loop for development (about a minute on two free cores): every test not marked slow, no docs
+# build. Slow (tests/conftest.py): recipe runs, DDP, kill-and-resume, benchmarks, examples, executed docs,
+# long fuzzing and the real-data tests.
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
