@@ -25,14 +25,19 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(PY) -m mypy attnmm
 
-test: lint docs
-	$(PY) -m pytest
+# The suite runs on TEST_WORKERS processes (pytest-xdist; one per core of a 2-core machine, e.g.
+# `make test TEST_WORKERS=8` on a larger one) and names its 20 slowest tests at the end.
+TEST_WORKERS ?= 2
+PYTEST_ARGS := -n $(TEST_WORKERS) --dist worksteal --durations=20
 
-# The quick loop for development (a few minutes): every test not marked slow, no docs build. Slow
-# (tests/conftest.py): recipe runs, DDP, kill-and-resume, benchmarks, examples, executed docs, long
-# fuzzing and the real-data tests.
+test: lint docs
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The quick loop for development (about a minute on two free cores): every test not marked slow, no docs
+# build. Slow (tests/conftest.py): recipe runs, DDP, kill-and-resume, benchmarks, examples, executed docs,
+# long fuzzing and the real-data tests.
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml): --strict fails on a broken link, a missing page or figure, or an
 # unresolved API reference. The build first renders the missing figures (docs/hooks.py).

@@ -39,3 +39,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         slow = bool(parts) and (parts[0] in SLOW_FOLDERS or parts[-1] in SLOW_FILES)
         if slow or item.get_closest_marker("data") is not None:
             item.add_marker(pytest.mark.slow)
+    # The slow tests first (in their order): with the suite spread over processes (pytest-xdist, ``make
+    # test``), the long runs start at once and the many short tests fill in around them, instead of one
+    # long run starting last and keeping a single process busy at the end.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

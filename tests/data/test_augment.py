@@ -185,9 +185,8 @@ def _shifted(clip: torch.Tensor, s: int) -> torch.Tensor:
     """``clip`` moved by ``s`` samples within its own length (the oracle of TimeShift)."""
     out = torch.zeros_like(clip)
     n = clip.numel()
-    for t in range(n):
-        if 0 <= t - s < n:
-            out[t] = clip[t - s]
+    if abs(s) < n:  # out[t] = clip[t - s] wherever 0 <= t - s < n
+        out[max(s, 0) : n + min(s, 0)] = clip[max(-s, 0) : n - max(s, 0)]
     return out
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _recipes import run_recipe, smoke_args, smoke_params
+from _recipes import generated_args, run_recipe, smoke_params
 
 from attnmm.lightning import ClassificationTask
 
@@ -21,7 +21,7 @@ SHORT = [
 
 @pytest.mark.parametrize("recipe", smoke_params())
 def test_checkpoints_load_weights_only(recipe: str, tmp_path: Path) -> None:
-    extra = smoke_args(recipe) + (["--trainer.val_check_interval=2"] if recipe == "text_lm" else [])
+    extra = generated_args(recipe) + (["--trainer.val_check_interval=2"] if recipe == "text_lm" else [])
     run_recipe(recipe, ["fit", *SHORT, *extra], tmp_path)
     paths = sorted(tmp_path.glob("runs/**/*.ckpt"))
     assert {p.name.split("-")[0].removesuffix(".ckpt") for p in paths} == {"best", "last"}

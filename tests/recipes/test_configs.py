@@ -4,6 +4,7 @@ from its saved hyperparameters (what ``load_from_checkpoint`` and ``test --ckpt_
 
 from __future__ import annotations
 
+import copy
 import io
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -77,13 +78,19 @@ def test_no_config_restates_the_shared_trainer_defaults(config: str) -> None:
     assert not restated, f"{config}.yaml restates {restated}: RecipeCLI gives them (the `checkpoint:` key sets its own)"
 
 
+#: recipe -> its default config resolved (``--print_config``), once per test process
+_DEFAULTS: dict[str, dict[str, Any]] = {}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", OVERLAYS)
 def test_an_overlay_states_only_what_differs(config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every value an overlay sets changes its recipe's default config (a value equal to the default's is
     a repetition); and the run directory follows the overlay's name."""
     recipe = _recipe(config)
-    default = _resolved(recipe, None, tmp_path, monkeypatch)
+    if recipe not in _DEFAULTS:  # the recipe's default resolves the same for each of its overlays
+        _DEFAULTS[recipe] = _resolved(recipe, None, tmp_path, monkeypatch)
+    default = copy.deepcopy(_DEFAULTS[recipe])
     overlay = _resolved(recipe, config, tmp_path, monkeypatch)
     raw = yaml.safe_load((CONFIGS / f"{config}.yaml").read_text()) or {}
     repeated = []

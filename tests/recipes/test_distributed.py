@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import run_recipe, smoke_args, smoke_params
+from _recipes import generated_args, run_recipe, smoke_params
 
 # graph_graph, tiny: 64 training graphs, 8 validation and 8 test graphs (4 per process: the
 # DistributedSampler pads nothing, so each graph is counted exactly once)
@@ -40,7 +40,7 @@ def test_ddp_two_processes_reduce_test_metrics_like_one(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("recipe", smoke_params(exclude=("graph_graph",)))  # graph_graph: above
 def test_every_recipe_runs_under_ddp(recipe: str, tmp_path: Path) -> None:
-    extra = smoke_args(recipe)
+    extra = generated_args(recipe)
     args = ["fit", "--trainer.fast_dev_run=true", "--trainer.strategy=ddp", "--trainer.devices=2",
             "--trainer.accelerator=cpu", "--torch_threads=1", *extra]
     proc = run_recipe(recipe, args, tmp_path)

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import run_recipe, smoke_args, smoke_params
+from _recipes import generated_args, run_recipe, smoke_params
 
 
 @pytest.mark.parametrize("recipe", smoke_params())
 def test_bf16_mixed_smoke_run(recipe: str, tmp_path: Path) -> None:
-    extra = smoke_args(recipe)
+    extra = generated_args(recipe)
     args = ["fit", "--trainer.fast_dev_run=true", "--trainer.precision=bf16-mixed", "--torch_threads=1", *extra]
     run_recipe(recipe, args, tmp_path)
     (path,) = tmp_path.glob("runs/**/metrics.json")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import RECIPES, run_recipe, smoke_args
+from _recipes import RECIPES, generated_args, run_recipe
 
 CONFIGS = {
     "text_lm": "text_lm_lstm.yaml",
@@ -19,7 +19,7 @@ CONFIGS = {
 
 @pytest.mark.parametrize("recipe", sorted(CONFIGS))
 def test_fast_dev_run_with_an_lstm_encoder(recipe: str, tmp_path: Path) -> None:
-    extra = smoke_args(recipe)  # the real data when it is there, else generated files
+    extra = generated_args(recipe)  # generated files (the real data: test_smoke.py)
     config = RECIPES / "configs" / CONFIGS[recipe]
     run_recipe(recipe, ["fit", "--trainer.fast_dev_run=true", f"--config={config}", *extra], tmp_path)
     run_dir = tmp_path / "runs" / config.stem / "version_0"  # the smoke run's own folder

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _recipes import SMOKE, recipe_main, run_recipe, smoke_args, smoke_params, write_planetoid
+from _recipes import SMOKE, generated_args, recipe_main, run_recipe, smoke_args, smoke_params, write_planetoid
 
 from attnmm.lightning import ClassificationTask
 
@@ -29,7 +29,7 @@ def test_fast_dev_run(recipe: str, tmp_path: Path) -> None:
 def _hparams(recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> dict:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
-    cli = recipe_main(recipe)([*args, *smoke_args(recipe)], run=False)
+    cli = recipe_main(recipe)([*args, *generated_args(recipe)], run=False)
     assert isinstance(cli.model, ClassificationTask)
     return dict(cli.model.hparams)
 
@@ -109,7 +109,7 @@ def test_speech_heads_take_the_data_classes(
     ClassificationTask's num_classes and head, the strings config's SequenceTask CTC head and decoder."""
     monkeypatch.chdir(tmp_path)
     extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
-    cli = recipe_main("speech_truncated")([*extra, *smoke_args("speech_truncated")], run=False)
+    cli = recipe_main("speech_truncated")([*extra, *generated_args("speech_truncated")], run=False)
     hp = dict(cli.model.hparams)
     parts = ("head",) if config is None else ("ctc_head", "decoder")
     assert [hp[p]["init_args"]["num_classes"] for p in parts] == [10] * len(parts)
@@ -142,7 +142,7 @@ def test_graph_node_default_learns_attention(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
-    cli = recipe_main("graph_node")([*extra, *smoke_args("graph_node")], run=False)
+    cli = recipe_main("graph_node")([*extra, *generated_args("graph_node")], run=False)
     encoder = cli.model.encoder
     assert (encoder.scores, encoder.heads, encoder.steps, encoder.alpha, encoder.pair_dropout) == (
         scores,
