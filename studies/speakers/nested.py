@@ -1,0 +1,164 @@
+"""The leave-one-speaker-out study whose selection sees only each fold's training speakers.
+
+``python -m studies.speakers.nested select|test [--workers N]`` runs the runs of the protocol
+``many_voices_nested.json`` (beside this file) that its store does not hold yet, ``N`` at a time, each
+``recipes/speech_truncated.py fit`` in a fresh process on one thread; every run is stored as it ends,
+with its command, the protocol's hash and its wall time. ``select`` computes no test number (the recipe
+runs with ``--test_after_fit=false``); ``test`` runs each fold's chosen candidate once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOL = Path(__file__).with_name("many_voices_nested.json")
+
+
+def protocol() -> dict[str, Any]:
+    return json.loads(PROTOCOL.read_text())
+
+
+def protocol_hash() -> str:
+    return hashlib.sha256(PROTOCOL.read_bytes()).hexdigest()[:16]
+
+
+def recordings(speaker: str, root: str | None = None) -> set[str]:
+    """The FSDD recordings of ``speaker`` (file names), from the data folder."""
+    folder = Path(root or os.environ["ATTNMM_DATA"]) / "fsdd" / "recordings"
+    return {p.name for p in folder.glob(f"*_{speaker}_*.wav")}
+
+
+def check_disjoint(test: str, val: str) -> None:
+    """Refuse a selection run whose validation recordings meet the fold's test recordings."""
+    shared = recordings(test) & recordings(val)
+    if test == val or shared:
+        raise ValueError(f"validation {val} shares recordings with test {test}: {sorted(shared)[:3]}")
+
+
+def runs(part: str) -> list[dict[str, Any]]:
+    """The runs of ``part`` (``select`` or ``test``) in order; ``test`` needs the stored choices."""
+    p = protocol()
+    common = [f"--config={p['config']}", "--trainer.enable_progress_bar=false", f"--seed_everything={p['seed']}"]
+    out = []
+    if part == "select":
+        for fold in p["folds"]:
+            for sel in fold["selection"]:
+                check_disjoint(fold["test"], sel["val"])
+                for name, options in p["candidates"].items():
+                    cmd = [p["recipe"], "fit", *common, f"--data.test_speakers=[{fold['test']}]",
+                           f"--data.val_speakers=[{sel['val']}]", *options, "--test_after_fit=false"]
+                    out.append({"fold": fold["test"], "val": sel["val"], "candidate": name, "command": cmd})
+    else:
+        chosen = choices()
+        for fold in p["folds"]:
+            name = chosen[fold["test"]]
+            cmd = [p["recipe"], "fit", *common, f"--data.test_speakers=[{fold['test']}]", *p["candidates"][name]]
+            out.append({"fold": fold["test"], "val": "draw", "candidate": name, "command": cmd})
+    return out
+
+
+def store_path(part: str) -> Path:
+    return ROOT / protocol()["stores"]["selection" if part == "select" else "test"]
+
+
+def load(part: str) -> list[dict[str, Any]]:
+    path = store_path(part)
+    return json.loads(path.read_text())["runs"] if path.exists() else []
+
+
+def choices() -> dict[str, str]:
+    """Each fold's chosen candidate, from the selection store (every selection run must be there)."""
+    p = protocol()
+    stored = load("select")
+    chosen = {}
+    for fold in p["folds"]:
+        scores = {}
+        for name in p["candidates"]:
+            mine = [r["val_acc"] for r in stored if r["fold"] == fold["test"] and r["candidate"] == name]
+            if len(mine) != len(fold["selection"]):
+                raise RuntimeError(f"the selection of fold {fold['test']} is not complete ({name})")
+            scores[name] = statistics.fmean(mine)
+        chosen[fold["test"]] = max(scores, key=lambda n: (scores[n], -list(p["candidates"]).index(n)))
+    return chosen
+
+
+def best_val(run_dir: Path) -> float:
+    values = []
+    for path in run_dir.glob("**/metrics.csv"):
+        with path.open() as f:
+            values += [float(row["val_acc"]) for row in csv.DictReader(f) if row.get("val_acc")]
+    return max(values)
+
+
+def execute(run: dict[str, Any], part: str) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    log_dir = ROOT / "runs" / "many_voices_nested"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{part}_{run['fold']}_{run['candidate']}.log"
+    with tempfile.TemporaryDirectory() as tmp, log.open("w") as sink:
+        loggers = [{"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": tmp, "name": "csv"}}]
+        start = time.time()
+        status = subprocess.call(
+            ["nice", "-n", "10", sys.executable, str(ROOT / run["command"][0]), *run["command"][1:],
+             f"--trainer.default_root_dir={tmp}", f"--trainer.logger={json.dumps(loggers)}"],
+            cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+        )
+        seconds = time.time() - start
+        if status:
+            raise RuntimeError(f"{run['command']} failed (exit {status}); see {log}")
+        (metrics_file,) = Path(tmp).glob("**/metrics.json")
+        metrics = json.loads(metrics_file.read_text())
+        val = best_val(Path(tmp))
+    if part == "select" and any(k.startswith("test") for k in metrics):
+        raise RuntimeError("a selection run computed a test number")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {**{k: run[k] for k in ("fold", "val", "candidate")}, "command": " ".join(["python", *run["command"]]),
+            "val_acc": val, "test_acc": metrics.get("test_acc"), "metrics": metrics, "seconds": round(seconds, 1),
+            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit.stdout.strip(),
+            "protocol_sha256": protocol_hash()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=["select", "test", "show"])
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.part == "show":
+        for part in ("select", "test"):
+            for r in load(part):
+                print(part, r["fold"], r["val"], r["candidate"], r["val_acc"], r["test_acc"], r["seconds"])
+        return
+    stored = load(args.part)
+    done = {r["command"] for r in stored}
+    todo = [r for r in runs(args.part) if " ".join(["python", *r["command"]]) not in done]
+    path = store_path(args.part)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def one(run: dict[str, Any]) -> None:
+        record = execute(run, args.part)
+        stored.append(record)  # list.append is atomic under the GIL; the file is rewritten whole
+        path.write_text(json.dumps({"protocol": PROTOCOL.name, "runs": stored}, indent=1) + "\n")
+        print(f"{run['fold']} {run['candidate']}: val {record['val_acc']:.4f} test {record['test_acc']} "
+              f"({record['seconds']:.0f} s)", flush=True)
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        list(pool.map(one, todo))
+    if args.part == "select":
+        print(json.dumps(choices(), indent=1))
+
+
+if __name__ == "__main__":
+    main()
