@@ -118,31 +118,37 @@ def _speech_strings_cost() -> Figure:
     return figures["speech_strings_cost"]
 
 
-def _mask_sweeps() -> Figure:
-    """The graph mask sweeps of docs/results.md, from the runs stored under benchmarks/results/."""
+def _sweep_store(task: str) -> dict:
+    """The stored runs of the ``graph_masks_<task>`` study, as the sweep's figure reads them."""
     if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import graph_mask_sweep
+        sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+    from studies._graphs import mask_sweep
+    from studies._runner import View
 
-    return graph_mask_sweep.figure(graph_mask_sweep.load_stores())
+    return mask_sweep.as_store(View.load(f"graph_masks_{task}"))
+
+
+def _mask_sweeps() -> Figure:
+    """The graph mask sweeps on Cora and the motif graphs, from their studies' stores."""
+    from studies._graphs import mask_sweep
+
+    return mask_sweep.figure([_sweep_store("cora"), _sweep_store("motifs")])
 
 
 def _task_sweep(task: str) -> Figure:
-    """The figure of one real-data graph mask sweep, from its store under benchmarks/results/."""
-    if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import graph_mask_sweep
+    """The figure of one real-data graph mask sweep, from its study's store."""
+    from studies._graphs import mask_sweep
 
-    return graph_mask_sweep.task_figure(task)
+    return mask_sweep.figure([_sweep_store(task)], anchors=True)
 
 
-#: The real-data graph mask sweeps docs/graphs.md renders (benchmarks/_recipe_sweep.py's REAL_TASKS); a figure
-#: for each one stored (its section links it once rendered from the same store).
+#: The real-data graph mask sweeps docs/graphs.md renders (studies/_graphs/recipe_train.py's REAL_TASKS); a
+#: figure for each one stored (its section links it once rendered from the same store).
 _SWEEP_TASKS = ("actor", "proteins", "peptides")
 _SWEEPS = {
     f"graph_mask_sweep_{task}": functools.partial(_task_sweep, task)
     for task in _SWEEP_TASKS
-    if (DOCS.parent / "benchmarks" / "results" / f"graph_mask_sweep_{task}.json").exists()
+    if (DOCS.parent / "studies" / f"graph_masks_{task}" / "store.json").exists()
 }
 
 

@@ -2,8 +2,8 @@
 
 A protocol is ``studies/<name>/protocol.json``::
 
-    {"question": "...",                     # prose: not hashed
-     "rule": "...",                         # prose: not hashed
+    {"question": "...",                     # prose (PROSE below): not hashed
+     "rule": "...",
      "reconstructed": false,                # true: rebuilt from stores written before the runner
      "sets": {"train": {...}, "val": {...}, "test": {...}},   # each spec is read by the study's resolve()
      "splits": {"main": {"train": "train", "validation": ["val"], "test": ["test"]}},
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Keys of a protocol that are prose: editing them does not change what a run computes.
-PROSE = ("question", "rule", "notes", "caveats", "title", "reconstructed")
+PROSE = ("question", "rule", "notes", "caveats", "title", "reconstructed", "task", "dataset", "split_protocol",
+         "metric_name", "anchors", "order")
 #: Kinds of item a resolved set lists; two sets overlap when they share an item of any kind.
 KINDS = ("recording", "speaker", "graph", "fold", "node", "item")
 

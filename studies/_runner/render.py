@@ -31,6 +31,11 @@ class View:
         self.study, self.protocol, self.store = study, study.protocol, study.store
         self.name = study.name
 
+    @classmethod
+    def load(cls, name: str) -> View:
+        """The view of study ``name``'s committed store."""
+        return cls(Study.load(name))
+
     def records(self, kind: str) -> list[Record]:
         return self.store.select(kind)
 

@@ -68,7 +68,7 @@ class Store:
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.records.sort(key=lambda r: (r["kind"] != "select", r["split"], r["candidate"], int(r["seed"])))
-        self.path.write_text(json.dumps(self.data, indent=1, ensure_ascii=False, sort_keys=False) + "\n")
+        self.path.write_text(dumps(self.data) + "\n")
 
     def select(self, kind: str, protocol: str | None = None) -> list[Record]:
         return [r for r in self.records if r["kind"] == kind and (protocol is None or r["protocol"] == protocol)]
@@ -97,3 +97,19 @@ class Store:
                 self.records.append(r)
                 added += 1
         return added
+
+
+def dumps(value: Any, indent: str = "") -> str:
+    """``value`` as JSON, one key per line, but a list of plain values, or a short object of them, on one line
+    (stores hold long lists of per-item numbers)."""
+    if not isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    children = list(value.values()) if isinstance(value, dict) else value
+    flat = all(not isinstance(v, (dict, list)) for v in children)
+    if flat and (isinstance(value, list) or len(json.dumps(value, ensure_ascii=False)) < 100):
+        return json.dumps(value, ensure_ascii=False)
+    inner = indent + " "
+    if isinstance(value, dict):
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {dumps(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    return "[\n" + ",\n".join(inner + dumps(v, inner) for v in value) + "\n" + indent + "]"

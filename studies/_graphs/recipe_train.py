@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from attnmm.lightning.schedule import WarmupCosine
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The mask sweep trains the same model under each mask on a tiny graph and reports a table and a plot."""
+"""The mask sweep trains the same model under each mask on a tiny graph and reports a table and a plot; the
+graph_masks_* studies run it under the study runner and render their pages from their stores."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from torch_geometric.data import Batch, Data
 
 from attnmm.data.graphs import motif_graphs
 from attnmm.masks import SameGraph
-from benchmarks import graph_mask_sweep as gms
+from studies._graphs import mask_sweep as gms
+from studies._runner import Study, View
 
 matplotlib.use("Agg")
 
@@ -92,24 +94,29 @@ def test_graph_sweep_on_motifs() -> None:
         gms.run_graphs(splits, "graph", 0, {**config, "pe_dim": 4})
 
 
-def test_command_writes_table_plot_and_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_study_runs_the_sweep_and_renders_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gms, "load_task", lambda task, config: _graph())
-    argv = ["--task", "cora", "--masks", "graph,full", "--seeds", "0", "--out", str(tmp_path),
-            "--config", json.dumps({k: v for k, v in FAST.items() if k != "epochs"}), "--epochs", "3"]
-    store = gms.main(argv)
-    saved = json.loads((tmp_path / "graph_mask_sweep_cora.json").read_text())
-    assert saved["runs"] == store["runs"] and [r["mask"] for r in saved["runs"]] == ["graph", "full"]
-    assert saved["config"]["epochs"] == 3
-    assert (tmp_path / "graph_mask_sweep_cora.md").read_text().startswith("| mask |")
-    assert (tmp_path / "graph_mask_sweep_cora.png").exists()
-
-
-def test_stores_load_in_task_order(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="graph_mask_sweep --out"):
-        gms.load_stores(tmp_path)
-    for task in ("motifs", "cora"):
-        (tmp_path / f"graph_mask_sweep_{task}.json").write_text(json.dumps({"task": task}))
-    assert [s["task"] for s in gms.load_stores(tmp_path)] == ["cora", "motifs"]
+    folder = tmp_path / "graph_masks_cora"
+    folder.mkdir()
+    config = {k: v for k, v in FAST.items() if k != "epochs"} | {"epochs": 3}
+    protocol = {"sets": {"train": {"task": "cora", "split": None, "part": "train"},
+                         "test": {"task": "cora", "split": None, "part": "test"}},
+                "train": "train", "validation": [], "test": ["test"],
+                "candidates": {"graph": {"mask": "graph"}, "full": {"mask": "full"}},
+                "seeds": {"select": [], "test": [0]}, "budget": {"task": "cora", "config": config},
+                "test_candidates": ["graph", "full"]}
+    (folder / "protocol.json").write_text(json.dumps(protocol))
+    study = Study(folder, gms)
+    new = study.run("test", progress=False)
+    assert [r["candidate"] for r in new] == ["graph", "full"] and new[0]["detail"]["epochs"] == 3
+    scored = json.loads((folder / "store.json").read_text())["scored"]
+    assert scored == {study.protocol.hash: {"fold": ["cora:None:test"]}}
+    study.store.data["detail"] = {"task": "cora", "kind": "node", "seeds": [0]}
+    store = gms.as_store(View(study))
+    assert [r["mask"] for r in store["runs"]] == ["graph", "full"]  # the protocol's order, not the store's
+    assert gms.render(View(study))[0].startswith("| mask |")
+    gms.figure([store]).savefig(tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").exists()
 
 
 def test_self_knn_and_unions() -> None:
@@ -165,14 +172,7 @@ def test_sweep_on_a_generated_actor_graph(tmp_path: Path, monkeypatch: pytest.Mo
     assert "test − `self`, paired" in table.splitlines()[0] and table.count("/2 higher)") == 4
     section = gms.render_section(store)
     assert "**2 epochs** (a short schedule)" in section and "SGFormer 37.9" in section
-    page = tmp_path / "page.md"
-    start, end = gms._marker("actor")
-    page.write_text(f"intro\n{start}\nold\n{end}\nrest\n")
-    (tmp_path / "graph_mask_sweep_actor.json").write_text(json.dumps(store))
-    assert gms.render_docs(page, tmp_path) == ["actor"]
-    text = page.read_text()
-    assert "old" not in text and text.startswith("intro\n") and text.endswith(f"{end}\nrest\n") and section in text
-    gms.task_figure("actor", tmp_path).savefig(tmp_path / "actor.png")
+    gms.figure([store], anchors=True).savefig(tmp_path / "actor.png")
 
 
 def test_sweep_on_generated_tu_folds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,29 +200,17 @@ def test_sweep_on_generated_peptides_scores_average_precision(tmp_path: Path, mo
     assert all(0 <= r["val"] <= 1 and 0 <= r["test"] <= 1 for r in runs)  # average precision over the labels
 
 
-def test_resume_keeps_the_stored_runs_and_refuses_other_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_resumed_sweep_says_when_it_stood_stopped() -> None:
     runs = [{"mask": m, "seed": 0, "split": s, "val": 0.3 + 0.01 * s, "test": 0.3, "pairs": 10.0, "train_s": 1.0,
              "best_epoch": 1} for m in ("self", "graph") for s in (0, 1)]
-    stopped = {**_real_store("actor", runs), "paused_s": 600.0, "resumed": ["2026-12-01 01:00 UTC"]}
-    (tmp_path / "graph_mask_sweep_actor.json").write_text(json.dumps(stopped))
-    monkeypatch.setattr(gms._recipe_sweep, "build", lambda *a: pytest.fail("nothing is left to train"))
-    argv = ["--task", "actor", "--masks", "self,graph", "--splits", "0-1", "--epochs", "2", "--out", str(tmp_path)]
-    store = gms.main([*argv, "--resume"])
-    assert store["runs"] == runs and store["wall_s"] >= 60.0  # the stopped sweep's time is counted
-    assert store["started"] == "2026-12-01 00:00 UTC"  # and its first start kept, with its earlier record
-    assert store["paused_s"] == 600.0 and store["resumed"][0] == "2026-12-01 01:00 UTC" and len(store["resumed"]) == 2
+    store = {**_real_store("actor", runs), "paused_s": 600.0,
+             "resumed": ["2026-12-01 01:00 UTC", "2026-12-01 02:00 UTC"]}
     assert "(2026-12-01 00:00 UTC, resumed 2026-12-01 01:00 UTC, resumed " in gms.render_section(store)
     assert "; stopped 10 min in all, not counted, 1 min running for 4 runs" in gms.render_section(store)
-    assert "keeping 4 stored runs" in capsys.readouterr().out
-    assert (tmp_path / "graph_mask_sweep_actor.md").read_text().count("/2 higher)") == 1
-    with pytest.raises(SystemExit, match="'epochs': 3"):
-        gms.main([*argv[:-3], "3", "--out", str(tmp_path), "--resume"])
-    with pytest.raises(SystemExit, match="real-data tasks"):
-        gms.main(["--task", "motifs", "--out", str(tmp_path), "--resume"])
+    assert gms.markdown(runs, "node", reference="self").count("/2 higher)") == 1
 
 
-def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Path) -> None:
+def test_a_sweep_run_in_parts_names_each_part() -> None:
     def runs(splits: tuple[int, ...]) -> list[dict]:
         return [{"mask": m, "seed": 0, "split": s, "val": 0.3 + 0.01 * s, "test": 0.3 + 0.02 * (m == "graph"),
                  "pairs": 10.0, "train_s": 1.0, "best_epoch": 1} for m in ("self", "graph") for s in splits]
@@ -231,38 +219,16 @@ def test_merge_joins_parts_run_side_by_side_and_refuses_mismatches(tmp_path: Pat
     a["command"] += " --splits 0-1"
     b.update(command=b["command"] + " --splits 2-3", started="2026-12-01 00:01 UTC", wall_s=90.0, paused_s=120.0,
              resumed=["2026-12-02 00:00 UTC"])
-    paths = []
-    for name, part in (("a", a), ("b", b)):
-        paths.append(tmp_path / name / "graph_mask_sweep_actor.json")
-        paths[-1].parent.mkdir()
-        paths[-1].write_text(json.dumps(part))
-    merged = gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "all")])
-    assert merged["splits"] == [0, 1, 2, 3] and len(merged["runs"]) == 8 and merged["wall_s"] == 90.0
-    assert merged["started"] == "2026-12-01 00:00 UTC" and [p["command"] for p in merged["parts"]] == [
-        a["command"], b["command"]]
-    assert json.loads((tmp_path / "all" / "graph_mask_sweep_actor.json").read_text()) == merged
-    assert (tmp_path / "all" / "graph_mask_sweep_actor.md").read_text().count("/4 higher)") == 1
-    noted = gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "noted"), "--note", "Part b ran later."])
-    assert "1 thread each, merged with `--merge`). Part b ran later. The model" in gms.render_section(noted)
+    merged = {**a, "runs": a["runs"] + b["runs"], "splits": [0, 1, 2, 3], "wall_s": 90.0,
+              "parts": [{k: p[k] for k in ("command", "started", "wall_s", "resumed", "paused_s") if k in p}
+                        for p in (a, b)]}
+    assert "1 thread each, merged with `--merge`). Part b ran later. The model" in gms.render_section(
+        {**merged, "note": "Part b ran later."})
     section = gms.render_section(merged)
     assert f"`{a['command']}` and `{b['command']}`, side by side" in section and "splits 0-3" in section
     assert ("(2026-12-01 00:00 UTC, resumed 2026-12-02 00:00 UTC; stopped 2 min in all, not counted, 2 min running "
-            "for 8 runs, 1 thread each" in section) and "paused_s" not in merged and merged["parts"][1]["paused_s"]
-    with pytest.raises(ValueError, match="run of mask 'self', seed 0, split 0 is in two parts"):
-        gms.merge_stores([a, a])
-    with pytest.raises(ValueError, match="differ in config"):
-        gms.merge_stores([a, {**b, "config": {**b["config"], "epochs": 3}}])
-    with pytest.raises(ValueError, match="at least two"):
-        gms.merge_stores([a])
-    # parts on disjoint masks (one split): the masks in the parts' order, the runs ordered so
-    first = _real_store("actor", [r for r in runs((0,)) if r["mask"] == "self"])
-    second = {**_real_store("actor", [r for r in runs((0,)) if r["mask"] == "graph"]), "masks": ["graph"]}
-    by_mask = gms.merge_stores([{**first, "masks": ["self"]}, second])
-    assert by_mask["masks"] == ["self", "graph"] and [r["mask"] for r in by_mask["runs"]] == ["self", "graph"]
-    assert [r["mask"] for r in gms.merge_stores([second, {**first, "masks": ["self"]}])["runs"]] == ["graph", "self"]
-    with pytest.raises(SystemExit, match="--merge: .*differ in threads"):
-        paths[1].write_text(json.dumps({**b, "threads": 2}))
-        gms.main(["--merge", *map(str, paths), "--out", str(tmp_path / "all")])
+            "for 8 runs, 1 thread each" in section)
+    assert gms.markdown(merged["runs"], "node", reference="self").count("/4 higher)") == 1
 
 
 def test_one_run_per_mask_shows_no_spread() -> None:

@@ -1,12 +1,8 @@
 """Mask sweeps: the same graph model, the same seeds, a list of attention masks.
 
-``python -m benchmarks.graph_mask_sweep --task cora --masks graph,khop2,virtual,expander,full --seeds 0,1,2``
-trains one model per mask and seed and writes, under ``--out`` (default ``runs/graph_mask_sweep``),
-``graph_mask_sweep_<task>.json`` (every run), ``.md`` (the table) and ``.png`` (accuracy against pairs
-attended and against training time). The mask is the only thing that changes between rows: the model,
-its initial weights (seeded), the data and the training are the same.
-
-Masks (self loops included in each, as in the recipes):
+The code of the ``graph_masks_*`` studies (``python -m studies graph_masks_actor test``): one run per mask
+(the study's candidates) and replicate (its splits or seeds), the mask the only thing that changes. Masks
+(self loops included unless the model keeps a node's own features apart, ``GraphAdapter(self_loops=False)``):
 
 - ``graph``: the edges: node i attends j iff the edge j -> i exists;
 - ``khopK`` (e.g. ``khop2``): every node within K hops (``graph_helpers.k_hop``);
@@ -19,39 +15,22 @@ Masks (self loops included in each, as in the recipes):
 - ``knnK`` (e.g. ``knn10``): the K most similar nodes by feature cosine similarity (``feature_knn``);
 - ``A|B``: the union of masks (e.g. ``graph|knn10``; not with ``virtual`` or ``full``).
 
-Masks add self loops unless the model keeps a node's own features apart from its neighbours'
-(``GraphAdapter(self_loops=False)``, as the Actor config does).
-
-Tasks: ``cora`` (Planetoid Cora, public split, under ``$ATTNMM_DATA``; the GAT-style model of
-``benchmarks.graph_node_sweep``, ``recipes/configs/graph_node_gat.yaml``, trained full batch) and
-``motifs`` (the house vs 5-cycle graphs of ``recipes/graph_graph.py``; the same attention layers with
-the recipe's adapter, random-walk encodings and mean pooling, in mini-batches). Every epoch is
-evaluated; the reported validation and test accuracies are those of the first epoch with the best
-validation accuracy, so nothing is chosen on test. ``--config`` overrides the task's config (JSON).
-
-Real data (:mod:`benchmarks._recipe_sweep`): ``actor`` (geom-gcn's splits), ``proteins`` (Errica et al.'s
-folds) and ``peptides`` (the official split, average precision) train the model of their recipe config
-(``recipes/configs/graph_node_actor.yaml``, ``graph_graph_tu.yaml``, ``graph_graph_peptides.yaml``) with
-its optimiser and schedule for ``--epochs`` epochs (a short schedule), the mask swapped; replicates are
-``--splits`` (one seed, ``--seeds``' first) or, for peptides, ``--seeds``. A stopped sweep goes on with
-``--resume``; parts of one sweep run side by side on disjoint splits (``--splits 0-4`` and ``--splits 5-9``
-with separate ``--out``) are joined by ``--merge PART.json PART.json --out DIR``. ``--render-docs`` rewrites the
-tables of docs/graphs.md from the stored sweeps (:func:`render_docs`); docs/make_figures.py draws one
-figure per dataset (:func:`task_figure`).
+Tasks: ``cora`` (Planetoid Cora, public split; the GAT-style model of :mod:`studies._graphs.node_models`,
+trained full batch) and ``motifs`` (the house vs 5-cycle graphs of ``recipes/graph_graph.py`` in
+mini-batches); real data (:mod:`studies._graphs.recipe_train`): ``actor``, ``proteins`` and ``peptides``
+train the model of their recipe config with its optimiser and schedule for the protocol's (short) number
+of epochs. Every epoch is evaluated; the scores reported are those of the first epoch with the best
+validation score, so nothing is chosen on test.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
-import json
 import re
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,10 +42,10 @@ from attnmm.masks import Graph, Mask, SameGraph
 from attnmm.masks.feature_knn import feature_knn
 from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
 from attnmm.nn import GraphAttentionEncoder
-from benchmarks import _recipe_sweep
-from benchmarks._recipe_sweep import REAL_TASKS
-from benchmarks.graph_node_sweep import DEFAULTS as NODE_DEFAULTS
-from benchmarks.graph_node_sweep import build_encoder
+from studies._graphs import recipe_train as _recipe_sweep
+from studies._graphs.node_models import DEFAULTS as NODE_DEFAULTS
+from studies._graphs.node_models import build_encoder
+from studies._graphs.recipe_train import REAL_TASKS
 
 #: The motif task's config: GraphAdapter (random-walk encodings) -> attention layers -> mean pooling. Two
 #: random-walk steps, not the recipe's 8: the return probability after 3 steps marks the house's triangle
@@ -75,8 +54,6 @@ GRAPH_DEFAULTS: dict[str, Any] = dict(
     lr=2e-3, wd=0.0, d_model=64, hidden=16, heads=4, layers=2, dropout=0.1, pe_dim=2, epochs=40, batch_size=32,
     num_graphs=1000, num_nodes=20,
 )
-#: Where the runs of the docs (docs/results.md, the figure of docs/make_figures.py) are stored.
-STORE = Path(__file__).parent / "results"
 #: The command's tasks and their kind: node classification on one graph, or classification of graphs.
 TASKS = {"cora": "node", "motifs": "graph", **{name: task.kind for name, task in REAL_TASKS.items()}}
 _NAME = re.compile(r"^(graph|virtual|full|self|khop(\d+)|knn(\d+)|expander(\d*))$")
@@ -461,29 +438,6 @@ def _anchor_labels(anchors: tuple[tuple[str, float], ...] | list[tuple[str, floa
     return [(", ".join(label for label, _ in g), g[-1][1]) for g in groups]
 
 
-def load_stores(folder: Path = STORE, tasks: tuple[str, ...] = ("cora", "motifs")) -> list[dict[str, Any]]:
-    """The stored sweeps of ``tasks`` in ``folder`` (by default the ones docs/results.md reports), in that order."""
-    paths = [folder / f"graph_mask_sweep_{task}.json" for task in tasks]
-    stores = [json.loads(p.read_text()) for p in paths if p.exists()]
-    if not stores:
-        raise FileNotFoundError(f"no stored sweeps in {folder}: python -m benchmarks.graph_mask_sweep --out {folder}")
-    return stores
-
-
-def task_figure(task: str, folder: Path = STORE) -> Any:
-    """The figure of one real-data task's stored sweep, with its anchors (docs/make_figures.py)."""
-    return figure(load_stores(folder, (task,)), anchors=True)
-
-
-#: The page whose marked sections :func:`render_docs` rewrites.
-DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
-
-
-def _marker(task: str) -> tuple[str, str]:
-    return (f"<!-- mask-sweep:{task} (rendered from benchmarks/results/graph_mask_sweep_{task}.json by "
-            "python -m benchmarks.graph_mask_sweep --render-docs) -->", f"<!-- /mask-sweep:{task} -->")
-
-
 #: What the ``self`` row is, by task kind, in the rendered sections.
 _REFERENCE = {
     "node": "With `self` each node keeps its own features alone (the ego-neighbour model is then an MLP).",
@@ -541,24 +495,6 @@ def render_section(store: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_docs(page: Path = DOCS_PAGE, folder: Path = STORE) -> list[str]:
-    """Rewrite the marked sections of ``page`` from the stored sweeps; returns the tasks rendered (a section
-    whose store is missing is left as it is)."""
-    text = page.read_text()
-    done = []
-    for task in REAL_TASKS:
-        start, end = _marker(task)
-        path = folder / f"graph_mask_sweep_{task}.json"
-        if start not in text or not path.exists():
-            continue
-        before, rest = text.split(start, 1)
-        _, after = rest.split(end, 1)
-        text = f"{before}{start}\n{render_section(json.loads(path.read_text()))}\n{end}{after}"
-        done.append(task)
-    page.write_text(text)
-    return done
-
-
 def load_task(task: str, config: dict[str, Any]) -> Any:
     """The task's data: Cora's full batch, or the motif splits with their encodings."""
     if task == "cora":
@@ -576,189 +512,66 @@ def load_task(task: str, config: dict[str, Any]) -> Any:
     return prepare_graphs(dm.splits, c["pe_dim"])
 
 
-def _splits(text: str) -> list[int]:
-    lo, dash, hi = text.partition("-")
-    return list(range(int(lo), int(hi) + 1)) if dash else [int(s) for s in text.split(",")]
+# ---------------------------------------------------------------- the hooks of the graph_masks_* studies
+def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Any:
+    """A set of a sweep: ``{"task": "actor", "split": 3, "part": "train"}`` (``split`` null: the task's one
+    split; ``part`` train, which holds the validation nodes or graphs the epoch is chosen on, or test)."""
+    from studies._runner import Items
+
+    return Items.of(spec, fold=[f"{spec['task']}:{spec.get('split')}:{spec['part']}"])
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-
-
-def _resumable(path: Path, args: argparse.Namespace, masks: list[str],
-               seeds: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``--resume``: the stopped sweep stored at ``path`` (its start and wall time so far) and those of its
-    runs that this command asks for (its masks, splits and seeds), after checking that it ran with the same
-    number of epochs and threads; a missing store resumes nothing."""
-    if args.task not in REAL_TASKS:
-        raise SystemExit(f"--resume is for the real-data tasks ({', '.join(REAL_TASKS)}), not --task {args.task}")
-    if not path.exists():
-        print(f"--resume: no stored sweep at {path}; starting afresh", flush=True)
-        return {}, []
-    old = json.loads(path.read_text())
-    splits = [None] if REAL_TASKS[args.task].split_option is None else _splits(args.splits)
-    wanted = {"epochs": args.epochs, "threads": args.threads}
-    stored = {"epochs": old.get("config", {}).get("epochs"), "threads": old.get("threads")}
-    if wanted != stored:
-        raise SystemExit(f"--resume: {path} was run with {stored}, this command asks for {wanted}; "
-                         "give the same options or another --out")
-    runs = [r for r in old.get("runs", []) if r["mask"] in masks and r.get("split") in splits and r["seed"] in seeds]
-    print(f"--resume: keeping {len(runs)} stored runs of {path}", flush=True)
-    return old, runs
-
-
-#: What the parts of one sweep must share to be merged (:func:`merge_stores`).
-_MERGE_KEYS = ("task", "kind", "metric", "config", "threads")
-
-
-def merge_stores(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One real-data sweep from parts run side by side (in separate processes) on disjoint splits, seeds or
-    masks, each stored by its own command: the runs of all parts, after checking that the parts ran the same
-    task, schedule and threads and that no run is in two parts. The merged store's masks are the parts'
-    in the order the parts list them (its runs ordered so), and it keeps each part's command, start and wall
-    time (``parts``); its wall time is the longest part's (they ran at once)."""
-    if len(parts) < 2:
-        raise ValueError(f"merging needs at least two stored parts, got {len(parts)}")
-    first = parts[0]
-    if first.get("task") not in REAL_TASKS:
-        raise ValueError(f"merging is for the real-data tasks ({', '.join(REAL_TASKS)}), not {first.get('task')!r}")
-    for part in parts[1:]:
-        for key in _MERGE_KEYS:
-            if part.get(key) != first.get(key):
-                raise ValueError(f"cannot merge: the parts differ in {key} ({first.get(key)!r} against "
-                                 f"{part.get(key)!r})")
-    runs: list[dict[str, Any]] = []
-    seen: set[tuple[Any, ...]] = set()
-    for part in parts:
-        for run in part["runs"]:
-            key = (run["mask"], run["seed"], run.get("split"))
-            if key in seen:
-                raise ValueError(f"cannot merge: the run of mask {key[0]!r}, seed {key[1]}, split {key[2]} is in "
-                                 "two parts")
-            seen.add(key)
-            runs.append(run)
-    splits = {s for part in parts for s in part.get("splits") or [None]}
-    masks = list(dict.fromkeys(m for part in parts
-                               for m in [*part.get("masks", []), *(run["mask"] for run in part["runs"])]))
-    runs.sort(key=lambda run: masks.index(run["mask"]))  # stable: each mask's runs keep their order
-    merged = {k: v for k, v in first.items() if k not in ("resumed", "paused_s")}  # kept per part
-    merged.update(
-        runs=runs,
-        masks=masks,
-        splits=[None] if None in splits else sorted(splits),
-        seeds=sorted({s for part in parts for s in part["seeds"]}),
-        command=" and ".join(part["command"] for part in parts),
-        parts=[{k: part[k] for k in ("command", "started", "wall_s", "resumed", "paused_s") if k in part}
-               for part in parts],
-        started=min(part["started"] for part in parts),
-        wall_s=max(part["wall_s"] for part in parts),
-    )
-    return merged
-
-
-def _write(stem: Path, store: dict[str, Any], table: str, fig: Any) -> None:
-    stem.with_suffix(".json").write_text(json.dumps(store, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(table)
-    fig.savefig(stem.with_suffix(".png"), dpi=110)
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.graph_mask_sweep", description=__doc__.split("\n")[0])
-    parser.add_argument("--task", choices=list(TASKS), default="cora")
-    parser.add_argument("--masks", default="graph,khop2,virtual,expander,full", help="comma-separated mask names")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
-    parser.add_argument("--splits", default="0-9", help="real data: the splits or folds, 0-9 or 0,3 (default: 0-9)")
-    parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: the task config's)")
-    parser.add_argument("--config", default="{}", help="JSON overrides of the task's config (cora, motifs)")
-    parser.add_argument("--out", type=Path, default=Path("runs/graph_mask_sweep"), help="output folder")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
-    parser.add_argument("--render-docs", action="store_true", help="only rewrite docs/graphs.md's tables from --out")
-    parser.add_argument("--resume", action="store_true",
-                        help="real data: keep the runs a stopped sweep with the same options stored in --out, "
-                             "train the rest")
-    parser.add_argument("--merge", type=Path, nargs="+", metavar="STORE",
-                        help="real data: only merge the stores of one sweep's parts, run side by side on "
-                             "disjoint splits, seeds or masks, into --out")
-    parser.add_argument("--note", default=None,
-                        help="real data: a sentence on how the runs ran (machines, other work beside them) that "
-                             "the docs section prints after the command")
-    args = parser.parse_args(argv)
-    if args.merge:
-        try:
-            merged = merge_stores([json.loads(path.read_text()) for path in args.merge])
-        except (OSError, ValueError) as err:
-            raise SystemExit(f"--merge: {err}") from None
-        if args.note:
-            merged["note"] = args.note
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"graph_mask_sweep_{merged['task']}"
-        table = markdown(merged["runs"], merged["kind"], merged["metric"], reference="self")
-        _write(stem, merged, table, figure([merged], anchors=True))
-        print(table + f"\n{len(merged['runs'])} runs from {len(args.merge)} parts; wrote {stem}.json, .md and .png")
-        return merged
-    if args.render_docs:
-        done = render_docs(folder=args.out)
-        print(f"rendered {', '.join(done) or 'nothing'} into {DOCS_PAGE}")
-        return {"rendered": done}
-    torch.set_num_threads(args.threads)
-    config = json.loads(args.config)
-    if args.epochs is not None:
-        config["epochs"] = args.epochs
-    masks, seeds = args.masks.split(","), [int(s) for s in args.seeds.split(",")]
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"graph_mask_sweep_{args.task}"
-    started = time.perf_counter()
-    kind = TASKS[args.task]
-    store: dict[str, Any] = {"task": args.task, "kind": kind, "masks": masks, "seeds": seeds,
-                             "command": "python -m benchmarks.graph_mask_sweep " + " ".join(argv),
-                             "threads": args.threads, "started": _now()}
-    if args.note:
-        store["note"] = args.note
-
-    earlier_s, earlier = 0.0, []
-    if args.resume:
-        stopped, earlier = _resumable(stem.with_suffix(".json"), args, masks, seeds)
-        earlier_s = float(stopped.get("wall_s", 0.0))
-        if stopped:  # the sweep's first start, the time it stood stopped and when it was taken up again
-            store["started"] = stopped.get("started", store["started"])
-            store["resumed"] = [*stopped.get("resumed", []), _now()]
-            if "paused_s" in stopped:
-                store["paused_s"] = stopped["paused_s"]
-
-    def save(runs: list[dict[str, Any]]) -> None:  # after every run: a stopped sweep keeps what it measured
-        store.update(runs=runs, wall_s=earlier_s + time.perf_counter() - started)
-        stem.with_suffix(".json").write_text(json.dumps(store, indent=1) + "\n")
-
-    if args.task in REAL_TASKS:
-        spec = REAL_TASKS[args.task]
-        if args.epochs is None or config.keys() - {"epochs"}:
-            parser.error(f"--task {args.task} trains {spec.config}'s model: give --epochs (the short schedule) and "
-                         "no --config")
-        store.update(metric=spec.metric, config={"recipe_config": spec.config, "epochs": args.epochs})
-        if spec.split_option is None:  # one official split: the seeds are the replicates
-            store["splits"] = [None]
-            runs = []
-            for seed in seeds:
-                runs += sweep_real(args.task, masks, [None], seed, args.epochs,
-                                   after_run=lambda rs, done=list(runs): save(done + rs), done=earlier)
-        else:
-            store["splits"], store["seeds"] = _splits(args.splits), seeds[:1]
-            runs = sweep_real(args.task, masks, store["splits"], seeds[0], args.epochs, after_run=save,
-                              done=earlier)
-        save(runs)
-        table = markdown(runs, kind, spec.metric, reference="self")
-        fig = figure([store], anchors=True)
+def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget: dict[str, Any]) -> Any:
+    """One mask (``candidate["mask"]``) trained on the train set's split with ``seed``; scored on the test set."""
+    task, split, mask = budget["task"], train.payload.get("split"), candidate["mask"]
+    if task in REAL_TASKS:
+        r = sweep_real(task, [mask], [split], seed, budget["epochs"], log=None)[0]
     else:
-        defaults = NODE_DEFAULTS if kind == "node" else GRAPH_DEFAULTS
-        store["config"] = _merge(defaults, config)
-        runs = sweep(kind, load_task(args.task, config), masks, seeds, config, after_run=save)
-        table = markdown(runs, kind)
-        fig = figure([store])
-    _write(stem, store, table, fig)
-    print(table + f"\n{len(runs)} runs in {store['wall_s']:.0f} s; wrote {stem}.json, .md and .png", flush=True)
-    return store
+        config = budget.get("config", {})
+        data = load_task(task, config)
+        r = (run_node if TASKS[task] == "node" else run_graphs)(data, mask, seed, config)
+    metric = REAL_TASKS[task].metric if task in REAL_TASKS else "acc"
+    detail = {k: r[k] for k in ("val", "best_epoch", "pairs", "train_s", "wall_s", "epochs")}
+    return {name: {metric: r["test"]} for name in evaluate}, detail
 
 
-if __name__ == "__main__":
-    main()
+def as_store(view: Any) -> dict[str, Any]:
+    """The sweep as one dict (its setting in the store's ``detail``, the runs in the protocol's order of masks
+    and replicates), the form :func:`render_section`, :func:`markdown` and :func:`figure` read."""
+    splits = [s.name for s in view.protocol.splits]
+    runs = []
+    for mask in view.protocol.candidates:
+        recs = sorted((r for r in view.records("test") if r["candidate"] == mask),
+                      key=lambda r: (splits.index(r["split"]), r["seed"]))
+        for r in recs:
+            split = view.protocol.spec(view.protocol.split(r["split"]).train).get("split")
+            score = next(iter(next(iter(r["scores"].values())).values()))
+            runs.append({"mask": mask, "seed": r["seed"], "split": split, "val": r["detail"]["val"], "test": score,
+                         **{k: v for k, v in r["detail"].items() if k != "val"}})
+    return {**view.detail, "runs": runs}
+
+
+def render(view: Any) -> list[str]:
+    store = as_store(view)
+    if store["task"] in REAL_TASKS:
+        return render_section(store).replace("](figures/", "](../../docs/figures/").splitlines()
+    return markdown(store["runs"], store["kind"]).splitlines()
+
+
+def blocks(view: Any) -> dict[str, list[str]]:
+    store = as_store(view)
+    return {"docs/graphs.md#sweep": render_section(store).splitlines()} if store["task"] in REAL_TASKS else {}
+
+
+def summary(view: Any) -> list[dict[str, Any]]:
+    store = as_store(view)
+    spec = REAL_TASKS.get(store["task"])
+    rows = summarize(store["runs"])
+    best = max(rows, key=lambda r: r["test"])
+    n = best["seeds"]
+    what = "AP x 100" if store.get("metric") == "ap" else "accuracy (%)"
+    anchors = ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) if spec else "—"
+    return [{"task": view.protocol.data["task"], "dataset": view.protocol.data["dataset"],
+             "split": view.protocol.data["split_protocol"], "metric": f"test {what}, best mask of a sweep",
+             "result": f"`{best['mask']}` {_spread(best['test'], best['test_std'], n)} ({_replicates(store)}); "
+                       f"{len(rows)} masks", "anchors": anchors, "order": view.protocol.data.get("order", 50)}]

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from benchmarks.graph_node_sweep import _cross_fitted, validation_scores
+from studies._graphs.node_models import _cross_fitted, validation_scores
 
 
 def _graph() -> Data:
