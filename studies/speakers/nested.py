@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -48,22 +49,24 @@ def check_disjoint(test: str, val: str) -> None:
         raise ValueError(f"validation {val} shares recordings with test {test}: {sorted(shared)[:3]}")
 
 
-def runs(part: str) -> list[dict[str, Any]]:
-    """The runs of ``part`` (``select`` or ``test``) in order; ``test`` needs the stored choices."""
+def runs(part: str, folds: list[str] | None = None) -> list[dict[str, Any]]:
+    """The runs of ``part`` (``select`` or ``test``) in order, of the folds named (all by default);
+    ``test`` needs those folds' stored choices."""
     p = protocol()
     common = [f"--config={p['config']}", "--trainer.enable_progress_bar=false", f"--seed_everything={p['seed']}"]
     out = []
-    if part == "select":
-        for fold in p["folds"]:
+    chosen = choices(folds) if part == "test" else {}
+    for fold in p["folds"]:
+        if folds is not None and fold["test"] not in folds:
+            continue
+        if part == "select":
             for sel in fold["selection"]:
                 check_disjoint(fold["test"], sel["val"])
                 for name, options in p["candidates"].items():
                     cmd = [p["recipe"], "fit", *common, f"--data.test_speakers=[{fold['test']}]",
                            f"--data.val_speakers=[{sel['val']}]", *options, "--test_after_fit=false"]
                     out.append({"fold": fold["test"], "val": sel["val"], "candidate": name, "command": cmd})
-    else:
-        chosen = choices()
-        for fold in p["folds"]:
+        else:
             name = chosen[fold["test"]]
             cmd = [p["recipe"], "fit", *common, f"--data.test_speakers=[{fold['test']}]", *p["candidates"][name]]
             out.append({"fold": fold["test"], "val": "draw", "candidate": name, "command": cmd})
@@ -79,12 +82,15 @@ def load(part: str) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["runs"] if path.exists() else []
 
 
-def choices() -> dict[str, str]:
-    """Each fold's chosen candidate, from the selection store (every selection run must be there)."""
+def choices(folds: list[str] | None = None) -> dict[str, str]:
+    """Each fold's chosen candidate (of the folds named, all by default), from the selection store (every
+    selection run of those folds must be there)."""
     p = protocol()
     stored = load("select")
     chosen = {}
     for fold in p["folds"]:
+        if folds is not None and fold["test"] not in folds:
+            continue
         scores = {}
         for name in p["candidates"]:
             mine = [r["val_acc"] for r in stored if r["fold"] == fold["test"] and r["candidate"] == name]
@@ -133,7 +139,9 @@ def execute(run: dict[str, Any], part: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["select", "test", "show"])
+    parser.add_argument("part", choices=["select", "test", "folds", "show"],
+                        help="folds: fold by fold, each fold's test run as soon as its selection is stored "
+                        "(each fold's choice reads only its own selection runs)")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
     if args.part == "show":
@@ -141,23 +149,69 @@ def main(argv: list[str] | None = None) -> None:
             for r in load(part):
                 print(part, r["fold"], r["val"], r["candidate"], r["val_acc"], r["test_acc"], r["seconds"])
         return
-    stored = load(args.part)
-    done = {r["command"] for r in stored}
-    todo = [r for r in runs(args.part) if " ".join(["python", *r["command"]]) not in done]
-    path = store_path(args.part)
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def one(run: dict[str, Any]) -> None:
-        record = execute(run, args.part)
-        stored.append(record)  # list.append is atomic under the GIL; the file is rewritten whole
-        path.write_text(json.dumps({"protocol": PROTOCOL.name, "runs": stored}, indent=1) + "\n")
-        print(f"{run['fold']} {run['candidate']}: val {record['val_acc']:.4f} test {record['test_acc']} "
-              f"({record['seconds']:.0f} s)", flush=True)
-
+    if args.part == "folds":
+        run_folds(args.workers)
+        return
+    todo = [r for r in runs(args.part) if not done(r, args.part)]
     with ThreadPoolExecutor(args.workers) as pool:
-        list(pool.map(one, todo))
+        list(pool.map(lambda r: one(r, args.part), todo))
     if args.part == "select":
         print(json.dumps(choices(), indent=1))
+
+
+_LOCK = threading.Lock()
+
+
+def done(run: dict[str, Any], part: str) -> bool:
+    return " ".join(["python", *run["command"]]) in {r["command"] for r in load(part)}
+
+
+def one(run: dict[str, Any], part: str) -> None:
+    """Run ``run`` and add its record to the store of ``part`` (read and written under a lock)."""
+    record = execute(run, part)
+    with _LOCK:
+        stored = load(part)
+        stored.append(record)
+        path = store_path(part)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"protocol": PROTOCOL.name, "runs": stored}, indent=1) + "\n")
+    print(f"{run['fold']} {run['candidate']}: val {record['val_acc']:.4f} test {record['test_acc']} "
+          f"({record['seconds']:.0f} s)", flush=True)
+
+
+def run_folds(workers: int) -> None:
+    """Fold by fold on ``workers`` threads: a fold's selection runs, then its test run as soon as they are
+    stored (before the next fold's selection runs, which may run beside it)."""
+    folds = [f["test"] for f in protocol()["folds"]]
+    pending = {f: [r for r in runs("select", [f]) if not done(r, "select")] for f in folds}
+    tested = {f for f in folds if not pending[f] and all(done(r, "test") for r in runs("test", [f]))}
+    running: dict[Any, tuple[str, str]] = {}
+    with ThreadPoolExecutor(workers) as pool:
+        while len(tested) < len(folds) or running:
+            while len(running) < workers:
+                task = _next_task(folds, pending, tested, running)
+                if task is None:
+                    break
+                kind, fold, run = task
+                running[pool.submit(one, run, kind)] = (kind, fold)
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                kind, fold = running.pop(future)
+                future.result()
+                if kind == "test":
+                    tested.add(fold)
+
+
+def _next_task(folds: list[str], pending: dict[str, list[dict[str, Any]]], tested: set[str],
+               running: dict[Any, tuple[str, str]]) -> tuple[str, str, dict[str, Any]] | None:
+    busy = set(running.values())
+    for fold in folds:  # a fold's test first, once its selection is stored
+        if fold not in tested and not pending[fold] and ("select", fold) not in busy and ("test", fold) not in busy:
+            return "test", fold, runs("test", [fold])[0]
+    for fold in folds:
+        if pending[fold]:
+            return "select", fold, pending[fold].pop(0)
+    return None
 
 
 if __name__ == "__main__":
