@@ -1,31 +1,32 @@
-"""Fusion you can trust (issue 27): the audio-visual digits models under every condition of one fixed test draw.
+"""Fusion you can trust: the audio-visual digits models under every condition of one fixed test draw.
 
 Parts, each a subcommand::
 
-    python -m benchmarks.fusion_conditions train RUN     # one training run of :data:`RUNS` (``fit``, no test)
-    python -m benchmarks.fusion_conditions select        # the selection runs on the validation conditions
-    python -m benchmarks.fusion_conditions select-combine  # what the chosen model's head averages, on them too
-    python -m benchmarks.fusion_conditions evaluate-run RUN  # one final run on the test conditions, kept
-    python -m benchmarks.fusion_conditions evaluate      # every final run on the test conditions, stored
-    python -m benchmarks.fusion_conditions render        # the table of docs/recipes/multimodal.md
+    python -m studies.fusion.conditions train RUN     # one training run of :data:`RUNS` (``fit``, no test)
+    python -m studies.fusion.conditions select        # the selection runs on the validation conditions
+    python -m studies.fusion.conditions select-combine  # what the chosen model's head averages, on them too
+    python -m studies.fusion.conditions evaluate-run RUN  # one final run on the test conditions, kept
+    python -m studies.fusion.conditions evaluate      # every final run on the test conditions, stored
+    python -m studies.fusion.conditions render        # the table of docs/recipes/multimodal.md
 
-``train`` runs ``recipes/multimodal_digits.py fit --test_after_fit false`` (the best checkpoint is
+``train`` runs the candidate's recipe (``recipes/multimodal_digits.py``, or the study's
+``legacy_recipe.py`` for the first default) ``fit --test_after_fit false`` (the best checkpoint is
 validated, never tested) with its own run directory under ``runs/fusion_conditions/RUN``. The selection
 runs (``sel_*``: the candidates of :data:`CANDIDATES`, a validation speaker never trained on) are scored
 by ``select`` on the validation conditions (:data:`VALIDATION_CONDITIONS`: :data:`CONDITIONS` on the
 validation pairs, and the held-out gate voices, speakers no candidate trains on) and the choice is
-stored in ``benchmarks/results/fusion_selection.json``; the final fused runs (``fused_*``) train the
+stored in ``studies/fusion/stores/fusion_selection.json``; the final fused runs (``fused_*``) train the
 chosen config. ``select-combine`` then scores the chosen candidate's selection run with each of
 :data:`COMBINES` (what its head's weights average: the segments' logits, as trained, or their
 probabilities; no retraining) on the same validation conditions, and stores that choice beside the
 first. ``evaluate-run`` classifies the test draw with one final run and keeps what it needs under
-``benchmarks/results/fusion_cells/`` (:func:`evaluate_run`; committed, so that final runs trained in
+``studies/fusion/stores/fusion_cells/`` (:func:`evaluate_run`; committed, so that final runs trained in
 different sessions meet); ``evaluate`` reads those, evaluates the final runs not kept yet, and so
 classifies the fixed test draw (:data:`TEST_SEED`, :data:`TEST_PAIRS` pairs per test recording) under
 every condition: the fused model, audio only, image only and their late ensemble (:func:`late_ensemble`),
 and stores per-pair correctness, accuracies (mean ± std over the replicates: training seeds, or held-out-speaker folds)
 and paired bootstrap intervals of every comparison (:func:`bootstrap_difference`) in
-``benchmarks/results/fusion_conditions.json``; ``render`` writes the section of
+``studies/fusion/stores/fusion_conditions.json``; ``render`` writes the section of
 docs/recipes/multimodal.md between the ``fusion_conditions`` markers from that store, and
 ``docs/make_figures.py fusion_conditions`` draws its figure (:func:`figure`).
 """
@@ -47,13 +48,13 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = ROOT / "recipes" / "configs"
+ROOT = Path(__file__).resolve().parents[2]
+STORES = Path(__file__).with_name("stores")
 RUNS_DIR = Path("runs") / "fusion_conditions"
-STORE = Path(__file__).with_name("results") / "fusion_conditions.json"
-SELECTION = Path(__file__).with_name("results") / "fusion_selection.json"
+STORE = STORES / "fusion_conditions.json"
+SELECTION = STORES / "fusion_selection.json"
 #: Where ``evaluate-run`` keeps what each final run classified, per test draw (see :func:`evaluate_run`).
-CELLS = Path(__file__).with_name("results") / "fusion_cells"
+CELLS = STORES / "fusion_cells"
 PAGE = ROOT / "docs" / "recipes" / "multimodal.md"
 START, END = "<!-- fusion_conditions:start -->", "<!-- fusion_conditions:end -->"
 
@@ -63,7 +64,7 @@ START, END = "<!-- fusion_conditions:start -->", "<!-- fusion_conditions:end -->
 #: :data:`EARLIER`.
 TEST_SEED = 15485863
 #: The stores of the earlier test draws, by test seed (kept as they were; never rewritten).
-EARLIER = {seed: Path(__file__).with_name("results") / f"fusion_conditions_draw{seed}.json"
+EARLIER = {seed: STORES / f"fusion_conditions_draw{seed}.json"
            for seed in (2711, 7919, 104729)}
 #: The protocol of :data:`SELECTION`'s record: 3 added the unfamiliar-voices condition and the gate candidate,
 #: 4 the conflict-pair candidates. An earlier protocol's record is kept as ``fusion_selection_protocol<n>.json``
@@ -98,21 +99,24 @@ UNFAMILIAR = "unfamiliar voices"
 VALIDATION_CONDITIONS: dict[str, dict[str, Any]] = {**CONDITIONS, UNFAMILIAR: {"gate_voices": GATE_VOICES}}
 #: Conditions with both modalities present (the "worth it" average), the held-out speaker included.
 BOTH_PRESENT = [c for c in CONDITIONS if "missing" not in c] + [HELD_OUT]
-#: The selection candidates (config files; a recipe's own default config is run as that recipe), in the
-#: order that breaks ties.
-CANDIDATES = {
-    "default": "multimodal_digits.yaml",
-    "robust_late": "multimodal_digits_robust.yaml",
-    "robust_bottleneck": "multimodal_digits_robust_bottleneck.yaml",
-    "robust_gate": "multimodal_digits_robust_gate.yaml",
-    "robust_conflict_light": "multimodal_digits_robust_conflict_light.yaml",
-    "robust_conflict": "multimodal_digits_robust_conflict.yaml",
+RECIPE = "recipes/multimodal_digits.py"
+#: The recipe of the first default (bottleneck fusion, the ``default`` candidate), kept in the study.
+LEGACY_RECIPE = "studies/fusion/legacy_recipe.py"
+_CONFIGS = "studies/fusion/configs"
+#: The selection candidates, in the order that breaks ties: (recipe, overlay of its default config, or
+#: None for the default itself). The chosen one, ``robust_conflict``, is the multimodal recipe's default.
+CANDIDATES: dict[str, tuple[str, str | None]] = {
+    "default": (LEGACY_RECIPE, None),
+    "robust_late": (RECIPE, f"{_CONFIGS}/robust_late.yaml"),
+    "robust_bottleneck": (RECIPE, f"{_CONFIGS}/robust_bottleneck.yaml"),
+    "robust_gate": (RECIPE, f"{_CONFIGS}/robust_gate.yaml"),
+    "robust_conflict_light": (RECIPE, f"{_CONFIGS}/robust_conflict_light.yaml"),
+    "robust_conflict": (RECIPE, None),
 }
-PEERS = {"audio": "multimodal_digits_robust_audio.yaml", "image": "multimodal_digits_robust_image.yaml"}
+PEERS = {"audio": (RECIPE, f"{_CONFIGS}/robust_audio.yaml"), "image": (RECIPE, f"{_CONFIGS}/robust_image.yaml")}
 #: What the chosen model's head averages with its weights (``SegmentPoolingClassifier(combine=...)``), in
 #: the order that breaks ties: the logits as trained first.
 COMBINES = ("logits", "probabilities", "average")
-RECIPES = ("multimodal_digits_robust", "multimodal_digits")  # the longest name a config starts with first
 MODELS = ("fused", "audio", "image", "ensemble")
 BOOTSTRAP = 2000
 
@@ -136,10 +140,10 @@ def _runs() -> dict[str, dict[str, Any]]:
 RUNS = _runs()
 
 
-def chosen_config() -> str:
-    """The config file the selection chose (``select`` must have run)."""
+def chosen_config() -> tuple[str, str | None]:
+    """The recipe and config the selection chose (``select`` must have run)."""
     if not SELECTION.exists():
-        raise FileNotFoundError(f"{SELECTION} is missing: run python -m benchmarks.fusion_conditions select first")
+        raise FileNotFoundError(f"{SELECTION} is missing: run python -m studies.fusion.conditions select first")
     return CANDIDATES[json.loads(SELECTION.read_text())["choice"]]
 
 
@@ -153,10 +157,8 @@ def fit_command(name: str, runs_dir: Path = RUNS_DIR, extra: Sequence[str] = ())
         {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": str(out), "name": ""}},
         {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(out), "name": "csv"}},
     ]
-    recipe = next(r for r in RECIPES if config.startswith(r))
-    cmd = [f"recipes/{recipe}.py", "fit"]
-    if config != f"{recipe}.yaml":  # an overlay of the recipe's default config
-        cmd.append(f"--config=recipes/configs/{config}")
+    recipe, overlay = config
+    cmd = [recipe, "fit", *([f"--config={overlay}"] if overlay else [])]
     cmd += [f"--seed_everything={run['seed']}", "--torch_threads=1", "--test_after_fit=false",
             "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={out}",
             f"--trainer.logger={json.dumps(loggers)}"]
@@ -634,6 +636,12 @@ def _diff(d: dict[str, Any] | None) -> str:
     return "—" if d is None else f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
 
 
+def _shown(candidate: str) -> str:
+    """Where a candidate's config is: its recipe's default, or an overlay of it."""
+    recipe, overlay = CANDIDATES.get(candidate, (candidate, None))
+    return f"`{recipe}`'s default config" if overlay is None else f"`{recipe}` with `{overlay}`"
+
+
 def render_section(store: dict[str, Any]) -> str:
     """The Markdown between the markers, from the stored results."""
     s = store["summary"]
@@ -642,33 +650,34 @@ def render_section(store: dict[str, Any]) -> str:
     conds = [*store["conditions"], store["held_out"]]
     lines = [
         START,
-        "<!-- Written by `python -m benchmarks.fusion_conditions render` from "
-        "benchmarks/results/fusion_conditions.json; edit the module, not this section. -->", "",
-        "## Fusion under every condition (issue 27)", "",
-        f"The fused model chosen on validation (`{CANDIDATES.get(choice, choice)}`, its head averaging the "
+        "<!-- Written by `python -m studies.fusion.conditions render` from "
+        "studies/fusion/stores/fusion_conditions.json; edit the module, not this section. -->", "",
+        "## Fusion under every condition", "",
+        f"The fused model chosen on validation (`{choice}`: {_shown(choice)}, its head averaging the "
         f"segments' {_COMBINE_WORDS[store.get('combine', 'logits')]}) against audio only, image "
         "only and their late ensemble (the mean of the two models' probabilities; with a modality missing, the "
-        f"present one's), on one fixed test draw (test seed {store['test_seed']}: 1,000 pairs, each test recording "
+        f"present one's), on one test draw (test seed {store['test_seed']}: 1,000 pairs, each test recording "
         f"paired with {store['test_pairs']['own']} MNIST test images; the held-out-speaker rows: 1,000 pairs of "
-        "each fold's speaker, never trained on, with clean images). Accuracy (%), mean ± std over 3 training "
-        "seeds (the held-out speaker: over the 5 folds, one seed each); the differences are the fused model's, "
-        "with a 95% paired bootstrap interval over the test pairs. The protocol, written before any of these "
-        "runs, is in [results](../results.md#fusion-you-can-trust-issue-27-the-protocol)"
-        + ("" if store["test_seed"] in EARLIER or not EARLIER else
-           "; its later changes ([what the head averages](../results.md#fusion-you-can-trust-what-the-head-averages"
-           "-on-a-second-fresh-draw-issue-27), [a gate that has met unfamiliar voices](../results.md#fusion-you-"
-           "can-trust-a-gate-that-has-met-unfamiliar-voices-on-a-third-fresh-draw-issue-27), [a gate that has met "
-           "misread voices](../results.md#fusion-you-can-trust-a-gate-that-has-met-misread-voices-on-a-fourth-"
-           "fresh-draw-issue-27)) and the earlier "
-           "draws' numbers (test seeds " + ", ".join(map(str, EARLIER)) + ") are recorded there too")
-        + ".", "",
+        "each fold's speaker, never trained on, with clean images). The test recordings are the same in every "
+        "draw of the study (FSDD's takes 0-4; a draw changes the image pairing and the noise), and earlier "
+        "protocols' test numbers on them were seen before this one was written. Accuracy (%), mean ± std over "
+        "3 training seeds (the held-out speaker: over the 5 folds, one seed each); the differences are the fused "
+        "model's, with a 95% paired bootstrap interval over the test pairs. The protocols, the earlier draws' numbers "
+        "and the caveats are in [the fusion study](../../studies/fusion/README.md).", "",
+        f"**{HELD_OUT.capitalize()} (exploratory: selection saw test recordings).** The held-out-speaker "
+        "row reuses the same five FSDD speakers' recordings in every protocol (a new test seed changes only the "
+        "image pairing and the noise); the fourth protocol was designed from george's fold of an earlier draw "
+        "and tested on the same recordings; and the validation speaker jackson's takes 5-49 are 450 of the 500 "
+        "recordings of jackson's test fold. The other rows are FSDD's test takes 0-4, never used in selection.",
+        "",
         "| condition | fused | audio only | image only | late ensemble | fused − audio | fused − image "
         "| fused − ensemble |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in conds:
         lines.append(
-            f"| {c} | **{_cell(acc['fused'].get(c))}** | {_cell(acc['audio'].get(c))} | "
+            f"| {c}{' (exploratory)' if c == HELD_OUT else ''} | **{_cell(acc['fused'].get(c))}** | "
+            f"{_cell(acc['audio'].get(c))} | "
             f"{_cell(acc['image'].get(c))} | {_cell(acc['ensemble'].get(c))} | {_diff(versus[c].get('audio'))} | "
             f"{_diff(versus[c].get('image'))} | {_diff(versus[c].get('ensemble'))} |"
         )
@@ -677,7 +686,7 @@ def render_section(store: dict[str, Any]) -> str:
     w, wb = t["worth_it_average"], t["worth_it_both_corrupted"]
     lines += [
         "", "![accuracy per condition](../figures/fusion_conditions.png)", "",
-        "Targets (issue 27):", "",
+        "Targets:", "",
         f"- never worse (fused >= the best peer − 1 point on every condition): "
         f"**{'met' if t['never_worse_met'] else 'missed'}**"
         + ("" if not missed else f"; missed on {', '.join(missed)}") + ";",
@@ -732,7 +741,7 @@ def load_store(path: Path = STORE) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fusion_conditions", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m studies.fusion.conditions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=["train", "select", "select-combine", "evaluate-run", "evaluate", "render",
                                          "command"])
