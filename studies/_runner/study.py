@@ -44,6 +44,11 @@ class Sets(Mapping[str, Items]):
     def __init__(self, kind: str, items: Mapping[str, Items], protocol: Protocol):
         self._kind, self._items, self._protocol = kind, dict(items), protocol
 
+    @property
+    def kind(self) -> str:
+        """"select" or "test": the run these sets are for."""
+        return self._kind
+
     def __getitem__(self, name: str) -> Items:
         if name not in self._items:
             role = "a test set" if name in self._protocol.test_sets else "not one of this run's sets"
@@ -103,7 +108,8 @@ class Study:
     # ---------------------------------------------------------------- runs
     def planned(self, kind: str, candidates: list[str] | None = None) -> list[tuple[str, str, int]]:
         names = candidates if candidates is not None else list(self.protocol.candidates)
-        return [(s.name, c, seed) for s in self.protocol.splits for c in names for seed in self.protocol.seeds(kind)]
+        splits = [s for s in self.protocol.splits if (s.validation if kind == "select" else s.test)]
+        return [(s.name, c, seed) for s in splits for c in names for seed in self.protocol.seeds(kind)]
 
     def selected(self) -> list[str]:
         """The candidates the protocol tests: its ``test_candidates`` list, or the winner of the selection

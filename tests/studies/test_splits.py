@@ -1,5 +1,5 @@
-"""The splits driver: split lists, a recipe run per split on generated data, the stored summary, paired
-differences and the table."""
+"""The split studies' code: split lists, a recipe run per split on generated data under the study runner, the
+summary, paired differences and the table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from _graph_data import write_actor, write_tu
 
-from benchmarks import splits
+from studies._graphs import splits
+from studies._runner import Items, Study
 
 
 def test_split_lists() -> None:
@@ -55,18 +56,27 @@ def test_runs_every_split_and_resumes(recipe: str, name: str, writer: object, tm
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     writer(tmp_path / "data")  # type: ignore[operator]
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
-    out = tmp_path / "store.json"
     extra = [f"--data.root={tmp_path / 'data'}", "--trainer.max_epochs=2"]
     if recipe == "graph_graph":
         extra += ["--data.batch_size=4"]
     config = "recipes/configs/graph_node.yaml" if recipe == "graph_node" else "recipes/configs/graph_graph.yaml"
-    store = splits.run(recipe, config, name, [0, 1], 0, True, extra, out, tmp_path / "work")
-    saved = json.loads(out.read_text())
-    assert [r["split"] for r in saved["runs"]] == [0, 1] and saved == store
-    for r in saved["runs"]:
-        assert set(r["metrics"]) == {"val_acc", "val_loss"}  # a selection run: no test number
-        assert r["monitor"] in ("val_acc", "val_loss") and 0 <= r["best_epoch"] <= 1
-        assert r["command"].startswith(f"python recipes/{recipe}.py fit --config {config}")
-    assert saved["summary"]["val_acc"]["n"] == 2
-    again = splits.run(recipe, config, name, [0, 1], 0, True, extra, out, tmp_path / "work")
-    assert again["runs"] == saved["runs"]  # stored splits are skipped
+    # the sets resolve to disjoint toy ids here: the generated data has no fixed split files to read
+    toy_ids = lambda spec, protocol: Items.of(spec, item=[f"{spec['split']}:{spec['part']}"])  # noqa: E731
+    monkeypatch.setattr(splits, "resolve", toy_ids)
+    sets = {f"{p}_{k}": {"name": name, "split": k, "part": p} for k in (0, 1) for p in ("train", "val", "test")}
+    protocol = {"sets": sets, "splits": {f"s{k}": {"train": f"train_{k}", "validation": [f"val_{k}"],
+                                                    "test": [f"test_{k}"]} for k in (0, 1)},
+                "candidates": {"x": {"extra": extra}}, "seeds": {"select": [0], "test": [0]},
+                "budget": {"recipe": recipe, "config": config, "workdir": str(tmp_path / "work")}}
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "protocol.json").write_text(json.dumps(protocol))
+    study = Study(folder, splits)
+    new = study.run("select", progress=False)
+    saved = json.loads((folder / "store.json").read_text())["records"]
+    assert [r["split"] for r in saved] == ["s0", "s1"] and len(new) == 2
+    for r in saved:
+        assert set(r["detail"]["metrics"]) == {"val_acc", "val_loss"}  # a selection run: no test number
+        assert r["detail"]["monitor"] in ("val_acc", "val_loss") and 0 <= r["detail"]["best_epoch"] <= 1
+        assert set(r["scores"]) == {f"val_{r['split'][1]}"}
+    assert Study(folder, splits).run("select", progress=False) == []  # stored splits are skipped
