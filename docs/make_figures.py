@@ -90,16 +90,16 @@ def _trained_maps() -> ModuleType:
 
 
 def _rnn_figure(name: str) -> Callable[[], Figure]:
-    """A figure of docs/rnn.md, drawn from the results ``python -m benchmarks.rnn_attention`` stored."""
+    """A figure of docs/rnn.md, drawn from the rnn_attention study's store."""
 
     def draw() -> Figure:
         if str(DOCS.parent) not in sys.path:
-            sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-        from benchmarks import _rnn_attention_page, rnn_attention
+            sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+        from studies.rnn_attention import measure, page
 
-        figures = _rnn_attention_page.figures(rnn_attention.load_store())
+        figures = page.figures(measure.load_store())
         if name not in figures:
-            raise ValueError(f"{name}: no stored results to draw; run python -m benchmarks.rnn_attention first")
+            raise ValueError(f"{name}: no stored results to draw; run python -m studies.rnn_attention.measure first")
         return figures[name]
 
     return draw

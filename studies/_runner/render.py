@@ -150,6 +150,9 @@ def render(names: Sequence[str] | None = None, out: Path | None = None) -> list[
         readme = Path("studies") / name / "README.md"
         pages[readme] = splice(page(readme), "results", readme_block(view), note)
         for where, body in (view.study.module.blocks(view) if hasattr(view.study.module, "blocks") else {}).items():
+            if "#" not in where:  # a whole page
+                pages[Path(where)] = "\n".join(body).rstrip("\n") + "\n"
+                continue
             rel, block = where.split("#", 1)
             pages[Path(rel)] = splice(page(Path(rel)), f"{name}:{block}", body, note)
         if hasattr(view.study.module, "summary"):

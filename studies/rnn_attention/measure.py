@@ -1,4 +1,4 @@
-"""Self-attention against recurrent networks, measured: ``python -m benchmarks.rnn_attention``.
+"""Self-attention against recurrent networks, measured: ``python -m studies.rnn_attention.measure``.
 
 Parts (``--parts``, default all but ``quality``):
 
@@ -12,9 +12,10 @@ Parts (``--parts``, default all but ``quality``):
 - ``quality``: the character LM and POS recipes, attention default and LSTM config, trained side by
   side (one core each) under the same wall-clock budget (``--quality lm,pos``; about 20 and 30 min).
 
-Each part stores its results in ``benchmarks/results/rnn_attention.json`` (with the command, machine
-and time of its run); the page ``docs/rnn.md`` is then rendered from the stored results, so every
-table and plot on it comes from one run of its part. ``--no-write`` only prints.
+Each part stores its results in the ``rnn_attention`` study's store (its ``detail``, with the command,
+machine and time of its run); ``python -m studies rnn_attention render`` then writes ``docs/rnn.md`` from
+the stored results, so every table and plot on it comes from one run of its part. ``--no-write`` only
+prints. The quality part's runs are also the study's test records (attention and LSTM, per recipe).
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ import torch
 from benchmarks._measure import machine_line
 from benchmarks._recipe_runs import RECIPES, run_fits_side_by_side
 
-ROOT = Path(__file__).resolve().parent.parent
-STORE = Path(__file__).with_name("results") / "rnn_attention.json"
-PAGE = ROOT / "docs" / "rnn.md"
+ROOT = Path(__file__).resolve().parents[2]
+STORE = Path(__file__).with_name("store.json")
 
 Part = Callable[[argparse.Namespace], dict[str, Any]]
 
@@ -353,7 +353,8 @@ PARTS: dict[str, Part] = {
 
 
 def load_store() -> dict[str, Any]:
-    return json.loads(STORE.read_text()) if STORE.exists() else {}
+    """The stored parts (the study store's ``detail``)."""
+    return json.loads(STORE.read_text()).get("detail", {}) if STORE.exists() else {}
 
 
 def _ints(text: str) -> list[int]:
@@ -361,7 +362,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.rnn_attention", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m studies.rnn_attention.measure", description=__doc__)
     parser.add_argument("--parts", default="parallel,longrange,streaming,generation", help="comma-separated parts")
     parser.add_argument("--quality", default="lm,pos", help="recipes of the quality part: lm, pos")
     parser.add_argument("--seed", type=int, default=0)
@@ -379,34 +380,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the in-process parts")
     parser.add_argument("--device", default="cpu", help="device of the parallel part (cuda: stored apart)")
     parser.add_argument("--no-write", action="store_true", help="print only")
-    parser.add_argument("--render-only", action="store_true", help="render docs/rnn.md from the stored results")
     opts = parser.parse_args(argv)
-    store = load_store()
-    if not opts.render_only:
-        torch.set_num_threads(opts.threads)
-        for name in opts.parts.split(","):
-            if name not in PARTS:
-                parser.error(f"unknown part {name!r}; choose from {sorted(PARTS)}")
-            started = time.perf_counter()
-            opts.command = " ".join(["python -m benchmarks.rnn_attention", *(sys.argv[1:] if argv is None else argv)])
-            result = PARTS[name](opts)
-            result["run"] = {
-                "command": opts.command,
-                "machine": machine_line(),
-                "minutes": round((time.perf_counter() - started) / 60, 1),
-            }
-            store[name if opts.device == "cpu" else f"{name}_{opts.device}"] = result
-            if not opts.no_write:
-                STORE.parent.mkdir(exist_ok=True)
-                STORE.write_text(json.dumps(store, indent=1) + "\n")
-    from benchmarks._rnn_attention_page import figures, render_page  # (the page reads this module's setup)
+    from studies._runner import Store
+    from studies.rnn_attention.page import render_page
 
-    page = render_page(store)
+    whole = Store(STORE, "rnn_attention")
+    store = whole.data.setdefault("detail", {})
+    torch.set_num_threads(opts.threads)
+    for name in opts.parts.split(","):
+        if name not in PARTS:
+            parser.error(f"unknown part {name!r}; choose from {sorted(PARTS)}")
+        started = time.perf_counter()
+        opts.command = " ".join(["python -m studies.rnn_attention.measure", *(sys.argv[1:] if argv is None else argv)])
+        result = PARTS[name](opts)
+        result["run"] = {"command": opts.command, "machine": machine_line(),
+                         "minutes": round((time.perf_counter() - started) / 60, 1)}
+        store[name if opts.device == "cpu" else f"{name}_{opts.device}"] = result
+        if not opts.no_write:
+            whole.save()
     if opts.no_write:
-        print(page)
+        print(render_page(store))
     else:
-        PAGE.write_text(page)
-        print(f"wrote {PAGE} (figures: python docs/make_figures.py {' '.join(figures(store))})")
+        print(f"stored in {STORE}; write the page with python -m studies rnn_attention render")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The page of :mod:`benchmarks.rnn_attention`: docs/rnn.md's tables, the statements derived from the
+"""The page of :mod:`studies.rnn_attention.measure`: docs/rnn.md's tables, the statements derived from the
 numbers, and the figures docs/make_figures.py draws, all rendered from the stored results alone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.rnn_attention import LAYERS, LSTM_HIDDEN, LSTM_LAYERS, RECALL_KEYS, RECALL_VALUES, WIDTH
+from studies.rnn_attention.measure import LAYERS, LSTM_HIDDEN, LSTM_LAYERS, RECALL_KEYS, RECALL_VALUES, WIDTH
 
 #: Recipes whose "test" score is their dev set, the set that also chose the checkpoint: not a held-out test.
 #: UD English-EWT's test file is not among the data, so the POS recipe tests on dev (UDPOSDataModule.test_split).
@@ -22,8 +22,8 @@ def _scored_on(recipe: str) -> str:
 
 INTRO = """# Self-attention and RNNs
 
-<!-- Written by `python -m benchmarks.rnn_attention` from the results it stores in
-benchmarks/results/rnn_attention.json; edit the module, not this page. -->
+<!-- Written by `python -m studies rnn_attention render` from studies/rnn_attention/store.json;
+edit the study, not this page. -->
 
 Three claims separate self-attention from recurrent networks: a recurrent network cannot be trained
 in parallel over the positions of a sequence, because step t waits for step t - 1; what it knows of
@@ -31,7 +31,7 @@ early tokens must survive in a fixed-size state, so it fades over a long sequenc
 reaches any allowed position in one step, paying for it with memory that grows with what it may
 attend. This page measures each claim on attnmm's own models and recipes, on the machine named in
 each section, so that you can see where each architecture wins. Every table and figure comes from
-one run of one part of `python -m benchmarks.rnn_attention` (the command is given with it).
+one run of one part of `python -m studies.rnn_attention.measure` (the command is given with it).
 
 The recurrent baseline is `attnmm.nn.RecurrentEncoder` (LSTM or GRU, uni- or bidirectional). It
 has the call signature of `attnmm.attention.Encoder`, so a recipe swaps it in by `class_path`, with
@@ -384,9 +384,10 @@ def render_page(store: dict[str, Any]) -> str:
             lines += section(store[name])
         elif name == "parallel_cuda":
             lines += ["## Parallel training on a GPU", "", "Not measured yet (no GPU was available): "
-                      "`python -m benchmarks.rnn_attention --parts parallel --device cuda`.", ""]
+                      "`python -m studies.rnn_attention.measure --parts parallel --device cuda`.", ""]
         else:
-            lines += [f"## {name}", "", f"Not measured yet: `python -m benchmarks.rnn_attention --parts {name}`.", ""]
+            command = f"python -m studies.rnn_attention.measure --parts {name}"
+            lines += [f"## {name}", "", f"Not measured yet: `{command}`.", ""]
     lines += _summary_section(store)
     return "\n".join(lines).rstrip() + "\n"
 
