@@ -8,9 +8,9 @@ import torch
 from _recipes import RECIPES, recipe_main, write_speech_commands
 
 from attnmm.data import TimeShift
-from benchmarks.kws_cnn import PassThrough, Res8Adapter
+from studies.kws.cnn import PassThrough, Res8Adapter
 
-PEER = RECIPES.parent / "benchmarks" / "kws_res8.yaml"
+PEER = RECIPES.parent / "studies" / "kws" / "configs" / "kws_res8.yaml"
 
 
 def test_res8_tokens_lengths_and_gradients() -> None:
@@ -48,13 +48,13 @@ def test_the_peer_overlay_trains_on_the_keyword_config(tmp_path: Path, monkeypat
 
 
 def test_the_conv_candidate_overlay_adds_residual_blocks_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """benchmarks/kws_conv.yaml, the second keyword protocol's candidate, as its documented command runs it (a
+    """studies/kws/configs/kws_conv.yaml, the second keyword protocol's candidate, as its documented command runs it (a
     new speaker split, no test after fit): the keyword config's model with residual blocks on its map."""
     write_speech_commands(tmp_path / "data")
     monkeypatch.chdir(tmp_path)
     cli = recipe_main("speech_truncated")([
         "fit", f"--config={RECIPES / 'configs' / 'speech_truncated_commands.yaml'}",
-        f"--config={RECIPES.parent / 'benchmarks' / 'kws_conv.yaml'}", "--data.init_args.seed=1",
+        f"--config={RECIPES.parent / 'studies' / 'kws' / 'configs' / 'kws_conv.yaml'}", "--data.init_args.seed=1",
         "--test_after_fit=false", "--trainer.fast_dev_run=true", f"--data.root={tmp_path / 'data'}",
     ])
     adapter = cli.model.adapter

@@ -12,10 +12,10 @@ convolutional subsampling, projection and positional encoding replaced by the CN
 
 and the recipe's :class:`~attnmm.nn.PoolingClassifier` averages the real tokens and classifies, which is
 res8's global average pooling and softmax layer. :class:`PassThrough` stands in for the encoder. Run it
-as an overlay of the keyword-spotting config (``PYTHONPATH=.`` so that ``benchmarks`` imports)::
+as an overlay of the keyword-spotting config (``PYTHONPATH=.`` so that ``studies`` imports)::
 
     PYTHONPATH=. python recipes/speech_truncated.py fit --config recipes/configs/speech_truncated_commands.yaml \
-        --config benchmarks/kws_res8.yaml
+        --config studies/kws/configs/kws_res8.yaml
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""Keyword spotting on speakers never heard, class by class: ``python -m benchmarks.kws``.
+"""Keyword spotting on speakers never heard, class by class: ``python -m studies.kws.evaluate``.
 
 Rebuilds a model of the speech recipe from its config arguments, loads a checkpoint (the one ``fit``
 selected), predicts its test split (Speech Commands' 20 test speakers at seed 0) and stores the
 confusion matrix, the accuracy and the accuracy of each class in
-``benchmarks/results/kws_<name>.json``; ``figure()`` draws the stored matrices side by side
+``studies/kws/stores/kws_<name>.json``; ``figure()`` draws the stored matrices side by side
 (``python docs/make_figures.py kws_confusion``)::
 
-    ATTNMM_DATA=/path/to/data python -m benchmarks.kws --name transformer --ckpt runs/.../averaged-best5.ckpt \\
+    ATTNMM_DATA=/path/to/data python -m studies.kws.evaluate --name transformer --ckpt runs/.../averaged-best5.ckpt \\
         -- --config recipes/configs/speech_truncated_commands.yaml
-    ATTNMM_DATA=/path/to/data python -m benchmarks.kws --name res8 --ckpt runs/.../best.ckpt \\
-        -- --config recipes/configs/speech_truncated_commands.yaml --config benchmarks/kws_res8.yaml
+    ATTNMM_DATA=/path/to/data python -m studies.kws.evaluate --name res8 --ckpt runs/.../best.ckpt \\
+        -- --config recipes/configs/speech_truncated_commands.yaml --config studies/kws/configs/kws_res8.yaml
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from typing import Any
 
 import torch
 
-from benchmarks._measure import machine_line
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).with_name("results")
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).with_name("stores")
 
 
 def _recipe_main() -> Any:
@@ -74,7 +72,7 @@ def figure(stores: dict[str, dict[str, Any]]) -> Any:
     import matplotlib.pyplot as plt
 
     if not stores:
-        raise ValueError("no stored keyword-spotting results; run python -m benchmarks.kws first")
+        raise ValueError("no stored keyword-spotting results; run python -m studies.kws.evaluate first")
     fig, axes = plt.subplots(1, len(stores), figsize=(6.2 * len(stores), 5.6), squeeze=False)
     for ax, (name, result) in zip(axes[0], stores.items()):
         confusion = torch.tensor(result["confusion"], dtype=torch.float64)
@@ -96,6 +94,15 @@ def figure(stores: dict[str, dict[str, Any]]) -> Any:
     return fig
 
 
+def _machine() -> str:
+    import os
+    import platform
+    import time
+
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {stamp}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--name", required=True, help="results file kws_<name>.json, e.g. transformer or res8")
@@ -104,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = evaluate(args.ckpt, args.config_args)
     record = {"name": args.name, "checkpoint": args.ckpt, "config_args": args.config_args, **result,
-              "machine": machine_line()}
+              "machine": _machine()}
     store_path(args.name).write_text(json.dumps(record, indent=1) + "\n")
     print(f"{args.name}: test accuracy {100 * result['test_acc']:.2f}% on {result['clips']} clips")
     for c, acc in result["per_class"].items():
