@@ -1,4 +1,4 @@
-"""Unseen speakers, leave one speaker out: ``python -m benchmarks.speakers``.
+"""Unseen speakers, leave one speaker out (protocols 1-3 of the speakers study): ``python -m studies.speakers.loso``.
 
 For each of FSDD's five speakers (fold ``i``: test speaker ``SPEAKERS[i]``), the speech recipe is
 trained on three speakers, its checkpoint chosen on the next speaker in the cyclic order
@@ -8,14 +8,14 @@ alone, + per-utterance normalisation, + speed perturbation and noise; and the mo
 :data:`MODEL_OPTIONS`: starting from the backbone pretrained on Speech Commands, frozen or not for the
 first epochs) runs every fold, one ``fit`` at a time in a fresh process (one thread). The rule that
 picks a candidate reads validation numbers only: the highest mean validation score over the folds
-(``docs/results.md``, "Unseen speakers").
+(studies/speakers/README.md).
 
-Results go to ``benchmarks/results/speakers_<name>.json`` after every run (a rerun skips the runs
+Results go to ``studies/speakers/stores/speakers_<name>.json`` after every run (a rerun skips the runs
 already stored with the same command), and a markdown table is printed::
 
-    ATTNMM_DATA=/path/to/data python -m benchmarks.speakers                 # isolated digits
-    ATTNMM_DATA=/path/to/data python -m benchmarks.speakers --task strings --candidates specaugment
-    ATTNMM_DATA=/path/to/data python -m benchmarks.speakers --table-only   # the stored table again
+    ATTNMM_DATA=/path/to/data python -m studies.speakers.loso                 # isolated digits
+    ATTNMM_DATA=/path/to/data python -m studies.speakers.loso --task strings --candidates specaugment
+    ATTNMM_DATA=/path/to/data python -m studies.speakers.loso --table-only   # the stored table again
 """
 
 from __future__ import annotations
@@ -32,11 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import machine_line
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "speech_truncated.py"
-RESULTS = Path(__file__).with_name("results")
+RESULTS = Path(__file__).with_name("stores")
 SPEAKERS = ("george", "jackson", "lucas", "theo", "yweweler")
 
 #: Per task: its config, the data and adapter argument prefixes, the monitored validation metric and
@@ -65,7 +63,7 @@ _SPEED_NOISE = (
 )
 #: The candidates: adapter options (``name=value`` after the task's adapter prefix). Each is the digits
 #: config *as it is* plus its options: since the default took Speech Commands' voices (``extra_voices``,
-#: docs/results.md) the earlier candidates' commands, run again, train with them too.
+#: the study's README) the earlier candidates' commands, run again, train with them too.
 CANDIDATES: dict[str, list[str]] = {
     "specaugment": [],
     "norm": ["utterance_norm=true"],
@@ -149,8 +147,15 @@ def run(
     return {
         "task": task, "candidate": candidate, "fold": fold, "test_speaker": test, "val_speaker": val,
         "command": " ".join(cmd), "val": best, "test": metrics.get(spec["test"]), "metrics": metrics,
-        "seconds": round(seconds, 1), "machine": machine_line(),
+        "seconds": round(seconds, 1), "machine": _machine(),
     }
+
+
+def _machine() -> str:
+    import platform
+
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"{platform.machine()}, {os.cpu_count()} cores, {stamp}"
 
 
 def _logger_arg(save_dir: str) -> str:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.speakers import CANDIDATES, SPEAKERS, command, fold_speakers, table
+from studies.speakers.loso import CANDIDATES, SPEAKERS, command, fold_speakers, table
 
 
 def test_folds_hold_out_two_different_speakers_each() -> None:
