@@ -106,15 +106,16 @@ def _rnn_figure(name: str) -> Callable[[], Figure]:
 
 
 def _speech_strings_cost() -> Figure:
-    """Step time and memory by mask and string length (docs/recipes/speech.md), from the results
-    ``python -m benchmarks.speech_strings --parts cost`` stored."""
+    """Step time and memory by mask and string length (docs/recipes/speech.md), from the speech_strings
+    study's store (``python -m studies.speech_strings.measure --parts cost``)."""
     if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import _speech_strings_page, speech_strings
+        sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+    from studies.speech_strings import measure, page
 
-    figures = _speech_strings_page.figures(speech_strings.load_store())
+    figures = page.figures(measure.load_store())
     if "speech_strings_cost" not in figures:
-        raise ValueError("speech_strings_cost: no stored results; run python -m benchmarks.speech_strings --parts cost")
+        raise ValueError("speech_strings_cost: no stored results; run python -m studies.speech_strings.measure "
+                         "--parts cost")
     return figures["speech_strings_cost"]
 
 

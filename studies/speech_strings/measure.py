@@ -1,4 +1,4 @@
-"""Connected digits under Full, Window and Chunk masks, measured: ``python -m benchmarks.speech_strings``.
+"""Connected digits under Full, Window and Chunk masks, measured: ``python -m studies.speech_strings.measure``.
 
 The model is the connected-digits recipe's (``recipes/configs/speech_truncated_strings.yaml``:
 SpeechAdapter + 4-layer Encoder + CTC head + attention decoder, hybrid CTC/attention), with only its
@@ -25,11 +25,11 @@ Training seeds: ``--seed N`` trains (or evaluates) the models of seed N, stored 
 0 under the mask's name); the page reports each mask's DER as the mean over its seeds. Each decoding
 keeps the errors charged to every test recording (:func:`aligned_errors`), so that whether a mask's DER
 differs from Full's is decided by resampling the recordings (the strings reuse them), each recording's
-errors averaged over the seeds (:func:`benchmarks._speech_strings_page.recording_bootstrap`).
+errors averaged over the seeds (:func:`studies.speech_strings.page.recording_bootstrap`).
 
-Results go to ``benchmarks/results/speech_strings.json`` (each part and each trained model with the
-command, machine and time of its run); the section of ``docs/recipes/speech.md`` between the
-``speech_strings`` markers is rendered from them (``--render-only`` renders alone). The checkpoints
+Results go to the ``speech_strings`` study's store (its ``detail``: each part and each trained model with
+the command, machine and time of its run); ``python -m studies speech_strings render`` writes the
+study's block of ``docs/recipes/speech.md`` from them. The checkpoints
 are kept in ``runs/speech_strings/`` (``--parts eval`` decodes them again without training).
 """
 
@@ -56,12 +56,10 @@ import yaml
 
 from benchmarks._measure import machine_line
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "recipes" / "configs" / "speech_truncated_strings.yaml"
-STORE = Path(__file__).with_name("results") / "speech_strings.json"
-PAGE = ROOT / "docs" / "recipes" / "speech.md"
+STORE = Path(__file__).with_name("store.json")
 CKPT_DIR = ROOT / "runs" / "speech_strings"
-START, END = "<!-- speech_strings:start -->", "<!-- speech_strings:end -->"
 
 #: The masks compared, as the recipe's ``mask`` config (``None``: Full, only the batch's Padding).
 #: The three chunk sizes keep the same left context, 16 frames (640 ms).
@@ -195,7 +193,7 @@ def decode_der(task: Any, strings: Any, batch_size: int = 16, decoding: str = "g
     """Digit error rate (edits / reference digits) and exact strings of ``task`` on ``strings``, decoded by
     ``decoding`` (``SequenceTask.transcribe``; default greedy CTC), and ``per_take``: the edits charged to
     each test recording (:func:`aligned_errors`, summed over the strings that reuse it) and its digits, so
-    that a comparison can resample recordings (:func:`benchmarks._speech_strings_page.recording_bootstrap`)."""
+    that a comparison can resample recordings (:func:`studies.speech_strings.page.recording_bootstrap`)."""
     from attnmm.data import collate_digit_strings
 
     task.eval()
@@ -299,7 +297,7 @@ def cost(opts: argparse.Namespace) -> dict[str, Any]:
             seconds = float(batch["lengths"].float().mean()) / 8000
             order = opts.cost_masks if n % 2 == 0 else opts.cost_masks[::-1]
             for mask in order:
-                cmd = [sys.executable, "-m", "benchmarks.speech_strings", "--cost-worker", mask, str(path),
+                cmd = [sys.executable, "-m", "studies.speech_strings.measure", "--cost-worker", mask, str(path),
                        str(opts.steps)]
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
                 lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -396,7 +394,8 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
 
 
 def load_store() -> dict[str, Any]:
-    return json.loads(STORE.read_text()) if STORE.exists() else {}
+    """The stored parts and models (the study store's ``detail``)."""
+    return json.loads(STORE.read_text()).get("detail", {}) if STORE.exists() else {}
 
 
 def _names(text: str) -> list[str]:
@@ -413,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--cost-worker"]:
         _cost_worker(argv[1], argv[2], int(argv[3]))
         return
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.speech_strings", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m studies.speech_strings.measure", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", default="cost,train", help="comma-separated: cost, train, eval, reference")
     parser.add_argument("--masks", type=_names, default=list(MASKS), help="masks to train (train, eval)")
@@ -435,11 +434,10 @@ def main(argv: list[str] | None = None) -> None:
                         "under the mask's name, another's as 'MASK (seed N)'")
     parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
     parser.add_argument("--no-write", action="store_true", help="print only")
-    parser.add_argument("--render-only", action="store_true", help="render the docs section from the stored results")
     opts = parser.parse_args(argv)
     torch.set_num_threads(1)
     store = load_store()
-    command = " ".join(["python -m benchmarks.speech_strings", *argv])
+    command = " ".join(["python -m studies.speech_strings.measure", *argv])
 
     def save(key: str, value: dict[str, Any], started: float, sub: str | None = None) -> None:
         value["run"] = {"command": command, "machine": machine_line(),
@@ -449,38 +447,38 @@ def main(argv: list[str] | None = None) -> None:
             store.update(load_store())  # what other runs stored meanwhile
         (store.setdefault("models", {}) if sub else store)[sub or key] = value
         if not opts.no_write:
-            STORE.parent.mkdir(exist_ok=True)
-            STORE.write_text(json.dumps(store, indent=1) + "\n")
+            from studies._runner import Store
 
-    if not opts.render_only:
-        for part in opts.parts.split(","):
-            if part == "cost":
-                started = time.perf_counter()
-                save("cost", cost(opts), started)
-            elif part == "reference":
-                started = time.perf_counter()
-                save("reference", reference(opts), started)
-            elif part in ("train", "eval"):
-                for mask in opts.masks:
-                    if mask not in MASKS:
-                        parser.error(f"unknown mask {mask!r}; choose from {list(MASKS)}")
-                    started = time.perf_counter()
-                    key = model_key(mask, opts.seed)
-                    if part == "train":
-                        result = {"seed": opts.seed, **train(opts, mask)}
-                    else:
-                        result = {**store["models"][key], **evaluate(mask, _checkpoint(mask, opts.seed), opts)}
-                    save("models", result, started, sub=key)
-            else:
-                parser.error(f"unknown part {part!r}; choose from cost, train, eval, reference")
-    from benchmarks._speech_strings_page import render_page, render_section  # (the page reads this module's setup)
+            whole = Store(STORE, "speech_strings")
+            whole.data["detail"] = store
+            whole.save()
 
-    page = render_page(PAGE.read_text(), store)
+    for part in opts.parts.split(","):
+        if part == "cost":
+            started = time.perf_counter()
+            save("cost", cost(opts), started)
+        elif part == "reference":
+            started = time.perf_counter()
+            save("reference", reference(opts), started)
+        elif part in ("train", "eval"):
+            for mask in opts.masks:
+                if mask not in MASKS:
+                    parser.error(f"unknown mask {mask!r}; choose from {list(MASKS)}")
+                started = time.perf_counter()
+                key = model_key(mask, opts.seed)
+                if part == "train":
+                    result = {"seed": opts.seed, **train(opts, mask)}
+                else:
+                    result = {**store["models"][key], **evaluate(mask, _checkpoint(mask, opts.seed), opts)}
+                save("models", result, started, sub=key)
+        else:
+            parser.error(f"unknown part {part!r}; choose from cost, train, eval, reference")
+    from studies.speech_strings.page import render_section
+
     if opts.no_write:
         print(render_section(store))
     else:
-        PAGE.write_text(page)
-        print(f"wrote {PAGE.relative_to(ROOT) if PAGE.is_relative_to(ROOT) else PAGE}")
+        print(f"stored in {STORE}; write the pages with python -m studies speech_strings render")
 
 
 if __name__ == "__main__":

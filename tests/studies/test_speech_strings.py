@@ -11,8 +11,9 @@ import pytest
 import soundfile
 import torch
 
-from benchmarks import _speech_strings_page as rendering
-from benchmarks import speech_strings as bench
+from studies._runner.render import splice
+from studies.speech_strings import measure as bench
+from studies.speech_strings import page as rendering
 
 SPEAKERS = ("ann", "bob")
 
@@ -100,9 +101,11 @@ def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
     assert "DER of Full: not measured yet" in text
     assert "One seed per mask" in text
     page = "# Speech\n\nintro\n"
-    once = rendering.render_page(page, store)
-    assert once.startswith(page) and once.count(bench.START) == 1
-    assert rendering.render_page(once + "\n## After\n", store) == once + "\n## After\n"
+    body = rendering.render_section(store).splitlines()
+    once = splice(page, "speech_strings:section", body, "note")
+    assert once.startswith(page) and once.count("<!-- speech_strings:section:start") == 1
+    again = once + "\n## After\n"
+    assert splice(again, "speech_strings:section", body, "note") == again
     assert set(rendering.figures(store)) == {"speech_strings_cost"}
 
 
@@ -206,13 +209,10 @@ def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(bench, "STORE", tmp_path / "store.json")
     monkeypatch.setattr(bench, "CKPT_DIR", tmp_path / "ckpt")
-    page = tmp_path / "speech.md"
-    page.write_text(bench.PAGE.read_text())
-    monkeypatch.setattr(bench, "PAGE", page)  # (the run renders its page's section from the store)
     bench.main(["--parts", "train", "--masks", "Chunk(4, 4)", "--seed", "1", "--num-train", "8", "--epochs", "1",
                 "--lengths", "1", "--digits-per-length", "4", "--stream-strings", "2", "--root", str(root)])
-    models = json.loads((tmp_path / "store.json").read_text())["models"]
+    models = json.loads((tmp_path / "store.json").read_text())["detail"]["models"]
     (model,) = models.values()
     assert list(models) == ["Chunk(4, 4) (seed 1)"] and model["seed"] == 1 and model["num_train"] == 8
     assert model["der"][0]["length"] == 1 and len(model["der"][0]["per_take"]["ids"]) > 0
-    assert list((tmp_path / "ckpt").glob("*.ckpt")) and bench.START in page.read_text()
+    assert list((tmp_path / "ckpt").glob("*.ckpt"))

@@ -1,4 +1,4 @@
-"""The section of :mod:`benchmarks.speech_strings` in docs/recipes/speech.md: the DER, cost and latency
+"""The section of :mod:`studies.speech_strings.measure` in docs/recipes/speech.md: the DER, cost and latency
 tables, when a mask pays, and the figures, rendered from the stored results alone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchmarks.speech_strings import END, FRAME_MS, START, _recipe, mask_of
+from studies.speech_strings.measure import FRAME_MS, _recipe, mask_of
 
 
 def _run_line(run: dict[str, Any]) -> str:
@@ -27,7 +27,7 @@ def recording_bootstrap(
     a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], resamples: int = RESAMPLES, seed: int = 0
 ) -> tuple[float, float, float]:
     """The difference of DER between two models, ``a`` minus ``b``, and its :data:`LEVEL` interval from
-    resampling the test recordings. Each run is a ``per_take`` record (:func:`benchmarks.speech_strings.
+    resampling the test recordings. Each run is a ``per_take`` record (:func:`studies.speech_strings.measure.
     decode_der`: the edits charged to each recording over the strings that reuse it, and its digits), one
     per training seed, all on the same strings; each recording's edits are averaged over the seeds.
     The strings reuse recordings, so the recordings, not the digits, are the units resampled.
@@ -230,7 +230,7 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
     untrained = [m for m in masks if not models.get(m, {}).get("der")]
     if untrained:
         names = ",".join(untrained)
-        lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m benchmarks.speech_strings "
+        lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m studies.speech_strings.measure "
                   f"--parts train --masks '{names}'`)."]
     lines += [
         "",
@@ -360,32 +360,23 @@ def _latency_section(models: dict[str, Any], reference: dict[str, Any] | None) -
 
 
 def render_section(store: dict[str, Any]) -> str:
-    """The Markdown between the markers, from the stored results."""
+    """The study's block of docs/recipes/speech.md, from the stored results."""
     models = store.get("models", {})
     lines = [
-        START,
-        "<!-- Written by `python -m benchmarks.speech_strings --render-only` from "
-        "benchmarks/results/speech_strings.json; edit the module, not this section. -->", "",
+        "",
         "## Connected digits: latency and cost by mask", "",
-        "The connected-digits model under other masks, measured by `python -m benchmarks.speech_strings` "
+        "The connected-digits model under other masks, measured by `python -m studies.speech_strings.measure` "
         "(its docstring says how).", "",
     ]
     lines += _latency_section(models, store.get("reference"))
     if "cost" in store:
         lines += _cost_section(store["cost"], models)
     else:
-        lines += ["Step time and memory: not measured yet (`python -m benchmarks.speech_strings --parts cost`).", ""]
+        command = "python -m studies.speech_strings.measure --parts cost"
+        lines += [f"Step time and memory: not measured yet (`{command}`).", ""]
     if models:
         lines += _models_section(models)
-    lines.append(END)
     return "\n".join(lines) + "\n"
-
-
-def render_page(page: str, store: dict[str, Any]) -> str:
-    """``page`` with the section between the markers replaced (appended when the markers are absent)."""
-    from benchmarks._page import splice
-
-    return splice(page, render_section(store), START, END)
 
 
 def figures(store: dict[str, Any]) -> dict[str, Any]:
