@@ -28,7 +28,7 @@ SMALL = ["--data.image_val_size=100", "--data.batch_size=8"]
 def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")
     write_fsdd(root, speakers=("ann", "bob", "cid"), takes=7)
-    write_mnist(root, n=2000)
+    write_mnist(root)
     write_speech_commands(root, speakers=4, silence=0)  # the gate voices
     return root
 
