@@ -211,10 +211,12 @@ def summary(view: Any) -> list[dict[str, Any]]:
     rows = []
     for label, store in stores(view, "test").items():
         s = store["summary"]["test_acc"]
-        name = label.split(" on ")[1]
+        cand, name = label.split(" on ")
         anchors = view.protocol.data.get("anchors", {}).get(name, "—")
+        caveat = view.protocol.data.get("caveats")
         rows.append({"task": view.protocol.data["task"], "dataset": name, "split": view.protocol.data["split_protocol"],
-                     "metric": f"test accuracy (%), {label.split(' on ')[0]}",
-                     "result": f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f} ({s['n']} splits)",
+                     "metric": f"test accuracy (%), {view.protocol.data.get('labels', {}).get(cand, cand)}",
+                     "result": f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f} ({s['n']} splits)"
+                               + (f"; {caveat}" if caveat else ""),
                      "anchors": anchors, "order": view.protocol.data.get("order", 50)})
     return rows

@@ -28,7 +28,7 @@ from typing import Any
 
 #: Keys of a protocol that are prose: editing them does not change what a run computes.
 PROSE = ("question", "rule", "notes", "caveats", "title", "reconstructed", "task", "dataset", "split_protocol",
-         "metric_name", "anchors", "order")
+         "metric_name", "anchors", "order", "labels", "recipes", "paired")
 #: Kinds of item a resolved set lists; two sets overlap when they share an item of any kind.
 KINDS = ("recording", "speaker", "graph", "fold", "node", "item")
 

@@ -157,7 +157,7 @@ def render(names: Sequence[str] | None = None, out: Path | None = None) -> list[
             pages[Path(rel)] = splice(page(Path(rel)), f"{name}:{block}", body, note)
         if hasattr(view.study.module, "summary"):
             for r in view.study.module.summary(view):
-                rows.append({"study": f"[{name}]({view.link(RESULTS)})", **r})
+                rows.append({"study": f"[`{name}`]({view.link(RESULTS)})", **r})
     if everything:
         pages[RESULTS.relative_to(ROOT)] = summary_page(rows)
     for rel, text in pages.items():
