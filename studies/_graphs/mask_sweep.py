@@ -149,7 +149,7 @@ def _best(val: list[float], test: list[float]) -> dict[str, Any]:
 
 def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = None,
              log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Train the node classifier (``benchmarks.graph_node_sweep``'s config keys) on one graph with
+    """Train the node classifier (:mod:`studies._graphs.node_models`' config keys) on one graph with
     ``train_mask``/``val_mask``/``test_mask`` under ``mask``; accuracies in [0, 1], times in seconds."""
     c = _merge(NODE_DEFAULTS, config or {})
     data = add_expander(data, mask, torch.Generator().manual_seed(seed))
@@ -282,7 +282,7 @@ def sweep_real(task: str, masks: list[str], splits: list[int | None], seed: int,
                after_run: Callable[[list[dict[str, Any]]], None] | None = None,
                args: list[str] = (), done: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
     """One run per mask and split of a real-data task (:data:`REAL_TASKS`): its recipe config's model and
-    training (:func:`benchmarks._recipe_sweep.train`), ``epochs`` epochs, the mask swapped; ``args`` are
+    training (:func:`studies._graphs.recipe_train.train`), ``epochs`` epochs, the mask swapped; ``args`` are
     recipe options given to every run. For a task with one official split, ``splits`` is ``[None]`` and
     ``seed`` varies between calls. ``done`` are runs stored by an earlier, stopped sweep: they are kept and
     not trained again (each run's data and draws depend only on its mask, split and seed)."""

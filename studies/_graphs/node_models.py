@@ -1,6 +1,6 @@
 """Validation-only sweep of the node recipe's hyperparameters (Cora's public split, or Actor's ten splits).
 
-``python -m benchmarks.graph_node_sweep '[{}, {"lr": 0.01}]' --seeds 10`` trains a Cora model
+``python -m studies._graphs.node_models '[{}, {"lr": 0.01}]' --seeds 10`` trains a Cora model
 (``{}`` is the GAT-style one of ``recipes/configs/graph_node_gat.yaml``: GraphAdapter +
 GraphAttentionEncoder, Adam with an L2 penalty, 300 full-batch epochs) in a plain loop for each
 config and seed, and prints the mean and standard deviation over seeds of three validation scores: the
@@ -135,7 +135,7 @@ def load_graph(name: str, split: int = 0, undirected: bool = False) -> Any:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.graph_node_sweep", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m studies._graphs.node_models", description=__doc__)
     parser.add_argument(
         "configs", help='JSON list of configs, e.g. \'[{}, {"lr": 0.01}]\' ({} is the GAT-style config)'
     )

@@ -1,5 +1,5 @@
 """Mask sweeps on the real graph benchmarks: a recipe config's model, trained with its optimiser and schedule,
-with only the attention mask changed (:mod:`benchmarks.graph_mask_sweep` calls this).
+with only the attention mask changed (:mod:`studies._graphs.mask_sweep` calls this).
 
 The model, the data and the training come from the recipe (``recipes/graph_node.py`` or
 ``recipes/graph_graph.py``) built from a config by ``RecipeCLI`` without running it; the adapter
@@ -47,7 +47,7 @@ class RealTask:
     data_args: tuple[str, ...] = ()
 
 
-#: The real-data tasks of ``python -m benchmarks.graph_mask_sweep --task ...``.
+#: The real-data tasks of the graph_masks_* studies (their protocol's ``budget.task``).
 REAL_TASKS: dict[str, RealTask] = {
     "actor": RealTask(
         "graph_node", "recipes/configs/graph_node_actor.yaml", "Actor", "data.split_index", "node", "acc",

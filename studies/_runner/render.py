@@ -127,6 +127,19 @@ def summary_page(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def index_block() -> list[str]:
+    """The table of every study: its question, protocol and how many runs its store holds."""
+    rows = []
+    for name in studies():
+        view = View.load(name)
+        p = view.protocol
+        question = p.data.get("question") or p.data.get("title") or ""
+        counts = f"{len(view.records('select'))} / {len(view.records('test'))}"
+        rows.append((f"[`{name}`]({name}/README.md)", question, f"`{p.hash}`" + (" (reconstructed)" if p.reconstructed
+                                                                                 else ""), counts))
+    return table(["study", "question", "protocol", "selection / test runs"], rows)
+
+
 def studies() -> list[str]:
     return sorted(p.parent.name for p in STUDIES.glob("*/protocol.json") if not p.parent.name.startswith("_"))
 
@@ -160,6 +173,9 @@ def render(names: Sequence[str] | None = None, out: Path | None = None) -> list[
                 rows.append({"study": f"[`{name}`]({view.link(RESULTS)})", **r})
     if everything:
         pages[RESULTS.relative_to(ROOT)] = summary_page(rows)
+        index = Path("studies") / "README.md"
+        pages[index] = splice(page(index), "index", index_block(), "written by python -m studies render; "
+                              "edit the studies' protocols, not this block")
     for rel, text in pages.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)

@@ -25,10 +25,6 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     return {name: {"der": r["test_der"], "string_acc": r["test_string_acc"]} for name in evaluate}, r
 
 
-def _view_store(view: Any) -> dict[str, Any]:
-    return view.detail
-
-
 def render(view: Any) -> list[str]:
     from studies.speech_strings.page import _models_section
 
@@ -36,9 +32,10 @@ def render(view: Any) -> list[str]:
 
 
 def blocks(view: Any) -> dict[str, list[str]]:
+    from studies.speech_strings.measure import unpack
     from studies.speech_strings.page import render_section
 
-    return {"docs/recipes/speech.md#section": render_section(view.detail).splitlines()}
+    return {"docs/recipes/speech.md#section": render_section(unpack(view.detail)).splitlines()}
 
 
 def summary(view: Any) -> list[dict[str, Any]]:

@@ -393,9 +393,40 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
 # the store and the section
 
 
+def _takes(store: dict[str, Any]) -> Any:
+    """Every ``per_take`` record of the store, with the length of its strings."""
+    for model in store.get("models", {}).values():
+        for row in model.get("der", []):
+            for where in (row, row.get("recipe", {})):
+                if "per_take" in where:
+                    yield row["length"], where["per_take"]
+
+
+def pack(store: dict[str, Any]) -> dict[str, Any]:
+    """The store with each length's test recordings and their digit counts kept once (``takes``), every
+    decoding's ``per_take`` holding only its errors; a decoding of other recordings keeps its own lists."""
+    out = copy.deepcopy(store)
+    takes = out.setdefault("takes", {})
+    for length, per_take in _takes(out):
+        shared = takes.setdefault(str(length), {"ids": per_take["ids"], "digits": per_take["digits"]})
+        if "ids" in per_take and (per_take["ids"], per_take["digits"]) == (shared["ids"], shared["digits"]):
+            del per_take["ids"], per_take["digits"]
+    return out
+
+
+def unpack(store: dict[str, Any]) -> dict[str, Any]:
+    """The store as :func:`pack` took it: every ``per_take`` with its recordings and digit counts."""
+    out = copy.deepcopy(store)
+    for length, per_take in _takes(out):
+        if "ids" not in per_take:
+            per_take.update(out["takes"][str(length)])
+    out.pop("takes", None)
+    return out
+
+
 def load_store() -> dict[str, Any]:
     """The stored parts and models (the study store's ``detail``)."""
-    return json.loads(STORE.read_text()).get("detail", {}) if STORE.exists() else {}
+    return unpack(json.loads(STORE.read_text()).get("detail", {})) if STORE.exists() else {}
 
 
 def _names(text: str) -> list[str]:
@@ -450,7 +481,7 @@ def main(argv: list[str] | None = None) -> None:
             from studies._runner import Store
 
             whole = Store(STORE, "speech_strings")
-            whole.data["detail"] = store
+            whole.data["detail"] = pack(store)
             whole.save()
 
     for part in opts.parts.split(","):

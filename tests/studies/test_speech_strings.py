@@ -211,7 +211,10 @@ def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(bench, "CKPT_DIR", tmp_path / "ckpt")
     bench.main(["--parts", "train", "--masks", "Chunk(4, 4)", "--seed", "1", "--num-train", "8", "--epochs", "1",
                 "--lengths", "1", "--digits-per-length", "4", "--stream-strings", "2", "--root", str(root)])
-    models = json.loads((tmp_path / "store.json").read_text())["detail"]["models"]
+    models = bench.load_store()["models"]
+    packed = json.loads((tmp_path / "store.json").read_text())["detail"]
+    assert "ids" not in packed["models"]["Chunk(4, 4) (seed 1)"]["der"][0]["per_take"]  # kept once, in "takes"
+    assert bench.unpack(packed) == bench.load_store() and bench.pack(bench.load_store()) == packed
     (model,) = models.values()
     assert list(models) == ["Chunk(4, 4) (seed 1)"] and model["seed"] == 1 and model["num_train"] == 8
     assert model["der"][0]["length"] == 1 and len(model["der"][0]["per_take"]["ids"]) > 0
