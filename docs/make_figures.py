@@ -154,29 +154,29 @@ _SWEEPS = {
 
 
 def _kws_confusion(names: tuple[str, ...] = ("transformer", "res8")) -> Callable[[], Figure]:
-    """Confusion matrices of the keyword-spotting model and its CNN peer on unseen speakers (docs/results.md),
-    from the evaluations ``python -m benchmarks.kws`` stored under ``names``."""
+    """Confusion matrices of the keyword-spotting model and its CNN peer on unseen speakers
+    (docs/recipes/speech.md), from the evaluations the kws study stored under ``names``."""
 
     def draw() -> Figure:
         if str(DOCS.parent) not in sys.path:
-            sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-        from benchmarks import kws
+            sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+        from studies.kws import evaluate
 
-        return kws.figure(kws.load_stores(names))
+        return evaluate.figure(evaluate.load_stores(names))
 
     return draw
 
 
 def _fusion_conditions() -> Figure:
-    """Accuracy per condition of the fused model and its peers (docs/recipes/multimodal.md), from the store
-    ``python -m benchmarks.fusion_conditions evaluate`` wrote."""
+    """Accuracy per condition of the fused model and its peers (docs/recipes/multimodal.md), from the fusion
+    study's store."""
     import json
 
     if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import fusion_conditions
+        sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+    from studies.fusion import conditions
 
-    return fusion_conditions.figure(json.loads(fusion_conditions.STORE.read_text()))
+    return conditions.figure(json.loads(conditions.STORE.read_text()))
 
 
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the
