@@ -11,7 +11,7 @@ A protocol is ``studies/<name>/protocol.json``::
      "seeds": {"select": [0], "test": [0, 1, 2]},
      "budget": {...},                       # passed to the study as is
      "select": {"metric": "accuracy", "mode": "max"},   # how the selection runs pick a candidate
-     "test_candidates": "selected"}         # or a list of candidate names
+     "test_candidates": "selected"}         # "selected per split", or a list of candidate names
 
 Without ``splits`` the protocol's top-level ``train``/``validation``/``test`` form the one split ``main``.
 Everything except the prose keys goes into the protocol's hash, so a test result knows which protocol
@@ -29,6 +29,9 @@ from typing import Any
 #: Keys of a protocol that are prose: editing them does not change what a run computes.
 PROSE = ("question", "rule", "notes", "caveats", "title", "reconstructed", "task", "dataset", "split_protocol",
          "metric_name", "anchors", "order", "labels", "recipes", "paired")
+#: The values of ``test_candidates`` that test the winner of the selection runs: one winner for the study,
+#: or one per split (each split's winner on its own validation sets).
+SELECTED = ("selected", "selected per split", "selected per fold")
 #: Kinds of item a resolved set lists; two sets overlap when they share an item of any kind.
 KINDS = ("recording", "speaker", "graph", "fold", "node", "item")
 
@@ -85,6 +88,13 @@ class Protocol:
             "main": {k: self.data[k] for k in ("train", "validation", "test") if k in self.data}}
         self.splits = [Split(name, s.get("train"), tuple(s.get("validation", ())), tuple(s.get("test", ())))
                        for name, s in splits.items()]
+        chosen = self.data.get("test_candidates", "selected")
+        if isinstance(chosen, str) and chosen not in SELECTED:
+            raise ProtocolError(f"test_candidates must be a list of candidates or one of {SELECTED}, not {chosen!r}")
+        unknown = [] if isinstance(chosen, str) else sorted(set(chosen) - set(self.candidates))
+        if unknown:
+            raise ProtocolError(f"test_candidates names {unknown}, which are not among the candidates "
+                                f"{sorted(self.candidates)}")
         for split in self.splits:
             for name in filter(None, (split.train, *split.validation, *split.test)):
                 if name not in sets:

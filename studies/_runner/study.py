@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .protocol import Items, Protocol, ProtocolError, check_disjoint, check_unscored
+from .protocol import SELECTED, Items, Protocol, ProtocolError, check_disjoint, check_unscored
 from .store import Record, Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,24 +111,28 @@ class Study:
         splits = [s for s in self.protocol.splits if (s.validation if kind == "select" else s.test)]
         return [(s.name, c, seed) for s in splits for c in names for seed in self.protocol.seeds(kind)]
 
-    def selected(self) -> list[str]:
+    def selected(self, split: str | None = None) -> list[str]:
         """The candidates the protocol tests: its ``test_candidates`` list, or the winner of the selection
-        runs under its ``select`` rule (every selection run must be in the store)."""
+        runs under its ``select`` rule (every selection run must be in the store); with ``"selected per
+        split"``, the winner of ``split``'s own selection runs."""
         chosen = self.protocol.data.get("test_candidates", "selected")
-        if chosen != "selected":
+        if not isinstance(chosen, str):
             return list(chosen)
-        missing = [k for k in self.planned("select") if ("select", *k, self.protocol.hash) not in self.store.keys()]
+        per_split = chosen != "selected"
+        if per_split and split is None:
+            raise ValueError("the protocol selects per split: name the split")
+        planned = [k for k in self.planned("select") if not per_split or k[0] == split]
+        missing = [k for k in planned if ("select", *k, self.protocol.hash) not in self.store.keys()]
         if missing:
             raise ProtocolError(f"{len(missing)} selection runs are missing (e.g. {missing[0]}); run "
                                 f"`python -m studies {self.name} select` first")
         rule = self.protocol.data.get("select", {"metric": "accuracy", "mode": "max"})
         means = {}
         for c in self.protocol.candidates:
-            vals = [m[rule["metric"]] for r in self.store.select("select", self.protocol.hash) if r["candidate"] == c
-                    for m in r["scores"].values()]
+            vals = [m[rule["metric"]] for r in self.store.select("select", self.protocol.hash)
+                    if r["candidate"] == c and (not per_split or r["split"] == split) for m in r["scores"].values()]
             means[c] = sum(vals) / len(vals)
-        best = (max if rule.get("mode", "max") == "max" else min)(means, key=means.__getitem__)
-        return [best]
+        return [(max if rule.get("mode", "max") == "max" else min)(means, key=means.__getitem__)]
 
     def run(self, kind: str, shard: tuple[int, int] = (0, 1), argv: list[str] | None = None,
             candidates: list[str] | None = None, progress: bool = True) -> list[Record]:
@@ -138,9 +142,14 @@ class Study:
             raise ValueError(f"kind must be 'select' or 'test', not {kind!r}")
         self.check()
         p = self.protocol
-        if kind == "test" and candidates is None:
-            candidates = self.selected()
-        todo = [k for k in self.planned(kind, candidates) if (kind, *k, p.hash) not in self.store.keys()]
+        if kind == "test" and candidates is None and p.data.get("test_candidates", "selected") in SELECTED[1:]:
+            planned = [k for s in p.splits if s.test
+                       for k in self.planned(kind, self.selected(s.name)) if k[0] == s.name]
+        else:
+            if kind == "test" and candidates is None:
+                candidates = self.selected()
+            planned = self.planned(kind, candidates)
+        todo = [k for k in planned if (kind, *k, p.hash) not in self.store.keys()]
         todo = todo[shard[0]::shard[1]]
         command = "python -m studies " + shlex.join(argv if argv is not None else sys.argv[1:])
         commit = _git("rev-parse", "--short", "HEAD")

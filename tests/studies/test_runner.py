@@ -108,6 +108,23 @@ def test_test_runs_the_selected_candidate_with_the_protocol_hash(tmp_path: Path)
     assert study.store.scored == {study.protocol.hash: {"recording": ["dee_0", "dee_1"], "speaker": ["dee"]}}
 
 
+def test_selection_per_split_tests_each_splits_winner(tmp_path: Path) -> None:
+    proto = protocol(val=["bob"], test=["dee"], test_candidates="selected per split")
+    proto["sets"]["val2"], proto["sets"]["test2"] = {"speakers": ["cy"]}, {"speakers": ["ann"]}
+    proto["splits"] = {"a": {"train": "train", "validation": ["val"], "test": ["test"]},
+                       "b": {"train": "train", "validation": ["val2"], "test": ["test2"]}}
+    study = make(tmp_path, proto)
+    study.run("select", progress=False)
+    for r in study.store.records:  # split b's narrow candidate wins there
+        if r["split"] == "b" and r["candidate"] == "narrow":
+            r["scores"]["val2"]["accuracy"] = 1.0
+    assert study.selected("a") == ["wide"] and study.selected("b") == ["narrow"]
+    new = study.run("test", progress=False)
+    assert sorted({(r["split"], r["candidate"]) for r in new}) == [("a", "wide"), ("b", "narrow")]
+    with pytest.raises(ProtocolError, match="test_candidates must be"):
+        make(tmp_path, {**proto, "test_candidates": "the best"})
+
+
 def test_second_protocol_on_a_scored_test_set_is_refused(tmp_path: Path) -> None:
     study = make(tmp_path, protocol(val=["bob"], test=["dee"]))
     study.run("select", progress=False)
@@ -183,3 +200,20 @@ def test_cli_names_the_studies(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "python -m studies" in capsys.readouterr().out
+
+
+def test_every_committed_study_plugs_in() -> None:
+    """Each study folder has a protocol the runner reads, a module with resolve() and run(), and a store
+    whose every record names a protocol it keeps; test records carry the items they were scored on."""
+    from studies._runner.render import studies
+
+    names = studies()
+    assert {"graph_masks_actor", "speech_strings", "rnn_attention", "recipe_runs"} <= set(names)
+    for name in names:
+        study = Study.load(name)
+        assert callable(study.module.resolve) and callable(study.module.run), name
+        assert (study.folder / "README.md").read_text().count("<!-- results:start") == 1, name
+        for r in study.store.records:
+            assert r["protocol"] in study.store.data["protocols"], (name, r["candidate"])
+            if r["kind"] == "test":
+                assert r["protocol"] in study.store.scored, (name, r["candidate"])
