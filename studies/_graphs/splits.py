@@ -146,7 +146,7 @@ def _indices(name: str, split: int) -> dict[str, list[int]]:
         return {p: data[f"{p}_mask"].nonzero().view(-1).tolist() for p in ("train", "val", "test")}
     from attnmm.data import GraphDataModule
 
-    dm = GraphDataModule(name=name, fold=split, pe=None)
+    dm = GraphDataModule(name=name, fold=split, pe="none")
     dm.setup("fit")
     return {p: dm.split_indices[p].tolist() for p in ("train", "val", "test")}
 

@@ -14,7 +14,7 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
     """``{"part": "val"}``: that part of the official split, as graph indices (the data module's)."""
     from attnmm.data import GraphDataModule
 
-    dm = GraphDataModule(name="peptides-func", pe=None)
+    dm = GraphDataModule(name="peptides-func", pe="none")
     dm.setup("fit")
     return Items.of(spec, graph=[f"peptides:{i}" for i in dm.split_indices[spec["part"]].tolist()])
 
