@@ -80,3 +80,30 @@ def test_runs_every_split_and_resumes(recipe: str, name: str, writer: object, tm
         assert r["detail"]["monitor"] in ("val_acc", "val_loss") and 0 <= r["detail"]["best_epoch"] <= 1
         assert set(r["scores"]) == {f"val_{r['split'][1]}"}
     assert Study(folder, splits).run("select", progress=False) == []  # stored splits are skipped
+
+
+def test_cross_validation_folds_resolve_to_graphs_and_their_selection_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TU set's folds resolve to graph indices: one fold's validation is disjoint from its own test fold, and
+    the runner refuses a selection over folds, whose validation graphs are other folds' test graphs."""
+    from studies._runner import ProtocolError
+
+    write_tu(tmp_path / "data", "TOY", graphs=40)
+    monkeypatch.setenv("ATTNMM_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    splits._indices.cache_clear()
+    sets = {f"{p}_{k}": {"name": "TOY", "split": k, "part": p} for k in range(10) for p in ("train", "val", "test")}
+    one = {"sets": sets, "train": "train_0", "validation": ["val_0"], "test": ["test_0"],
+           "candidates": {"x": {"extra": []}}}
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "protocol.json").write_text(json.dumps(one))
+    Study(folder, splits).check()  # within a fold, validation and test are apart
+    every = {**one, "splits": {f"f{k}": {"train": f"train_{k}", "validation": [f"val_{k}"], "test": [f"test_{k}"]}
+                               for k in range(10)}}
+    folder = tmp_path / "every"
+    folder.mkdir()
+    (folder / "protocol.json").write_text(json.dumps(every))
+    with pytest.raises(ProtocolError, match=r"shares \d+ graph\(s\)"):
+        Study(folder, splits).check()
+    splits._indices.cache_clear()
