@@ -128,16 +128,15 @@ def summary_page(rows: list[dict[str, Any]]) -> str:
 
 
 def index_block() -> list[str]:
-    """The table of every study: its question, protocol and how many runs its store holds."""
+    """The table of every study: its question and its protocol (from the protocols alone, so that a study's
+    new runs change only its own pages and docs/results.md)."""
     rows = []
     for name in studies():
-        view = View.load(name)
-        p = view.protocol
+        p = Study.load(name).protocol
         question = p.data.get("question") or p.data.get("title") or ""
-        counts = f"{len(view.records('select'))} / {len(view.records('test'))}"
-        rows.append((f"[`{name}`]({name}/README.md)", question, f"`{p.hash}`" + (" (reconstructed)" if p.reconstructed
-                                                                                 else ""), counts))
-    return table(["study", "question", "protocol", "selection / test runs"], rows)
+        rows.append((f"[`{name}`]({name}/README.md)", question,
+                     f"`{p.hash}`" + (" (reconstructed after the results)" if p.reconstructed else "")))
+    return table(["study", "question", "protocol"], rows)
 
 
 def studies() -> list[str]:
