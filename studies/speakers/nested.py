@@ -139,7 +139,7 @@ def execute(run: dict[str, Any], part: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["select", "test", "folds", "show"],
+    parser.add_argument("part", choices=["select", "test", "folds", "show", "import"],
                         help="folds: fold by fold, each fold's test run as soon as its selection is stored "
                         "(each fold's choice reads only its own selection runs)")
     parser.add_argument("--workers", type=int, default=1)
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.part == "folds":
         run_folds(args.workers)
+        return
+    if args.part == "import":
+        print(f"{import_records()} records of protocol 4 in studies/speakers/store.json")
         return
     todo = [r for r in runs(args.part) if not done(r, args.part)]
     with ThreadPoolExecutor(args.workers) as pool:
@@ -212,6 +215,47 @@ def _next_task(folds: list[str], pending: dict[str, list[dict[str, Any]]], teste
         if pending[fold]:
             return "select", fold, pending[fold].pop(0)
     return None
+
+
+
+#: The flag of every test record of this protocol (its caveat, in the store).
+RETEST = ("test speakers scored before: both candidates were tested on these five speakers under the same test "
+          "protocol (protocols 2-3) before this protocol was written; the selection saw no test recording")
+
+
+def import_records() -> int:
+    """Write this protocol's runs, as stored by this module, into the study's ``store.json`` as records of
+    ``protocol.json`` (its transliteration into the runner's format), replacing the ones there; returns
+    how many. Then ``python -m studies speakers render`` (and ``python -m studies render`` for the results
+    page) renders them."""
+    from studies._runner import Protocol, Store
+
+    folder = Path(__file__).parent
+    proto = Protocol(json.loads((folder / "protocol.json").read_text()))
+    store = Store(folder / "store.json", "speakers")
+    store.data["records"] = [r for r in store.records if r["protocol"] != proto.hash]
+    store.data["scored"].pop(proto.hash, None)
+    count = 0
+    for part in ("select", "test"):
+        for r in load(part):
+            t = r["fold"]
+            base = {"legacy": False, "command": r["command"], "commit": r["commit"], "dirty": None,
+                    "started": r["finished"], "seconds": r["seconds"], "unit": "%",
+                    "driver": "python -m studies.speakers.nested", "driver_protocol_sha256": r["protocol_sha256"],
+                    "imported_from": f"studies/speakers/stores/{store_path(part).name}"}
+            if part == "select":
+                scores = {f"val_sel_{t}": {"accuracy": round(100 * r["val_acc"], 2)}}
+                store.add({"kind": "select", "split": f"sel_{t}", "candidate": r["candidate"], "seed": 0,
+                           "protocol": proto.hash, "scores": scores, **base}, proto.data)
+            else:
+                recordings = [f"{d}_{t}_{k}" for d in range(10) for k in range(50)]
+                store.add({"kind": "test", "split": f"test_{t}", "candidate": r["candidate"], "seed": 0,
+                           "protocol": proto.hash, "scores": {f"test_{t}": {"accuracy": round(100 * r["test_acc"], 2)}},
+                           "val_draw": round(100 * r["val_acc"], 2), "flags": [RETEST], **base}, proto.data,
+                          {"speaker": [t], "recording": recordings})
+            count += 1
+    store.save()
+    return count
 
 
 if __name__ == "__main__":
