@@ -515,10 +515,19 @@ def load_task(task: str, config: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------- the hooks of the graph_masks_* studies
 def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Any:
     """A set of a sweep: ``{"task": "actor", "split": 3, "part": "train"}`` (``split`` null: the task's one
-    split; ``part`` train, which holds the validation nodes or graphs the epoch is chosen on, or test)."""
+    split; ``part`` train, which holds the validation nodes or graphs the epoch is chosen on, or test). On the
+    real-data tasks its node (Actor) or graph indices; on Cora and the generated motifs the part's name."""
     from studies._runner import Items
 
-    return Items.of(spec, fold=[f"{spec['task']}:{spec.get('split')}:{spec['part']}"])
+    task = spec["task"]
+    if task not in REAL_TASKS:
+        return Items.of(spec, fold=[f"{task}:{spec.get('split')}:{spec['part']}"])
+    from studies._graphs.splits import _indices
+
+    name = REAL_TASKS[task].name
+    parts = ("train", "val") if spec["part"] == "train" else (spec["part"],)
+    ids = [f"{name}:{i}" for p in parts for i in _indices(name, spec.get("split") or 0)[p]]
+    return Items.of(spec, **{"node" if REAL_TASKS[task].kind == "node" else "graph": ids})
 
 
 def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget: dict[str, Any]) -> Any:

@@ -146,7 +146,8 @@ def _indices(name: str, split: int) -> dict[str, list[int]]:
         return {p: data[f"{p}_mask"].nonzero().view(-1).tolist() for p in ("train", "val", "test")}
     from attnmm.data import GraphDataModule
 
-    dm = GraphDataModule(name=name, fold=split, pe="none")
+    dm = GraphDataModule(name=name, fold=split, pe="none") if name != "peptides-func" else GraphDataModule(
+        name=name, pe="none")
     dm.setup("fit")
     return {p: dm.split_indices[p].tolist() for p in ("train", "val", "test")}
 
