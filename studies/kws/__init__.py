@@ -68,7 +68,8 @@ def render(view: Any) -> list[str]:
 def summary(view: Any) -> list[dict[str, Any]]:
     common = {"task": "Speech: keyword spotting (Speech Commands, 12 classes)", "dataset":
               "Speech Commands v0.02 test companion folder (197 speakers)", "metric": "accuracy (%)",
-              "anchors": "—", "order": 15}
+              "anchors": "KWT-3 98.56 ± 0.07 on the full v0.02, 12 classes, official split (Berg et al., Interspeech "
+              "2021); not comparable: about 85,000 training clips there, about 3,100 here", "order": 15}
     out = []
     for r in view.records("test"):
         p = view.store.data["protocols"][r["protocol"]]
