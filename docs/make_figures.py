@@ -102,86 +102,93 @@ def _trained_maps() -> ModuleType:
 
 
 def _rnn_figure(name: str) -> Callable[[], Figure]:
-    """A figure of docs/rnn.md, drawn from the results ``python -m benchmarks.rnn_attention`` stored."""
+    """A figure of docs/rnn.md, drawn from the rnn_attention study's store."""
 
     def draw() -> Figure:
         if str(DOCS.parent) not in sys.path:
-            sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-        from benchmarks import _rnn_attention_page, rnn_attention
+            sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+        from studies.rnn_attention import measure, page
 
-        figures = _rnn_attention_page.figures(rnn_attention.load_store())
+        figures = page.figures(measure.load_store())
         if name not in figures:
-            raise ValueError(f"{name}: no stored results to draw; run python -m benchmarks.rnn_attention first")
+            raise ValueError(f"{name}: no stored results to draw; run python -m studies.rnn_attention.measure first")
         return figures[name]
 
     return draw
 
 
 def _speech_strings_cost() -> Figure:
-    """Step time and memory by mask and string length (docs/recipes/speech.md), from the results
-    ``python -m benchmarks.speech_strings --parts cost`` stored."""
+    """Step time and memory by mask and string length (docs/recipes/speech.md), from the speech_strings
+    study's store (``python -m studies.speech_strings.measure --parts cost``)."""
     if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import _speech_strings_page, speech_strings
+        sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+    from studies.speech_strings import measure, page
 
-    figures = _speech_strings_page.figures(speech_strings.load_store())
+    figures = page.figures(measure.load_store())
     if "speech_strings_cost" not in figures:
-        raise ValueError("speech_strings_cost: no stored results; run python -m benchmarks.speech_strings --parts cost")
+        raise ValueError("speech_strings_cost: no stored results; run python -m studies.speech_strings.measure "
+                         "--parts cost")
     return figures["speech_strings_cost"]
 
 
-def _mask_sweeps() -> Figure:
-    """The graph mask sweeps of docs/results.md, from the runs stored under benchmarks/results/."""
+def _sweep_store(task: str) -> dict:
+    """The stored runs of the ``graph_masks_<task>`` study, as the sweep's figure reads them."""
     if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import graph_mask_sweep
+        sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+    from studies._graphs import mask_sweep
+    from studies._runner import View
 
-    return graph_mask_sweep.figure(graph_mask_sweep.load_stores())
+    return mask_sweep.as_store(View.load(f"graph_masks_{task}"))
+
+
+def _mask_sweeps() -> Figure:
+    """The graph mask sweeps on Cora and the motif graphs, from their studies' stores."""
+    from studies._graphs import mask_sweep
+
+    return mask_sweep.figure([_sweep_store("cora"), _sweep_store("motifs")])
 
 
 def _task_sweep(task: str) -> Figure:
-    """The figure of one real-data graph mask sweep, from its store under benchmarks/results/."""
-    if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import graph_mask_sweep
+    """The figure of one real-data graph mask sweep, from its study's store."""
+    from studies._graphs import mask_sweep
 
-    return graph_mask_sweep.task_figure(task)
+    return mask_sweep.figure([_sweep_store(task)], anchors=True)
 
 
-#: The real-data graph mask sweeps docs/graphs.md renders (benchmarks/_recipe_sweep.py's REAL_TASKS); a figure
-#: for each one stored (its section links it once rendered from the same store).
+#: The real-data graph mask sweeps docs/graphs.md renders (studies/_graphs/recipe_train.py's REAL_TASKS); a
+#: figure for each one stored (its section links it once rendered from the same store).
 _SWEEP_TASKS = ("actor", "proteins", "peptides")
 _SWEEPS = {
     f"graph_mask_sweep_{task}": functools.partial(_task_sweep, task)
     for task in _SWEEP_TASKS
-    if (DOCS.parent / "benchmarks" / "results" / f"graph_mask_sweep_{task}.json").exists()
+    if (DOCS.parent / "studies" / f"graph_masks_{task}" / "store.json").exists()
 }
 
 
 def _kws_confusion(names: tuple[str, ...] = ("transformer", "res8")) -> Callable[[], Figure]:
-    """Confusion matrices of the keyword-spotting model and its CNN peer on unseen speakers (docs/results.md),
-    from the evaluations ``python -m benchmarks.kws`` stored under ``names``."""
+    """Confusion matrices of the keyword-spotting model and its CNN peer on unseen speakers
+    (docs/recipes/speech.md), from the evaluations the kws study stored under ``names``."""
 
     def draw() -> Figure:
         if str(DOCS.parent) not in sys.path:
-            sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-        from benchmarks import kws
+            sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+        from studies.kws import evaluate
 
-        return kws.figure(kws.load_stores(names))
+        return evaluate.figure(evaluate.load_stores(names))
 
     return draw
 
 
 def _fusion_conditions() -> Figure:
-    """Accuracy per condition of the fused model and its peers (docs/recipes/multimodal.md), from the store
-    ``python -m benchmarks.fusion_conditions evaluate`` wrote."""
+    """Accuracy per condition of the fused model and its peers (docs/recipes/multimodal.md), from the fusion
+    study's store."""
     import json
 
     if str(DOCS.parent) not in sys.path:
-        sys.path.insert(0, str(DOCS.parent))  # the benchmarks package of the repository
-    from benchmarks import fusion_conditions
+        sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+    from studies.fusion import conditions
 
-    return fusion_conditions.figure(json.loads(fusion_conditions.STORE.read_text()))
+    return conditions.figure(json.loads(conditions.STORE.read_text()))
 
 
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the

@@ -98,10 +98,11 @@ def test_make_figures_writes_every_png(tmp_path: Path) -> None:
 
 def test_every_real_sweep_gets_its_figure() -> None:
     """make_figures draws each real-data mask sweep whose store exists; its list is the sweep's tasks."""
-    from benchmarks._recipe_sweep import REAL_TASKS
+    from studies._graphs.recipe_train import REAL_TASKS
 
     module = load_make_figures()
     assert set(module._SWEEP_TASKS) == set(REAL_TASKS)
-    stored = {p.stem for p in (DOCS.parent / "benchmarks" / "results").glob("graph_mask_sweep_*.json")}
+    stored = {f"graph_mask_sweep_{p.parent.name.removeprefix('graph_masks_')}"
+              for p in (DOCS.parent / "studies").glob("graph_masks_*/store.json")}
     assert {n for n in module.FIGURES if n.startswith("graph_mask_sweep_")} == stored - {
         "graph_mask_sweep_cora", "graph_mask_sweep_motifs"}

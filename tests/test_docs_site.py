@@ -68,3 +68,18 @@ def test_make_test_builds_the_docs_strictly() -> None:
     assert re.search(r"^test:.*\bdocs\b", makefile, re.MULTILINE), "make test must depend on the docs target"
     assert "mkdocs build --strict" in makefile
     assert re.search(r'"\.\[dev,docs(,\w+)*\]"', makefile), "make must install the docs extra"
+
+
+def test_links_out_of_docs_show_their_repository_path() -> None:
+    """A page's link to a study README (outside docs/) becomes its path in the site; links inside stay."""
+    hooks = load_docs_module("hooks")
+
+    class Page:
+        class file:  # noqa: N801 (the attribute mkdocs' Page has)
+            src_uri = "recipes/speech.md"
+
+    text = ("[the keyword study](../../studies/kws/README.md), [`kws`](../../studies/kws/README.md#x), "
+            "[results](../results.md#speech), [web](https://example.org/a)")
+    assert hooks.on_page_markdown(text, Page()) == (
+        "the keyword study (`studies/kws/README.md`), `studies/kws/README.md`, [results](../results.md#speech), "
+        "[web](https://example.org/a)")

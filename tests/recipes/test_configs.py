@@ -68,6 +68,18 @@ def _resolved(recipe: str, config: str | None, tmp_path: Path, monkeypatch: pyte
     return yaml.safe_load(out.getvalue())
 
 
+DOCS = [CONFIGS.parents[1] / "README.md", *sorted((CONFIGS.parents[1] / "docs").rglob("*.md"))]
+
+
+def test_every_config_is_named_in_the_docs() -> None:
+    """recipes/configs holds each recipe's default and the variants the docs show users; a study's
+    candidates live in its study folder."""
+    text = "\n".join(p.read_text() for p in DOCS)
+    unnamed = [c for c in ALL if f"{c}.yaml" not in text]
+    assert not unnamed, f"configs no docs page names: {unnamed}"
+    assert set(RECIPES) <= set(ALL)  # every recipe has its default config
+
+
 @pytest.mark.parametrize("config", ALL)
 def test_no_config_restates_the_shared_trainer_defaults(config: str) -> None:
     raw = yaml.safe_load((CONFIGS / f"{config}.yaml").read_text()) or {}

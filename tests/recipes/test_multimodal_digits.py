@@ -1,6 +1,8 @@
-"""recipes/multimodal_digits.py on generated FSDD recordings and MNIST files: the smoke run of every
-config (each fusion pattern, audio only, image only) and of a corrupted, one-modality test set; what
-each config builds; the attention map and segment mask the TensorBoard callback draws."""
+"""recipes/multimodal_digits.py on generated FSDD recordings, MNIST files and Speech Commands voices: the
+smoke run of its default (robust late fusion with a gate that meets unfamiliar voices and conflict pairs),
+of another fusion pattern and of a corrupted, one-modality test set; what the default builds; the attention
+map and segment mask the TensorBoard callback draws. The fusion study's candidate configs:
+tests/studies/test_fusion_configs.py."""
 
 from __future__ import annotations
 
@@ -15,10 +17,8 @@ import soundfile
 import torch
 from _recipes import RECIPES, run_recipe, write_speech_commands
 
-from attnmm.adapters import MultimodalAdapter
 from attnmm.masks import Segments
 
-CONFIGS = RECIPES / "configs"
 SMALL = ["--data.image_val_size=100", "--data.batch_size=8"]
 
 
@@ -49,16 +49,12 @@ def generated_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.parametrize(
-    "config",
-    [None, "joint", "late", "bottleneck", "cross", "audio", "image"],
-)
-def test_fast_dev_run(generated_root: Path, tmp_path: Path, config: str | None) -> None:
-    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_{config}.yaml'}"]
+@pytest.mark.parametrize("fusion", [None, "joint"])
+def test_fast_dev_run(generated_root: Path, tmp_path: Path, fusion: str | None) -> None:
+    extra = [] if fusion is None else [f"--model.adapter.init_args.fusion={fusion}"]
     args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *extra]
     run_recipe("multimodal_digits", args, tmp_path)
-    run = "multimodal_digits" + ("" if config is None else f"_{config}")  # named after the config
-    metrics = json.loads((tmp_path / "runs" / run / "version_0" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "multimodal_digits" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 
 
@@ -79,37 +75,6 @@ def _cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
     return recipe.main([*args, "--trainer.logger=false"], run=False)
 
 
-@pytest.mark.parametrize(
-    ("config", "fusion", "names", "num_segments"),
-    [
-        (None, "bottleneck", ["audio", "image", "fusion"], None),  # the default, chosen on validation
-        ("joint", "joint", ["audio", "image"], None),
-        ("late", "late", ["audio", "image"], 2),
-        ("bottleneck", "bottleneck", ["audio", "image", "fusion"], None),
-        ("cross", "cross", ["audio", "image"], None),
-        ("audio", "joint", ["audio"], None),
-        ("image", "joint", ["image"], None),
-    ],
-)
-def test_each_config_builds_the_same_model_with_its_fusion(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str | None, fusion: str, names: list[str],
-    num_segments: int | None,
-) -> None:
-    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_{config}.yaml'}"]
-    cli = _cli(tmp_path, monkeypatch, *extra)
-    adapter = cli.model.adapter
-    assert isinstance(adapter, MultimodalAdapter) and adapter.fusion == fusion
-    assert adapter.segment_names == names and cli.model.head.num_segments == num_segments
-    base = _cli(tmp_path, monkeypatch)
-    for name in adapter.names:  # each modality's adapter is the base config's
-        assert repr(adapter.adapters[name]) == repr(base.model.adapter.adapters[name])
-        assert repr(adapter.adapters[name].mask) == repr(base.model.adapter.adapters[name].mask)
-    assert repr(cli.model.encoder) == repr(base.model.encoder)
-    # written once: the fused width and the data's classes reach the encoder, the head and the task
-    assert cli.model.encoder.layers[0].norm1.normalized_shape == (adapter.out_dim,)
-    assert cli.model.head.linears[0].weight.shape == (10, adapter.out_dim) and cli.model.num_classes == 10
-
-
 def test_attention_map_shows_the_segment_mask(
     generated_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,7 +86,7 @@ def test_attention_map_shows_the_segment_mask(
     cli.datamodule.setup("fit")
     batch = next(iter(cli.datamodule.val_dataloader()))
     _, tokens, _ = cli.model.encode(batch)
-    assert isinstance(tokens.mask, Segments) and tokens.mask.lengths.shape == (8, 3)  # audio, image, fusion
+    assert isinstance(tokens.mask, Segments) and tokens.mask.lengths.shape == (8, 2)  # audio, image
     figs = AttentionMapLogger().figures(cli.model, batch)
     assert set(figs) == {"attention_map", "mask"}
     for fig in figs.values():
@@ -135,55 +100,31 @@ def test_the_documented_corruption_options_reach_the_data(tmp_path: Path, monkey
     assert (data.audio_snr_db, data.image_occlusion, data.corrupt) == (0.0, 14, "one")
 
 
-@pytest.mark.parametrize("config", [None, "bottleneck", "audio", "image", "gate"])
-def test_robust_fast_dev_run(generated_root: Path, tmp_path: Path, config: str | None) -> None:
-    """recipes/multimodal_digits_robust.py (issue 27) and its overlays: the pretrained tower loads, the
-    training pairs are corrupted and drawn afresh, and fit validates without a test when asked."""
-    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_robust_{config}.yaml'}"]
-    args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL, *extra,
+def test_fit_validates_without_a_test_when_asked(generated_root: Path, tmp_path: Path) -> None:
+    """The pretrained tower loads, the training pairs are corrupted and drawn afresh, the gate's gate-only
+    pairs join them, and fit validates without a test when asked."""
+    args = ["fit", "--trainer.fast_dev_run=true", f"--data.root={generated_root}", *SMALL,
             "--test_after_fit=false", "--data.val_speakers=[cid]"]
-    run_recipe("multimodal_digits_robust", args, tmp_path)
-    run = "multimodal_digits_robust" + ("" if config is None else f"_{config}")
-    metrics = json.loads((tmp_path / "runs" / run / "version_0" / "metrics.json").read_text())
+    run_recipe("multimodal_digits", args, tmp_path)
+    metrics = json.loads((tmp_path / "runs" / "multimodal_digits" / "version_0" / "metrics.json").read_text())
     assert set(metrics) == {"val_acc", "val_loss"}  # no test number
 
 
-@pytest.mark.parametrize(
-    ("config", "names", "num_segments", "gate", "weight", "init_from"),
-    [
-        (None, ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
-        ("bottleneck", ["audio", "image", "fusion"], 3, True, 1.0, "speech_commands_8k"),
-        ("audio", ["audio"], None, False, 0.0, "speech_commands_8k"),
-        ("image", ["image"], None, False, 0.0, None),
-        ("gate", ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
-        ("conflict", ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
-        ("conflict_light", ["audio", "image"], 2, True, 1.0, "speech_commands_8k"),
-    ],
-)
-def test_robust_configs_build(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str | None, names: list[str], num_segments: int | None,
-    gate: bool, weight: float, init_from: str | None,
-) -> None:
+def test_the_default_builds_the_chosen_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attnmm.adapters import EncodedAdapter
     from attnmm.lightning.pretrained import backbone_state
 
-    spec = importlib.util.spec_from_file_location("robust", RECIPES / "multimodal_digits_robust.py")
-    assert spec is not None and spec.loader is not None
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-    monkeypatch.chdir(tmp_path)
-    extra = [] if config is None else [f"--config={CONFIGS / f'multimodal_digits_robust_{config}.yaml'}"]
-    cli = recipe.main([*extra, "--trainer.logger=false"], run=False)
+    cli = _cli(tmp_path, monkeypatch)
     model = cli.model
-    gated = config in ("gate", "conflict", "conflict_light")
-    assert cli.datamodule.gate_voices == ("speech_commands_test_v0.02" if gated else None)
-    assert cli.datamodule.gate_conflicts == {"conflict": 0.3, "conflict_light": 0.1}.get(config, 0.0)
-    assert model.adapter.segment_names == names and model.head.num_segments == num_segments
-    assert (model.head.gate is not None) == gate and model.segment_loss_weight == weight
-    assert model.init_from == init_from
-    if "audio" in names:  # the tower takes the shipped backbone, entry for entry
-        tower = model.adapter.adapters["audio"]
-        assert isinstance(tower, EncodedAdapter) and tower.adapter.sample_rate == 8000  # linked to the data
-        model.setup("fit")
-        state = backbone_state("speech_commands_8k")
-        assert torch.equal(tower.encoder.layers[3].ffn[0].weight, state["encoder.layers.3.ffn.0.weight"])
+    assert cli.datamodule.gate_voices == "speech_commands_test_v0.02" and cli.datamodule.gate_conflicts == 0.3
+    assert model.adapter.fusion == "late" and model.adapter.segment_names == ["audio", "image"]
+    assert model.head.num_segments == 2 and model.head.gate is not None and model.segment_loss_weight == 1.0
+    assert model.init_from == "speech_commands_8k"
+    tower = model.adapter.adapters["audio"]  # the tower takes the shipped backbone, entry for entry
+    assert isinstance(tower, EncodedAdapter) and tower.adapter.sample_rate == 8000  # linked to the data
+    model.setup("fit")
+    state = backbone_state("speech_commands_8k")
+    assert torch.equal(tower.encoder.layers[3].ffn[0].weight, state["encoder.layers.3.ffn.0.weight"])
+    # written once: the fused width and the data's classes reach the encoder, the head and the task
+    assert model.encoder.layers[0].norm1.normalized_shape == (model.adapter.out_dim,)
+    assert model.num_classes == 10

@@ -97,8 +97,8 @@ def test_graph_node_follows_the_graph(two_graphs: Path, tmp_path: Path, config: 
 
 def test_every_recipe_is_smoke_tested() -> None:
     recipes = {p.stem for p in (Path(__file__).parents[2] / "recipes").glob("*.py")}
-    # those two: tests/recipes/test_multimodal_digits.py
-    assert set(SMOKE) == recipes - {"multimodal_digits", "multimodal_digits_robust"}
+    # that one: tests/recipes/test_multimodal_digits.py
+    assert set(SMOKE) == recipes - {"multimodal_digits"}
 
 
 @pytest.mark.parametrize("config", [None, "speech_truncated_strings.yaml"])

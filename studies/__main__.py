@@ -1,0 +1,5 @@
+import sys
+
+from studies._runner.cli import main
+
+sys.exit(main())

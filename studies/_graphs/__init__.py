@@ -1,0 +1,1 @@
+"""Graph code shared by the graph studies: masks by name, the models and training loops they sweep."""

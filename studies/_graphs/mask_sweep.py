@@ -1,0 +1,586 @@
+"""Mask sweeps: the same graph model, the same seeds, a list of attention masks.
+
+The code of the ``graph_masks_*`` studies (``python -m studies graph_masks_actor test``): one run per mask
+(the study's candidates) and replicate (its splits or seeds), the mask the only thing that changes. Masks
+(self loops included unless the model keeps a node's own features apart, ``GraphAdapter(self_loops=False)``):
+
+- ``graph``: the edges: node i attends j iff the edge j -> i exists;
+- ``khopK`` (e.g. ``khop2``): every node within K hops (``graph_helpers.k_hop``);
+- ``virtual``: the edges and one virtual node per graph, linked both ways to every node of its graph
+  (``graph_helpers.virtual_nodes``); its input is a learned vector that every variant's model has;
+- ``expander`` / ``expanderD``: the edges and random expander edges of degree D (default 4) inside each
+  graph, drawn once per seed as in Exphormer (``graph_helpers.expander``);
+- ``full``: full attention inside each graph (``SameGraph``);
+- ``self``: every node attends itself only (with the ego-neighbour model of Actor: an MLP);
+- ``knnK`` (e.g. ``knn10``): the K most similar nodes by feature cosine similarity (``feature_knn``);
+- ``A|B``: the union of masks (e.g. ``graph|knn10``; not with ``virtual`` or ``full``).
+
+Tasks: ``cora`` (Planetoid Cora, public split; the GAT-style model of :mod:`studies._graphs.node_models`,
+trained full batch) and ``motifs`` (the house vs 5-cycle graphs of ``recipes/graph_graph.py`` in
+mini-batches); real data (:mod:`studies._graphs.recipe_train`): ``actor``, ``proteins`` and ``peptides``
+train the model of their recipe config with its optimiser and schedule for the protocol's (short) number
+of epochs. Every epoch is evaluated; the scores reported are those of the first epoch with the best
+validation score, so nothing is chosen on test.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnmm.adapters import GraphAdapter
+from attnmm.common.feature_knn import feature_knn
+from attnmm.masks import Graph, Mask, SameGraph
+from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
+from attnmm.nn import GraphAttentionEncoder
+from studies._graphs import recipe_train as _recipe_sweep
+from studies._graphs.node_models import DEFAULTS as NODE_DEFAULTS
+from studies._graphs.node_models import build_encoder
+from studies._graphs.recipe_train import REAL_TASKS
+
+#: The motif task's config: GraphAdapter (random-walk encodings) -> attention layers -> mean pooling. Two
+#: random-walk steps, not the recipe's 8: the return probability after 3 steps marks the house's triangle
+#: in each node's input, and every mask then reaches 100% (the structure must come through attention).
+GRAPH_DEFAULTS: dict[str, Any] = dict(
+    lr=2e-3, wd=0.0, d_model=64, hidden=16, heads=4, layers=2, dropout=0.1, pe_dim=2, epochs=40, batch_size=32,
+    num_graphs=1000, num_nodes=20,
+)
+#: The command's tasks and their kind: node classification on one graph, or classification of graphs.
+TASKS = {"cora": "node", "motifs": "graph", **{name: task.kind for name, task in REAL_TASKS.items()}}
+_NAME = re.compile(r"^(graph|virtual|full|self|khop(\d+)|knn(\d+)|expander(\d*))$")
+_VALID = "graph, khopK (e.g. khop2), virtual, expander[D], full, self, knnK (e.g. knn10), A|B (a union)"
+
+
+def parse_mask(name: str) -> tuple[str, int]:
+    """``(kind, parameter)`` of a mask name: ``khop3`` -> ``("khop", 3)``, ``expander`` -> ``("expander", 4)``,
+    ``knn10`` -> ``("knn", 10)``; a union ``A|B`` -> ``("union", 0)`` (each part checked)."""
+    if "|" in name:
+        parts = name.split("|")
+        kinds = [parse_mask(part)[0] for part in parts]
+        if any(k in ("virtual", "full", "union") for k in kinds) or len(parts) < 2:
+            raise ValueError(f"a union {name!r} takes masks of edges (not virtual or full); valid parts: {_VALID}")
+        return "union", 0
+    m = _NAME.match(name)
+    if m is None:
+        raise ValueError(f"unknown mask {name!r}; valid: {_VALID}")
+    if m.group(2):
+        return "khop", int(m.group(2))
+    if m.group(3):
+        return "knn", int(m.group(3))
+    if name.startswith("expander"):
+        return "expander", int(m.group(4) or 4)
+    return name, 0
+
+
+def add_expander(data: Any, name: str, generator: torch.Generator) -> Any:
+    """A shallow copy of ``data`` (one graph) with ``expander_index``, its random expander edges (2, M_x),
+    when ``name`` is (or unites) an expander mask; ``data`` itself otherwise. PyG's batching offsets the index."""
+    degrees = [parse_mask(part)[1] for part in name.split("|") if parse_mask(part)[0] == "expander"]
+    if not degrees:
+        return data
+    data = copy.copy(data)
+    data.expander_index = expander(int(data.num_nodes), degrees[0], generator=generator).edge_index
+    return data
+
+
+def build_mask(name: str, data: Any, loops: bool = True) -> tuple[Mask, int]:
+    """The mask ``name`` over a PyG ``Data`` or ``Batch``, and how many virtual nodes it appends (G or 0);
+    with self loops unless ``loops`` is false (``full`` always has them).
+
+    Expander masks read the ``expander_index`` of :func:`add_expander`; ``knnK`` reads the features ``x``.
+    """
+    kind, k = parse_mask(name)
+    N, edge_index = int(data.num_nodes), data.edge_index
+    batch = getattr(data, "batch", None)
+    if batch is None:
+        batch = torch.zeros(N, dtype=torch.long, device=edge_index.device)
+    if kind == "full":
+        return SameGraph(batch), 0
+    own = self_loops(N)
+    if kind == "virtual":
+        G = int(batch.max()) + 1 if N else 0
+        mask = Graph(edge_index, N + G) | virtual_nodes(N, batch)
+        return (mask | self_loops(N + G) if loops else mask), G
+    if kind == "union":
+        mask: Mask = build_mask(name.split("|")[0], data, loops)[0]
+        for part in name.split("|")[1:]:
+            mask = mask | build_mask(part, data, loops)[0]
+        return mask, 0
+    if kind == "self":
+        return own, 0
+    if kind == "khop":
+        mask = k_hop(edge_index, N, k)
+    elif kind == "knn":
+        mask = feature_knn(data.x, k, batch=batch)
+    else:
+        if kind == "expander":
+            extra = getattr(data, "expander_index", None)
+            if extra is None:
+                raise ValueError(f"mask {name!r} needs the graph's expander edges: pass add_expander(data, ...) first")
+            edge_index = torch.cat([edge_index, extra], 1)
+        mask = Graph(edge_index, N)
+    return (mask | own if loops else mask), 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _merge(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(config) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown config keys {sorted(unknown)}; valid: {sorted(defaults)}")
+    return {**defaults, **config}
+
+
+def _best(val: list[float], test: list[float]) -> dict[str, Any]:
+    epoch = max(range(len(val)), key=lambda e: (val[e], -e))  # the first epoch with the best validation
+    return {"val": val[epoch], "test": test[epoch], "best_epoch": epoch + 1}
+
+
+def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = None,
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train the node classifier (:mod:`studies._graphs.node_models`' config keys) on one graph with
+    ``train_mask``/``val_mask``/``test_mask`` under ``mask``; accuracies in [0, 1], times in seconds."""
+    c = _merge(NODE_DEFAULTS, config or {})
+    data = add_expander(data, mask, torch.Generator().manual_seed(seed))
+    attn_mask, extra = build_mask(mask, data)
+    N, num_features, num_classes = int(data.num_nodes), data.num_features, int(data.y.max()) + 1
+    torch.manual_seed(seed)
+    adapter = GraphAdapter(in_channels=num_features, d_model=None, self_loops=True, dropout=c["in_drop"])
+    encoder = build_encoder(num_features, num_classes, c)
+    virtual = nn.Parameter(torch.zeros(1, num_features))  # virtual node input, in every variant's model
+    optimizer = torch.optim.Adam([*adapter.parameters(), *encoder.parameters(), virtual], lr=c["lr"],
+                                 weight_decay=c["wd"])
+
+    def logits() -> Tensor:
+        x = torch.cat([adapter(data).x, virtual.expand(extra, -1)])  # (N + G, F)
+        return encoder(x, attn_mask)[:N]  # (N, C)
+
+    val, test, train_s, started = [], [], 0.0, time.perf_counter()
+    for epoch in range(c["epochs"]):
+        t = time.perf_counter()
+        adapter.train(), encoder.train()
+        loss = F.cross_entropy(logits()[data.train_mask], data.y[data.train_mask])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        train_s += time.perf_counter() - t
+        adapter.eval(), encoder.eval()
+        with torch.no_grad():
+            hit = logits().argmax(-1) == data.y
+        val.append(float(hit[data.val_mask].float().mean()))
+        test.append(float(hit[data.test_mask].float().mean()))
+        if log is not None and (epoch + 1) % 25 == 0:
+            log(f"    epoch {epoch + 1}/{c['epochs']}: val {100 * val[-1]:.1f} ({time.perf_counter() - started:.0f} s)")
+    return {**_best(val, test), "pairs": attn_mask.nnz(N + extra), "train_s": train_s,
+            "wall_s": time.perf_counter() - started, "epochs": c["epochs"]}
+
+
+def prepare_graphs(splits: dict[str, list[Any]], pe_dim: int) -> dict[str, list[Any]]:
+    """The splits with each graph's random-walk encoding computed once (``random_walk_pe``)."""
+    transform = GraphAdapter(in_channels=1, pe="random_walk", pe_dim=pe_dim).transform()
+    return {k: [transform(g.clone()) for g in graphs] for k, graphs in splits.items()}
+
+
+def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[str, Any] | None = None,
+               log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train the graph classifier (:data:`GRAPH_DEFAULTS`) on ``splits`` (``train``/``val``/``test``
+    lists of ``Data`` with ``y`` and, from :func:`prepare_graphs`, ``random_walk_pe``) under ``mask``."""
+    from torch_geometric.loader import DataLoader
+
+    from attnmm.nn import PoolingClassifier
+
+    c = _merge(GRAPH_DEFAULTS, config or {})
+    width = splits["train"][0].random_walk_pe.size(1)
+    if width != c["pe_dim"]:
+        raise ValueError(f"the graphs carry {width} random-walk steps but pe_dim={c['pe_dim']}: "
+                         "prepare them with prepare_graphs(splits, pe_dim)")
+    generator = torch.Generator().manual_seed(seed)
+    splits = {k: [add_expander(g, mask, generator) for g in graphs] for k, graphs in splits.items()}
+    num_classes = 1 + max(int(g.y) for graphs in splits.values() for g in graphs)
+    torch.manual_seed(seed)
+    adapter = GraphAdapter(in_channels=1, d_model=c["d_model"], pe="random_walk", pe_dim=c["pe_dim"], self_loops=False)
+    encoder = GraphAttentionEncoder(c["d_model"], c["hidden"], c["d_model"], num_layers=c["layers"], heads=c["heads"],
+                                    dropout=c["dropout"], root_weight=True)
+    head = PoolingClassifier(c["d_model"], num_classes)
+    virtual = nn.Parameter(torch.zeros(1, c["d_model"]))  # virtual node tokens, in every variant's model
+    modules = nn.ModuleList([adapter, encoder, head])
+    optimizer = torch.optim.Adam([*modules.parameters(), virtual], lr=c["lr"], weight_decay=c["wd"])
+
+    def logits(batch: Any) -> Tensor:
+        attn_mask, extra = build_mask(mask, batch)
+        tokens = adapter(batch)
+        h = encoder(torch.cat([tokens.x, virtual.expand(extra, -1)]), attn_mask)  # (N + G, D)
+        return head(h[: tokens.x.size(0)], tokens)  # (B, C)
+
+    train = DataLoader(splits["train"], batch_size=c["batch_size"], shuffle=True,
+                       generator=torch.Generator().manual_seed(seed))
+    fixed = {k: list(DataLoader(splits[k], batch_size=c["batch_size"])) for k in ("val", "test")}
+    pairs = 0  # over every graph of the splits
+    for graphs in splits.values():
+        for b in DataLoader(graphs, batch_size=c["batch_size"]):
+            attn_mask, extra = build_mask(mask, b)
+            pairs += attn_mask.nnz(int(b.num_nodes) + extra)
+    val, test, train_s, started = [], [], 0.0, time.perf_counter()
+    for epoch in range(c["epochs"]):
+        modules.train()
+        for batch in train:
+            t = time.perf_counter()
+            loss = F.cross_entropy(logits(batch), batch.y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            train_s += time.perf_counter() - t
+        modules.eval()
+        with torch.no_grad():
+            acc = {k: sum(int((logits(b).argmax(-1) == b.y).sum()) for b in bs) / sum(b.num_graphs for b in bs)
+                   for k, bs in fixed.items()}
+        val.append(acc["val"])
+        test.append(acc["test"])
+        if log is not None and (epoch + 1) % 10 == 0:
+            log(f"    epoch {epoch + 1}/{c['epochs']}: val {100 * val[-1]:.1f} ({time.perf_counter() - started:.0f} s)")
+    num_graphs = sum(len(graphs) for graphs in splits.values())
+    return {**_best(val, test), "pairs": pairs / num_graphs, "train_s": train_s,
+            "wall_s": time.perf_counter() - started, "epochs": c["epochs"]}
+
+
+def sweep(kind: str, data: Any, masks: list[str], seeds: list[int], config: dict[str, Any] | None = None,
+          log: Callable[[str], None] | None = _say,
+          after_run: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """One run per mask and seed (``run_node`` for ``kind="node"``, ``run_graphs`` for ``"graph"``), with progress
+    lines to ``log``; ``after_run`` gets the runs so far after each one (to store them as they come)."""
+    for name in masks:
+        parse_mask(name)  # refuse a bad name before training anything
+    if kind not in ("node", "graph"):
+        raise ValueError(f"kind must be 'node' or 'graph', got {kind!r}")
+    run = run_node if kind == "node" else run_graphs
+    runs, total = [], len(masks) * len(seeds)
+    for name in masks:
+        for seed in seeds:
+            r = {"mask": name, "seed": seed, **run(data, name, seed, config, log)}
+            runs.append(r)
+            if log is not None:
+                log(f"[{kind} {len(runs)}/{total}] {name} seed {seed}: val {100 * r['val']:.1f}, "
+                    f"test {100 * r['test']:.1f}, {r['pairs']:,.0f} pairs, train {r['train_s']:.1f} s")
+            if after_run is not None:
+                after_run(runs)
+    return runs
+
+
+def sweep_real(task: str, masks: list[str], splits: list[int | None], seed: int, epochs: int,
+               log: Callable[[str], None] | None = _say,
+               after_run: Callable[[list[dict[str, Any]]], None] | None = None,
+               args: list[str] = (), done: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    """One run per mask and split of a real-data task (:data:`REAL_TASKS`): its recipe config's model and
+    training (:func:`studies._graphs.recipe_train.train`), ``epochs`` epochs, the mask swapped; ``args`` are
+    recipe options given to every run. For a task with one official split, ``splits`` is ``[None]`` and
+    ``seed`` varies between calls. ``done`` are runs stored by an earlier, stopped sweep: they are kept and
+    not trained again (each run's data and draws depend only on its mask, split and seed)."""
+    for name in masks:
+        parse_mask(name)
+    spec = REAL_TASKS[task]
+    runs = [r for r in done if r["mask"] in masks and r["split"] in splits and r["seed"] == seed]
+    have = {(r["mask"], r["split"]) for r in runs}
+    total = len(masks) * len(splits)
+    for name in masks:
+        for split in splits:
+            if (name, split) in have:
+                continue
+            model, data = _recipe_sweep.build(spec, split, list(args))
+            generator = torch.Generator().manual_seed(seed)
+            if spec.kind == "node":
+                data.data = add_expander(data.data, name, generator)
+            else:
+                data.splits = {k: [add_expander(g, name, generator) for g in gs] for k, gs in data.splits.items()}
+            loops = getattr(model.adapter, "self_loops", True)
+            result = _recipe_sweep.train(model, data, functools.partial(build_mask, name, loops=loops), spec.kind,
+                                         spec.metric, epochs, seed, log)
+            r = {"mask": name, "seed": seed, "split": split, **result}
+            runs.append(r)
+            if log is not None:
+                log(f"[{task} {len(runs)}/{total}] {name} split {split} seed {seed}: val {100 * r['val']:.1f}, "
+                    f"test {100 * r['test']:.1f}, {r['pairs']:,.0f} pairs, train {r['train_s']:.1f} s")
+            if after_run is not None:
+                after_run(runs)
+    return runs
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mask, in the order run: mean and sample std over the replicates (seeds or splits) of the scores
+    (%) and times (s), and the mean number of pairs (expander edges are drawn per replicate)."""
+    out = []
+    for name in dict.fromkeys(r["mask"] for r in runs):
+        rs = [r for r in runs if r["mask"] == name]
+        row: dict[str, Any] = {"mask": name, "seeds": len(rs), "pairs": statistics.fmean(r["pairs"] for r in rs)}
+        for key, scale in (("val", 100.0), ("test", 100.0), ("train_s", 1.0)):
+            xs = [scale * r[key] for r in rs]
+            row[key], row[f"{key}_std"] = statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+        out.append(row)
+    return out
+
+
+def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "test") -> dict[str, float] | None:
+    """``mask``'s score minus ``reference``'s on the same replicates (split, seed), in points: mean, sample std,
+    standard error and how many replicates ``mask`` wins (one shared replicate: the difference alone, with no
+    spread); ``None`` without a shared replicate."""
+    def by(name: str) -> dict[tuple[Any, Any], float]:
+        return {(r.get("split"), r["seed"]): 100 * r[key] for r in runs if r["mask"] == name}
+
+    a, b = by(mask), by(reference)
+    common = sorted(set(a) & set(b), key=str)
+    if not common:
+        return None
+    diffs = [a[c] - b[c] for c in common]
+    std = statistics.stdev(diffs) if len(diffs) > 1 else None
+    return {"mean": statistics.fmean(diffs), "std": std, "sem": None if std is None else std / len(diffs) ** 0.5,
+            "wins": sum(d > 0 for d in diffs), "n": len(diffs)}
+
+
+def _spread(mean: float, std: float, n: int, fmt: str = ".2f", unit: str = "") -> str:
+    """``mean ± std`` over ``n`` replicates; one replicate has no spread to show."""
+    return f"{mean:{fmt}}{unit}" if n == 1 else f"{mean:{fmt}} ± {std:{fmt}}{unit}"
+
+
+def _paired_cell(d: dict[str, Any]) -> str:
+    if d["sem"] is None:  # one replicate
+        return f"{d['mean']:+.2f} (one run)"
+    return f"{d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher)"
+
+
+def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", reference: str | None = None) -> str:
+    """The sweep's table: mask, pairs attended, validation and test score (mean ± std), train time; with a
+    ``reference`` mask among the runs, each mask's paired test difference to it too."""
+    pairs = "pairs attended" if kind == "node" else "pairs attended (per graph)"
+    score = "AP" if metric == "ap" else "acc"
+    extra = reference is not None and any(r["mask"] == reference for r in runs)
+    head = f"| mask | {pairs} | validation {score} | test {score} | train time per run |"
+    lines = [head + (f" test − `{reference}`, paired |" if extra else ""), "|---" * (6 if extra else 5) + "|"]
+    for r in summarize(runs):
+        shown = r["mask"].replace("|", "\\|")  # a union's bar would split the table's cell
+        n = r["seeds"]
+        line = (f"| `{shown}` | {r['pairs']:,.0f} | {_spread(r['val'], r['val_std'], n)} | "
+                f"{_spread(r['test'], r['test_std'], n)} | {_spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
+        if extra:
+            d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
+            line += f" {_paired_cell(d)} |" if d else " |"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _replicates(store: dict[str, Any]) -> str:
+    splits = [s for s in store.get("splits") or [] if s is not None]
+    n, what = (len(splits), "split") if splits else (len(store["seeds"]), "seed")
+    return f"{n} {what}" + ("s" if n != 1 else "")
+
+
+def figure(stores: list[dict[str, Any]], anchors: bool = False) -> Any:
+    """Per stored sweep, test score (mean ± std over the replicates) against pairs attended (marker area:
+    train time) and against train time per run; with ``anchors``, the published numbers of a real-data
+    task as horizontal lines."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    fig = Figure(figsize=(10, 3.6 * len(stores)), layout="constrained")
+    axes = fig.subplots(len(stores), 2, squeeze=False)
+    for (left, right), store in zip(axes, stores, strict=True):
+        rows = summarize(store["runs"])
+        most = max(r["train_s"] for r in rows) or 1.0
+        for i, r in enumerate(rows):
+            size = 30 + 400 * r["train_s"] / most
+            left.errorbar(r["pairs"], r["test"], yerr=r["test_std"], fmt="none", ecolor="grey", capsize=3)
+            left.scatter(r["pairs"], r["test"], s=size, alpha=0.7, color=f"C{i % 10}")
+            right.errorbar(r["train_s"], r["test"], xerr=r["train_s_std"], yerr=r["test_std"], fmt="o", capsize=3,
+                           color=f"C{i % 10}", label=r["mask"])  # a legend: masks of similar cost would overlap
+        spec = REAL_TASKS.get(store["task"])
+        if anchors and spec is not None:
+            for ax in (left, right):
+                for j, (_, value) in enumerate(spec.anchors):
+                    ax.axhline(value, color="grey", lw=0.8, ls=(0, (4, 2 + j)))
+            span = max(max(v for _, v in spec.anchors), max(r["test"] for r in rows)) - min(
+                min(v for _, v in spec.anchors), min(r["test"] for r in rows))
+            for label, value in _anchor_labels(spec.anchors, 0.03 * span):
+                right.annotate(label, (1.0, value), xycoords=("axes fraction", "data"), fontsize=7,
+                               color="grey", ha="right", va="bottom")
+        per = "" if store["kind"] == "node" else " per graph"
+        score = "test AP x 100" if store.get("metric") == "ap" else "test accuracy (%)"
+        left.set(xscale="log", xlabel=f"pairs attended{per} (marker area: train time)", ylabel=score,
+                 title=f"{store['task']}: {score.split(' (')[0]} against pairs attended")
+        right.set(xscale="log", xlabel="train time per run (s)", ylabel=score,
+                  title=f"{store['task']}: against time ({_replicates(store)})")
+        right.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # seconds as plain numbers
+        right.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        for ax in (left, right):
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        right.legend(title="mask", fontsize=7, title_fontsize=7, ncol=2, loc="best", framealpha=0.9)
+    return fig
+
+
+def _anchor_labels(anchors: tuple[tuple[str, float], ...] | list[tuple[str, float]],
+                   gap: float) -> list[tuple[str, float]]:
+    """The published numbers' labels, those closer than ``gap`` to the next joined into one (GPS 65.35 and
+    Exphormer 65.27 would print over each other), each placed at its group's highest value."""
+    groups: list[list[tuple[str, float]]] = []
+    for label, value in sorted(anchors, key=lambda a: a[1]):
+        if groups and value - groups[-1][-1][1] < gap:
+            groups[-1].append((label, value))
+        else:
+            groups.append([(label, value)])
+    return [(", ".join(label for label, _ in g), g[-1][1]) for g in groups]
+
+
+#: What the ``self`` row is, by task kind, in the rendered sections.
+_REFERENCE = {
+    "node": "With `self` each node keeps its own features alone (the ego-neighbour model is then an MLP).",
+    "graph": "The recipe's GPS layers also pass messages along the edges whatever the mask (the mask is the "
+             "global attention's), so `self` is message passing alone and each other row is what that "
+             "attention adds to it.",
+}
+
+
+def _resumed(stores: list[dict[str, Any]]) -> str:
+    """When sweeps stopped and went on with ``--resume``: when, and how long they stood stopped, which their
+    running time (``wall_s``) leaves out (parts side by side: the longest part's stop)."""
+    again = sorted({t for store in stores for t in store.get("resumed", [])})
+    paused = max(float(store.get("paused_s", 0.0)) for store in stores)
+    if not again and not paused:
+        return ""
+    return ("".join(f", resumed {t}" for t in again)
+            + (f"; stopped {paused / 60:.0f} min in all, not counted" if paused else ""))
+
+
+def render_section(store: dict[str, Any]) -> str:
+    """A real-data sweep's section: how it ran, its table (paired differences to ``self`` where it ran) and
+    the published anchors."""
+    spec = REAL_TASKS[store["task"]]
+    epochs = store["config"]["epochs"]
+    reps = _replicates(store)
+    splits = [s for s in store.get("splits") or [] if s is not None]
+    over = f"splits {splits[0]}-{splits[-1]}, seed {store['seeds'][0]}" if splits else (
+        f"seed{'s' if len(store['seeds']) > 1 else ''} {', '.join(map(str, store['seeds']))}")
+    if "parts" in store:  # merged (merge_stores): the parts' commands, run at once
+        ran = (" and ".join(f"`{part['command']}`" for part in store["parts"])
+               + f", side by side ({store['started']}{_resumed(store['parts'])}, {store['wall_s'] / 60:.0f} min "
+               f"running for {len(store['runs'])} runs, {store['threads']} thread each, merged with `--merge`)")
+    else:
+        ran = (f"`{store['command']}` ({store['started']}{_resumed([store])}, {store['wall_s'] / 60:.0f} min "
+               f"running for {len(store['runs'])} runs, {store['threads']} thread)")
+    if store.get("note"):
+        ran += ". " + store["note"].rstrip(".")
+    lines = [
+        f"{ran}. The model and training of `{spec.config}` (its optimiser and schedule), "
+        f"**{epochs} epochs** (a short schedule), the mask swapped; {over}. Scores are those of the first "
+        "epoch with the best validation score; " + (
+            f"± is the standard deviation over the {reps}; the paired column is the mean difference to `self` on "
+            "the same replicate, ± its standard error. " if any(r["seeds"] > 1 for r in summarize(store["runs"])) else
+            "one run per mask, so no spread is shown and the paired column is the difference to `self`'s run; "
+            "differences between single runs are not significant by themselves. ") + _REFERENCE[spec.kind],
+        "",
+        markdown(store["runs"], store["kind"], store.get("metric", "acc"), reference="self").rstrip("\n"),
+        "",
+        f"Published ({spec.protocol}): " + ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) + ".",
+        "",
+        f"![{spec.name}: test score against pairs attended and against training time, with the published "
+        f"numbers](figures/graph_mask_sweep_{store['task']}.png)",
+    ]
+    return "\n".join(lines)
+
+
+def load_task(task: str, config: dict[str, Any]) -> Any:
+    """The task's data: Cora's full batch, or the motif splits with their encodings."""
+    if task == "cora":
+        from attnmm.data import PlanetoidDataModule
+
+        dm = PlanetoidDataModule(name="Cora", split="public")
+        dm.prepare_data()
+        dm.setup("fit")
+        return next(iter(dm.train_dataloader()))
+    from attnmm.data import MotifGraphsDataModule
+
+    c = _merge(GRAPH_DEFAULTS, config)
+    dm = MotifGraphsDataModule(num_graphs=c["num_graphs"], num_nodes=c["num_nodes"], seed=0)
+    dm.setup()
+    return prepare_graphs(dm.splits, c["pe_dim"])
+
+
+# ---------------------------------------------------------------- the hooks of the graph_masks_* studies
+def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Any:
+    """A set of a sweep: ``{"task": "actor", "split": 3, "part": "train"}`` (``split`` null: the task's one
+    split; ``part`` train, which holds the validation nodes or graphs the epoch is chosen on, or test). On the
+    real-data tasks its node (Actor) or graph indices; on Cora and the generated motifs the part's name."""
+    from studies._runner import Items
+
+    task = spec["task"]
+    if task not in REAL_TASKS:
+        return Items.of(spec, fold=[f"{task}:{spec.get('split')}:{spec['part']}"])
+    from studies._graphs.splits import _indices
+
+    name = REAL_TASKS[task].name
+    parts = ("train", "val") if spec["part"] == "train" else (spec["part"],)
+    ids = [f"{name}:{i}" for p in parts for i in _indices(name, spec.get("split") or 0)[p]]
+    return Items.of(spec, **{"node" if REAL_TASKS[task].kind == "node" else "graph": ids})
+
+
+def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget: dict[str, Any]) -> Any:
+    """One mask (``candidate["mask"]``) trained on the train set's split with ``seed``; scored on the test set."""
+    task, split, mask = budget["task"], train.payload.get("split"), candidate["mask"]
+    if task in REAL_TASKS:
+        r = sweep_real(task, [mask], [split], seed, budget["epochs"], log=None)[0]
+    else:
+        config = budget.get("config", {})
+        data = load_task(task, config)
+        r = (run_node if TASKS[task] == "node" else run_graphs)(data, mask, seed, config)
+    metric = REAL_TASKS[task].metric if task in REAL_TASKS else "acc"
+    detail = {k: r[k] for k in ("val", "best_epoch", "pairs", "train_s", "wall_s", "epochs")}
+    return {name: {metric: r["test"]} for name in evaluate}, detail
+
+
+def as_store(view: Any) -> dict[str, Any]:
+    """The sweep as one dict (its setting in the store's ``detail``, the runs in the protocol's order of masks
+    and replicates), the form :func:`render_section`, :func:`markdown` and :func:`figure` read."""
+    splits = [s.name for s in view.protocol.splits]
+    runs = []
+    for mask in view.protocol.candidates:
+        recs = sorted((r for r in view.records("test") if r["candidate"] == mask),
+                      key=lambda r: (splits.index(r["split"]), r["seed"]))
+        for r in recs:
+            split = view.protocol.spec(view.protocol.split(r["split"]).train).get("split")
+            score = next(iter(next(iter(r["scores"].values())).values()))
+            runs.append({"mask": mask, "seed": r["seed"], "split": split, "val": r["detail"]["val"], "test": score,
+                         **{k: v for k, v in r["detail"].items() if k != "val"}})
+    return {**view.detail, "runs": runs}
+
+
+def render(view: Any) -> list[str]:
+    store = as_store(view)
+    if store["task"] in REAL_TASKS:
+        return render_section(store).replace("](figures/", "](../../docs/figures/").splitlines()
+    return markdown(store["runs"], store["kind"]).splitlines()
+
+
+def blocks(view: Any) -> dict[str, list[str]]:
+    store = as_store(view)
+    return {"docs/graphs.md#sweep": render_section(store).splitlines()} if store["task"] in REAL_TASKS else {}
+
+
+def summary(view: Any) -> list[dict[str, Any]]:
+    store = as_store(view)
+    spec = REAL_TASKS.get(store["task"])
+    rows = summarize(store["runs"])
+    best = max(rows, key=lambda r: r["test"])
+    n = best["seeds"]
+    what = "AP x 100" if store.get("metric") == "ap" else "accuracy (%)"
+    anchors = ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) if spec else "—"
+    return [{"task": view.protocol.data["task"], "dataset": view.protocol.data["dataset"],
+             "split": view.protocol.data["split_protocol"], "metric": f"test {what}, best mask of a sweep",
+             "result": f"`{best['mask']}` {_spread(best['test'], best['test_std'], n)} ({_replicates(store)}); "
+                       f"{len(rows)} masks", "anchors": anchors, "order": view.protocol.data.get("order", 50)}]

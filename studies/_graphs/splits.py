@@ -1,0 +1,223 @@
+"""A recipe over every split of its protocol: Actor's ten geom-gcn splits, a TU set's ten folds.
+
+The code of the ``actor_splits`` and ``tu_splits`` studies. A run is ``recipes/graph_node.py fit`` (or
+``graph_graph.py``) on one split (``--data.split_index k``, ``--data.fold k``) with a candidate's overrides,
+in its own run directory, one thread; a selection run passes ``--test_after_fit false``, so it validates
+its best checkpoint and computes no test number. The sets resolve to the concrete node or graph indices of
+the split's part (``train``, ``val``, ``test``), which the runner compares.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Per recipe: the option that picks a split, and how many splits its protocol has.
+RECIPES = {"graph_node": ("data.split_index", 10), "graph_graph": ("data.fold", 10)}
+_BEST = re.compile(r"best-epoch=(\d+)-(\w+)=([0-9.]+)\.ckpt$")
+
+
+def parse_splits(text: str, count: int) -> list[int]:
+    """``"0-9"``, ``"0,3,5"`` or ``"all"`` as a sorted list of split indices below ``count``."""
+    if text == "all":
+        return list(range(count))
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo.strip().isdigit() or (dash and not hi.strip().isdigit()):
+            raise ValueError(f"splits must look like 0-9, 0,3,5 or all, got {text!r}")
+        out.update(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    bad = [s for s in out if s >= count]
+    if bad:
+        raise ValueError(f"splits {bad} do not exist: the protocol has {count} (0 to {count - 1})")
+    return sorted(out)
+
+
+def command(recipe: str, config: str, name: str, split: int, seed: int, select: bool, extra: list[str],
+            threads: int = 1) -> list[str]:
+    """The recipe's ``fit`` command line for one split, paths relative to the repository."""
+    option, _ = RECIPES[recipe]
+    cmd = [f"recipes/{recipe}.py", "fit", "--config", config, "--data.name", name, f"--{option}", str(split),
+           "--seed_everything", str(seed), "--torch_threads", str(threads)]
+    if select:
+        cmd += ["--test_after_fit", "false"]
+    return cmd + extra
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """What a finished run left in ``run_dir``: its ``metrics.json``, and the epoch and monitored value of
+    the best checkpoint (the one ``fit`` tested or validated)."""
+    found = sorted(run_dir.glob("**/metrics.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no metrics.json under {run_dir}: the run did not finish (see its log.txt)")
+    out: dict[str, Any] = {"metrics": json.loads(found[-1].read_text())}
+    best = [m for p in found[-1].parent.glob("**/best-*.ckpt") if (m := _BEST.search(p.name))]
+    if best:
+        epoch, monitor, value = best[-1].groups()
+        out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Mean, sample standard deviation and count over the runs of every metric (and of the monitored value)."""
+    values: dict[str, list[float]] = {}
+    for r in runs:
+        for key, value in r["metrics"].items():
+            values.setdefault(key, []).append(float(value))
+        if "monitored" in r:
+            values.setdefault(f"best_{r['monitor']}", []).append(float(r["monitored"]))
+    return {
+        key: {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
+        for key, xs in values.items()
+    }
+
+
+def metric_of(store: dict[str, Any]) -> str:
+    """The headline metric of a store: ``test_acc`` (or ``val_acc`` for a selection run), ``_ap`` where the
+    task is scored by average precision."""
+    stage = "val" if store["select"] else "test"
+    keys = set(store["summary"])
+    return f"{stage}_ap" if f"{stage}_ap" in keys else f"{stage}_acc"
+
+
+def paired(a: dict[str, Any], b: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+    """Per split, A's ``key`` minus B's (in points), over the splits both hold; their mean, sample standard
+    deviation, standard error and the number of splits where A is higher."""
+    key = key or metric_of(a)
+    va = {r["split"]: 100 * r["metrics"][key] for r in a["runs"]}
+    vb = {r["split"]: 100 * r["metrics"][key] for r in b["runs"]}
+    common = sorted(set(va) & set(vb))
+    if len(common) < 2:
+        raise ValueError(f"A and B share {len(common)} splits with {key!r}; paired differences need at least 2")
+    diffs = [va[s] - vb[s] for s in common]
+    std = statistics.stdev(diffs)
+    return {"metric": key, "splits": common, "diffs": diffs, "mean": statistics.fmean(diffs), "std": std,
+            "sem": std / math.sqrt(len(diffs)), "wins": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
+
+
+def table(stores: list[tuple[str, dict[str, Any]]], key: str | None = None) -> str:
+    """Markdown: one row per labelled store, the score of each split and the mean ± std (points)."""
+    splits = sorted({r["split"] for _, s in stores for r in s["runs"]})
+    key = key or metric_of(stores[0][1])
+    lines = [f"| run | {' | '.join(str(s) for s in splits)} | mean ± std |", "|---" * (len(splits) + 2) + "|"]
+    for label, store in stores:
+        by = {r["split"]: 100 * r["metrics"][key] for r in store["runs"] if key in r["metrics"]}
+        cells = [f"{by[s]:.2f}" if s in by else "" for s in splits]
+        xs = list(by.values())
+        mean = statistics.fmean(xs) if xs else float("nan")
+        std = statistics.stdev(xs) if len(xs) > 1 else 0.0
+        lines.append(f"| {label} | {' | '.join(cells)} | {mean:.2f} ± {std:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def fit_split(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, Any]:
+    """Run the recipe command ``cmd`` (paths relative to the repository) in ``run_dir``; what it left."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    with (run_dir / "log.txt").open("w") as log:  # the recipe's runs/<config>/ lands in run_dir
+        argv = [sys.executable, *(str(ROOT / c) if c.endswith((".py", ".yaml")) else c for c in cmd)]
+        status = subprocess.run(argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    if status:
+        tail = (run_dir / "log.txt").read_text()[-3000:]
+        raise RuntimeError(f"the run failed (exit {status}): python {' '.join(cmd)}\n{tail}")
+    wall = round(time.perf_counter() - started, 1)
+    return {"command": "python " + " ".join(cmd), **read_run(run_dir), "wall_s": wall}
+
+
+# ---------------------------------------------------------------- the hooks of the actor_splits and tu_splits studies
+@functools.cache
+def _indices(name: str, split: int) -> dict[str, list[int]]:
+    """The node (Actor) or graph (TU) indices of each part of one split."""
+    if name == "Actor":
+        from studies._graphs.node_models import load_graph
+
+        data = load_graph(name, split)
+        return {p: data[f"{p}_mask"].nonzero().view(-1).tolist() for p in ("train", "val", "test")}
+    from attnmm.data import GraphDataModule
+
+    dm = GraphDataModule(name=name, fold=split, pe="none") if name != "peptides-func" else GraphDataModule(
+        name=name, pe="none")
+    dm.setup("fit")
+    return {p: dm.split_indices[p].tolist() for p in ("train", "val", "test")}
+
+
+def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Any:
+    """``{"name": "PROTEINS", "split": 3, "part": "val"}``: that part's graphs (or Actor's nodes) of fold 3."""
+    from studies._runner import Items
+
+    kind = "node" if spec["name"] == "Actor" else "graph"
+    ids = [f"{spec['name']}:{i}" for i in _indices(spec["name"], spec["split"])[spec["part"]]]
+    return Items.of(spec, **{kind: ids})
+
+
+def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget: dict[str, Any]) -> Any:
+    """``fit`` of the recipe with the candidate's overrides on the train set's split; a selection run with
+    ``--test_after_fit false`` (validation metrics only)."""
+    spec, select = train.payload, evaluate.kind == "select"
+    cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, select, candidate["extra"])
+    work = Path(budget.get("workdir", ROOT / "runs" / "studies"))
+    run_dir = work / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}"
+    out = fit_split(cmd, run_dir)
+    stage = "val" if select else "test"
+    scores = {name: {"acc": out["metrics"][f"{stage}_acc"]} for name in evaluate}
+    return scores, {k: out[k] for k in ("metrics", "best_epoch", "monitor", "monitored", "wall_s") if k in out}
+
+
+def stores(view: Any, kind: str) -> dict[str, dict[str, Any]]:
+    """Per candidate (and, for tests, per dataset), the runs as the table reads them."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in view.records(kind):
+        spec = view.protocol.spec(view.protocol.split(r["split"]).train)
+        label = r["candidate"] if kind == "select" else f"{r['candidate']} on {spec['name']}"
+        store = out.setdefault(label, {"select": kind == "select", "runs": [], "wall_s": 0.0})
+        store["runs"].append({"split": spec["split"], "metrics": r["detail"]["metrics"]})
+        store["wall_s"] += r["detail"].get("wall_s", 0.0)
+    for store in out.values():
+        store["runs"].sort(key=lambda r: r["split"])
+        store["summary"] = summarize(store["runs"])
+    return out
+
+
+def render(view: Any) -> list[str]:
+    lines = []
+    for kind, what in (("select", "Selection runs: best validation accuracy (%) per split (validation only)"),
+                       ("test", "Test runs: test accuracy (%) per split")):
+        by = stores(view, kind)
+        if by:
+            lines += [f"### {what}", "", *table(list(by.items())).splitlines(), ""]
+            walls = ", ".join(f"{label} {s['wall_s']:,.0f} s" for label, s in by.items())
+            lines += [f"Wall time, all splits: {walls}.", ""]
+    pairs = view.protocol.data.get("paired")
+    if pairs:
+        tests = stores(view, "test")
+        d = paired(tests[pairs[0]], tests[pairs[1]])
+        lines += [f"Paired differences, {pairs[0]} minus {pairs[1]}, per split: "
+                  + ", ".join(f"{x:+.2f}" for x in d["diffs"]) + f"; mean {d['mean']:+.2f} ± {d['std']:.2f} points "
+                  f"(standard error {d['sem']:.2f}), higher on {d['wins']} of {len(d['diffs'])} splits.", ""]
+    return lines
+
+
+def summary(view: Any) -> list[dict[str, Any]]:
+    rows = []
+    for label, store in stores(view, "test").items():
+        s = store["summary"]["test_acc"]
+        cand, name = label.split(" on ")
+        anchors = view.protocol.data.get("anchors", {}).get(name, "—")
+        caveat = view.protocol.data.get("caveats")
+        rows.append({"task": view.protocol.data["task"], "dataset": name, "split": view.protocol.data["split_protocol"],
+                     "metric": f"test accuracy (%), {view.protocol.data.get('labels', {}).get(cand, cand)}",
+                     "result": f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f} ({s['n']} splits)"
+                               + (f"; {caveat}" if caveat else ""),
+                     "anchors": anchors, "order": view.protocol.data.get("order", 50)})
+    return rows

@@ -1,0 +1,181 @@
+"""Pages written from the stores: each study's README results block, the docs pages' blocks that quote a
+study, and docs/results.md (one table per task).
+
+A generated block sits between two markers, ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->``;
+everything outside the markers is hand-written. A summary row of docs/results.md is a dict::
+
+    {"task": "Speech: spoken digits", "dataset": "FSDD", "split": "leave one speaker out, 6 speakers",
+     "metric": "accuracy", "result": "96.1 ± 1.2 % (3 seeds)", "anchors": "...", "order": 10}
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .store import Record
+from .study import ROOT, STUDIES, Study
+
+RESULTS = ROOT / "docs" / "results.md"
+HEADER = STUDIES / "_results_header.md"
+
+
+class View:
+    """What a study's renderer reads: its protocol, its store and helpers to format them."""
+
+    def __init__(self, study: Study):
+        self.study, self.protocol, self.store = study, study.protocol, study.store
+        self.name = study.name
+
+    @classmethod
+    def load(cls, name: str) -> View:
+        """The view of study ``name``'s committed store."""
+        return cls(Study.load(name))
+
+    def records(self, kind: str) -> list[Record]:
+        return self.store.select(kind)
+
+    def stale(self, record: Record) -> bool:
+        """A test result made under a protocol other than the current one."""
+        return record["protocol"] != self.protocol.hash
+
+    def link(self, page: Path) -> str:
+        """The study README's path relative to ``page`` (a file under the repository)."""
+        import os
+
+        return os.path.relpath(self.study.folder / "README.md", page.parent).replace(os.sep, "/")
+
+    @property
+    def detail(self) -> dict[str, Any]:
+        """The store's ``detail`` object (study data the pages need beyond the records' scores)."""
+        return self.store.data.get("detail", {})
+
+
+def mean_std(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``values`` as 'mean ± std (n)', or the one value when there is one."""
+    vals = [v * scale for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return "—"
+    if len(vals) == 1:
+        return f"{vals[0]:.{digits}f}"
+    return f"{statistics.fmean(vals):.{digits}f} ± {statistics.stdev(vals):.{digits}f}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def default_results(view: View) -> list[str]:
+    """The runner's own results section: the selection runs and the test results, by candidate and set."""
+    out: list[str] = []
+    for kind, title in (("select", "Selection runs (validation sets only)"), ("test", "Test results")):
+        recs = view.records(kind)
+        if not recs:
+            continue
+        groups: dict[tuple[str, str, str, str, bool], list[float]] = defaultdict(list)
+        for r in recs:
+            for s, m in r["scores"].items():
+                for metric, v in m.items():
+                    groups[(r["candidate"], r["split"], s, metric, view.stale(r))].append(v)
+        rows = [(c, sp, s, metric, mean_std(v, digits=4), len(v), "stale" if st else "")
+                for (c, sp, s, metric, st), v in sorted(groups.items())]
+        out += [f"### {title}", "", *table(["candidate", "split", "set", "metric", "value", "seeds", ""], rows), ""]
+    return out
+
+
+def readme_block(view: View) -> list[str]:
+    p = view.protocol
+    lines = [f"Protocol `{p.hash}` (`protocol.json`)."]
+    if p.reconstructed:
+        lines[0] += (" This protocol was **reconstructed after the results**: the runs below were made before "
+                     "the study runner existed and their protocol was rebuilt from their stores.")
+    stale = sum(view.stale(r) for r in view.records("test"))
+    if stale:
+        lines.append(f"{stale} test result(s) were made under an earlier protocol and are marked stale.")
+    lines.append("")
+    body = view.study.module.render(view) if hasattr(view.study.module, "render") else default_results(view)
+    return lines + list(body)
+
+
+def splice(page: str, name: str, body: Sequence[str], note: str) -> str:
+    """``page`` with the block ``name`` replaced by ``body``; appended when the page has no such block."""
+    start, end = f"<!-- {name}:start", f"<!-- {name}:end -->"
+    block = "\n".join([f"{start} ({note}) -->", *body, end])
+    if start in page and end in page:
+        head, rest = page.split(start, 1)
+        return head + block + rest.split(end, 1)[1]
+    return page.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def summary_page(rows: list[dict[str, Any]]) -> str:
+    out = [HEADER.read_text().rstrip("\n"), ""]
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_task[r["task"]].append(r)
+    for task, group in sorted(by_task.items(), key=lambda kv: (min(r.get("order", 0) for r in kv[1]), kv[0])):
+        out += [f"## {task}", ""]
+        out += table(["Dataset", "Split protocol", "Metric", "Result", "Published anchors", "Study"],
+                     [(r["dataset"], r["split"], r["metric"], r["result"], r.get("anchors", "—"), r["study"])
+                      for r in group])
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def index_block() -> list[str]:
+    """The table of every study: its question and its protocol (from the protocols alone, so that a study's
+    new runs change only its own pages and docs/results.md)."""
+    rows = []
+    for name in studies():
+        p = Study.load(name).protocol
+        question = p.data.get("question") or p.data.get("title") or ""
+        rows.append((f"[`{name}`]({name}/README.md)", question,
+                     f"`{p.hash}`" + (" (reconstructed after the results)" if p.reconstructed else "")))
+    return table(["study", "question", "protocol"], rows)
+
+
+def studies() -> list[str]:
+    return sorted(p.parent.name for p in STUDIES.glob("*/protocol.json") if not p.parent.name.startswith("_"))
+
+
+def render(names: Sequence[str] | None = None, out: Path | None = None) -> list[Path]:
+    """Write the pages of the studies ``names`` (all, and docs/results.md, when None) under ``out`` (the
+    repository by default); returns the paths written, relative to the repository."""
+    out = ROOT if out is None else Path(out)
+    everything = names is None
+    pages: dict[Path, str] = {}
+    rows: list[dict[str, Any]] = []
+
+    def page(rel: Path) -> str:
+        if rel not in pages:
+            pages[rel] = (ROOT / rel).read_text()
+        return pages[rel]
+
+    for name in (studies() if names is None else names):
+        view = View(Study.load(name))
+        note = f"written by python -m studies render from studies/{name}/store.json; edit the study, not this block"
+        readme = Path("studies") / name / "README.md"
+        pages[readme] = splice(page(readme), "results", readme_block(view), note)
+        for where, body in (view.study.module.blocks(view) if hasattr(view.study.module, "blocks") else {}).items():
+            if "#" not in where:  # a whole page
+                pages[Path(where)] = "\n".join(body).rstrip("\n") + "\n"
+                continue
+            rel, block = where.split("#", 1)
+            pages[Path(rel)] = splice(page(Path(rel)), f"{name}:{block}", body, note)
+        if hasattr(view.study.module, "summary"):
+            for r in view.study.module.summary(view):
+                rows.append({"study": f"[`{name}`]({view.link(RESULTS)})", **r})
+    if everything:
+        pages[RESULTS.relative_to(ROOT)] = summary_page(rows)
+        index = Path("studies") / "README.md"
+        pages[index] = splice(page(index), "index", index_block(), "written by python -m studies render; "
+                              "edit the studies' protocols, not this block")
+    for rel, text in pages.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    return sorted(pages)

@@ -1,0 +1,122 @@
+"""Keyword spotting on speakers never heard, class by class: ``python -m studies.kws.evaluate``.
+
+Rebuilds a model of the speech recipe from its config arguments, loads a checkpoint (the one ``fit``
+selected), predicts its test split (Speech Commands' 20 test speakers at seed 0) and stores the
+confusion matrix, the accuracy and the accuracy of each class in
+``studies/kws/stores/kws_<name>.json``; ``figure()`` draws the stored matrices side by side
+(``python docs/make_figures.py kws_confusion``)::
+
+    ATTNMM_DATA=/path/to/data python -m studies.kws.evaluate --name transformer --ckpt runs/.../averaged-best5.ckpt \\
+        -- --config recipes/configs/speech_truncated_commands.yaml
+    ATTNMM_DATA=/path/to/data python -m studies.kws.evaluate --name res8 --ckpt runs/.../best.ckpt \\
+        -- --config recipes/configs/speech_truncated_commands.yaml --config studies/kws/configs/kws_res8.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).with_name("stores")
+
+
+def _recipe_main() -> Any:
+    spec = importlib.util.spec_from_file_location("speech_truncated_recipe", ROOT / "recipes" / "speech_truncated.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def evaluate(ckpt: str | Path, config_args: list[str]) -> dict[str, Any]:
+    """The test split's confusion matrix (rows: true class, columns: predicted), accuracy and accuracy per class
+    of the model the recipe builds from ``config_args`` with the weights of ``ckpt``."""
+    cli = _recipe_main()(list(config_args), run=False)
+    model, dm = cli.model, cli.datamodule
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    model.load_state_dict(state)
+    model.eval()
+    dm.setup("test")
+    classes = list(dm.class_names)
+    confusion = torch.zeros(len(classes), len(classes), dtype=torch.long)
+    with torch.no_grad():
+        for batch in dm.test_dataloader():
+            pred = model(batch).argmax(-1)
+            confusion.index_put_((batch["label"], pred), torch.ones_like(pred), accumulate=True)
+    per_class = (confusion.diag().double() / confusion.sum(1).clamp(min=1)).tolist()
+    return {
+        "classes": classes, "confusion": confusion.tolist(),
+        "test_acc": float(confusion.diag().sum() / confusion.sum()),
+        "per_class": dict(zip(classes, per_class)), "clips": int(confusion.sum()),
+        "test_speakers": len(dm.split_speakers["test"]),
+    }
+
+
+def store_path(name: str) -> Path:
+    return RESULTS / f"kws_{name}.json"
+
+
+def load_stores(names: tuple[str, ...] = ("transformer", "res8")) -> dict[str, dict[str, Any]]:
+    """The stored evaluations of ``names`` that exist."""
+    return {n: json.loads(store_path(n).read_text()) for n in names if store_path(n).exists()}
+
+
+def figure(stores: dict[str, dict[str, Any]]) -> Any:
+    """Row-normalised confusion matrices of the stored models side by side, each class's accuracy on its row."""
+    import matplotlib.pyplot as plt
+
+    if not stores:
+        raise ValueError("no stored keyword-spotting results; run python -m studies.kws.evaluate first")
+    fig, axes = plt.subplots(1, len(stores), figsize=(6.2 * len(stores), 5.6), squeeze=False)
+    for ax, (name, result) in zip(axes[0], stores.items()):
+        confusion = torch.tensor(result["confusion"], dtype=torch.float64)
+        rates = 100 * confusion / confusion.sum(1, keepdim=True).clamp(min=1)
+        ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=100)
+        classes = result["classes"]
+        for i in range(len(classes)):
+            for j in range(len(classes)):
+                if confusion[i, j] > 0:
+                    ax.text(j, i, int(confusion[i, j]), ha="center", va="center", fontsize=7,
+                            color="white" if rates[i, j] > 60 else "black")
+        ax.set_xticks(range(len(classes)), classes, rotation=60, fontsize=8)
+        ax.set_yticks(range(len(classes)), [f"{c} {100 * result['per_class'][c]:.0f}%" for c in classes], fontsize=8)
+        ax.set_xlabel("predicted")
+        ax.set_title(f"{name}: {100 * result['test_acc']:.2f}% on {result['clips']} clips of "
+                     f"{result['test_speakers']} unseen speakers", fontsize=9)
+    axes[0][0].set_ylabel("spoken (accuracy of the class)")
+    fig.tight_layout()
+    return fig
+
+
+def _machine() -> str:
+    import os
+    import platform
+    import time
+
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {stamp}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--name", required=True, help="results file kws_<name>.json, e.g. transformer or res8")
+    parser.add_argument("--ckpt", required=True, help="the checkpoint fit selected")
+    parser.add_argument("config_args", nargs="*", help="the recipe's config arguments (after --)")
+    args = parser.parse_args(argv)
+    result = evaluate(args.ckpt, args.config_args)
+    record = {"name": args.name, "checkpoint": args.ckpt, "config_args": args.config_args, **result,
+              "machine": _machine()}
+    store_path(args.name).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"{args.name}: test accuracy {100 * result['test_acc']:.2f}% on {result['clips']} clips")
+    for c, acc in result["per_class"].items():
+        print(f"  {c:10s} {100 * acc:6.2f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The self-attention vs RNN benchmark: its recall task, each part at a tiny size, and the page."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from studies.rnn_attention import measure as bench
+from studies.rnn_attention import page as rendering
+
+
+def _opts(**kw: object) -> argparse.Namespace:
+    defaults = dict(
+        seed=0, threads=1, lengths=[16, 32], tokens_per_step=64, rounds=1, recall_length=48, recall_window=4,
+        recall_steps=3, recall_test=8, stream_positions=[8, 40], stream_window=16, stream_steps=3, generate_tokens=6,
+        command="python -m studies.rnn_attention.measure (test)", device="cpu",
+    )
+    return argparse.Namespace(**{**defaults, **kw})
+
+
+def test_recall_queries_ask_values_stored_earlier() -> None:
+    tokens, targets, distance = bench.recall_batch(4, 64, 10, torch.Generator().manual_seed(0))
+    again = bench.recall_batch(4, 64, 10, torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip((tokens, targets, distance), again))  # seeded
+    asked = (targets >= 0).nonzero().tolist()
+    assert asked
+    for b, t in asked:
+        key = int(tokens[b, t]) - bench.QUERY0
+        store = t - int(distance[b, t])
+        assert 0 < distance[b, t] <= t
+        assert int(tokens[b, store]) == bench.STORE0 + key * bench.RECALL_VALUES + int(targets[b, t])
+    stores = (tokens >= bench.STORE0) & (tokens < bench.QUERY0)
+    assert (stores.sum(1) == bench.RECALL_KEYS).all()  # every key stored once per sequence
+
+
+def test_every_in_process_part_runs_and_renders() -> None:
+    store = {}
+    for name in ("parallel", "longrange", "streaming", "generation"):
+        store[name] = bench.PARTS[name](_opts())
+        store[name]["run"] = {"command": "test", "machine": "test", "minutes": 0.0}
+    assert {r["threads"] for r in store["parallel"]["rows"]} == {1}
+    rows = {r["model"]: r for r in store["streaming"]["rows"] if r["position"] == 40}
+    assert rows["attention, Causal()"]["state_bytes"] > rows["attention, Window(16, 0)"]["state_bytes"]
+    assert rows["LSTM"]["state_bytes"] == next(
+        r["state_bytes"] for r in store["streaming"]["rows"] if r["model"] == "LSTM" and r["position"] == 8
+    )  # constant
+    assert all(r.get("equal_within_context", True) for r in store["generation"]["rows"])
+    page = rendering.render_page(store)
+    for title in ("## Parallel training", "## Long-range dependence", "## Streaming cost", "## Generation with"):
+        assert title in page
+    assert "Not measured yet: `python -m studies.rnn_attention.measure --parts quality`" in page
+    assert set(rendering.figures(store)) == {"rnn_parallel", "rnn_longrange", "rnn_streaming"}
+
+
+def test_quality_section_states_the_winner() -> None:
+    row = dict(recipe="text_lm", metric="test_loss", lower_is_better=True, encoder_parameters=10.0, steps=5.0,
+               seconds=60.0, best_val_loss=1.5, run="r")
+    part = {"rows": [{**row, "encoder": "attention (default)", "test_loss": 1.6},
+                     {**row, "encoder": "LSTM (x.yaml)", "test_loss": 1.7}]}
+    text = "\n".join(rendering._quality_section(part))
+    assert "text_lm: attention is better by 0.100 nats/char on the recipe's test set" in text

@@ -1,0 +1,219 @@
+"""The study runner keeps a protocol: toy studies whose sets are lists of recordings by speaker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from studies._runner import Items, ProtocolError, Store, Study, View, render
+from studies._runner.cli import main
+from studies._runner.render import readme_block
+
+SPEAKERS = {"ann": ["ann_0", "ann_1"], "bob": ["bob_0", "bob_1"], "cy": ["cy_0"], "dee": ["dee_0", "dee_1"]}
+
+
+def toy_module(calls: list[tuple[Any, ...]]) -> ModuleType:
+    """A study over speakers' recordings whose score is a fixed function of candidate, seed and set."""
+    m = ModuleType("toy")
+
+    def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
+        recs = [r for s in spec["speakers"] for r in SPEAKERS[s]]
+        return Items.of(recs, speaker=spec["speakers"], recording=recs)
+
+    def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:
+        calls.append((candidate["width"], seed, tuple(evaluate)))
+        return {name: {"accuracy": candidate["width"] / 10 + seed / 100 + len(evaluate[name].payload) / 1000}
+                for name in evaluate}
+
+    m.resolve, m.run = resolve, run  # type: ignore[attr-defined]
+    return m
+
+
+def protocol(val: list[str], test: list[str], **extra: Any) -> dict[str, Any]:
+    return {"question": "which width?", "sets": {"train": {"speakers": ["ann"]}, "val": {"speakers": val},
+                                                 "test": {"speakers": test}},
+            "train": "train", "validation": ["val"], "test": ["test"],
+            "candidates": {"narrow": {"width": 1}, "wide": {"width": 2}},
+            "seeds": {"select": [0, 1], "test": [0, 1, 2]}, "select": {"metric": "accuracy", "mode": "max"}, **extra}
+
+
+def make(tmp_path: Path, proto: dict[str, Any], calls: list[tuple[Any, ...]] | None = None,
+         store: Path | None = None) -> Study:
+    folder = tmp_path / "toy"
+    folder.mkdir(exist_ok=True)
+    (folder / "protocol.json").write_text(json.dumps(proto))
+    return Study(folder, toy_module([] if calls is None else calls), store)
+
+
+def test_refuses_validation_sharing_one_speaker(tmp_path: Path) -> None:
+    study = make(tmp_path, protocol(val=["bob", "cy"], test=["cy", "dee"]))
+    with pytest.raises(ProtocolError, match=r"shares 1 speaker\(s\).*cy"):
+        study.run("select", progress=False)
+    assert study.store.records == []
+
+
+def test_refuses_shared_recording_under_other_names(tmp_path: Path) -> None:
+    """The check compares resolved items, not set names: two differently named sets with one recording."""
+    proto = protocol(val=["bob"], test=["dee"])
+    proto["sets"]["val"] = {"speakers": ["bob"]}
+    proto["sets"]["held"] = {"speakers": ["bob"]}
+    proto["test"] = ["test", "held"]
+    with pytest.raises(ProtocolError, match="recording"):
+        make(tmp_path, proto).check()
+
+
+def test_selection_never_scores_a_test_set(tmp_path: Path) -> None:
+    calls: list[tuple[Any, ...]] = []
+    study = make(tmp_path, protocol(val=["bob"], test=["dee"]), calls)
+    new = study.run("select", progress=False)
+    assert len(new) == 4 and all(c[2] == ("val",) for c in calls)
+    assert all(set(r["scores"]) == {"val"} for r in study.store.records)
+    saved = json.loads((tmp_path / "toy" / "store.json").read_text())
+    assert len(saved["records"]) == 4 and saved["scored"] == {}
+    assert saved["records"][0]["command"].startswith("python -m studies") and "seconds" in saved["records"][0]
+
+
+def test_selection_asking_for_a_test_number_raises(tmp_path: Path) -> None:
+    study = make(tmp_path, protocol(val=["bob"], test=["dee"]))
+
+    def peeking(candidate: Any, seed: int, train: Any, evaluate: Any, budget: Any) -> Any:
+        return {"val": {"accuracy": 0.5}, "test": {"accuracy": len(evaluate["test"].payload)}}
+
+    study.module.run = peeking  # type: ignore[attr-defined]
+    with pytest.raises(ProtocolError, match="may not score 'test' \\(a test set\\)"):
+        study.run("select", progress=False)
+
+    def returning(candidate: Any, seed: int, train: Any, evaluate: Any, budget: Any) -> Any:
+        return {"val": {"accuracy": 0.5}, "test": {"accuracy": 0.9}}
+
+    study.module.run = returning  # type: ignore[attr-defined]
+    with pytest.raises(ProtocolError, match="may not score"):
+        study.run("select", progress=False)
+    assert study.store.records == []
+
+
+def test_test_runs_the_selected_candidate_with_the_protocol_hash(tmp_path: Path) -> None:
+    calls: list[tuple[Any, ...]] = []
+    study = make(tmp_path, protocol(val=["bob"], test=["dee"]), calls)
+    with pytest.raises(ProtocolError, match="selection runs are missing"):
+        study.run("test", progress=False)
+    study.run("select", progress=False)
+    new = study.run("test", progress=False)
+    assert [r["candidate"] for r in new] == ["wide"] * 3
+    assert {r["protocol"] for r in new} == {study.protocol.hash}
+    assert study.store.scored == {study.protocol.hash: {"recording": ["dee_0", "dee_1"], "speaker": ["dee"]}}
+
+
+def test_selection_per_split_tests_each_splits_winner(tmp_path: Path) -> None:
+    proto = protocol(val=["bob"], test=["dee"], test_candidates="selected per split")
+    proto["sets"]["val2"], proto["sets"]["test2"] = {"speakers": ["cy"]}, {"speakers": ["ann"]}
+    proto["splits"] = {"a": {"train": "train", "validation": ["val"], "test": ["test"]},
+                       "b": {"train": "train", "validation": ["val2"], "test": ["test2"]}}
+    study = make(tmp_path, proto)
+    study.run("select", progress=False)
+    for r in study.store.records:  # split b's narrow candidate wins there
+        if r["split"] == "b" and r["candidate"] == "narrow":
+            r["scores"]["val2"]["accuracy"] = 1.0
+    assert study.selected("a") == ["wide"] and study.selected("b") == ["narrow"]
+    new = study.run("test", progress=False)
+    assert sorted({(r["split"], r["candidate"]) for r in new}) == [("a", "wide"), ("b", "narrow")]
+    with pytest.raises(ProtocolError, match="test_candidates must be"):
+        make(tmp_path, {**proto, "test_candidates": "the best"})
+
+
+def test_second_protocol_on_a_scored_test_set_is_refused(tmp_path: Path) -> None:
+    study = make(tmp_path, protocol(val=["bob"], test=["dee"]))
+    study.run("select", progress=False)
+    study.run("test", progress=False)
+    # a new candidate changes the protocol; testing again on dee is refused, before any run
+    changed = protocol(val=["bob"], test=["dee"])
+    changed["candidates"]["wider"] = {"width": 3}
+    again = make(tmp_path, changed)
+    assert again.protocol.hash != study.protocol.hash
+    for kind in ("select", "test"):
+        with pytest.raises(ProtocolError, match="never scored"):
+            again.run(kind, progress=False)
+    # prose edits keep the hash; a protocol naming a fresh test set is accepted
+    reworded = {**protocol(val=["bob"], test=["dee"]), "question": "reworded"}
+    assert make(tmp_path, reworded).protocol.hash == study.protocol.hash
+    fresh = protocol(val=["bob"], test=["cy"])
+    fresh["candidates"]["wider"] = {"width": 3}
+    assert len(make(tmp_path, fresh).run("select", progress=False)) == 6
+
+
+def test_stale_results_are_marked(tmp_path: Path) -> None:
+    study = make(tmp_path, protocol(val=["bob"], test=["dee"]))
+    study.run("select", progress=False)
+    study.run("test", progress=False)
+    fresh = protocol(val=["bob"], test=["cy"])
+    fresh["seeds"] = {"select": [0, 1], "test": [0]}
+    view = View(make(tmp_path, fresh))
+    text = "\n".join(readme_block(view))
+    assert "3 test result(s) were made under an earlier protocol" in text and "| stale |" in text
+
+
+def test_resume_skips_stored_runs(tmp_path: Path) -> None:
+    calls: list[tuple[Any, ...]] = []
+    study = make(tmp_path, protocol(val=["bob"], test=["dee"]), calls)
+    study.run("select", shard=(0, 2), progress=False)
+    assert len(calls) == 2
+    again = make(tmp_path, protocol(val=["bob"], test=["dee"]), calls)
+    assert len(again.run("select", progress=False)) == 2 and len(calls) == 4
+    assert again.run("select", progress=False) == [] and len(calls) == 4
+
+
+def test_merge_joins_parts_and_refuses_disagreement(tmp_path: Path) -> None:
+    proto = protocol(val=["bob"], test=["dee"])
+    a = make(tmp_path, proto, store=tmp_path / "a.json")
+    b = make(tmp_path, proto, store=tmp_path / "b.json")
+    a.run("select", shard=(0, 2), progress=False)
+    b.run("select", shard=(1, 2), progress=False)
+    main_store = Store(tmp_path / "toy" / "store.json", "toy")
+    assert main_store.merge([Store(tmp_path / "a.json", "toy"), Store(tmp_path / "b.json", "toy")]) == 4
+    assert main_store.merge([Store(tmp_path / "a.json", "toy")]) == 0
+    main_store.save()
+    assert len(make(tmp_path, proto).run("select", progress=False)) == 0
+    data = json.loads((tmp_path / "b.json").read_text())
+    data["records"][0]["scores"] = {"val": {"accuracy": 0.0}}
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="disagree"):
+        main_store.merge([Store(tmp_path / "b.json", "toy")])
+
+
+def test_pages_render_byte_identically(tmp_path: Path) -> None:
+    """`python -m studies render` rewrites every study README, the docs blocks and docs/results.md exactly
+    as committed, from the committed stores."""
+    root = Path(__file__).resolve().parents[2]
+    written = render(out=tmp_path)
+    assert Path("docs/results.md") in written
+    for rel in written:
+        assert (tmp_path / rel).read_text() == (root / rel).read_text(), f"{rel} differs from its rendering"
+
+
+def test_cli_names_the_studies(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match="no study 'no_such_study'"):
+        main(["no_such_study", "select"])
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "python -m studies" in capsys.readouterr().out
+
+
+def test_every_committed_study_plugs_in() -> None:
+    """Each study folder has a protocol the runner reads, a module with resolve() and run(), and a store
+    whose every record names a protocol it keeps; test records carry the items they were scored on."""
+    from studies._runner.render import studies
+
+    names = studies()
+    assert {"graph_masks_actor", "speech_strings", "rnn_attention", "recipe_runs"} <= set(names)
+    for name in names:
+        study = Study.load(name)
+        assert callable(study.module.resolve) and callable(study.module.run), name
+        assert (study.folder / "README.md").read_text().count("<!-- results:start") == 1, name
+        for r in study.store.records:
+            assert r["protocol"] in study.store.data["protocols"], (name, r["candidate"])
+            if r["kind"] == "test":
+                assert r["protocol"] in study.store.scored, (name, r["candidate"])
