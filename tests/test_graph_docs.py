@@ -13,5 +13,5 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
 def test_graphs_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     found = blocks(PAGE.read_text())
-    assert len(found) == 4  # AttentionConv, GATConv and GATv2Conv, more than the edges, GPS
+    assert len(found) == 5  # AttentionConv, GATConv and GATv2Conv, more than the edges, GPS, GPSConv with a mask
     RUN_PAGE.run_page(PAGE, check=True)  # every block runs and prints its text block

@@ -17,7 +17,8 @@ A model is ``adapter -> encoder -> head``. Each kind has one place:
   ensembles (:class:`Ensemble`) of whole models.
 - **Layers for PyG models**: :class:`AttentionConv` (a drop-in for PyG's ``TransformerConv``),
   :class:`GATConv` and :class:`GATv2Conv` (drop-ins for PyG's layers of the same names), the GPS layer
-  :class:`GPSLayer` and a shortest-path score bias :class:`ShortestPathBias`; categorical features
+  :class:`GPSLayer` (and :class:`GPSConv`, a drop-in for PyG's layer of that name that takes any mask) and a
+  shortest-path score bias :class:`ShortestPathBias`; categorical features
   (atoms, bonds) as summed embeddings per column (:class:`CategoricalEncoder`).
 """
 
@@ -31,6 +32,7 @@ from attnmm.nn.ensemble import Ensemble
 from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
 from attnmm.nn.gps import GPSEncoder, GPSLayer
+from attnmm.nn.gps_conv import GPSConv
 from attnmm.nn.graph_encoder import GraphAttentionEncoder
 from attnmm.nn.heads import PoolingClassifier, SegmentPoolingClassifier, TokenClassifier, TokenHeads
 from attnmm.nn.multihead import MultiHeadAttention
@@ -63,6 +65,7 @@ __all__ = [
     "EgoNeighbourEncoder",
     "GATConv",
     "GATv2Conv",
+    "GPSConv",
     "GPSEncoder",
     "GPSLayer",
     "GraphAttentionEncoder",

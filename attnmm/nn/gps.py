@@ -7,12 +7,14 @@ import inspect
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention.planner import AttentionPlan
 from attnmm.common.tokens import Tokens
 from attnmm.masks import Mask, SameGraph
+from attnmm.nn._graph_attention import graph_attention, graph_sizes
 from attnmm.nn.multihead import MultiHeadAttention
 from attnmm.nn.spd_bias import ShortestPathBias
 from attnmm.nn.transformer_conv import AttentionConv
@@ -122,9 +124,15 @@ class GPSLayer(nn.Module):
     ) -> Tensor:
         out: Tensor | None = None
         if self.attn is not None:
-            if mask is None:  # every node attends the nodes of its graph (all nodes without a batch vector)
-                mask = SameGraph(batch if batch is not None else x.new_zeros(x.size(0), dtype=torch.long))
-            h_attn = self.attn(x, mask=mask, bias=bias, plan=plan)  # (N, D)
+            if bias is None and (mask is None or type(mask) is SameGraph) and _within_graphs(self.attn):
+                # every node attends the nodes of its graph: per-graph fused attention on the packed nodes
+                graph = batch if mask is None else mask.batch
+                sizes = [x.size(0)] if graph is None else graph_sizes(graph)
+                h_attn = attend_within_graphs(self.attn, x, sizes)  # (N, D)
+            else:
+                if mask is None:  # every node attends the nodes of its graph (all nodes without a batch vector)
+                    mask = SameGraph(batch if batch is not None else x.new_zeros(x.size(0), dtype=torch.long))
+                h_attn = self.attn(x, mask=mask, bias=bias, plan=plan)  # (N, D)
             out = self.norm_attn(x + self.drop(h_attn))
         if self.conv is not None:
             h = self.conv(x, edge_index) if edge_attr is None else self.conv(x, edge_index, edge_attr)
@@ -249,6 +257,28 @@ class GPSEncoder(nn.Module):
         for layer, reads_edges in zip(self.layers, self._reads_edges):
             x = layer(x, edge_index, mask=mask, bias=bias, edge_attr=edge_attr if reads_edges else None, plan=plan)
         return x
+
+
+def _within_graphs(attn: MultiHeadAttention) -> bool:
+    """Whether ``attn`` is plain softmax self-attention (no rotary, no learned bias), which
+    :func:`attend_within_graphs` computes."""
+    return (
+        attn.rotary is None and attn.position_bias is None and attn.score == "softmax"
+        and attn.kdim == attn.vdim == attn.embed_dim
+    )
+
+
+def attend_within_graphs(attn: MultiHeadAttention, x: Tensor, sizes: list[int]) -> Tensor:
+    """``attn(x, mask=SameGraph(batch))`` for plain softmax self-attention: the three projections as one
+    matrix product, then per-graph fused attention on the packed nodes (:func:`graph_attention`)."""
+    H, E = attn.num_heads, attn.head_dim
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    weight = torch.cat([p.weight for p in projections])  # (3D, D)
+    bias = None if attn.q_proj.bias is None else torch.cat([p.bias for p in projections])
+    qkv = F.linear(x, weight, bias).view(x.size(0), 3, H, E)  # (N, 3, H, E)
+    dropout_p = attn.dropout if attn.training else 0.0
+    out = graph_attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], sizes, dropout_p=dropout_p)  # (N, H, E)
+    return attn.out_proj(out.reshape(x.size(0), H * E))  # (N, D)
 
 
 def _reads_edges(conv: nn.Module | None) -> bool:

@@ -178,9 +178,70 @@ def test_the_layers_share_one_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
             plans.append(self)
 
     monkeypatch.setattr(gps, "AttentionPlan", Recorded)
-    tokens = GraphAdapter(in_channels=16, d_model=16, scope="graph")(GraphAdapter.example_batch(3))
+    # a mask that goes through dispatch (full attention within each graph has its own path, no dispatch)
+    tokens = GraphAdapter(in_channels=16, d_model=16, scope="edges")(GraphAdapter.example_batch(3))
     encoder = GPSEncoder(16, num_layers=3, heads=2, local="gin")
     out = encoder(tokens.x, tokens.mask, tokens=tokens)
     assert len(plans) == 1 and (plans[0].made, plans[0].reused) == (1, 2)
     monkeypatch.undo()
     torch.testing.assert_close(out, encoder(tokens.x, tokens.mask, tokens=tokens))  # the same result
+
+
+def _within_graphs_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Dense masked softmax over all N nodes, a node allowed the nodes of its own graph: (N, H, E)."""
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    scores = torch.einsum("nhe,mhe->hnm", q, k) * q.size(-1) ** -0.5  # (H, N, N)
+    scores = scores.masked_fill(batch.view(1, -1, 1) != batch.view(1, 1, -1), float("-inf"))
+    return torch.einsum("hnm,mhe->nhe", scores.softmax(-1), v)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("sizes", [[7], [1], [3, 0, 1, 9, 2], [40, 25]])
+def test_graph_attention_equals_the_dense_reference(
+    fused: bool, sizes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attnmm.nn._graph_attention as ga
+
+    monkeypatch.setattr(ga, "_fused", lambda q, p: fused)
+    torch.manual_seed(sum(sizes))
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-10)):
+        qkv = torch.randn(sum(sizes), 3, 2, 8, dtype=dtype, requires_grad=True)  # (N, 3, H, E), strided q, k, v
+        q, k, v = qkv.unbind(1)
+        out = ga.graph_attention(q, k, v, sizes)
+        ref = _within_graphs_reference(q, k, v, sizes)
+        torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+        grad = torch.randn_like(out)
+        (got,), (want,) = torch.autograd.grad(out, qkv, grad), torch.autograd.grad(ref, qkv, grad)
+        torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    with pytest.raises(ValueError, match="sum to"):
+        ga.graph_attention(q, k, v, [*sizes, 1])
+
+
+def test_layer_within_graphs_equals_the_dispatched_path() -> None:
+    """The layer's own path for full attention within each graph gives the outputs and gradients of the
+    general path (the same allowed pairs as a Graph mask, through attnmm's dispatch)."""
+    from torch_geometric.nn import GINEConv
+
+    from attnmm.masks import SameGraph
+
+    torch.manual_seed(0)
+    sizes = [5, 1, 12, 3]  # a graph of one node among them
+    batch = torch.repeat_interleave(torch.arange(4), torch.tensor(sizes))
+    edge_index = torch.tensor([[0, 1, 6, 7, 9, 18], [1, 2, 7, 8, 6, 19]])  # directed edges
+    x, e = torch.randn(21, 16), torch.randn(6, 16)
+    layer = GPSLayer(16, GINEConv(torch.nn.Linear(16, 16)), heads=4).train()
+    same = SameGraph(batch)
+    pairs = same.pairs(21, 21)
+    as_graph = Graph(torch.stack([pairs.col, pairs.row]), 21)  # the same allowed set, dispatched
+    outs, grads = [], []
+    for mask in (None, same, as_graph):
+        layer.zero_grad()
+        out = layer(x, edge_index, batch, mask=mask, edge_attr=e)
+        out.square().sum().backward()
+        outs.append(out.detach())
+        grads.append({n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None})
+    for out, grad in zip(outs[:2], grads[:2]):
+        torch.testing.assert_close(out, outs[2], atol=1e-5, rtol=1e-4)
+        assert grad.keys() == grads[2].keys()
+        for name in grad:  # (biases before a batch norm have gradient 0 up to rounding: an absolute tolerance)
+            torch.testing.assert_close(grad[name], grads[2][name], atol=1e-4, rtol=1e-3)

@@ -1,0 +1,191 @@
+r"""A drop-in for PyG's ``GPSConv`` on the packed nodes, whose global attention takes any packed mask."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnmm.masks import Mask, SameGraph
+from attnmm.nn._graph_attention import graph_attention, graph_sizes
+
+
+class GPSConv(nn.Module):
+    r"""The GPS layer of "Recipe for a General, Powerful, Scalable Graph Transformer" (Rampášek et al.,
+    2022), as PyG's ``torch_geometric.nn.GPSConv`` defines it, computed on the packed nodes:
+
+    .. math::
+        \mathbf{X}_L &= \mathrm{Norm}_1(\mathbf{X} + \mathrm{Dropout}(\mathrm{MPNN}(\mathbf{X}, \mathcal{E}))),
+        \qquad \mathbf{X}_G = \mathrm{Norm}_2(\mathbf{X} + \mathrm{Dropout}(\mathrm{MHA}(\mathbf{X}; A))) \\
+        \mathbf{X}' &= \mathrm{Norm}_3(\mathbf{X}_L + \mathbf{X}_G + \mathrm{MLP}(\mathbf{X}_L + \mathbf{X}_G))
+
+    The constructor, the parameters (``attn`` is a ``torch.nn.MultiheadAttention``, so the state dict
+    loads into and from PyG's layer), the ``repr`` and, without a mask, the outputs are PyG's: every node
+    attends the nodes of its own graph (:math:`A(i)` = i's graph, from ``batch``). PyG pads the batch to
+    (B, L_max, D) for that; here each graph's attention is computed on its own nodes
+    (:func:`~attnmm.nn._graph_attention.graph_attention`), nothing padded. ``mask`` replaces the
+    allowed sets with any mask of the packed node layout, computed by :func:`attnmm.attend`: the graph's
+    edges united with random expander edges (Exphormer, :func:`~attnmm.masks.graph_helpers.expander`),
+    k-hop neighbourhoods, a virtual node, :class:`~attnmm.masks.SameGraph` composed with others, ...
+    ``attn_type="performer"`` is PyG's Performer (linear attention, on the padded batch as PyG runs it;
+    no ``mask``).
+
+    Args:
+        channels (int): node width D.
+        conv (MessagePassing, optional): the local layer, called as ``conv(x, edge_index, **kwargs)``;
+            ``None`` for global attention only.
+        heads (int, optional): attention heads H. (default: :obj:`1`)
+        dropout (float, optional): dropout on the branch outputs and in the MLP. (default: :obj:`0.0`)
+        act (str or Callable, optional): the MLP's activation (PyG's resolver). (default: :obj:`"relu"`)
+        act_kwargs (dict, optional): arguments of the activation. (default: :obj:`None`)
+        norm (str or Callable, optional): the normalisation (PyG's resolver), ``None`` for none.
+            (default: :obj:`"batch_norm"`)
+        norm_kwargs (dict, optional): arguments of the normalisation. (default: :obj:`None`)
+        attn_type (str, optional): ``"multihead"`` or ``"performer"``. (default: :obj:`"multihead"`)
+        attn_kwargs (dict, optional): arguments of the attention module (e.g. ``dropout``).
+            (default: :obj:`None`)
+
+    Shapes:
+        - **input:** x (N, D), edge_index (2, M) or a sparse adjacency, batch (N,) optional, a packed
+          mask over N nodes optional
+        - **output:** (N, D)
+
+    Examples:
+        >>> import torch
+        >>> from torch_geometric.nn import GINConv
+        >>> from attnmm.masks import Graph
+        >>> from attnmm.masks.graph_helpers import expander, self_loops
+        >>> conv = GPSConv(16, GINConv(torch.nn.Linear(16, 16)), heads=4)
+        >>> x, edge_index = torch.randn(5, 16), torch.tensor([[0, 1, 3], [1, 2, 4]])
+        >>> batch = torch.tensor([0, 0, 0, 1, 1])
+        >>> conv(x, edge_index, batch).shape  # every node attends its graph, as PyG's GPSConv
+        torch.Size([5, 16])
+        >>> exphormer = Graph(edge_index, 5) | expander(5, degree=2, batch=batch) | self_loops(5)
+        >>> conv(x, edge_index, batch, mask=exphormer).shape  # Exphormer: edges, expander edges, self-loops
+        torch.Size([5, 16])
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        conv: nn.Module | None,
+        heads: int = 1,
+        dropout: float = 0.0,
+        act: Any = "relu",
+        act_kwargs: dict[str, Any] | None = None,
+        norm: Any = "batch_norm",
+        norm_kwargs: dict[str, Any] | None = None,
+        attn_type: str = "multihead",
+        attn_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
+
+        super().__init__()
+        self.channels = channels
+        self.conv = conv
+        self.heads = heads
+        self.dropout = dropout
+        self.attn_type = attn_type
+        attn_kwargs = attn_kwargs or {}
+        self.attn: nn.Module
+        if attn_type == "multihead":
+            self.attn = nn.MultiheadAttention(channels, heads, batch_first=True, **attn_kwargs)
+        elif attn_type == "performer":
+            from torch_geometric.nn.attention import PerformerAttention
+
+            self.attn = PerformerAttention(channels=channels, heads=heads, **attn_kwargs)
+        else:
+            raise ValueError(f"attn_type must be 'multihead' or 'performer', got {attn_type!r}")
+        self.mlp = nn.Sequential(
+            nn.Linear(channels, channels * 2),
+            activation_resolver(act, **(act_kwargs or {})),
+            nn.Dropout(dropout),
+            nn.Linear(channels * 2, channels),
+            nn.Dropout(dropout),
+        )
+        norm_kwargs = norm_kwargs or {}
+        self.norm1 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm2 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm3 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm_with_batch = self.norm1 is not None and "batch" in inspect.signature(self.norm1.forward).parameters
+
+    def reset_parameters(self) -> None:
+        from torch_geometric.nn.inits import reset
+
+        if self.conv is not None:
+            self.conv.reset_parameters()
+        self.attn._reset_parameters()
+        reset(self.mlp)
+        for norm in (self.norm1, self.norm2, self.norm3):
+            if norm is not None:
+                norm.reset_parameters()
+
+    def _norm(self, norm: nn.Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
+        if norm is None:
+            return h
+        return norm(h, batch=batch) if self.norm_with_batch else norm(h)
+
+    def forward(self, x: Tensor, edge_index: Any, batch: Tensor | None = None, mask: Mask | None = None,
+                **kwargs: Any) -> Tensor:
+        local = None
+        if self.conv is not None:
+            h = F.dropout(self.conv(x, edge_index, **kwargs), p=self.dropout, training=self.training)
+            local = self._norm(self.norm1, h + x, batch)
+        h = F.dropout(self.global_attention(x, batch, mask), p=self.dropout, training=self.training)
+        out = self._norm(self.norm2, h + x, batch)  # (N, D)
+        if local is not None:
+            out = local + out
+        return self._norm(self.norm3, out + self.mlp(out), batch)
+
+    def global_attention(self, x: Tensor, batch: Tensor | None = None, mask: Mask | None = None) -> Tensor:
+        r"""The attention branch before its dropout and residual: ``attn`` over the nodes of each graph, or
+        under ``mask``, (N, D)."""
+        if isinstance(self.attn, nn.MultiheadAttention) and _packed_form(self.attn):
+            return _multihead(self.attn, x, batch, mask)
+        if mask is not None:
+            raise ValueError(
+                f"mask= needs attn_type='multihead' without add_bias_kv, add_zero_attn or other key widths, got "
+                f"{self.attn!r}: leave mask out for this attention (it attends each graph's nodes, as PyG's)"
+            )
+        from torch_geometric.utils import to_dense_batch
+
+        h, real = to_dense_batch(x, batch)  # (B, L, D): PyG's padded form, for the Performer
+        if isinstance(self.attn, nn.MultiheadAttention):
+            h, _ = self.attn(h, h, h, key_padding_mask=~real, need_weights=False)
+        else:
+            h = self.attn(h, mask=real)
+        return h[real]
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}({self.channels}, conv={self.conv}, heads={self.heads}, attn_type={self.attn_type})"
+
+
+def _packed_form(attn: nn.MultiheadAttention) -> bool:
+    """Whether the packed computation covers ``attn``'s options (one input projection, no extra keys)."""
+    return attn._qkv_same_embed_dim and attn.bias_k is None and not attn.add_zero_attn
+
+
+def _multihead(attn: nn.MultiheadAttention, x: Tensor, batch: Tensor | None, mask: Mask | None) -> Tensor:
+    """``attn``'s self-attention of the packed nodes (N, D): within each graph, or under ``mask``."""
+    N, H = x.size(0), attn.num_heads
+    qkv = F.linear(x, attn.in_proj_weight, attn.in_proj_bias).view(N, 3, H, -1)  # (N, 3, H, E)
+    q, k, v = qkv.unbind(1)  # (N, H, E) each
+    dropout_p = attn.dropout if attn.training else 0.0
+    if mask is None or type(mask) is SameGraph:
+        graph = batch if mask is None else mask.batch
+        if graph is not None and graph.size(0) != N:
+            raise ValueError(f"batch must give the graph of each of the N = {N} nodes, got shape {tuple(graph.shape)}")
+        out = graph_attention(q, k, v, [N] if graph is None else graph_sizes(graph), dropout_p=dropout_p)
+    else:
+        if not isinstance(mask, Mask) or mask.layout != "packed":
+            raise ValueError(f"mask must be an attnmm mask of the packed node layout (N = {N} nodes), got {mask!r}")
+        from attnmm.attention.core import attend
+
+        out = attend(q, k, v, mask, dropout_p=dropout_p)  # (N, H, E)
+    return F.linear(out.reshape(N, -1), attn.out_proj.weight, attn.out_proj.bias)  # (N, D)
+
+
+__all__ = ["GPSConv"]

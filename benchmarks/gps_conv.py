@@ -1,0 +1,130 @@
+"""attnmm's GPSConv against PyG's on Peptides-func batches: time and peak memory of forward + backward.
+
+Each measurement is a fresh process (the two layers take turns, round after round) that reads real
+Peptides-func batches of 64 graphs (their nodes, edges and graph sizes; node and edge features random of
+the layer's width), builds the layer (GINE local layer, width 64, 4 heads, batch norm, PyG's
+arguments; the same weights for both, from one seed) and times forward + backward on CPU (one thread
+unless ``--threads``): the first call in the process, then the median of ``--calls`` calls on other
+batches (steady state). Peak memory is measured in processes of its own: the growth of the peak resident
+memory over what the process held before the call (Linux: the peak is reset through
+``/proc/self/clear_refs`` before each measured call), with glibc told to map every block of 128 KiB or
+more on its own (``MALLOC_MMAP_THRESHOLD_``), so that a freed tensor leaves the resident memory at once
+and the peak is that of the live tensors, in the first call as in later ones.
+
+    python benchmarks/gps_conv.py --rounds 5
+
+Needs the Peptides-func graphs (``$ATTNMM_DATA/lrgb/peptides-functional``, built once and cached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _peak_reset() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current resident size
+
+
+def _status(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def _child(which: str, calls: int, threads: int) -> dict[str, float]:
+    import time
+
+    import torch
+    from torch_geometric.nn import GINEConv
+
+    from attnmm.data import GraphDataModule
+
+    torch.set_num_threads(threads)
+    data = GraphDataModule(name="peptides-func", batch_size=64)
+    data.prepare_data()
+    data.setup("fit")
+    loader = iter(data.train_dataloader())
+    batches = [next(loader) for _ in range(calls + 1)]
+    torch.manual_seed(0)
+    if which == "pyg":
+        from torch_geometric.nn import GPSConv
+    else:
+        from attnmm.nn import GPSConv
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    layer = GPSConv(64, GINEConv(mlp), heads=4).train()
+    inputs = []
+    for b in batches:
+        g = torch.Generator().manual_seed(b.num_nodes)
+        x = torch.randn(b.num_nodes, 64, generator=g).requires_grad_()
+        inputs.append((x, b.edge_index, b.batch, torch.randn(b.edge_index.size(1), 64, generator=g)))
+
+    def step(x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, edge_attr: torch.Tensor) -> float:
+        start = time.perf_counter()
+        layer(x, edge_index, batch, edge_attr=edge_attr).square().mean().backward()
+        return time.perf_counter() - start
+
+    def measured(args: tuple[torch.Tensor, ...]) -> tuple[float, int]:
+        before = _status("VmRSS")
+        _peak_reset()
+        seconds = step(*args)
+        return seconds, _status("VmHWM") - before
+
+    first, first_peak = measured(inputs[0])
+    times, peaks = [], []
+    for args in inputs[1:]:
+        seconds, peak = measured(args)
+        times.append(seconds)
+        peaks.append(peak)
+    return {"first_s": first, "first_peak": first_peak, "steady_s": statistics.median(times),
+            "steady_peak": statistics.median(peaks), "nodes": statistics.mean(b.num_nodes for b in batches)}
+
+
+def _measure(which: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", which, "--calls", str(args.calls),
+           "--threads", str(args.threads)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {which} measurement failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=8, help="steady-state calls per process")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--child", choices=["ours", "pyg"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args.child, args.calls, args.threads)))
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    got: dict[str, list[dict[str, float]]] = {"ours": [], "pyg": []}
+    for r in range(args.rounds):
+        for which in (("ours", "pyg") if r % 2 == 0 else ("pyg", "ours")):
+            timed = _measure(which, args, env)
+            memory = _measure(which, args, {**env, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)})
+            got[which].append({**timed, "first_peak": memory["first_peak"], "steady_peak": memory["steady_peak"]})
+        print(f"round {r + 1}: " + ", ".join(
+            f"{w} first {got[w][-1]['first_s']:.3f} s, steady {got[w][-1]['steady_s']:.3f} s" for w in got), flush=True)
+    nodes = statistics.mean(m["nodes"] for m in got["ours"])
+    print(f"GPSConv(64, GINEConv, heads=4), forward + backward, Peptides-func batches of 64 graphs (~{nodes:.0f} "
+          f"nodes), {args.threads} thread(s), {args.rounds} alternating rounds (median):")
+    for key, label in (("first_s", "first call, time"), ("steady_s", "steady state, time"),
+                       ("first_peak", "first call, peak memory"), ("steady_peak", "steady state, peak memory")):
+        ours = statistics.median(m[key] for m in got["ours"])
+        pyg = statistics.median(m[key] for m in got["pyg"])
+        unit = (lambda v: f"{v:.3f} s") if key.endswith("_s") else (lambda v: f"{v / 2**20:.1f} MiB")
+        print(f"  {label:26s} PyG {unit(pyg)}, attnmm {unit(ours)}: PyG / attnmm = {pyg / max(ours, 1e-12):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
