@@ -2,7 +2,7 @@
 
 Every layer of an encoder attends under the same mask with the same sizes, so dispatch (every
 backend's checks, cost and memory estimates) and the mask's derived forms come out the same in each.
-:class:`~attnmm.attention.Encoder` makes them once per forward and shares them among its layers
+:class:`~attnmm.nn.Encoder` makes them once per forward and shares them among its layers
 (:class:`~attnmm.attention.AttentionPlan`). This measures what that saves, in the setting where it
 matters most: short sequences, where a layer's arithmetic is small next to dispatch.
 

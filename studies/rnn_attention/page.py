@@ -34,7 +34,7 @@ each section, so that you can see where each architecture wins. Every table and 
 one run of one part of `python -m studies.rnn_attention.measure` (the command is given with it).
 
 The recurrent baseline is `attnmm.nn.RecurrentEncoder` (LSTM or GRU, uni- or bidirectional). It
-has the call signature of `attnmm.attention.Encoder`, so a recipe swaps it in by `class_path`, with
+has the call signature of `attnmm.nn.Encoder`, so a recipe swaps it in by `class_path`, with
 the same adapter and head; each config below sits beside its recipe's default:
 
 | recipe | recurrent config | encoder |
