@@ -72,8 +72,8 @@ class AttentionMapPNG(L.Callback):
 
     It keeps the first batch of the last test (or validation) run and draws its first item with the
     final weights; :meth:`save` writes the pictures (:class:`~attnmm.lightning.RecipeCLI` calls it once
-    per run, after writing the metrics). An encoder that returns no attention weights (an LSTM, a CNN,
-    GPS layers) gets no picture.
+    per run, after writing the metrics). An encoder that returns no attention weights (an LSTM, a CNN)
+    gets no picture; a graph encoder draws its weights over the first graph's nodes.
 
     Args:
         max_tokens (int, optional): crop to the first ``max_tokens`` queries and keys.

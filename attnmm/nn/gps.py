@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention.planner import AttentionPlan
+from attnmm.attention.weights import AttentionWeights
 from attnmm.common.tokens import Tokens
 from attnmm.masks import Mask, SameGraph
 from attnmm.nn._graph_attention import graph_attention, graph_sizes
@@ -121,10 +122,13 @@ class GPSLayer(nn.Module):
         bias: Tensor | None = None,
         edge_attr: Tensor | None = None,
         plan: AttentionPlan | None = None,
-    ) -> Tensor:
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights | None]:
         out: Tensor | None = None
+        weights = None
         if self.attn is not None:
-            if bias is None and (mask is None or type(mask) is SameGraph) and _within_graphs(self.attn):
+            fast = bias is None and (mask is None or type(mask) is SameGraph) and _within_graphs(self.attn)
+            if fast and not return_weights:
                 # every node attends the nodes of its graph: per-graph fused attention on the packed nodes
                 graph = batch if mask is None else mask.batch
                 sizes = [x.size(0)] if graph is None else graph_sizes(graph)
@@ -132,14 +136,18 @@ class GPSLayer(nn.Module):
             else:
                 if mask is None:  # every node attends the nodes of its graph (all nodes without a batch vector)
                     mask = SameGraph(batch if batch is not None else x.new_zeros(x.size(0), dtype=torch.long))
-                h_attn = self.attn(x, mask=mask, bias=bias, plan=plan)  # (N, D)
+                if return_weights:
+                    h_attn, weights = self.attn(x, mask=mask, bias=bias, plan=plan, return_weights=True)
+                else:
+                    h_attn = self.attn(x, mask=mask, bias=bias, plan=plan)  # (N, D)
             out = self.norm_attn(x + self.drop(h_attn))
         if self.conv is not None:
             h = self.conv(x, edge_index) if edge_attr is None else self.conv(x, edge_index, edge_attr)
             local = self.norm_local(x + self.drop(h))  # (N, D)
             out = local if out is None else out + local
         assert out is not None
-        return self.norm_out(out + self.mlp(out))
+        out = self.norm_out(out + self.mlp(out))
+        return (out, weights) if return_weights else out
 
     def __repr__(self) -> str:
         heads = "off" if self.attn is None else self.attn.num_heads
@@ -181,7 +189,9 @@ class GPSEncoder(nn.Module):
 
     Shapes:
         - **input:** x (N, D), a packed mask over N nodes, optionally the adapter's tokens
-        - **output:** (N, D)
+        - **output:** (N, D); with ``return_weights`` also one
+          :class:`~attnmm.attention.AttentionWeights` per layer (``None`` for a layer without attention),
+          computed by the general path instead of the per-graph one
 
     Examples:
         >>> from torch_geometric.nn import GCNConv
@@ -234,8 +244,8 @@ class GPSEncoder(nn.Module):
     def forward(
         self, x: Tensor, mask: Mask | None = None, *, tokens: Tokens | None = None, state: Any = None,
         return_weights: bool = False,
-    ) -> Tensor:
-        refuse_encoder_options(self, state, return_weights)
+    ) -> Tensor | tuple[Tensor, list[AttentionWeights | None]]:
+        refuse_encoder_options(self, state)
         edge_index = getattr(tokens, "edge_index", None)
         N = x.size(0)
         if edge_index is None:
@@ -254,9 +264,15 @@ class GPSEncoder(nn.Module):
         if self._edges_of_width_d:
             _check_edge_width(edge_attr, self.d_model)
         plan = AttentionPlan()  # one dispatch for every layer: same mask, same sizes
+        weights: list[AttentionWeights | None] = []
         for layer, reads_edges in zip(self.layers, self._reads_edges):
-            x = layer(x, edge_index, mask=mask, bias=bias, edge_attr=edge_attr if reads_edges else None, plan=plan)
-        return x
+            edges = edge_attr if reads_edges else None
+            if return_weights:  # the general path, which returns the weights (None for a layer without attention)
+                x, w = layer(x, edge_index, mask=mask, bias=bias, edge_attr=edges, plan=plan, return_weights=True)
+                weights.append(w)
+            else:
+                x = layer(x, edge_index, mask=mask, bias=bias, edge_attr=edges, plan=plan)
+        return (x, weights) if return_weights else x
 
 
 def _within_graphs(attn: MultiHeadAttention) -> bool:

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention import attend
+from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
 from attnmm.nn._inputs import check_node_features
 
@@ -60,7 +61,8 @@ class PropagationEncoder(nn.Module):
 
     Shapes:
         - **input:** x (N, F), a packed mask over N nodes
-        - **output:** (N, out_channels)
+        - **output:** (N, out_channels); with ``return_weights`` also the
+          :class:`~attnmm.attention.AttentionWeights` of each propagation step
 
     Examples:
         >>> import torch
@@ -124,26 +126,35 @@ class PropagationEncoder(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
-    ) -> Tensor:
-        refuse_encoder_options(self, state, return_weights)
+    ) -> Tensor | tuple[Tensor, list[AttentionWeights]]:
+        refuse_encoder_options(self, state)
         check_node_features("PropagationEncoder", x, None, self.lin1.in_features, (self.lin1.in_features,) * 2)
         g = F.dropout(F.relu(self.lin1(x)), self.dropout, self.training)  # (N, hidden)
         h = self.lin2(g)
         p = self.pair_dropout if self.training else 0.0
         bias = self._additive_scores(g, mask) if self.att_dst is not None else None
         z = h
+        weights: list[AttentionWeights] = []
         for _ in range(self.steps):
             if self.beta is None:
                 # no query or key: the score is the bias alone, and a softmax over zeros is uniform
                 v = z.unsqueeze(1).expand(-1, self.heads, -1)  # (N, H, C): every head spreads z
                 q = k = z.new_zeros(z.shape[0], self.heads, 0)
-                out = attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed").mean(1)  # (N, C)
+                result = attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed", return_weights=return_weights)
+                out, w = result if return_weights else (result, None)
+                out = out.mean(1)  # (N, C)
             else:
                 v = z.unsqueeze(1)  # (N, 1, C): one head
                 u = F.normalize(v, dim=-1)
-                out = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p, layout="packed").squeeze(1)
+                result = attend(
+                    u * self.beta, u, v, mask, scale=1.0, dropout_p=p, layout="packed", return_weights=return_weights
+                )
+                out, w = result if return_weights else (result, None)
+                out = out.squeeze(1)  # (N, C)
+            if w is not None:
+                weights.append(w)  # the weights of this propagation step
             z = (1.0 - self.alpha) * out + self.alpha * h
-        return z
+        return (z, weights) if return_weights else z
 
     def _additive_scores(self, g: Tensor, mask: Mask) -> Tensor:
         """GAT's score of every allowed pair and head, (P, H) in the order of ``mask.pairs``."""

@@ -50,7 +50,8 @@ def render(view: Any) -> list[str]:
         rows = [(r["seed"], f"{r['detail']['best_val_ap']:.4f} ({r['detail']['best_epoch']})",
                  f"{r['scores']['test']['ap']:.4f}", f"{100 * r['scores']['test']['acc']:.2f}%") for r in recs]
         rows.append(("mean ± std", "", f"**{_mean([r['scores']['test']['ap'] for r in recs])}**", ""))
-        out += [f"### Test: {what}", "", *table(["seed", "best `val_ap` (epoch)", "test AP", "test accuracy"], rows), ""]
+        header = ["seed", "best `val_ap` (epoch)", "test AP", "test accuracy"]
+        out += [f"### Test: {what}", "", *table(header, rows), ""]
     return out
 
 

@@ -50,7 +50,8 @@ def render(view: Any) -> list[str]:
     rows = []
     for (recipe, cand), recs in _groups(view).items():
         metric = recipes[recipe]["metric"]
-        rows.append((f"`{recipe}`", cand, metric, _value(metric, [next(iter(r["scores"].values()))[metric] for r in recs]),
+        values = [next(iter(r["scores"].values()))[metric] for r in recs]
+        rows.append((f"`{recipe}`", cand, metric, _value(metric, values),
                      "; ".join(f"`{r['command']}`" for r in recs[:1])))
     return table(["recipe", "config", "metric", "test (mean ± std over seeds)", "command"], rows)
 
