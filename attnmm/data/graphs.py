@@ -104,7 +104,7 @@ class GraphDataModule(LightningDataModule):
       attnmm[chem]``) and cached.
 
     ``pe`` computes a positional or structural encoding of every graph once, in :meth:`setup`
-    (:func:`~attnmm.common.encodings.add_encodings`: random-walk return probabilities of 1 to ``pe_dim``
+    (:func:`~attnmm.data.encodings.add_encodings`: random-walk return probabilities of 1 to ``pe_dim``
     steps, RWSE, or ``pe_dim`` Laplacian eigenvectors, by PyG's transforms), stored on each graph as
     ``random_walk_pe`` or ``laplacian_pe``, so batches carry them and a
     :class:`~attnmm.adapters.GraphAdapter` with the same ``pe`` reads them instead of computing them
