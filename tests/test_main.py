@@ -36,13 +36,17 @@ def test_python_m_attnmm_lists_recipes_configs_and_data(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_variants_belong_to_the_longest_recipe_name() -> None:
-    folder = ROOT / "recipes"
-    plain = [p.stem for p in _recipes.recipe_configs(folder, "multimodal_digits")]
-    robust = [p.stem for p in _recipes.recipe_configs(folder, "multimodal_digits_robust")]
-    assert plain[0] == "multimodal_digits" and robust[0] == "multimodal_digits_robust"
-    assert not [c for c in plain if c.startswith("multimodal_digits_robust")]
-    assert set(robust) == {p.stem for p in (folder / "configs").glob("multimodal_digits_robust*.yaml")}
+def test_variants_belong_to_the_longest_recipe_name(tmp_path: Path) -> None:
+    folder = tmp_path / "recipes"
+    (folder / "configs").mkdir(parents=True)
+    for name in ("digits", "digits_robust"):
+        (folder / f"{name}.py").write_text(f'"""The {name} recipe."""\n')
+    for name in ("digits", "digits_late", "digits_robust", "digits_robust_gate"):
+        (folder / "configs" / f"{name}.yaml").write_text(f"# {name}\n")
+    plain = [p.stem for p in _recipes.recipe_configs(folder, "digits")]
+    robust = [p.stem for p in _recipes.recipe_configs(folder, "digits_robust")]
+    assert plain == ["digits", "digits_late"]
+    assert robust == ["digits_robust", "digits_robust_gate"]
 
 
 def test_an_installed_package_says_where_the_recipes_are(

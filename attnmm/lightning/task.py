@@ -211,8 +211,11 @@ class EncoderTask(L.LightningModule):
 
 
 class ClassificationTask(EncoderTask):
-    r"""Classification with a masked-attention encoder: :math:`\hat{y} = \mathrm{head}(\mathrm{encoder}(
-    \mathbf{X}; A))` with :math:`(\mathbf{X}, A) = \mathrm{adapter}(\text{batch})`.
+    r"""Classification with a masked-attention encoder between an adapter and a head.
+
+    .. math::
+        \hat{y} = \mathrm{head}(\mathrm{encoder}(\mathbf{X}; A)), \quad
+        (\mathbf{X}, A) = \mathrm{adapter}(\text{batch})
 
     The adapter, encoder and head are injected (LightningCLI picks them by ``class_path``), so one
     task serves speech, image, text and graph recipes. Targets are ``batch[target_key]``: (B,) for

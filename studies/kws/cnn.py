@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnmm._checks import refuse_encoder_options
 from attnmm.adapters import SpeechAdapter
 from attnmm.masks import Mask
 
@@ -131,6 +132,5 @@ class PassThrough(nn.Module):
         self, x: Tensor, mask: Mask | None = None, *, tokens: Any = None, state: Any = None,
         return_weights: bool = False,
     ) -> Tensor:
-        if state is not None or return_weights:
-            raise ValueError("PassThrough has no attention: it takes neither state nor return_weights")
+        refuse_encoder_options(self, state, return_weights)  # no attention: neither state nor weights
         return x

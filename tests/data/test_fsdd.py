@@ -305,7 +305,7 @@ def test_interrupted_download_leaves_nothing(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(fsdd_module.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(cut))
     with pytest.raises(FileNotFoundError, match=r"downloading .* failed"):
         FSDDDataModule(root=tmp_path / "data").prepare_data()
-    assert os.listdir(tmp_path / "data" / "fsdd") == []  # no recordings/, no staging folder
+    assert not (tmp_path / "data" / "fsdd").exists()  # no recordings/, no staging folder, no empty folder
 
 
 def test_repr_and_summary(root: Path) -> None:

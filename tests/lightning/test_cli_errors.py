@@ -149,7 +149,6 @@ MISSING = {
     "graph_node": [],
     "image_patches": [],
     "multimodal_digits": ["--data.download=false"],
-    "multimodal_digits_robust": ["--data.download=false"],
     "speech_truncated": ["--data.download=false"],
     "text_lm": [],
     "text_pos": [],

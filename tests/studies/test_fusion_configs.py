@@ -52,7 +52,7 @@ def _fit(recipe: Path, args: list[str], cwd: Path) -> dict[str, float]:
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         pytest.fail(f"{recipe.name} {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    (metrics,) = (cwd / "runs").glob("*/metrics.json")
+    (metrics,) = (cwd / "runs").glob("*/version_*/metrics.json")
     return json.loads(metrics.read_text())
 
 

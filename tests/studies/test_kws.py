@@ -26,7 +26,7 @@ def test_res8_tokens_lengths_and_gradients() -> None:
     assert 100_000 < params < 120_000  # res8's size: 45 maps, 3 blocks (and the features' LayerNorm)
     x = torch.randn(2, 5, 45)
     assert PassThrough()(x, None) is x
-    with pytest.raises(ValueError, match="PassThrough has no attention"):
+    with pytest.raises(ValueError, match="PassThrough does not return attention weights"):
         PassThrough()(x, None, return_weights=True)
 
 
