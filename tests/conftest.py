@@ -1,10 +1,10 @@
 """Shared test configuration: hypothesis profiles, the tests directory on sys.path, and the ``slow`` tier.
 
 ``make test-fast`` runs the tests not marked ``slow``. Marked here by where they live: the recipe runs
-(``tests/recipes``: subprocesses, DDP, precision, reproducibility), the benchmarks, the examples, the docs'
-executed pages and tutorials (``test_docs.py``), the long backend fuzzing (``test_fuzz.py``) and every
-test on the real datasets (``@pytest.mark.data``); the kill-and-resume tests and the few tests that train
-for a while carry the marker themselves."""
+(``tests/recipes``: subprocesses, DDP, precision, reproducibility), the benchmarks, the studies (all but
+the runner's own rules), the examples, the docs' executed pages and tutorials (``test_docs.py``), the
+long backend fuzzing (``test_fuzz.py``) and every test on the real datasets (``@pytest.mark.data``);
+the kill-and-resume tests and the few tests that train for a while carry the marker themselves."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ settings.register_profile(
 settings.load_profile(os.environ.get("ATTNMM_HYPOTHESIS_PROFILE", "default"))
 
 #: Folders of ``tests/`` whose every test is slow, and single slow files.
-SLOW_FOLDERS = ("recipes", "benchmarks", "examples")
+SLOW_FOLDERS = ("recipes", "benchmarks", "examples", "studies")
 SLOW_FILES = ("test_docs.py", "test_fuzz.py")
+#: Files of a slow folder that stay in the quick loop: the study runner's own rules (no training).
+FAST_FILES = ("test_runner.py",)
 TESTS = Path(__file__).parent
 
 
@@ -36,7 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         path = Path(str(item.path))
         parts = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
-        slow = bool(parts) and (parts[0] in SLOW_FOLDERS or parts[-1] in SLOW_FILES)
+        slow = bool(parts) and (parts[0] in SLOW_FOLDERS or parts[-1] in SLOW_FILES) and parts[-1] not in FAST_FILES
         if slow or item.get_closest_marker("data") is not None:
             item.add_marker(pytest.mark.slow)
     # The slow tests first (in their order): with the suite spread over processes (pytest-xdist, ``make
