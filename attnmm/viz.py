@@ -29,7 +29,7 @@ from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from attnmm.attention.weights import AttentionWeights
-from attnmm.masks import Mask
+from attnmm.masks import Mask, grid_size
 
 #: Colours of :func:`plot_grid_neighbourhood`: outside A(i), allowed neighbour, the query patch.
 NEIGHBOURHOOD_COLOURS = ("#f2f2f2", "#4c72b0", "#dd8452")
@@ -141,7 +141,7 @@ def plot_grid_neighbourhood(
     Cells hold 0 (not in :math:`A(i)`), 1 (an allowed neighbour) or 2 (the query patch i itself,
     which a :class:`~attnmm.masks.Grid` mask always allows). Patches are numbered row-major,
     :math:`i = r \cdot \mathrm{width} + c`. Any mask over a patch grid works (its
-    :attr:`~attnmm.masks.Mask.grid_size`: a ``Grid``, its compositions, a mask of one's own).
+    :func:`~attnmm.masks.grid_size`: a ``Grid``, its compositions, a mask of one's own).
 
     Args:
         mask (Mask): a mask over a patch grid (one item of a batched mask: the first).
@@ -160,7 +160,7 @@ def plot_grid_neighbourhood(
         >>> fig.axes[0].images[0].get_array().tolist()
         [[1, 2, 1, 0], [1, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     """
-    grid = mask.grid_size if isinstance(mask, Mask) else None
+    grid = grid_size(mask) if isinstance(mask, Mask) else None
     if grid is None:
         raise TypeError(
             f"plot_grid_neighbourhood needs a mask over a patch grid (e.g. attnmm.masks.Grid), got "

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.speech import SpeechAdapter
-from attnmm.masks import Mask
+from attnmm.masks import Mask, block_sizes, first_key, grid_size, lookahead_error, without_padding
 
 #: Mel frames between tokens: the two stride-2 convolutions of the adapter.
 _SUBSAMPLING = 4
@@ -203,7 +203,7 @@ class SpeechStream:
         """Run the frames x (B, n, D) at positions [position, position + n) through every layer,
         attending to each layer's cache and to themselves under the mask."""
         start, end = self._position, self._position + x.size(1)
-        first = self.mask.first_key(end)  # no later query attends a key before it
+        first = first_key(self.mask, end)  # no later query attends a key before it
         keep_from = self._cache_start if first is None else min(max(self._cache_start, first), end)
         if self.max_cache is not None and end - keep_from > self.max_cache:
             raise ValueError(
@@ -230,9 +230,9 @@ def _stream_plan(mask: Mask | None) -> tuple[Mask, int]:
     """The mask a :class:`SpeechStream` evaluates (``mask`` on real frames only: its key padding
     dropped) and its ``step``: the smallest block length such that no frame attends past the end of
     its block. Raise, naming the mask and the part at fault, when the look-ahead is not bounded so.
-    Everything is asked of the mask (:meth:`~attnmm.masks.Mask.without_padding`,
-    :attr:`~attnmm.masks.Mask.block_sizes`, :meth:`~attnmm.masks.Mask.lookahead_error`), which answers
-    from its parts.
+    Everything is read from the mask's structure (:func:`~attnmm.masks.without_padding`,
+    :func:`~attnmm.masks.block_sizes`, :func:`~attnmm.masks.lookahead_error`), which a composition
+    answers from its parts.
 
     Examples:
         >>> from attnmm.masks import Causal, Chunk, Padding, Window
@@ -246,13 +246,13 @@ def _stream_plan(mask: Mask | None) -> tuple[Mask, int]:
         "alone, intersected (&) with Window(left, right), Causal() or Padding, or united (|) with Causal(), "
         "or a causal mask such as Window(left, 0)"
     )
-    stripped = None if mask is None else mask.without_padding()
+    stripped = None if mask is None else without_padding(mask)
     if stripped is None or stripped.structure.kind == "full":
         what = "no mask" if stripped is None else repr(stripped)
         raise ValueError(
             f"SpeechStream cannot stream under {mask!r}: {what} is full attention, which sees the whole utterance{how}"
         )
-    if stripped.layout == "packed" or stripped.grid_size is not None:
+    if stripped.layout == "packed" or grid_size(stripped) is not None:
         kind = "graph" if stripped.layout == "packed" else "2-D patch grid"
         raise ValueError(
             f"SpeechStream cannot stream under {mask!r}: {stripped!r} is not a mask over time frames (a {kind} "
@@ -263,13 +263,13 @@ def _stream_plan(mask: Mask | None) -> tuple[Mask, int]:
             f"SpeechStream cannot stream under {mask!r}: it depends on the batch item, but a batch of streams "
             "shares one mask (only key padding is dropped: every streamed frame is real)"
         )
-    sizes = sorted(stripped.block_sizes)
-    reason = stripped.lookahead_error(math.lcm(*sizes) if sizes else 1)
+    sizes = sorted(block_sizes(stripped))
+    reason = lookahead_error(stripped, math.lcm(*sizes) if sizes else 1)
     if reason is not None:
         raise ValueError(f"SpeechStream cannot stream under {mask!r}: {reason}{how}")
     # the steps that work are the multiples of the lcm of some of the block sizes: try the smallest first
     steps = sorted({math.lcm(*c) if c else 1 for k in range(len(sizes) + 1) for c in combinations(sizes, k)})
-    step = next(s for s in steps if stripped.lookahead_error(s) is None)
+    step = next(s for s in steps if lookahead_error(stripped, s) is None)
     return stripped, step
 
 

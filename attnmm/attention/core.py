@@ -150,7 +150,7 @@ def attend(
         mask.check(q.size(2), k.size(2), q.size(0))
     as_packed = packed
     if packed and mask is not None and bias is None and not return_weights:
-        padded = mask.as_padded()  # the same allowed set over one padded item, which more backends take
+        padded = mask.structure.padded  # the same allowed set over one padded item, which more backends take
         if padded is not None:
             mask, as_packed = padded, False
     plan = Plan() if plan is None else plan

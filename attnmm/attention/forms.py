@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnmm.masks import Full, Mask, Pairs, Segments
+from attnmm.masks import Full, Mask, Pairs, Segments, as_blocks
 from attnmm.masks._key import value_key
 from attnmm.masks.base import IntervalMask, Structure
 
@@ -166,12 +166,12 @@ class Forms:
 
     @cached_property
     def blocks(self) -> Segments | None:
-        """The mask as blocks computed one by one (:meth:`~attnmm.masks.Mask.as_blocks`); ``None`` for one
+        """The mask as blocks computed one by one (:func:`~attnmm.masks.as_blocks`); ``None`` for one
         block or the packed layout."""
         mask = self.effective_mask
         if self.packed or mask.layout == "packed":
             return None
-        return mask.as_blocks(self.L, self.S)
+        return as_blocks(mask, self.L, self.S)
 
     def get(self, name: Hashable) -> Any:
         """The form ``name`` if built (here or kept in the store), else ``None``."""

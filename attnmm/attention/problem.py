@@ -108,7 +108,7 @@ class Problem:
 
     @property
     def blocks(self) -> Segments | None:
-        """The mask as blocks computed one by one (:meth:`~attnmm.masks.Mask.as_blocks`: a ``Segments``
+        """The mask as blocks computed one by one (:func:`~attnmm.masks.as_blocks`: a ``Segments``
         mask, packed documents); ``None`` for one block or the packed layout."""
         return self.forms.blocks
 

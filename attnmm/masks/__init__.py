@@ -11,6 +11,17 @@ from attnmm.masks.full import Full
 from attnmm.masks.graph import Graph
 from attnmm.masks.grid import Grid
 from attnmm.masks.padding import Padding
+from attnmm.masks.queries import (
+    as_blocks,
+    block_sizes,
+    first_key,
+    grid_size,
+    grid_window,
+    lookahead_error,
+    padding_lengths,
+    segmentation,
+    without_padding,
+)
 from attnmm.masks.same_graph import SameGraph
 from attnmm.masks.segments import Segments
 from attnmm.masks.window import Window
@@ -34,7 +45,16 @@ __all__ = [
     "Segments",
     "Structure",
     "Window",
+    "as_blocks",
+    "block_sizes",
+    "first_key",
     "get_mask",
+    "grid_size",
+    "grid_window",
     "list_masks",
+    "lookahead_error",
+    "padding_lengths",
     "register_mask",
+    "segmentation",
+    "without_padding",
 ]

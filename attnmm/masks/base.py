@@ -6,7 +6,7 @@ and the view of a mask from an offset (:class:`Shifted`), which every mask's ans
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from operator import and_
 from typing import Literal, TypeVar
@@ -30,22 +30,52 @@ UNBOUNDED = 2**62
 EXACT_COUNT_ROWS = 1 << 22
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Structure:
-    """Structure of a mask that backends can exploit.
+    """What a mask's allowed set is, in the few numbers its kind needs: the one description that
+    backends, the planner and every other consumer read (none tests for a mask class or asks a mask
+    method of its own). Each field claims nothing when left at its default; a mask fills what it knows.
 
     Args:
-        kind (str): one of ``"full"``, ``"causal"``, ``"band"``, ``"interval"``, ``"segments"``,
-            ``"sparse"``.
-        left (int, optional): for ``band``, the allowed keys satisfy ``j >= i - left``.
-        right (int, optional): for ``band``, the allowed keys satisfy ``j <= i + right``.
+        kind (str): what a backend may exploit: ``"full"``, ``"causal"``, ``"band"``, ``"interval"``,
+            ``"segments"`` or ``"sparse"`` (see :data:`StructureKind`).
+        left (int, optional): every allowed key satisfies ``j >= i - left`` (any kind may state it).
+        right (int, optional): every allowed key satisfies ``j <= i + right``.
         batched (bool): whether the allowed set depends on the batch item.
+        batch_size (int, optional): the batch size a batched mask was built for.
+        op (str, optional): ``"&"``, ``"|"`` or ``"~"`` for a composition of ``parts``, whose consumers
+            answer from the parts' structures.
+        parts (tuple of Mask): the operands of ``op``.
+        chunk (int, optional): no query attends a key past the end of its block of ``chunk``
+            positions (blocks start at multiples of it; a ``Chunk``'s size).
+        lengths (LongTensor, optional): (B,) the mask is key padding: item ``b`` allows exactly the keys
+            before ``lengths[b]`` (a ``Padding``).
+        grid (tuple of int, optional): ``(height, width)`` of the patch grid the mask is over (row-major).
+        window (tuple of int, optional): ``(kernel, dilation)`` when the mask is exactly a zero-padded
+            convolution's receptive field on its grid.
+        segments (tuple, optional): ``(sizes, lengths)`` of the segments the mask lays out (``lengths``
+            (B, K), or ``None`` when every segment is whole); a ``"segments"`` kind is a
+            :class:`~attnmm.masks.Segments` mask.
+        documents (LongTensor, optional): (D,) lengths of documents packed one after another, each
+            attending only itself, the same for every item (a ``Documents`` packing).
+        padded (Mask, optional): for a packed-layout mask, the same allowed set as a padded-layout mask
+            of one item (B = 1, L = S = N) that more backends take.
     """
 
-    kind: StructureKind
+    kind: StructureKind = "sparse"
     left: int | None = None
     right: int | None = None
     batched: bool = False
+    batch_size: int | None = None
+    op: Literal["&", "|", "~"] | None = None
+    parts: tuple[Mask, ...] = ()
+    chunk: int | None = None
+    lengths: Tensor | None = None
+    grid: tuple[int, int] | None = None
+    window: tuple[int, int] | None = None
+    segments: tuple[tuple[int, ...], Tensor | None] | None = None
+    documents: Tensor | None = None
+    padded: Mask | None = None
 
 
 class Mask(ABC):
@@ -66,13 +96,10 @@ class Mask(ABC):
     composition operators ``&`` (:math:`A \cap A'`), ``|`` (:math:`A \cup A'`) and ``~``
     (complement). :attr:`structure` tells the dispatcher what it may exploit.
 
-    A mask also answers what its consumers need to know, so none of them tests for a mask class:
-    :meth:`shifted` (the block of a longer sequence, in its own coordinates), :meth:`as_blocks` (its
-    segments, computed block by block), :meth:`first_key`, :attr:`block_sizes` and
-    :meth:`lookahead_error` (what a stream may drop and when it may emit), :attr:`padding_lengths` and
-    :meth:`without_padding` (the batch's real lengths), :attr:`grid_size` and :attr:`grid_window` (the
-    patch grid), :attr:`segmentation` (the segments a head pools). Each has a default that claims
-    nothing; a mask overrides what it knows, and a composition answers from its parts.
+    :attr:`structure` is all a consumer reads of a mask beyond those: its kind and the few numbers the kind
+    needs (a band's bounds, a chunk's size, padding lengths, a patch grid, segments), and for a composition
+    its operator and parts; :mod:`attnmm.masks.queries` answers the consumers' questions from it.
+    :meth:`shifted` gives the block of a longer sequence in its own coordinates.
 
     Attributes:
         layout (str, optional): ``"padded"`` for masks of (B, H, L, E) batches, ``"packed"`` for
@@ -95,28 +122,19 @@ class Mask(ABC):
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         """Enumerate the allowed pairs sorted by (batch, row, col) in O(nnz); sizes are checked."""
 
+    #: The batch size a batched mask was built for (read as :attr:`Structure.batch_size`).
+    _batch_size: int | None = None
+
     @property
     def structure(self) -> Structure:
-        """What a backend may exploit about this mask (default: nothing)."""
-        return Structure("sparse", batched=self.batched)
-
-    @property
-    def batch_size(self) -> int | None:
-        """The batch size a batched mask was built for, else ``None``."""
-        return None
-
-    def as_padded(self) -> Mask | None:
-        """This packed-layout mask as a padded-layout mask of one item (B = 1, L = S = N) with the same
-        allowed set, where it has one that backends exploit (the graphs of a
-        :class:`~attnmm.masks.SameGraph` are packed :class:`~attnmm.masks.Documents`); ``None``, the
-        default, where it has none. :func:`~attnmm.attend` computes a packed problem under it."""
-        return None
+        """What this mask's allowed set is, for backends and consumers (default: claims nothing)."""
+        return Structure(batched=self.batched, batch_size=self._batch_size)
 
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         """Raise ``ValueError`` when the mask cannot describe an (L, S) attention of that batch."""
         if num_rows < 0 or num_cols < 0:
             raise ValueError(f"sizes must be non-negative, got L={num_rows}, S={num_cols}")
-        own = self.batch_size
+        own = self._batch_size
         if own is not None and batch_size is not None and own != batch_size:
             raise ValueError(
                 f"{self!r} was built for a batch of {own} items but the input has batch size "
@@ -136,63 +154,12 @@ class Mask(ABC):
         """
         return Shifted(self, q_offset, kv_offset)
 
-    def as_blocks(self, num_rows: int, num_cols: int) -> Mask | None:
-        """The mask as a :class:`~attnmm.masks.Segments` mask over ``num_rows`` x ``num_cols`` positions
-        when it is made of blocks that can be computed one by one (a ``Segments`` mask, packed
-        ``Documents`` and their intersections), else ``None`` (the default)."""
-        return None
-
-    def first_key(self, end: int) -> int | None:
-        """A lower bound on the keys that any query at position ``end`` or later may attend (keys before
-        it can be forgotten by a stream), or ``None`` when such a query may attend any earlier key."""
-        return None
-
-    @property
-    def block_sizes(self) -> frozenset[int]:
-        """Lengths of the blocks whose ends bound the look-ahead (a ``Chunk``'s size); a stream steps by
-        a multiple of them."""
-        return frozenset()
-
-    def lookahead_error(self, step: int) -> str | None:
-        """``None`` when no query attends a key at or past the end of its block of ``step`` positions
-        (blocks start at multiples of ``step``), so a stream may emit a block once it has arrived;
-        else why not, naming the mask at fault."""
-        return f"{self!r} states no bound on how far ahead a query may look"
-
-    @property
-    def padding_lengths(self) -> Tensor | None:
-        """The real length of every batch item (B,) when the mask allows no key at or past it (a
-        ``Padding``'s lengths), else ``None``."""
-        return None
-
-    def without_padding(self) -> Mask:
-        """The mask on a batch whose every token is real: key padding dropped (``Padding`` becomes
-        ``Full()``)."""
-        return self
-
-    @property
-    def grid_size(self) -> tuple[int, int] | None:
-        """``(height, width)`` of the patch grid the mask is over (patches row-major), or ``None``."""
-        return None
-
-    @property
-    def grid_window(self) -> tuple[int, int] | None:
-        """``(kernel, dilation)`` when the mask is exactly a zero-padded convolution's receptive field on
-        its grid (a ``Grid`` with truncated borders, maybe intersected with full masks), else ``None``."""
-        return None
-
-    @property
-    def segmentation(self) -> tuple[tuple[int, ...], Tensor | None] | None:
-        """``(sizes, lengths)`` of the segments the mask lays out (``lengths`` (B, K) or ``None`` when
-        every segment is whole), or ``None`` for a mask of one sequence."""
-        return None
-
     # ---------------------------------------------------------------- derived representations
 
     def _resolve(self, num_rows: int, num_cols: int | None, batch_size: int | None) -> tuple[int, int, int | None]:
         num_cols = num_rows if num_cols is None else num_cols
         if self.batched and batch_size is None:
-            batch_size = self.batch_size
+            batch_size = self._batch_size
         self.check(num_rows, num_cols, batch_size)
         return num_rows, num_cols, batch_size if self.batched else None
 
@@ -312,29 +279,11 @@ class IntervalMask(Mask):
     @property
     def structure(self) -> Structure:
         left, right = self.band
-        if left is not None and right is not None:
-            return Structure("band", left, right, self.batched)
-        return Structure("interval", left, right, self.batched)
+        kind: StructureKind = "band" if left is not None and right is not None else "interval"
+        return Structure(kind, left, right, self.batched, self._batch_size)
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return ShiftedInterval(self, q_offset, kv_offset)
-
-    def first_key(self, end: int) -> int | None:
-        """``end - left`` from the band (``None`` without a left bound)."""
-        left = self.band[0]
-        return None if left is None else max(0, end - left)
-
-    def lookahead_error(self, step: int) -> str | None:
-        """Bounded when the band's right side is 0 (no query looks ahead)."""
-        right = self.band[1]
-        if right == 0:
-            return None
-        if right is None:
-            return f"{self!r} has no bound on how far ahead a query may look"
-        return (
-            f"{self!r} lets query i attend key i + {right}, across block boundaries, and each layer adds "
-            f"that look-ahead again (num_layers x {right} positions), so it grows with depth"
-        )
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         start, end = self.interval(b, q_idx)
@@ -404,9 +353,6 @@ class Full(IntervalMask):
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return self  # every key, from anywhere
 
-    def lookahead_error(self, step: int) -> str | None:
-        return "Full() lets every query attend the whole sequence"
-
     def __repr__(self) -> str:
         return "Full()"
 
@@ -455,10 +401,7 @@ class Shifted(Mask):
         self.q_offset, self.kv_offset = _check_offsets(q_offset, kv_offset)
         self.layout = inner.layout  # type: ignore[assignment]
         self.batched = inner.batched
-
-    @property
-    def batch_size(self) -> int | None:
-        return self.inner.batch_size
+        self._batch_size = inner._batch_size
 
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         Mask.check(self, num_rows, num_cols, batch_size)
@@ -559,7 +502,7 @@ def _layout(parts: tuple[Mask, ...], op: str) -> str | None:
 
 
 def _batch_size(parts: tuple[Mask, ...]) -> int | None:
-    sizes = {p.batch_size for p in parts if p.batch_size is not None}
+    sizes = {p._batch_size for p in parts if p._batch_size is not None}
     if len(sizes) > 1:
         raise ValueError(f"cannot compose batched masks built for different batch sizes: {sorted(sizes)}")
     return sizes.pop() if sizes else None
@@ -586,8 +529,12 @@ class _Composite(Mask):
         self._op = op
 
     @property
-    def batch_size(self) -> int | None:
-        return self._batch_size
+    def structure(self) -> Structure:
+        return self._composed(Mask.structure.fget(self))  # type: ignore[attr-defined]
+
+    def _composed(self, structure: Structure) -> Structure:
+        """``structure`` with this composition's operator and parts, which consumers answer from."""
+        return replace(structure, op=self._op, parts=self.parts, batch_size=self._batch_size)
 
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         for p in self.parts:
@@ -596,65 +543,12 @@ class _Composite(Mask):
     def __repr__(self) -> str:
         return f" {self._op} ".join(_wrap(p, type(self)) for p in self.parts)
 
-    @property
-    def block_sizes(self) -> frozenset[int]:
-        return frozenset().union(*(p.block_sizes for p in self.parts))
-
-    @property
-    def grid_size(self) -> tuple[int, int] | None:
-        return next((g for p in self.parts if (g := p.grid_size) is not None), None)
-
-
-def _not_full(parts: tuple[Mask, ...]) -> list[Mask]:
-    return [p for p in parts if p.structure.kind != "full" or p.batched]
-
 
 class _Meet(_Composite):
-    """What an intersection answers from its parts: a key must be allowed by every part."""
+    """An intersection: a key must be allowed by every part."""
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return reduce(and_, (p.shifted(q_offset, kv_offset) for p in self.parts))
-
-    def as_blocks(self, num_rows: int, num_cols: int) -> Mask | None:
-        """The blocks of the one part made of blocks, each intersected with the other parts seen from
-        the block's offsets (``Documents(lengths) & Causal()``: each document causal on its own)."""
-        for i, part in enumerate(self.parts):
-            blocks = part.as_blocks(num_rows, num_cols)
-            if blocks is None:
-                continue
-            others = [p for j, p in enumerate(self.parts) if j != i]
-            rest = reduce(and_, others) if others else None
-            return blocks if rest is None else blocks.intersect_blocks(rest)
-        return None
-
-    def first_key(self, end: int) -> int | None:
-        known = [k for p in self.parts if (k := p.first_key(end)) is not None]
-        return max(known) if known else None
-
-    def lookahead_error(self, step: int) -> str | None:
-        reasons = [p.lookahead_error(step) for p in self.parts]
-        if any(r is None for r in reasons):
-            return None  # one bounded part bounds the intersection
-        return "; ".join(r for r in reasons if r is not None)
-
-    @property
-    def padding_lengths(self) -> Tensor | None:
-        known = [n for p in self.parts if (n := p.padding_lengths) is not None]
-        return reduce(torch.minimum, known) if known else None
-
-    def without_padding(self) -> Mask:
-        kept = _not_full(tuple(p.without_padding() for p in self.parts))
-        return reduce(and_, kept) if kept else Full()
-
-    @property
-    def grid_window(self) -> tuple[int, int] | None:
-        core = _not_full(self.parts)
-        return core[0].grid_window if len(core) == 1 else None
-
-    @property
-    def segmentation(self) -> tuple[tuple[int, ...], Tensor | None] | None:
-        found = [s for p in self.parts if (s := p.segmentation) is not None]
-        return found[0] if len(found) == 1 else None
 
 
 class Intersection(_Meet, IntervalMask):
@@ -699,10 +593,10 @@ class Intersection(_Meet, IntervalMask):
     def structure(self) -> Structure:
         core = [p for p in self.parts if p.structure.kind != "full" or p.batched]
         if not self.batched and not core:
-            return Structure("full")
+            return self._composed(Structure("full"))
         if not self.batched and all(p.structure.kind == "causal" for p in core):
-            return Structure("causal", None, 0)
-        return IntervalMask.structure.fget(self)  # type: ignore[attr-defined]
+            return self._composed(Structure("causal", None, 0))
+        return self._composed(IntervalMask.structure.fget(self))  # type: ignore[attr-defined]
 
 
 class And(_Meet):
@@ -787,19 +681,6 @@ class Or(_Composite):
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return Or(*(p.shifted(q_offset, kv_offset) for p in self.parts))
 
-    def first_key(self, end: int) -> int | None:
-        """A key allowed by any part: the earliest of the parts' bounds (``None`` if one has none)."""
-        bounds = [p.first_key(end) for p in self.parts]
-        return None if any(b is None for b in bounds) else min(b for b in bounds if b is not None)
-
-    def lookahead_error(self, step: int) -> str | None:
-        """A union is bounded only if every part is."""
-        return next((r for p in self.parts if (r := p.lookahead_error(step)) is not None), None)
-
-    def without_padding(self) -> Mask:
-        parts = [p.without_padding() for p in self.parts]
-        return Full() if len(_not_full(tuple(parts))) < len(parts) else Or(*parts)
-
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         keys = []
         for p in self.parts:
@@ -831,12 +712,6 @@ class Not(_Composite):
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return Not(self.parts[0].shifted(q_offset, kv_offset))
-
-    def lookahead_error(self, step: int) -> str | None:
-        return f"{self!r} is a complement, which may allow any later position"
-
-    def without_padding(self) -> Mask:
-        return Not(self.parts[0].without_padding())
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
         """B * L * S: the complement's sparse form filters every pair (see :meth:`_pairs`)."""

@@ -2,11 +2,13 @@ r"""Chunked attention: exact for streaming, chunk by chunk."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import UNBOUNDED, IntervalMask, Mask
+from attnmm.masks.base import UNBOUNDED, IntervalMask, Mask, Structure
 
 
 @register_mask
@@ -58,19 +60,10 @@ class Chunk(IntervalMask):
             return self
         return super().shifted(q_offset, kv_offset)
 
-    def first_key(self, end: int) -> int | None:
-        """The first position of the earliest chunk a query at ``end`` or later still sees."""
-        return max(0, (end // self.size - self.left_chunks) * self.size)
-
     @property
-    def block_sizes(self) -> frozenset[int]:
-        return frozenset({self.size})
-
-    def lookahead_error(self, step: int) -> str | None:
-        """A chunk's look-ahead is the rest of the chunk: bounded by blocks of a multiple of ``size``."""
-        if step % self.size == 0:
-            return None
-        return f"{self!r} ends its chunks at multiples of {self.size}, not of {step}"
+    def structure(self) -> Structure:
+        """A band whose look-ahead ends at the chunk's end (``chunk``: its size)."""
+        return replace(super().structure, chunk=self.size)
 
     def __repr__(self) -> str:
         return f"Chunk(size={self.size}, left_chunks={self.left_chunks})"

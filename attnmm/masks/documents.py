@@ -3,17 +3,14 @@ r"""Packed documents: many variable-length documents in one sequence, attention 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from attnmm._checks import as_whole_numbers
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import IntervalMask
-
-if TYPE_CHECKING:
-    from attnmm.masks.segments import Segments
+from attnmm.masks.base import IntervalMask, Structure
 
 
 @register_mask
@@ -70,6 +67,7 @@ class Documents(IntervalMask):
             raise ValueError(f"lengths must be >= 0, got min {int(lengths.min())}")
         self.lengths = lengths
         self.batched = lengths.dim() == 2
+        self._batch_size = int(lengths.size(0)) if self.batched else None
         rows = lengths if self.batched else lengths.view(1, -1)  # (B or 1, D)
         ends = rows.cumsum(1)  # (B or 1, D)
         totals = ends[:, -1] if rows.size(1) else rows.new_zeros(rows.size(0))
@@ -106,8 +104,9 @@ class Documents(IntervalMask):
         return torch.nn.functional.pad(self.lengths.cumsum(-1), (1, 0))
 
     @property
-    def batch_size(self) -> int | None:
-        return int(self.lengths.size(0)) if self.batched else None
+    def structure(self) -> Structure:
+        """A band (``(max length - 1, max length - 1)``); ``documents`` for one packing shared by the batch."""
+        return replace(super().structure, documents=None if self.batched else self.lengths)
 
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         super().check(num_rows, num_cols, batch_size)
@@ -129,31 +128,6 @@ class Documents(IntervalMask):
     def band(self) -> tuple[int | None, int | None]:
         width = max(int(self.lengths.max()) - 1, 0) if self.lengths.numel() else 0
         return width, width
-
-    def as_blocks(self, num_rows: int, num_cols: int) -> Segments | None:
-        """One packing shared by the batch as :class:`~attnmm.masks.Segments`: a segment per non-empty
-        document attending itself, and a last one attending nothing for the positions past the
-        documents; ``None`` for a packing per item (its blocks differ by item) or L != S.
-
-        Examples:
-            >>> Documents([2, 0, 3]).as_blocks(6, 6)
-            Segments(sizes=[2, 3, 1], links=[[1, 0, 0], [0, 1, 0], [0, 0, 0]])
-        """
-        from attnmm.masks.segments import Segments
-
-        if self.batched or num_rows != num_cols:
-            return None
-        sizes = [int(n) for n in self.lengths.tolist() if n > 0]
-        tail = num_rows - sum(sizes)
-        if tail < 0:
-            return None  # (the mask's own check refuses the length)
-        links = [[a == c for c in range(len(sizes) + 1)] for a in range(len(sizes))]
-        if tail:
-            links.append([False] * (len(sizes) + 1))
-            sizes.append(tail)
-        else:
-            links = [row[:-1] for row in links]
-        return Segments(sizes, links=links) if sizes else None
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
         """The exact count, the sum of the squared lengths, in O(D)."""

@@ -10,7 +10,7 @@ from torch import Tensor
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import Mask
+from attnmm.masks.base import Mask, Structure
 
 
 @register_mask
@@ -76,14 +76,11 @@ class Grid(Mask):
         return self.height * self.width
 
     @property
-    def grid_size(self) -> tuple[int, int] | None:
-        return self.height, self.width
-
-    @property
-    def grid_window(self) -> tuple[int, int] | None:
-        """``(kernel, dilation)`` with truncated borders (a convolution's receptive field); ``None`` for
-        NATTEN's shifted window."""
-        return (self.kernel, self.dilation) if self.border == "truncate" else None
+    def structure(self) -> Structure:
+        """Sparse, on its grid; with truncated borders a convolution's receptive field (``window``), not
+        with NATTEN's shifted window."""
+        window = (self.kernel, self.dilation) if self.border == "truncate" else None
+        return Structure(grid=(self.height, self.width), window=window)
 
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         super().check(num_rows, num_cols, batch_size)

@@ -3,14 +3,14 @@ r"""Key padding of variable-length batches."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from attnmm._checks import as_whole_numbers
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import IntervalMask, Mask
-from attnmm.masks.full import Full
+from attnmm.masks.base import IntervalMask, Structure
 
 
 @register_mask
@@ -45,10 +45,12 @@ class Padding(IntervalMask):
         if lengths.numel() and int(lengths.min()) < 0:
             raise ValueError(f"lengths must be >= 0, got min {int(lengths.min())}")
         self.lengths = lengths.long()
+        self._batch_size = int(self.lengths.numel())
 
     @property
-    def batch_size(self) -> int | None:
-        return int(self.lengths.numel())
+    def structure(self) -> Structure:
+        """An interval (keys ``[0, lengths[b])``) that is key padding (``lengths``)."""
+        return replace(super().structure, lengths=self.lengths)
 
     def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
         super().check(num_rows, num_cols, batch_size)
@@ -61,13 +63,6 @@ class Padding(IntervalMask):
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         end = self.lengths.to(b.device)[b]
         return torch.zeros_like(end), end + q_idx * 0
-
-    @property
-    def padding_lengths(self) -> Tensor | None:
-        return self.lengths
-
-    def without_padding(self) -> Mask:
-        return Full()  # every key real: all allowed
 
     def __repr__(self) -> str:
         values = self.lengths.tolist()

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from attnmm.masks._pairs import Pairs, pairs_from_ranges
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import Mask
+from attnmm.masks.base import Mask, Structure
 
 
 @register_mask
@@ -51,16 +51,17 @@ class SameGraph(Mask):
         if (num_rows, num_cols) != (n, n):
             raise ValueError(f"{self!r} describes {n} nodes, but the input has L={num_rows} and S={num_cols}")
 
-    def as_padded(self) -> Mask:
-        """The graphs as :class:`~attnmm.masks.Documents` of their sizes, packed one after another (the
-        nodes of a graph are contiguous): the same allowed set, which :func:`~attnmm.attend` computes
-        one graph at a time on fused SDPA (the ``segments`` backend) where that is estimated cheaper
-        than the pairs on the sparse kernel."""
+    @property
+    def structure(self) -> Structure:
+        """Sparse; ``padded``: the graphs as :class:`~attnmm.masks.Documents` of their sizes, packed one
+        after another (the nodes of a graph are contiguous), the same allowed set, which
+        :func:`~attnmm.attend` computes one graph at a time on fused SDPA (the ``segments`` backend)
+        where that is estimated cheaper than the pairs on the sparse kernel."""
         if self._documents is None:
             from attnmm.masks.documents import Documents
 
             self._documents = Documents(torch.bincount(self.batch, minlength=self.num_graphs))
-        return self._documents
+        return Structure(padded=self._documents)
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         graph = self.batch.to(q_idx.device)

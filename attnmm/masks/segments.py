@@ -40,7 +40,7 @@ class _Blocks(Mask):
     ) -> None:
         self.row_sizes, self.col_sizes, self.blocks = row_sizes, col_sizes, blocks
         self.row_lengths, self.col_lengths = row_lengths, col_lengths
-        items = {m.batch_size for r in blocks for m in r if m is not None and m.batch_size is not None}
+        items = {m._batch_size for r in blocks for m in r if m is not None and m._batch_size is not None}
         for lengths in (row_lengths, col_lengths):
             if lengths is not None:
                 items.add(int(lengths.size(0)))
@@ -57,10 +57,6 @@ class _Blocks(Mask):
                 m.check(row_sizes[a], col_sizes[c], self._batch_size)
             except ValueError as err:
                 raise ValueError(f"block ({a}, {c}) of {self!r}: {err}") from None
-
-    @property
-    def batch_size(self) -> int | None:
-        return self._batch_size
 
     def _links(self) -> list[tuple[int, int, Mask]]:
         """The linked blocks ``(a, c, mask)`` in (query segment, key segment) order."""
@@ -81,7 +77,7 @@ class _Blocks(Mask):
         """``full`` when every block is full and every segment complete (no lengths), else ``sparse``."""
         if not self.batched and all(isinstance(m, Full) for r in self.blocks for m in r):
             return Structure("full")
-        return Structure("sparse", batched=self.batched)
+        return Structure("sparse", batched=self.batched, batch_size=self._batch_size)
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         device = q_idx.device
@@ -262,13 +258,6 @@ class Segments(_Blocks):
         """K."""
         return len(self.sizes)
 
-    @property
-    def segmentation(self) -> tuple[tuple[int, ...], Tensor | None] | None:
-        return self.sizes, self.lengths
-
-    def as_blocks(self, num_rows: int, num_cols: int) -> Segments | None:
-        return self if num_rows == num_cols == sum(self.sizes) else None
-
     def intersect_blocks(self, other: Mask) -> Segments:
         """``self & other`` as segments: every block intersected with ``other`` seen from the block's
         offsets (:meth:`~attnmm.masks.Mask.shifted`), so each block keeps the structure of its own mask.
@@ -307,9 +296,10 @@ class Segments(_Blocks):
     def structure(self) -> Structure:
         """``full`` when every block is full and every segment complete (no lengths), else
         ``segments``: the segments backend computes each query segment on its own backend."""
+        segments = (self.sizes, self.lengths)
         if not self.batched and all(isinstance(m, Full) for r in self.blocks for m in r):
-            return Structure("full")
-        return Structure("segments", batched=self.batched)
+            return Structure("full", segments=segments)
+        return Structure("segments", batched=self.batched, batch_size=self._batch_size, segments=segments)
 
     def row(self, a: int) -> tuple[list[int], Mask | None]:
         """The key segments query segment ``a`` attends, and the mask of its queries over those

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
-from attnmm.masks import Grid, Mask
+from attnmm.masks import Grid, Mask, grid_size, grid_window, padding_lengths, without_padding
 from attnmm.nn.multihead import MultiHeadAttention
 from attnmm.nn.relative import RelativePositionBias
 
@@ -220,11 +220,11 @@ class ConvEncoder(nn.Module):
 
     A ``kernel`` x ``kernel`` convolution (zero-padded) lets patch :math:`i` see exactly the allowed set
     of ``Grid(height, width, kernel)``, so that is the mask it honours: a mask whose
-    :attr:`~attnmm.masks.Mask.grid_window` is ``(kernel, 1)``, maybe with the key padding of whole
+    :func:`~attnmm.masks.grid_window` is ``(kernel, 1)``, maybe with the key padding of whole
     images. Any other mask (another kernel, a dilation, NATTEN's shifted border, padded images, a
     window over a sequence, full attention) is refused, naming it: a convolution cannot compute it.
     Without a mask the convolution's own neighbourhood is used, on the ``grid_size`` grid. The grid
-    comes from ``grid_size`` or, when unset, from the mask's :attr:`~attnmm.masks.Mask.grid_size`.
+    comes from ``grid_size`` or, when unset, from the mask's :func:`~attnmm.masks.grid_size`.
 
     Args:
         d_model (int): token width D.
@@ -278,7 +278,7 @@ class ConvEncoder(nn.Module):
         refuse_encoder_options(self, state, return_weights)
         if x.dim() != 3:
             raise ValueError(f"ConvEncoder expects patch tokens (B, L, D), got shape {tuple(x.shape)}")
-        grid = self.grid_size if self.grid_size is not None else None if mask is None else mask.grid_size
+        grid = self.grid_size if self.grid_size is not None else None if mask is None else grid_size(mask)
         if grid is None:
             raise ValueError(
                 f"ConvEncoder needs the patch grid: give it grid_size=(height, width) or a Grid mask, got {mask!r}"
@@ -294,9 +294,9 @@ class ConvEncoder(nn.Module):
 
     def _check_mask(self, mask: Mask, num_patches: int) -> None:
         """Refuse, naming it, a mask that a ``kernel`` x ``kernel`` convolution does not compute."""
-        lengths = mask.padding_lengths
+        lengths = padding_lengths(mask)
         whole = lengths is None or bool((lengths == num_patches).all())
-        if not whole or mask.without_padding().grid_window != (self.kernel, 1):
+        if not whole or grid_window(without_padding(mask)) != (self.kernel, 1):
             raise ValueError(
                 f"ConvEncoder computes a {self.kernel} x {self.kernel} convolution over the patch grid, which "
                 f"honours Grid(height, width, kernel={self.kernel}) only (truncated borders, no dilation, whole "

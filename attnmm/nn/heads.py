@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_features, check_nonneg_int
 from attnmm.common.tokens import Tokens
+from attnmm.masks import segmentation
 
 
 def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:
@@ -190,7 +191,7 @@ class SegmentPoolingClassifier(nn.Module):
     predictions are averaged (late fusion: each modality predicts alone); without, one classifier
     reads the mean of the present segments' pooled features. A segment an item lacks is left out of
     its average, so an item with one modality is classified from that one. The segment layout and
-    lengths come from the tokens' mask (:attr:`~attnmm.masks.Mask.segmentation`: a
+    lengths come from the tokens' mask (:func:`~attnmm.masks.segmentation`: a
     :class:`~attnmm.masks.Segments` mask, e.g. of :class:`~attnmm.adapters.MultimodalAdapter`, alone or
     intersected); a mask of one sequence is one segment of every token.
 
@@ -283,7 +284,7 @@ class SegmentPoolingClassifier(nn.Module):
 
     def pool(self, h: Tensor, tokens: Tokens) -> tuple[Tensor, Tensor]:
         """Pooled features (B, K, D) of every segment, and which segments each item has (B, K)."""
-        layout = None if tokens.mask is None else tokens.mask.segmentation
+        layout = None if tokens.mask is None else segmentation(tokens.mask)
         if layout is None:  # one segment: the real tokens
             n = tokens.lengths if tokens.lengths is not None else torch.full((h.size(0),), h.size(1))
             offsets, lengths = [0, h.size(1)], n.view(-1, 1)

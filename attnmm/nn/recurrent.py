@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
-from attnmm.masks import Mask
+from attnmm.masks import Mask, padding_lengths, without_padding
 from attnmm.nn.state import IncrementalState
 
 _CELLS: dict[str, type[nn.LSTM] | type[nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -162,7 +162,7 @@ class RecurrentEncoder(nn.Module):
         # the recurrence reads everything (bidirectional) or every earlier position: it honours a mask that
         # is, on the real tokens, full (or causal), and the batch's key padding as its lengths
         honoured = ("full",) if self.bidirectional else ("full", "causal")
-        core = mask.without_padding()
+        core = without_padding(mask)
         if core.batched or core.structure.kind not in honoured:
             reads = "the whole sequence" if self.bidirectional else "every earlier position"
             allowed = "None, Full()" if self.bidirectional else "None, Full(), Causal()"
@@ -170,7 +170,7 @@ class RecurrentEncoder(nn.Module):
                 f"a {'bidirectional ' if self.bidirectional else ''}recurrent encoder reads {reads}, so it "
                 f"cannot honour the mask {mask!r}; use {allowed}, optionally & one Padding(lengths)"
             )
-        return mask.padding_lengths
+        return padding_lengths(mask)
 
     def extra_repr(self) -> str:
         return f"hidden_size={self.hidden_size}, cell={self.cell!r}, bidirectional={self.bidirectional}"

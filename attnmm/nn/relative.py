@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.attention.backends._memory import PAIR_BYTES, check_mask_pairs
-from attnmm.masks import Full, Mask
+from attnmm.masks import Full, Mask, grid_size
 
 
 def _offset_range(name: str, low: int, high: int, dilation: int) -> tuple[int, int, int]:
@@ -178,7 +178,7 @@ class RelativePositionBias(nn.Module):
         return index
 
     def _width(self, mask: Mask, num_rows: int, num_cols: int) -> int:
-        size = mask.grid_size if mask.grid_size is not None else self.grid_size
+        size = grid_size(mask) or self.grid_size
         if size is None:
             raise ValueError(
                 f"a 2-D relative bias needs the patch grid's width to turn indices into (row, col), "

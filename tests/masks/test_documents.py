@@ -29,7 +29,7 @@ def test_attention_stays_within_each_document(lengths: list[int]) -> None:
 
 def test_one_packing_per_batch_item() -> None:
     m = Documents([[2, 3, 0], [4, 0, 0]])
-    assert m.batched and m.batch_size == 2
+    assert m.batched and m.structure.batch_size == 2
     dense = m.dense(6)
     assert torch.equal(dense[0], Documents([2, 3]).dense(6))
     assert torch.equal(dense[1], Documents([4]).dense(6))

@@ -17,7 +17,27 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.adapters import SpeechAdapter, SpeechStream
-from attnmm.masks import Causal, Chunk, Documents, Full, Grid, Mask, Padding, Segments, Window
+from attnmm.masks import (
+    Causal,
+    Chunk,
+    Documents,
+    Full,
+    Grid,
+    Mask,
+    Padding,
+    Segments,
+    Structure,
+    Window,
+    as_blocks,
+    block_sizes,
+    first_key,
+    grid_size,
+    grid_window,
+    lookahead_error,
+    padding_lengths,
+    segmentation,
+    without_padding,
+)
 from attnmm.masks._pairs import Pairs
 from attnmm.nn import Encoder
 
@@ -40,12 +60,10 @@ class Strided(Mask):
         ok = (col >= 0) & (col < num_cols)
         return Pairs(q.expand_as(col)[ok], col[ok], None, num_rows, num_cols, None)
 
-    # what consumers ask: it never looks ahead, forgets keys older than ``reach``, reads the same anywhere
-    def lookahead_error(self, step: int) -> str | None:
-        return None
-
-    def first_key(self, end: int) -> int | None:
-        return max(0, end - self.reach)
+    # what consumers read: it never looks ahead and forgets keys older than ``reach``; reads the same anywhere
+    @property
+    def structure(self) -> Structure:
+        return Structure("sparse", left=self.reach, right=0)
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return self if q_offset == kv_offset else super().shifted(q_offset, kv_offset)
@@ -75,7 +93,7 @@ def test_shifted_is_the_block_of_the_longer_sequence(data, B: int, L: int, S: in
 @given(st.data(), st.integers(1, 40))
 def test_first_key_is_a_lower_bound(data, end: int) -> None:
     mask = data.draw(sequence_masks(1, 64).filter(lambda m: not m.batched) | st.just(Strided(3, 7)))
-    first = mask.first_key(end)
+    first = first_key(mask, end)
     if first is not None:
         later = mask.dense(64, 64)[end:]  # every query at end or later
         assert not later[:, :first].any(), (mask, end, first)
@@ -84,24 +102,24 @@ def test_first_key_is_a_lower_bound(data, end: int) -> None:
 @given(st.data(), st.sampled_from([1, 2, 3, 4, 6, 12]))
 def test_a_bounded_look_ahead_ends_at_the_block(data, step: int) -> None:
     mask = data.draw(sequence_masks(1, 48).filter(lambda m: not m.batched) | st.just(Strided(2, 4) | Chunk(4, 0)))
-    if mask.lookahead_error(step) is None:
+    if lookahead_error(mask, step) is None:
         dense = mask.dense(48, 48)
         block_end = (torch.arange(48) // step + 1) * step
         assert not (dense & (torch.arange(48).view(1, -1) >= block_end.view(-1, 1))).any(), (mask, step)
 
 
 def test_lookahead_answers_from_the_parts() -> None:
-    assert (Chunk(4, 1) & Window(2, 3)).lookahead_error(4) is None  # one bounded part bounds &
-    assert (Chunk(4, 1) | Window(0, 3)).lookahead_error(4) is not None  # | needs every part bounded
-    assert (Chunk(4, 1) | Chunk(6, 0)).block_sizes == frozenset({4, 6})
-    assert "complement" in (~Chunk(4, 1)).lookahead_error(4)
-    assert Full().lookahead_error(1) is not None and Causal().lookahead_error(1) is None
+    assert lookahead_error(Chunk(4, 1) & Window(2, 3), 4) is None  # one bounded part bounds &
+    assert lookahead_error(Chunk(4, 1) | Window(0, 3), 4) is not None  # | needs every part bounded
+    assert block_sizes(Chunk(4, 1) | Chunk(6, 0)) == frozenset({4, 6})
+    assert "complement" in lookahead_error(~Chunk(4, 1), 4)
+    assert lookahead_error(Full(), 1) is not None and lookahead_error(Causal(), 1) is None
 
 
 @given(st.data(), st.integers(1, 3), st.integers(1, 10))
 def test_padding_lengths_bound_the_keys(data, B: int, L: int) -> None:
     mask = data.draw(sequence_masks(B, L))
-    lengths = mask.padding_lengths
+    lengths = padding_lengths(mask)
     if lengths is not None:  # no key at or past an item's length
         assert not (_dense(mask, L, L, B) & (torch.arange(L).view(1, 1, -1) >= lengths.view(-1, 1, 1))).any()
 
@@ -115,30 +133,30 @@ def test_without_padding_is_the_mask_on_real_tokens(data, B: int, L: int) -> Non
     mask = data.draw(st.recursive(parts, lambda m: st.one_of(
         st.tuples(m, m).map(lambda ab: ab[0] & ab[1]), st.tuples(m, m).map(lambda ab: ab[0] | ab[1]),
         m.map(lambda a: ~a)), max_leaves=4))
-    assert torch.equal(_dense(mask.without_padding(), L, L, B), _dense(mask, L, L, B)), mask
+    assert torch.equal(_dense(without_padding(mask), L, L, B), _dense(mask, L, L, B)), mask
 
 
 def test_padding_queries() -> None:
     m = Causal() & Padding([3, 5]) & Padding([4, 2])
-    assert m.padding_lengths.tolist() == [3, 2]
-    assert repr(m.without_padding()) == "Causal()"
-    assert (Padding([3]) | Causal()).without_padding().structure.kind == "full"
-    assert Window(2, 2).padding_lengths is None
+    assert padding_lengths(m).tolist() == [3, 2]
+    assert repr(without_padding(m)) == "Causal()"
+    assert without_padding(Padding([3]) | Causal()).structure.kind == "full"
+    assert padding_lengths(Window(2, 2)) is None
 
 
 def test_grid_queries() -> None:
-    assert (Grid(3, 4, kernel=3) & Padding([12])).grid_size == (3, 4)
-    assert (Grid(3, 4, kernel=3) & Padding([12])).without_padding().grid_window == (3, 1)
-    assert (Grid(3, 4, kernel=3) & Window(1, 1)).grid_window is None  # not a convolution's field
-    assert Grid(3, 4, kernel=3, border="shift").grid_window is None
-    assert Window(1, 1).grid_size is None
+    assert grid_size(Grid(3, 4, kernel=3) & Padding([12])) == (3, 4)
+    assert grid_window(without_padding(Grid(3, 4, kernel=3) & Padding([12]))) == (3, 1)
+    assert grid_window(Grid(3, 4, kernel=3) & Window(1, 1)) is None  # not a convolution's field
+    assert grid_window(Grid(3, 4, kernel=3, border="shift")) is None
+    assert grid_size(Window(1, 1)) is None
 
 
 def test_segmentation() -> None:
     seg = Segments([3, 2], lengths=[[3, 1]])
-    sizes, lengths = (seg & Padding([5])).segmentation
+    sizes, lengths = segmentation(seg & Padding([5]))
     assert sizes == (3, 2) and lengths.tolist() == [[3, 1]]
-    assert Window(1, 1).segmentation is None
+    assert segmentation(Window(1, 1)) is None
 
 
 @given(st.data(), st.integers(1, 3), st.integers(1, 14))
@@ -146,7 +164,7 @@ def test_blocks_are_the_mask(data, B: int, L: int) -> None:
     docs = data.draw(documents_masks(B, L))
     other = data.draw(st.sampled_from([Causal(), Window(1, 0), Chunk(3, 1), Strided(2, 4), Padding([L] * B)]))
     for mask in (docs, docs & other):
-        blocks = mask.as_blocks(L, L)
+        blocks = as_blocks(mask, L, L)
         if blocks is not None:
             assert torch.equal(_dense(blocks, L, L, B), _dense(mask, L, L, B)), mask
 
@@ -159,7 +177,7 @@ def test_a_new_mask_runs_block_by_block() -> None:
     each document's offset: values and gradients equal the reference."""
     torch.manual_seed(0)
     mask = Documents([5, 0, 7, 3]) & Strided(2, 4)
-    assert mask.as_blocks(16, 16) is not None
+    assert as_blocks(mask, 16, 16) is not None
     q, k, v = (torch.randn(2, 2, 16, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     out = attend(q, k, v, mask, backend="segments")
     expected = loop_attend(q, k, v, mask, 0.5, "softmax", None)

@@ -18,12 +18,12 @@ def _batch(sizes: list[int], first: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize(("sizes", "first"), [([3, 1, 4], 0), ([2, 5], 2), ([1], 0)])
 def test_the_padded_form_allows_the_same_pairs(sizes: list[int], first: int) -> None:
     mask = SameGraph(_batch(sizes, first))
-    padded = mask.as_padded()
+    padded = mask.structure.padded
     assert isinstance(padded, Documents) and padded.layout == "padded"
     n = sum(sizes)
     assert torch.equal(padded.dense(n, n), mask.dense(n, n))
-    assert mask.as_padded() is padded  # built once per mask
-    assert Graph(torch.tensor([[0], [1]]), 2).as_padded() is None  # a mask without one says so
+    assert mask.structure.padded is padded  # built once per mask
+    assert Graph(torch.tensor([[0], [1]]), 2).structure.padded is None  # a mask without one says so
 
 
 def test_attend_under_same_graph_equals_the_reference() -> None:

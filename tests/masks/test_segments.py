@@ -53,7 +53,7 @@ def test_lengths_pad_each_segment() -> None:
     lengths = [[4, 0, 2], [1, 3, 1]]
     within = [Grid(2, 2, kernel=3), Window(1, 0), None]
     m = Segments([4, 3, 2], within=within, links="full", lengths=lengths)
-    assert m.batched and m.batch_size == 2
+    assert m.batched and m.structure.batch_size == 2
     dense = m.dense(9)
     for b in range(2):
         blocks = [[within[0], Full(), Full()], [Full(), within[1], Full()], [Full(), Full(), Full()]]

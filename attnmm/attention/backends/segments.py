@@ -42,7 +42,7 @@ class SegmentsBackend(Backend):
     Packed documents are segments too: ``Documents(lengths)`` with one packing shared by the batch,
     alone or intersected with other masks, is computed as the :class:`~attnmm.masks.Segments` of its
     documents, each with the other masks seen from the document's offset
-    (:meth:`Mask.as_blocks <attnmm.masks.Mask.as_blocks>`): each document's causal attention is one
+    (:func:`~attnmm.masks.as_blocks`): each document's causal attention is one
     fused SDPA call, with nothing compiled per set of lengths.
 
     Examples:

@@ -133,7 +133,7 @@ def test_tiles_of_the_cost_match_the_block_mask(mask: Mask, L: int, S: int) -> N
 
     _flex().tile_counts.clear()
     tiles, positions, partial = _flex().tiles(_tile_problem(mask, L, S))
-    items = mask.batch_size
+    items = mask.structure.batch_size
     block = create_block_mask(flex.as_mask_mod(mask), items, None, L, S, device="cpu", BLOCK_SIZE=flex.BLOCK_SIZE)
     full = int(block.full_kv_num_blocks.sum()) if block.full_kv_num_blocks is not None else 0
     copies = 2 if items is None else 1  # a shared mask: the same tiles in both items of the batch

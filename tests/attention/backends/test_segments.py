@@ -16,7 +16,7 @@ from attnmm.attention.backends import _calibration, get_backend, list_backends
 from attnmm.attention.forms import Forms, FormStore
 from attnmm.attention.planner import Plan, choose_backend, split_problem
 from attnmm.attention.problem import Problem
-from attnmm.masks import Causal, Chunk, Grid, Mask, Padding, Segments, Window
+from attnmm.masks import Causal, Chunk, Grid, Mask, Padding, Segments, Window, as_blocks
 
 
 def problem(mask: Mask, B: int, L: int, plan: Plan | None = None, **kwargs: Any) -> Problem:
@@ -192,7 +192,7 @@ def test_packed_documents_run_as_segments(data: st.DataObject, B: int, L: int) -
     padding = Padding(data.draw(st.lists(st.integers(0, L), min_size=B, max_size=B)))
     extra = data.draw(st.sampled_from([None, Causal(), Window(1, 0), Window(0, 2), Full(), Chunk(2, 1), padding]))
     mask = Documents(lengths) if extra is None else Documents(lengths) & extra
-    assert mask.as_blocks(L, L) is not None
+    assert as_blocks(mask, L, L) is not None
     q, k, v = (torch.randn(B, 2, L, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     out = attend(q, k, v, mask, scale=0.5, backend="segments")
     expected = loop_attend(q, k, v, mask, 0.5, "softmax", None)
