@@ -31,7 +31,7 @@ from torch import Tensor
 
 from attnmm.masks import Full, Mask, Pairs, Segments, as_blocks
 from attnmm.masks._key import value_key
-from attnmm.masks.base import IntervalMask, Structure
+from attnmm.masks.base import Structure
 
 #: Environment variable giving the default byte budget of a store (and of a plan).
 BUDGET_ENV = "ATTNMM_MASK_CACHE_BYTES"
@@ -224,14 +224,14 @@ class Forms:
         found = self.get("counts")
         if found is not None:
             return found
-        mask, L, S, bsz = self.effective_mask, self.L, self.S, self.batch_size
+        L, S, bsz = self.L, self.S, self.batch_size
         items = 1 if bsz is None else bsz  # (an empty batch has 0 items, not 1)
         if L == 0:
             return self.put("counts", torch.zeros(items, 0, dtype=torch.long), across_calls=False)
-        if isinstance(mask, IntervalMask):
+        if (interval := self.structure.interval) is not None:
             i = torch.arange(L).view(1, -1)
             b = torch.zeros((), dtype=torch.long) if bsz is None else torch.arange(bsz).view(-1, 1)
-            start, end = mask.interval(b, i)
+            start, end = interval(b, i)
             counts = (end.clamp(0, S) - start.clamp(0, S)).clamp_min(0).expand(items, L)
             return self.put("counts", counts, across_calls=False)
         held = self.get("pattern")

@@ -6,6 +6,7 @@ and the view of a mask from an offset (:class:`Shifted`), which every mask's ans
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import reduce
 from operator import and_
@@ -21,6 +22,9 @@ from attnmm.masks._pairs import Pairs, broadcast_shape, pairs_from_keys, pairs_f
 #: width), ``segments`` (a :class:`~attnmm.masks.Segments` mask: blocks of segments, each with its own
 #: mask) or ``sparse`` (anything else).
 StructureKind = Literal["full", "causal", "band", "interval", "segments", "sparse"]
+
+#: A per-query key range: ``interval(b, q_idx) -> (start, end)``, half-open, broadcasting.
+Interval = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 #: Sentinel for "no upper bound" in interval masks; larger than any realistic sequence length.
 UNBOUNDED = 2**62
@@ -60,6 +64,8 @@ class Structure:
             attending only itself, the same for every item (a ``Documents`` packing).
         padded (Mask, optional): for a packed-layout mask, the same allowed set as a padded-layout mask
             of one item (B = 1, L = S = N) that more backends take.
+        interval (callable, optional): ``interval(b, q_idx) -> (start, end)``, the half-open key range
+            of each query, when the allowed set is one range per query (an :class:`IntervalMask`).
     """
 
     kind: StructureKind = "sparse"
@@ -76,6 +82,7 @@ class Structure:
     segments: tuple[tuple[int, ...], Tensor | None] | None = None
     documents: Tensor | None = None
     padded: Mask | None = None
+    interval: Interval | None = None
 
 
 class Mask(ABC):
@@ -280,7 +287,7 @@ class IntervalMask(Mask):
     def structure(self) -> Structure:
         left, right = self.band
         kind: StructureKind = "band" if left is not None and right is not None else "interval"
-        return Structure(kind, left, right, self.batched, self._batch_size)
+        return Structure(kind, left, right, self.batched, self._batch_size, interval=self.interval)
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return ShiftedInterval(self, q_offset, kv_offset)
@@ -348,7 +355,7 @@ class Full(IntervalMask):
 
     @property
     def structure(self) -> Structure:
-        return Structure("full")
+        return Structure("full", interval=self.interval)
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return self  # every key, from anywhere
@@ -593,9 +600,9 @@ class Intersection(_Meet, IntervalMask):
     def structure(self) -> Structure:
         core = [p for p in self.parts if p.structure.kind != "full" or p.batched]
         if not self.batched and not core:
-            return self._composed(Structure("full"))
+            return self._composed(Structure("full", interval=self.interval))
         if not self.batched and all(p.structure.kind == "causal" for p in core):
-            return self._composed(Structure("causal", None, 0))
+            return self._composed(Structure("causal", None, 0, interval=self.interval))
         return self._composed(IntervalMask.structure.fget(self))  # type: ignore[attr-defined]
 
 

@@ -33,7 +33,7 @@ class Causal(IntervalMask):
 
     @property
     def structure(self) -> Structure:
-        return Structure("causal", None, 0)
+        return Structure("causal", None, 0, interval=self.interval)
 
     def shifted(self, q_offset: int, kv_offset: int) -> Mask:
         return self if q_offset == kv_offset else super().shifted(q_offset, kv_offset)  # j <= i reads the same

@@ -72,6 +72,12 @@ class Strided(Mask):
         return f"Strided(stride={self.stride}, reach={self.reach})"
 
 
+def test_mask_is_slim() -> None:
+    """Everything a consumer reads beyond the forms is the one structural description."""
+    public = [name for name in dir(Mask) if not name.startswith("_")]
+    assert len(public) <= 12, public
+
+
 def _dense(mask: Mask, L: int, S: int, B: int | None) -> Tensor:
     out = mask.dense(L, S, B)
     return out if out.dim() == 3 else out.expand(B or 1, L, S)

@@ -28,7 +28,6 @@ from attnmm.attention.backends._sizes import PAIR_BYTES, SMALL_BYTES, max_pairs
 from attnmm.attention.backends.base import Backend
 from attnmm.attention.problem import Problem
 from attnmm.masks import Mask
-from attnmm.masks.base import IntervalMask
 
 __all__ = [
     "PAIR_BYTES",
@@ -181,7 +180,7 @@ def check_pairs(problem: Problem, with_bias: bool = False, reader: MemoryReader 
     B, _, L, _ = problem.q.shape
     if max(B, 1) * L * problem.k.shape[2] * PAIR_BYTES < SMALL_BYTES:  # B bounds the mask's batch items
         return
-    if isinstance(problem.effective_mask, IntervalMask) and not with_bias and not problem.return_weights:
+    if problem.structure.interval is not None and not with_bias and not problem.return_weights:
         return
     pairs = max_pairs(problem)
     if pairs is None:

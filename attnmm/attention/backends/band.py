@@ -15,7 +15,7 @@ from attnmm.attention.backends._sizes import compute_bytes, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.problem import Problem
 from attnmm.masks._pairs import broadcast_shape
-from attnmm.masks.base import IntervalMask
+from attnmm.masks.base import Interval
 
 
 class BandBackend(Backend):
@@ -26,7 +26,7 @@ class BandBackend(Backend):
     Queries are taken in blocks of T; block :math:`n` scores only the window of keys its band can
     reach (see :mod:`~attnmm.attention.backends._blocks`), and within the window the exact allowed
     range :math:`[\mathrm{start}_b(i), \mathrm{end}_b(i))` of the mask's
-    :meth:`~attnmm.masks.base.IntervalMask.interval` masks the scores:
+    :attr:`Structure.interval <attnmm.masks.Structure>` masks the scores:
 
     .. math::
         a_{ij} = \frac{\mathbb{1}[\mathrm{start}_b(i) \le j < \mathrm{end}_b(i)] \exp(s_{ij} - m_i)}
@@ -97,25 +97,24 @@ class BandBackend(Backend):
         return float(slots * (problem.q.size(-1) + problem.v.size(-1))), float(slots), float(chunks)
 
     def check(self, problem: Problem) -> str | None:
-        if not isinstance(problem.effective_mask, IntervalMask):
-            return f"the mask {type(problem.effective_mask).__name__} has a band but no per-query interval"
+        if problem.structure.interval is None:
+            return f"the mask {problem.effective_mask!r} has a band but no per-query interval"
         if problem.B == 0 or problem.H == 0:
             return f"the batch is empty (B = {problem.B}, H = {problem.H})"
         return None
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        mask = problem.effective_mask
-        assert isinstance(mask, IntervalMask)
+        interval = problem.structure.interval
         q, k, v = problem.q, problem.k, problem.v
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        left, right = mask.structure.left, mask.structure.right
-        assert left is not None and right is not None
+        left, right = problem.structure.left, problem.structure.right
+        assert interval is not None and left is not None and right is not None
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
         if not problem.training and not problem.return_weights and problem.bias is None:
-            out = _infer(q.to(compute), k.to(compute), v.to(compute), mask, geo, problem)
+            out = _infer(q.to(compute), k.to(compute), v.to(compute), interval, geo, problem)
             return out.to(v.dtype), None
         batch = None if problem.batch_size is None else torch.arange(problem.batch_size, device=q.device)
-        start, end = _ranges(mask, geo, batch, q.device)  # (B or 1, nbp, T)
+        start, end = _ranges(interval, geo, batch, q.device)  # (B or 1, nbp, T)
         bias = _band_bias(problem, geo, compute) if problem.bias is not None else None
         out, weights = _BandAttention.apply(
             q.to(compute),
@@ -142,7 +141,7 @@ class BandBackend(Backend):
 
 
 def _ranges(
-    mask: IntervalMask, geo: BandGeometry, batch: Tensor | None, device: torch.device, row0: int = 0, key0: int = 0
+    interval: Interval, geo: BandGeometry, batch: Tensor | None, device: torch.device, row0: int = 0, key0: int = 0
 ) -> tuple[Tensor, Tensor]:
     """Allowed key range ``[start, end)`` of every query slot, each (B or 1, nbp, T); empty for the
     padding queries past L. ``batch`` holds the batch item of each of the B sequences (None: the mask
@@ -151,7 +150,7 @@ def _ranges(
     i, _ = geo.positions(device)
     i = i.squeeze(-1)  # (nbp, T)
     b = torch.zeros((), dtype=torch.long, device=device) if batch is None else batch.view(-1, 1, 1)
-    start, end = mask.interval(b, i + row0)
+    start, end = interval(b, i + row0)
     shape = broadcast_shape(start.shape, end.shape, i.shape, b.shape)
     start = (start.expand(shape) - key0).clamp(0, geo.S)
     end = torch.where(i < geo.L, (end.expand(shape) - key0).clamp(0, geo.S), start)
@@ -184,7 +183,7 @@ def _piece_bytes(problem: Problem, full: BandGeometry) -> int:
     return elements * compute_bytes(problem.q.dtype)
 
 
-def _infer(q: Tensor, k: Tensor, v: Tensor, mask: IntervalMask, full: BandGeometry, problem: Problem) -> Tensor:
+def _infer(q: Tensor, k: Tensor, v: Tensor, interval: Interval, full: BandGeometry, problem: Problem) -> Tensor:
     r"""The forward pass alone, when no gradient is needed, in pieces of about :data:`_PIECE` values:
     a group of whole sequences when they are short, else a span of query rows of one sequence with
     the keys its band reaches. Nothing is kept for a backward pass, so the extra memory beyond the
@@ -209,7 +208,7 @@ def _infer(q: Tensor, k: Tensor, v: Tensor, mask: IntervalMask, full: BandGeomet
                 continue
             shift = r0 - k0
             geo = BandGeometry.build(s1 - s0, 1, r1 - r0, k1 - k0, full.left - shift, full.right + shift, T)
-            start, end = _ranges(mask, geo, batch, q.device, r0, k0)
+            start, end = _ranges(interval, geo, batch, q.device, r0, k0)
             qb = geo.pad_queries(qf[s0:s1, r0:r1].unsqueeze(1), problem.scale)
             kwin = geo.windows(geo.pad_keys(kf[s0:s1, k0:k1].unsqueeze(1)))
             vwin = geo.windows(geo.pad_keys(vf[s0:s1, k0:k1].unsqueeze(1)))

@@ -19,7 +19,6 @@ from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.problem import Problem
 from attnmm.masks import Mask
 from attnmm.masks._key import content_key
-from attnmm.masks.base import IntervalMask
 
 #: Block size of the block masks (FlexAttention's default).
 BLOCK_SIZE = 128
@@ -180,15 +179,15 @@ class FlexBackend(Backend):
         if key in self.tile_counts:
             self.tile_counts.move_to_end(key)
             return self.tile_counts[key][1]
-        mask, B, L, S, T = problem.effective_mask, problem.B, problem.L, problem.S, BLOCK_SIZE
+        B, L, S, T = problem.B, problem.L, problem.S, BLOCK_SIZE
         items = 1 if problem.batch_size is None else B  # a shared mask: the same tiles in every item
         rows, cols = -(-L // T), -(-S // T)
         height = (L - torch.arange(rows) * T).clamp(max=T)  # real query rows of each row of tiles
         if L == 0 or S == 0:
             counts = (0, 0, 0)
-        elif isinstance(mask, IntervalMask):
+        elif (interval := problem.structure.interval) is not None:
             b = torch.arange(items).view(-1, 1)
-            start, end = (x.clamp(0, S).expand(items, L) for x in mask.interval(b, torch.arange(L).view(1, -1)))
+            start, end = (x.clamp(0, S).expand(items, L) for x in interval(b, torch.arange(L).view(1, -1)))
             pad = rows * T - L
             allowed = F.pad(end > start, (0, pad)).view(items, rows, T)
             real = F.pad(torch.ones(L, dtype=torch.bool), (0, pad)).view(1, rows, T)
