@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import reduce
 from operator import and_
-from typing import Literal, TypeVar
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -737,28 +737,6 @@ class Not(_Composite):
     def __repr__(self) -> str:
         inner = self.parts[0]
         return f"~({inner!r})" if isinstance(inner, _Composite) else f"~{inner!r}"
-
-
-M = TypeVar("M", bound=Mask)
-
-
-def find_part(mask: Mask | None, kind: type[M]) -> M | None:
-    """The first mask of type ``kind`` in ``mask``: itself, or an operand of a composition, searched
-    depth first; ``None`` if there is none.
-
-    Examples:
-        >>> from attnmm.masks import Chunk, Padding
-        >>> find_part(Padding([3]) & Chunk(2, 1), Chunk)
-        Chunk(size=2, left_chunks=1)
-    """
-    if isinstance(mask, kind):
-        return mask
-    if isinstance(mask, _Composite):
-        for part in mask.parts:
-            found = find_part(part, kind)
-            if found is not None:
-                return found
-    return None
 
 
 def intersect(a: Mask, b: Mask) -> Mask:

@@ -170,14 +170,5 @@ def as_blocks(mask: Mask, num_rows: int, num_cols: int) -> Segments | None:
     return Segments(sizes, links=links) if sizes else None
 
 
-__all__ = [
-    "as_blocks",
-    "block_sizes",
-    "first_key",
-    "grid_size",
-    "grid_window",
-    "lookahead_error",
-    "padding_lengths",
-    "segmentation",
-    "without_padding",
-]
+__all__ = ["as_blocks", "block_sizes", "first_key", "grid_size", "grid_window", "lookahead_error", "padding_lengths",
+           "segmentation", "without_padding"]
