@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from operator import and_
 from typing import Literal
@@ -39,6 +39,7 @@ class Structure:
     """What a mask's allowed set is, in the few numbers its kind needs: the one description that
     backends, the planner and every other consumer read (none tests for a mask class or asks a mask
     method of its own). Each field claims nothing when left at its default; a mask fills what it knows.
+    Its ``repr`` shows the dispatch fields (``kind``, ``left``, ``right``, ``batched``).
 
     Args:
         kind (str): what a backend may exploit: ``"full"``, ``"causal"``, ``"band"``, ``"interval"``,
@@ -58,7 +59,7 @@ class Structure:
         window (tuple of int, optional): ``(kernel, dilation)`` when the mask is exactly a zero-padded
             convolution's receptive field on its grid.
         segments (tuple, optional): ``(sizes, lengths)`` of the segments the mask lays out (``lengths``
-            (B, K), or ``None`` when every segment is whole); a ``"segments"`` kind is a
+            (B, K), or ``None`` when every segment is whole); a mask that states them is a
             :class:`~attnmm.masks.Segments` mask.
         documents (LongTensor, optional): (D,) lengths of documents packed one after another, each
             attending only itself, the same for every item (a ``Documents`` packing).
@@ -72,17 +73,17 @@ class Structure:
     left: int | None = None
     right: int | None = None
     batched: bool = False
-    batch_size: int | None = None
-    op: Literal["&", "|", "~"] | None = None
-    parts: tuple[Mask, ...] = ()
-    chunk: int | None = None
-    lengths: Tensor | None = None
-    grid: tuple[int, int] | None = None
-    window: tuple[int, int] | None = None
-    segments: tuple[tuple[int, ...], Tensor | None] | None = None
-    documents: Tensor | None = None
-    padded: Mask | None = None
-    interval: Interval | None = None
+    batch_size: int | None = field(default=None, repr=False)
+    op: Literal["&", "|", "~"] | None = field(default=None, repr=False)
+    parts: tuple[Mask, ...] = field(default=(), repr=False)
+    chunk: int | None = field(default=None, repr=False)
+    lengths: Tensor | None = field(default=None, repr=False)
+    grid: tuple[int, int] | None = field(default=None, repr=False)
+    window: tuple[int, int] | None = field(default=None, repr=False)
+    segments: tuple[tuple[int, ...], Tensor | None] | None = field(default=None, repr=False)
+    documents: Tensor | None = field(default=None, repr=False)
+    padded: Mask | None = field(default=None, repr=False)
+    interval: Interval | None = field(default=None, repr=False)
 
 
 class Mask(ABC):
