@@ -102,12 +102,9 @@ class Mask(ABC):
     :math:`\{(b, i, j) : j \in A_b(i)\}` enumerated in O(nnz). Everything else is derived:
     :meth:`dense`, :meth:`pairs`, :meth:`nnz`, :meth:`density`, :meth:`picture`, and the
     composition operators ``&`` (:math:`A \cap A'`), ``|`` (:math:`A \cup A'`) and ``~``
-    (complement). :attr:`structure` tells the dispatcher what it may exploit.
-
-    :attr:`structure` is all a consumer reads of a mask beyond those: its kind and the few numbers the kind
-    needs (a band's bounds, a chunk's size, padding lengths, a patch grid, segments), and for a composition
-    its operator and parts; :mod:`attnmm.masks.queries` answers the consumers' questions from it.
-    :meth:`shifted` gives the block of a longer sequence in its own coordinates.
+    (complement). :attr:`structure` is all that backends and other consumers read of a mask beyond
+    those: its kind and the few numbers the kind needs, from which :mod:`attnmm.masks.queries` answers
+    their questions; :meth:`shifted` gives the block of a longer sequence in its own coordinates.
 
     Attributes:
         layout (str, optional): ``"padded"`` for masks of (B, H, L, E) batches, ``"packed"`` for
@@ -410,9 +407,6 @@ class Shifted(Mask):
         self.layout = inner.layout  # type: ignore[assignment]
         self.batched = inner.batched
         self._batch_size = inner._batch_size
-
-    def check(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> None:
-        Mask.check(self, num_rows, num_cols, batch_size)
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return self.inner.mask_mod(b, h, q_idx + self.q_offset, kv_idx + self.kv_offset)

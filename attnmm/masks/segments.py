@@ -4,6 +4,7 @@ under its own mask, linked by chosen cross-segment blocks."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -296,10 +297,8 @@ class Segments(_Blocks):
     def structure(self) -> Structure:
         """``full`` when every block is full and every segment complete (no lengths), else
         ``segments``: the segments backend computes each query segment on its own backend."""
-        segments = (self.sizes, self.lengths)
-        if not self.batched and all(isinstance(m, Full) for r in self.blocks for m in r):
-            return Structure("full", segments=segments)
-        return Structure("segments", batched=self.batched, batch_size=self._batch_size, segments=segments)
+        s = super().structure
+        return replace(s, kind="full" if s.kind == "full" else "segments", segments=(self.sizes, self.lengths))
 
     def row(self, a: int) -> tuple[list[int], Mask | None]:
         """The key segments query segment ``a`` attends, and the mask of its queries over those

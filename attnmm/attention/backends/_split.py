@@ -1,6 +1,6 @@
 r"""Attention under a mask made of blocks, split into its query segments before dispatch.
 
-A mask that answers :func:`~attnmm.masks.as_blocks` (a :class:`~attnmm.masks.Segments` mask, packed
+A mask that :func:`~attnmm.masks.as_blocks` reads as blocks (a :class:`~attnmm.masks.Segments` mask, packed
 documents, their intersections) confines the softmax of a query of segment :math:`a` to the key segments
 :math:`C_a` it links to. Its attention is then the K attentions of its query segments,
 
