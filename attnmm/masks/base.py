@@ -523,7 +523,7 @@ def _wrap(m: Mask, parent: type) -> str:
 
 
 class _Composite(Mask):
-    def __init__(self, parts: tuple[Mask, ...], op: str) -> None:
+    def __init__(self, parts: tuple[Mask, ...], op: Literal["&", "|", "~"]) -> None:
         self.parts = parts
         self.layout = _layout(parts, op)  # type: ignore[assignment]
         self.batched = any(p.batched for p in parts)
