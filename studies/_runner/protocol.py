@@ -11,11 +11,14 @@ A protocol is ``studies/<name>/protocol.json``::
      "seeds": {"select": [0], "test": [0, 1, 2]},
      "budget": {...},                       # passed to the study as is
      "select": {"metric": "accuracy", "mode": "max"},   # how the selection runs pick a candidate
-     "test_candidates": "selected"}         # "selected per split", or a list of candidate names
+     "test_candidates": "selected",         # "selected per split", or a list of candidate names
+     "moved": {"recipes/configs/a.yaml": {"to": "studies/x/configs/a.yaml", "content": "<content_hash>"}}}
 
 Without ``splits`` the protocol's top-level ``train``/``validation``/``test`` form the one split ``main``.
 Everything except the prose keys goes into the protocol's hash, so a test result knows which protocol
-produced it.
+produced it. ``moved`` records a file the protocol names that moved since its runs (the protocol names the
+new path): the hash counts it under its old path, and its results stay current while the file's content
+(:func:`content_hash`, comments aside) is the one recorded at the move.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: Keys of a protocol that are prose: editing them does not change what a run computes.
@@ -132,10 +136,38 @@ class Protocol:
 
 
 def protocol_hash(data: Mapping[str, Any]) -> str:
-    """The first 12 hex digits of the SHA-256 of the protocol's non-prose keys as canonical JSON."""
-    kept = {k: v for k, v in data.items() if k not in PROSE}
+    """The first 12 hex digits of the SHA-256 of the protocol's non-prose keys as canonical JSON. A file the
+    protocol names that has ``moved`` since counts under its old path: a move alone changes no run."""
+    back = {m["to"]: old for old, m in data.get("moved", {}).items()}
+    kept = _swap({k: v for k, v in data.items() if k not in PROSE and k != "moved"}, back)
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _swap(value: Any, paths: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return paths.get(value, value)
+    if isinstance(value, Mapping):
+        return {k: _swap(v, paths) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_swap(v, paths) for v in value]
+    return value
+
+
+def content_hash(path: Path) -> str:
+    """The SHA-256 (12 hex digits) of a config's content: its parsed YAML or JSON, comments and layout aside."""
+    import yaml
+
+    parsed = yaml.safe_load(path.read_text())
+    text = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def moved_edits(data: Mapping[str, Any], root: Path) -> list[str]:
+    """The moved files (``"moved": {old path: {"to": new path, "content": content_hash}}``) whose content is
+    no longer the one recorded at the move: a result under the protocol is stale then."""
+    return [m["to"] for m in data.get("moved", {}).values()
+            if not (root / m["to"]).exists() or content_hash(root / m["to"]) != m["content"]]
 
 
 def check_disjoint(validation: Mapping[str, Items], test: Mapping[str, Items]) -> None:

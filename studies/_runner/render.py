@@ -10,6 +10,7 @@ everything outside the markers is hand-written. A summary row of docs/results.md
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .protocol import moved_edits
 from .store import Record
 from .study import ROOT, STUDIES, Study
 
@@ -40,8 +42,13 @@ class View:
         return self.store.select(kind)
 
     def stale(self, record: Record) -> bool:
-        """A test result made under a protocol other than the current one."""
-        return record["protocol"] != self.protocol.hash
+        """A test result made under a protocol other than the current one, or under it with a moved config
+        edited since."""
+        return record["protocol"] != self.protocol.hash or bool(self.edited)
+
+    @functools.cached_property
+    def edited(self) -> list[str]:
+        return moved_edits(self.protocol.data, ROOT)
 
     def link(self, page: Path) -> str:
         """The study README's path relative to ``page`` (a file under the repository)."""
@@ -95,6 +102,11 @@ def readme_block(view: View) -> list[str]:
     if p.reconstructed:
         lines[0] += (" This protocol was **reconstructed after the results**: the runs below were made before "
                      "the study runner existed and their protocol was rebuilt from their stores.")
+    lines += [""] if p.data.get("moved") else []
+    for old, m in p.data.get("moved", {}).items():
+        lines.append(f"- Amended: `{old}` moved to `{m['to']}`; the hash counts it under its old path, and its "
+                     + ("content changed since the move." if m["to"] in view.edited
+                        else "content (comments aside) is the one the runs used."))
     stale = sum(view.stale(r) for r in view.records("test"))
     if stale:
         lines.append(f"{stale} test result(s) were made under an earlier protocol and are marked stale.")

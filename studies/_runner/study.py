@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .protocol import SELECTED, Items, Protocol, ProtocolError, check_disjoint, check_unscored
+from .protocol import SELECTED, Items, Protocol, ProtocolError, check_disjoint, check_unscored, moved_edits
 from .store import Record, Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +101,10 @@ class Study:
     def check(self) -> None:
         """Refuse the protocol when a validation set shares an item with a test set, or when its test sets
         hold items that another protocol of the study already scored."""
+        edited = moved_edits(self.protocol.data, ROOT)
+        if edited:
+            raise ProtocolError(f"{edited} moved since the protocol's runs and their content changed since the move: "
+                                "that is a new protocol (drop its 'moved' entry and name a fresh test set)")
         tests = {t: self.resolve(t) for t in self.protocol.test_sets}
         check_disjoint({v: self.resolve(v) for v in self.protocol.validation_sets}, tests)
         check_unscored(tests, self.store.scored, self.protocol.hash)

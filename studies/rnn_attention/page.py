@@ -39,12 +39,12 @@ the same adapter and head; each config below sits beside its recipe's default:
 
 | recipe | recurrent config | encoder |
 |---|---|---|
-| character LM (`recipes/text_lm.py`) | `recipes/configs/text_lm_lstm.yaml` | 2-layer LSTM |
-| POS tagging (`recipes/text_pos.py`) | `recipes/configs/text_pos_lstm.yaml` | 2-layer bidirectional LSTM |
-| speech (`recipes/speech_truncated.py`) | `recipes/configs/speech_truncated_lstm.yaml` | 2-layer bidirectional LSTM |
+| character LM (`recipes/text_lm.py`) | `studies/rnn_attention/configs/text_lm_lstm.yaml` | 2-layer LSTM |
+| POS tagging (`recipes/text_pos.py`) | `studies/rnn_attention/configs/text_pos_lstm.yaml` | 2-layer bi-LSTM |
+| speech (recipes/speech_truncated.py) | `studies/rnn_attention/configs/speech_truncated_lstm.yaml` | 2-layer bi-LSTM |
 
 ```bash
-python recipes/text_lm.py fit --config recipes/configs/text_lm_lstm.yaml
+python recipes/text_lm.py fit --config studies/rnn_attention/configs/text_lm_lstm.yaml
 ```
 
 A recurrence reads every earlier position (every position, when bidirectional), so the encoder
