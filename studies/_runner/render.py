@@ -102,6 +102,12 @@ def readme_block(view: View) -> list[str]:
     if p.reconstructed:
         lines[0] += (" This protocol was **reconstructed after the results**: the runs below were made before "
                      "the study runner existed and their protocol was rebuilt from their stores.")
+    for h, why in p.data.get("amends", {}).items():
+        lines.append(f"It amends protocol `{h}`: {why}.")
+    retest, why = p.retest
+    if retest:
+        lines.append(f"Its test results are **exploratory**: it scores again the test data of protocol(s) "
+                     f"{', '.join(f'`{h}`' for h in retest)} ({why}).")
     lines += [""] if p.data.get("moved") else []
     for old, m in p.data.get("moved", {}).items():
         lines.append(f"- Amended: `{old}` moved to `{m['to']}`; the hash counts it under its old path, and its "

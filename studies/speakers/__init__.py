@@ -1,20 +1,23 @@
 """Unseen speakers (FSDD, leave one speaker out): the study of the speech recipe's default on new voices.
 
-Protocols 1-3 were run by :mod:`studies.speakers.loso`, protocol 4 by :mod:`studies.speakers.nested`
-(each fold choosing on its own training speakers); this module is what the study runner reads: the
-resolved sets (FSDD recordings by speaker and take), the README's results block and the rows of
-docs/results.md, from ``store.json``.
+Protocols 1-3 were run by :mod:`studies.speakers.loso` (legacy records); protocol 4 (``protocol.json``) is a
+nested selection the runner runs: ``python -m studies speakers select`` trains each candidate on a fold's
+inner training speakers and scores its inner validation speaker, ``python -m studies speakers test`` trains
+each fold's winner on the fold's four training speakers and scores the held-out one.
 """
 
 from __future__ import annotations
 
+import csv
 import statistics
+from pathlib import Path
 from typing import Any
 
+from benchmarks._recipe_runs import run_fit
 from studies._runner import Items
-from studies._runner.protocol import ProtocolError
 
 SPEAKERS = ("george", "jackson", "lucas", "theo", "yweweler")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
@@ -25,11 +28,33 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
     return Items.of(recordings, speaker=fsdd["speakers"], recording=recordings)
 
 
-def run(candidate: Any, seed: int, train: Items | None, evaluate: Any, budget: dict[str, Any]) -> Any:
-    raise ProtocolError(
-        "protocol 4 chooses per fold on each fold's training speakers, which the runner's one-choice selection "
-        "does not express: run it with python -m studies.speakers.nested folds (every FSDD speaker is scored, "
-        "so no new protocol of this study can be tested on FSDD)")
+def _best_val(run_dir: Path) -> dict[str, float]:
+    values = [float(row["val_acc"]) for path in run_dir.parent.glob("**/metrics.csv")
+              for row in csv.DictReader(path.open()) if row.get("val_acc")]
+    return {"best_val_acc": max(values)}
+
+
+def run(candidate: list[str], seed: int, train: Items, evaluate: Any, budget: dict[str, Any],
+        config: str = "recipes/configs/speech_truncated.yaml") -> Any:
+    """``recipes/speech_truncated.py fit`` on ``train``'s speakers: a selection run holds out every other speaker
+    and validates on its validation speaker (no test number: ``--test_after_fit=false``); a test run validates
+    on a draw of the training takes and tests the held-out speaker. A ``budget`` object may cap the epochs
+    and add arguments (a small run)."""
+    (name,) = evaluate
+    scored = sorted(evaluate[name].ids["speaker"])
+    budget = budget if isinstance(budget, dict) else {}  # the protocol's budget is the config's own
+    args = [f"--config={ROOT / config}", *candidate, *budget.get("args", [])]
+    if evaluate.kind == "select":
+        out = [s for s in SPEAKERS if s not in train.ids["speaker"] and s not in scored]
+        args += [f"--data.test_speakers=[{','.join(out)}]", f"--data.val_speakers=[{','.join(scored)}]",
+                 "--test_after_fit=false"]
+    else:
+        args += [f"--data.test_speakers=[{','.join(scored)}]"]
+    metrics = run_fit("speech_truncated", args, budget.get("epochs"), seed, _best_val)
+    val = round(100 * metrics["best_val_acc"], 2)
+    if evaluate.kind == "select":
+        return {name: {"accuracy": val}}
+    return {name: {"accuracy": round(100 * metrics["test_acc"], 2)}}, {"val_draw": val}
 
 
 def _number(view: Any, h: str) -> int:
@@ -49,8 +74,8 @@ def _ms(values: list[float]) -> str:
 def nested_rows(view: Any) -> tuple[list[tuple[Any, ...]], list[float]]:
     """Protocol 4, fold by fold: each candidate's selection score, the choice, and the chosen one's test."""
     h = view.protocol.hash
-    sel = {(r["split"][4:], r["candidate"]): _value(r) for r in view.records("select") if r["protocol"] == h}
-    test = {r["split"][5:]: r for r in view.records("test") if r["protocol"] == h}
+    sel = {(r["split"], r["candidate"]): _value(r) for r in view.records("select") if r["protocol"] == h}
+    test = {r["split"]: r for r in view.records("test") if r["protocol"] == h}
     cands = list(view.protocol.candidates)
     rows, tests = [], []
     for fold in SPEAKERS:
@@ -62,7 +87,7 @@ def nested_rows(view: Any) -> tuple[list[tuple[Any, ...]], list[float]]:
         if t is not None:
             tests.append(_value(t))
         rows.append((fold, val, *(f"{s:.2f}" if s is not None else "—" for s in scores), choice,
-                     f"{t['val_draw']:.2f}" if t else "—", f"{_value(t):.2f}" if t else "—"))
+                     f"{t.get('detail', t)['val_draw']:.2f}" if t else "—", f"{_value(t):.2f}" if t else "—"))
     return rows, tests
 
 
@@ -104,7 +129,7 @@ def summary(view: Any) -> list[dict[str, Any]]:
     return [
         {**common, "split": "leave one speaker out; each fold's choice on its own training speakers",
          "result": (f"{_ms(tests)} (5 folds)" if done else f"{_ms(tests)} ({len(tests)} of 5 folds; incomplete)")
-         + "; test speakers scored before"},
+         + "; exploratory (test speakers scored before)"},
         {**common, "split": "leave one speaker out; one choice validated on the other folds' test speakers",
          "result": f"{_ms(p3)} (5 folds); exploratory"},
     ]
