@@ -38,7 +38,8 @@ from typing import Any
 
 #: Keys of a protocol that are prose: editing them does not change what a run computes.
 PROSE = ("question", "rule", "notes", "caveats", "title", "reconstructed", "task", "dataset", "split_protocol",
-         "metric_name", "anchors", "order", "labels", "recipes", "paired", "amends")
+         "metric_name", "anchors", "order", "labels", "recipes", "paired", "amends",
+         "tables", "summary")
 #: The values of ``test_candidates`` that test the winner of the selection runs: one winner for the study,
 #: or one per split (each split's winner on its own validation sets).
 SELECTED = ("selected", "selected per split", "selected per fold")

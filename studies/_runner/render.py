@@ -78,6 +78,69 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return lines
 
 
+def field(obj: Any, path: str) -> Any:
+    """``path`` ("scores.test.ap", "detail.best_epoch") in a record; ``*`` takes a mapping's first value."""
+    for key in path.split("."):
+        obj = next(iter(obj.values())) if key == "*" else obj[key]
+    return obj
+
+
+def matching(view: View, spec: dict[str, Any]) -> list[Record]:
+    """The records of ``spec["kind"]`` (default "test") whose fields equal ``spec["where"]`` (a list: any of)."""
+    def ok(r: Record) -> bool:
+        return all(field(r, k) in (v if isinstance(v, list) else [v]) for k, v in spec.get("where", {}).items())
+
+    return [r for r in view.records(spec.get("kind", "test")) if ok(r)]
+
+
+def cell(recs: Sequence[Record], col: dict[str, Any]) -> str:
+    """One table cell from ``recs``: ``col`` names a ``field`` (scaled by ``scale``), ``agg`` "mean_std" over the
+    records (``digits``), or a first record's value; ``format`` sees ``v``, ``n``, ``seeds`` and the record ``r``."""
+    if "text" in col:
+        return col["text"]
+    scale = col.get("scale", 1)
+    values = [field(r, col["field"]) for r in recs] if "field" in col else []
+    if col.get("agg") == "mean_std":
+        v: Any = mean_std(values, scale, col.get("digits", 2))
+    elif values and isinstance(values[0], (int, float)) and not isinstance(values[0], bool):
+        v = values[0] * scale
+    else:
+        v = values[0] if values else None
+    if v is None:
+        return "—"
+    n = len(recs)
+    return col.get("format", "{v}").format(v=v, n=n, seeds=f"{n} seed{'s' if n != 1 else ''}", r=recs[0])
+
+
+def spec_table(view: View, spec: dict[str, Any]) -> list[str]:
+    """A table of the study's records from a declarative ``spec`` (a protocol's ``tables`` entry): ``title`` and
+    ``intro`` lines, the records ``matching`` it, one row per record or per ``group`` of fields, the
+    ``columns`` (see :func:`cell`), and an optional ``total`` row aggregated over every matching record. With
+    ``parts``, each part adds the rows of its own ``where``, with its own ``cells`` (by header), ``sort``
+    ordering the rows by their group."""
+    cols, rows, recs = spec["columns"], [], []
+    for part in spec.get("parts", [{}]):  # a part: its own records ("where") and cells (by header)
+        mine = matching(view, {**spec, **part})
+        groups: dict[tuple[Any, ...], list[Record]] = {}
+        for r in mine:
+            groups.setdefault(tuple(field(r, g) for g in spec.get("group", [])) or (len(groups),), []).append(r)
+        rows += [(key, [cell(g, part.get("cells", {}).get(c["header"], c)) for c in cols]) for key, g in groups.items()]
+        recs += mine
+    rows = [row for _, row in (sorted(rows, key=lambda kr: kr[0]) if spec.get("sort") else rows)]
+    if "total" in spec and recs:
+        rows.append([spec["total"]["label"], *(cell(recs, spec["total"][c["header"]]) if c["header"] in spec["total"]
+                                               else "" for c in cols[1:])])
+    out = [*([spec["title"], ""] if "title" in spec else []), *([spec["intro"], ""] if "intro" in spec else [])]
+    return [*out, *table([c["header"] for c in cols], rows), ""] if cols else out
+
+
+def spec_summary(view: View) -> list[dict[str, Any]]:
+    """docs/results.md's rows from the protocol's ``summary`` specs: fixed fields, and ``result`` a
+    :func:`cell` spec over the records ``matching`` the row."""
+    return [{**{k: v for k, v in row.items() if k not in ("kind", "where", "result")},
+             "result": cell(matching(view, row), row["result"])} for row in view.protocol.data.get("summary", [])]
+
+
 def default_results(view: View) -> list[str]:
     """The runner's own results section: the selection runs and the test results, by candidate and set."""
     out: list[str] = []
@@ -117,7 +180,12 @@ def readme_block(view: View) -> list[str]:
     if stale:
         lines.append(f"{stale} test result(s) were made under an earlier protocol and are marked stale.")
     lines.append("")
-    body = view.study.module.render(view) if hasattr(view.study.module, "render") else default_results(view)
+    if hasattr(view.study.module, "render"):
+        body = view.study.module.render(view)
+    elif "tables" in p.data:
+        body = [line for spec in p.data["tables"] for line in spec_table(view, spec)]
+    else:
+        body = default_results(view)
     return lines + list(body)
 
 
@@ -185,8 +253,9 @@ def render(names: Sequence[str] | None = None, out: Path | None = None) -> list[
                 continue
             rel, block = where.split("#", 1)
             pages[Path(rel)] = splice(page(Path(rel)), f"{name}:{block}", body, note)
-        if hasattr(view.study.module, "summary"):
-            for r in view.study.module.summary(view):
+        module_summary = getattr(view.study.module, "summary", None)
+        if module_summary is not None or "summary" in view.protocol.data:
+            for r in (module_summary or spec_summary)(view):
                 rows.append({"study": f"[`{name}`]({view.link(RESULTS)})", **r})
     if everything:
         pages[RESULTS.relative_to(ROOT)] = summary_page(rows)
