@@ -78,9 +78,15 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def field(obj: Any, path: str) -> Any:
-    """``path`` ("scores.test.ap", "detail.best_epoch") in a record; ``*`` takes a mapping's first value."""
+_ABSENT = object()
+
+
+def field(obj: Any, path: str, default: Any = _ABSENT) -> Any:
+    """``path`` ("scores.test.ap", "detail.best_epoch") in a record; ``*`` takes a mapping's first value;
+    ``default`` for a record without it (else KeyError)."""
     for key in path.split("."):
+        if key != "*" and key not in obj and default is not _ABSENT:
+            return default
         obj = next(iter(obj.values())) if key == "*" else obj[key]
     return obj
 
@@ -95,17 +101,21 @@ def matching(view: View, spec: dict[str, Any]) -> list[Record]:
 
 def cell(recs: Sequence[Record], col: dict[str, Any]) -> str:
     """One table cell from ``recs``: ``col`` names a ``field`` (scaled by ``scale``), ``agg`` "mean_std" over the
-    records (``digits``), or a first record's value; ``format`` sees ``v``, ``n``, ``seeds`` and the record ``r``."""
+    records (``digits``), or a first record's value (a list joined by "; "; ``default`` shown as is for a record
+    without the field); ``format`` sees ``v``, ``n``, ``seeds`` and the record ``r``."""
     if "text" in col:
         return col["text"]
     scale = col.get("scale", 1)
-    values = [field(r, col["field"]) for r in recs] if "field" in col else []
+    values = [field(r, col["field"], col.get("default", _ABSENT)) for r in recs] if "field" in col else []
+    if "default" in col and values and values[0] == col["default"]:
+        return col["default"]
     if col.get("agg") == "mean_std":
         v: Any = mean_std(values, scale, col.get("digits", 2))
     elif values and isinstance(values[0], (int, float)) and not isinstance(values[0], bool):
         v = values[0] * scale
     else:
         v = values[0] if values else None
+        v = "; ".join(map(str, v)) if isinstance(v, list) else v
     if v is None:
         return "—"
     n = len(recs)
