@@ -36,4 +36,4 @@ def render(view: Any) -> list[str]:
 def blocks(view: Any) -> dict[str, list[str]]:
     from studies.rnn_attention.page import render_page
 
-    return {"docs/rnn.md": render_page(view.detail).splitlines()}
+    return {"docs/rnn.md#sections": render_page(view.detail).splitlines()}
