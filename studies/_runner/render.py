@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .protocol import moved_edits
+from .protocol import ProtocolError, moved_edits
 from .store import Record
 from .study import ROOT, STUDIES, Study
 
@@ -84,6 +84,10 @@ _ABSENT = object()
 def field(obj: Any, path: str, default: Any = _ABSENT) -> Any:
     """``path`` ("scores.test.ap", "detail.best_epoch") in a record; ``*`` takes a mapping's first value;
     ``default`` for a record without it (else KeyError)."""
+    if "|" in path:  # alternatives: the first the record has
+        first, rest = path.split("|", 1)
+        found = field(obj, first, None)
+        return field(obj, rest, default) if found is None else found
     for key in path.split("."):
         if key != "*" and key not in obj and default is not _ABSENT:
             return default
@@ -91,12 +95,18 @@ def field(obj: Any, path: str, default: Any = _ABSENT) -> Any:
     return obj
 
 
-def matching(view: View, spec: dict[str, Any]) -> list[Record]:
-    """The records of ``spec["kind"]`` (default "test") whose fields equal ``spec["where"]`` (a list: any of)."""
+def where(recs: Iterable[Record], spec: dict[str, Any]) -> list[Record]:
+    """The records whose fields equal ``spec["where"]`` (a list: any of; ``"current"``: the protocol's hash)."""
     def ok(r: Record) -> bool:
-        return all(field(r, k) in (v if isinstance(v, list) else [v]) for k, v in spec.get("where", {}).items())
+        return all(field(r, k, None) in (v if isinstance(v, list) else [v]) for k, v in spec.get("where", {}).items())
 
-    return [r for r in view.records(spec.get("kind", "test")) if ok(r)]
+    return [r for r in recs if ok(r)]
+
+
+def matching(view: View, spec: dict[str, Any]) -> list[Record]:
+    """The records of ``spec["kind"]`` (default "test") :func:`where` ``spec`` says."""
+    recs = view.records(spec.get("kind", "test"))
+    return where([r for r in recs if r["protocol"] == view.protocol.hash] if spec.get("current") else recs, spec)
 
 
 def cell(recs: Sequence[Record], col: dict[str, Any]) -> str:
@@ -105,6 +115,9 @@ def cell(recs: Sequence[Record], col: dict[str, Any]) -> str:
     without the field); ``format`` sees ``v``, ``n``, ``seeds`` and the record ``r``."""
     if "text" in col:
         return col["text"]
+    recs = where(recs, col)
+    if not recs:
+        return "—"
     scale = col.get("scale", 1)
     values = [field(r, col["field"], col.get("default", _ABSENT)) for r in recs] if "field" in col else []
     if "default" in col and values and values[0] == col["default"]:
@@ -128,13 +141,16 @@ def spec_table(view: View, spec: dict[str, Any]) -> list[str]:
     ``columns`` (see :func:`cell`), and an optional ``total`` row aggregated over every matching record. With
     ``parts``, each part adds the rows of its own ``where``, with its own ``cells`` (by header), ``sort``
     ordering the rows by their group."""
+    if spec.get("per_split"):
+        return per_split_table(view, spec)
     cols, rows, recs = spec["columns"], [], []
     for part in spec.get("parts", [{}]):  # a part: its own records ("where") and cells (by header)
         mine = matching(view, {**spec, **part})
         groups: dict[tuple[Any, ...], list[Record]] = {}
         for r in mine:
             groups.setdefault(tuple(field(r, g) for g in spec.get("group", [])) or (len(groups),), []).append(r)
-        rows += [(key, [cell(g, part.get("cells", {}).get(c["header"], c)) for c in cols]) for key, g in groups.items()]
+        rows += [((part.get("order", 0), key), [cell(g, part.get("cells", {}).get(c["header"], c)) for c in cols])
+                 for key, g in groups.items()]
         recs += mine
     rows = [row for _, row in (sorted(rows, key=lambda kr: kr[0]) if spec.get("sort") else rows)]
     if "total" in spec and recs:
@@ -142,6 +158,35 @@ def spec_table(view: View, spec: dict[str, Any]) -> list[str]:
                                                else "" for c in cols[1:])])
     out = [*([spec["title"], ""] if "title" in spec else []), *([spec["intro"], ""] if "intro" in spec else [])]
     return [*out, *table([c["header"] for c in cols], rows), ""] if cols else out
+
+
+def per_split_table(view: View, spec: dict[str, Any]) -> list[str]:
+    """A nested selection, split by split (the current protocol's runs): the ids of kind ``show`` its validation
+    sets hold, each candidate's mean validation score, the split's choice, the ``columns`` of its test record
+    and its test score; then the test scores' mean ± std over the splits done."""
+    p, study, digits = view.protocol, view.study, spec.get("digits", 2)
+    metric, cands = p.data.get("select", {}).get("metric", "accuracy"), list(p.candidates)
+    rows, tests = [], []
+    for s in p.splits:
+        sel = [r for r in view.records("select") if r["protocol"] == p.hash and r["split"] == s.name]
+        scores = [[m[metric] for r in sel if r["candidate"] == c for m in r["scores"].values()] for c in cands]
+        try:
+            chosen = ", ".join(study.selected(s.name))
+        except ProtocolError:
+            chosen = "—"
+        test = [r for r in view.records("test") if r["protocol"] == p.hash and r["split"] == s.name]
+        value = [next(iter(r["scores"].values()))[metric] for r in test]
+        tests += value
+        shown = ", ".join(str(i) for v in s.validation for i in sorted(study.resolve(v).ids.get(spec.get("show"), [])))
+        rows.append([s.name, shown, *(f"{sum(v) / len(v):.{digits}f}" if v else "—" for v in scores), chosen,
+                     *(cell(test, c) for c in spec.get("columns", [])), mean_std(value, digits=digits)])
+    header = [spec.get("split", "split"), f"validation {spec.get('show', 'set')}",
+              *(f"{c} (validation)" for c in cands), "chosen", *(c["header"] for c in spec.get("columns", [])), "test"]
+    done = len({r["split"] for r in view.records("test") if r["protocol"] == p.hash})
+    total = (f"Test {metric} over the splits done ({done} of {len(p.splits)}): **{mean_std(tests, digits=digits)}**"
+             + ("" if done == len(p.splits) else " (incomplete: the remaining splits had not run)") + ".")
+    out = [*([spec["title"], ""] if "title" in spec else []), *([spec["intro"], ""] if "intro" in spec else [])]
+    return [*out, *table(header, rows), "", total, ""]
 
 
 def spec_summary(view: View) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ each fold's winner on the fold's four training speakers and scores the held-out 
 from __future__ import annotations
 
 import csv
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -55,81 +54,3 @@ def run(candidate: list[str], seed: int, train: Items, evaluate: Any, budget: di
     if evaluate.kind == "select":
         return {name: {"accuracy": val}}
     return {name: {"accuracy": round(100 * metrics["test_acc"], 2)}}, {"val_draw": val}
-
-
-def _number(view: Any, h: str) -> int:
-    return int(view.store.data["protocols"][h]["number"])
-
-
-def _value(r: dict[str, Any]) -> float:
-    return next(iter(next(iter(r["scores"].values())).values()))
-
-
-def _ms(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.2f}" if values else "—"
-    return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
-def nested_rows(view: Any) -> tuple[list[tuple[Any, ...]], list[float]]:
-    """Protocol 4, fold by fold: each candidate's selection score, the choice, and the chosen one's test."""
-    h = view.protocol.hash
-    sel = {(r["split"], r["candidate"]): _value(r) for r in view.records("select") if r["protocol"] == h}
-    test = {r["split"]: r for r in view.records("test") if r["protocol"] == h}
-    cands = list(view.protocol.candidates)
-    rows, tests = [], []
-    for fold in SPEAKERS:
-        val = view.protocol.data["sets"][f"val_sel_{fold}"]["fsdd"]["speakers"][0]
-        scores = [sel.get((fold, c)) for c in cands]
-        done = all(s is not None for s in scores)
-        choice = max(cands, key=lambda c: (sel[(fold, c)], -cands.index(c))) if done else "—"
-        t = test.get(fold)
-        if t is not None:
-            tests.append(_value(t))
-        rows.append((fold, val, *(f"{s:.2f}" if s is not None else "—" for s in scores), choice,
-                     f"{t.get('detail', t)['val_draw']:.2f}" if t else "—", f"{_value(t):.2f}" if t else "—"))
-    return rows, tests
-
-
-def render(view: Any) -> list[str]:
-    from studies._runner.render import table
-
-    rows, tests = nested_rows(view)
-    cands = list(view.protocol.candidates)
-    out = ["### Protocol 4: chosen per fold on that fold's training speakers", "",
-           "Accuracy (%). Selection: best validation accuracy on the validation speaker (no test number computed); "
-           "test: the fold's chosen candidate trained on the four other speakers (its checkpoint chosen on a 10% "
-           "draw of their takes), on all 500 takes of the held-out speaker.", "",
-           *table(["held-out speaker", "validation speaker", *(f"{c} (validation)" for c in cands), "chosen",
-                   "validation (draw)", "test"], rows), "",
-           f"Test accuracy over the folds done ({len(tests)} of {len(SPEAKERS)}): **{_ms(tests)}**"
-           + ("" if len(tests) == len(SPEAKERS) else " (incomplete: the remaining folds had not run)") + ".", "",
-           f"- {view.protocol.data['caveats'][0]}", ""]
-    out += ["### Protocols 1-3 (exploratory: their selection validated on the test speakers)", ""]
-    groups: dict[tuple[int, str, str], dict[str, float]] = {}
-    for r in view.records("test"):
-        n = _number(view, r["protocol"])
-        if n == 4:
-            continue
-        how = "trained on four" if r["split"].startswith("four_") else "trained on three"
-        groups.setdefault((n, r["candidate"], how), {})[r["split"].split("_", 1)[1]] = _value(r)
-    rows = [(n, c, how, *(f"{v[s]:.1f}" if s in v else "—" for s in SPEAKERS),
-             _ms([v[s] for s in SPEAKERS if s in v])) for (n, c, how), v in sorted(groups.items())]
-    out += ["Test accuracy (%; the strings rows: digit error rate, %) per held-out speaker:", "",
-            *table(["protocol", "candidate", "training", *SPEAKERS, "mean ± std"], rows), ""]
-    return out
-
-
-def summary(view: Any) -> list[dict[str, Any]]:
-    _, tests = nested_rows(view)
-    done = len(tests) == len(SPEAKERS)
-    p3 = [_value(r) for r in view.records("test") if _number(view, r["protocol"]) == 3]
-    common = {"task": "Speech: spoken digits on unseen speakers", "dataset": "FSDD (5 speakers)",
-              "metric": "accuracy (%)", "anchors": "—", "order": 12}
-    return [
-        {**common, "split": "leave one speaker out; each fold's choice on its own training speakers",
-         "result": (f"{_ms(tests)} (5 folds)" if done else f"{_ms(tests)} ({len(tests)} of 5 folds; incomplete)")
-         + "; exploratory (test speakers scored before)"},
-        {**common, "split": "leave one speaker out; one choice validated on the other folds' test speakers",
-         "result": f"{_ms(p3)} (5 folds); exploratory"},
-    ]
