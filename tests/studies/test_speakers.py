@@ -68,8 +68,9 @@ def test_the_runner_runs_a_fold_of_the_nested_protocol(tmp_path: Path) -> None:
     write_fsdd(tmp_path / "data", speakers=SPEAKERS, takes=3)
     proto = json.loads((Path(module.__file__).parent / "protocol.json").read_text())
     proto["splits"] = {"george": proto["splits"]["george"]}
-    proto["candidates"] = {"backbone": [], "scratch": ["--model.init_from=null", "--model.freeze_encoder_epochs=0"]}
-    proto["budget"] = {"epochs": 1, "args": [f"--data.root={tmp_path / 'data'}", "--data.batch_size=16"]}
+    proto["candidates"] = {"scratch": ["--model.init_from=null", "--model.freeze_encoder_epochs=0"]}
+    proto["budget"] = {"epochs": 1, "args": [f"--data.root={tmp_path / 'data'}", "--data.batch_size=16",
+                                             "--trainer.limit_train_batches=2"]}
     folder = tmp_path / "speakers"
     folder.mkdir()
     (folder / "protocol.json").write_text(json.dumps(proto))
