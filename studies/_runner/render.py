@@ -104,7 +104,11 @@ def where(recs: Iterable[Record], spec: dict[str, Any]) -> list[Record]:
 
 
 def matching(view: View, spec: dict[str, Any]) -> list[Record]:
-    """The records of ``spec["kind"]`` (default "test") :func:`where` ``spec`` says."""
+    """The records of ``spec["kind"]`` (default "test"), or the entries of the store's mapping ``spec["source"]``,
+    :func:`where` ``spec`` says."""
+    if "source" in spec:  # a mapping in the store ("detail.4.accuracy"): its entries as records, named "key"
+        recs = [{"key": k, **v} for k, v in field(view.store.data, spec["source"]).items()]
+        return where(recs, spec)
     recs = view.records(spec.get("kind", "test"))
     return where([r for r in recs if r["protocol"] == view.protocol.hash] if spec.get("current") else recs, spec)
 
@@ -120,7 +124,7 @@ def cell(recs: Sequence[Record], col: dict[str, Any]) -> str:
         return "—"
     scale = col.get("scale", 1)
     values = [field(r, col["field"], col.get("default", _ABSENT)) for r in recs] if "field" in col else []
-    if "default" in col and values and values[0] == col["default"]:
+    if "default" in col and values and values[0] in (None, col["default"]):
         return col["default"]
     if col.get("agg") == "mean_std":
         v: Any = mean_std(values, scale, col.get("digits", 2))
@@ -192,7 +196,7 @@ def per_split_table(view: View, spec: dict[str, Any]) -> list[str]:
 def spec_summary(view: View) -> list[dict[str, Any]]:
     """docs/results.md's rows from the protocol's ``summary`` specs: fixed fields, and ``result`` a
     :func:`cell` spec over the records ``matching`` the row."""
-    return [{**{k: v for k, v in row.items() if k not in ("kind", "where", "result")},
+    return [{**{k: v for k, v in row.items() if k not in ("kind", "where", "result", "source")},
              "result": cell(matching(view, row), row["result"])} for row in view.protocol.data.get("summary", [])]
 
 
