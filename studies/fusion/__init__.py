@@ -10,14 +10,10 @@ last draw's rich store by ``python -m studies.fusion.conditions render``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from studies._runner import Items
 from studies._runner.protocol import ProtocolError
-
-HERE = Path(__file__).resolve().parent
-HELD = "held-out speaker"
 
 
 def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
