@@ -271,3 +271,26 @@ def test_retest_names_the_scored_protocols_and_marks_results_exploratory(tmp_pat
     assert new and all(r["exploratory"] == why for r in new)
     assert f"**exploratory**: it scores again the test data of protocol(s) `{old}` ({why})" in "\n".join(
         readme_block(View(study)))
+
+
+def test_a_moved_config_keeps_the_hash_until_its_content_changes(tmp_path: Path) -> None:
+    from studies._runner.protocol import content_hash, protocol_hash
+
+    config = tmp_path / "configs" / "small.yaml"
+    config.parent.mkdir()
+    config.write_text("# the small model\nwidth: 1\n")
+    before = protocol(val=["bob"], test=["dee"], test_candidates=["wide"])
+    before["candidates"]["wide"]["config"] = "recipes/configs/small.yaml"
+    after = json.loads(json.dumps(before))
+    after["candidates"]["wide"]["config"] = str(config)
+    after["moved"] = {"recipes/configs/small.yaml": {"to": str(config), "content": content_hash(config)}}
+    assert protocol_hash(after) == protocol_hash(before) != protocol_hash({**after, "moved": {}})
+    study = make(tmp_path, after)
+    study.run("test", progress=False)
+    config.write_text("# the small model, described again\nwidth: 1\n")  # comments aside: the same content
+    assert not any(View(study).stale(r) for r in study.store.records)
+    assert "content (comments aside) is the one the runs used" in "\n".join(readme_block(View(study)))
+    config.write_text("width: 2\n")
+    assert all(View(study).stale(r) for r in study.store.records)
+    with pytest.raises(ProtocolError, match="content changed since the move"):
+        study.check()
