@@ -70,7 +70,8 @@ def test_the_runner_runs_a_fold_of_the_nested_protocol(tmp_path: Path) -> None:
     proto["splits"] = {"george": proto["splits"]["george"]}
     proto["candidates"] = {"scratch": ["--model.init_from=null", "--model.freeze_encoder_epochs=0"]}
     proto["budget"] = {"epochs": 1, "args": [f"--data.root={tmp_path / 'data'}", "--data.batch_size=16",
-                                             "--trainer.limit_train_batches=2"]}
+                                             "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+                                             "--trainer.limit_test_batches=1"]}
     folder = tmp_path / "speakers"
     folder.mkdir()
     (folder / "protocol.json").write_text(json.dumps(proto))
