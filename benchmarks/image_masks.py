@@ -19,7 +19,7 @@ import torch
 
 from benchmarks._recipe_runs import RECIPES, run_fit
 
-CONFIGS = RECIPES / "configs"
+CONFIGS = RECIPES.parent / "studies" / "recipe_runs" / "configs"  # the full-attention and CNN variants
 
 CASES: dict[str, tuple[str, list[str]]] = {
     "grid": ("Grid(7, 7, kernel=3) attention", []),

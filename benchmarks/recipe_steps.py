@@ -14,9 +14,9 @@ Rows:
   ``Padding(lengths)`` alone, the restricted masks ``Padding & Window(16, 4)`` (the recipe's) and
   ``Padding & Chunk(8, 2)``. ``L=57`` has clip lengths drawn from 18 to 56 frames (the issue's
   measurement), ``L=20`` from 5 to 20 (a typical FSDD batch, whose clips are mostly under a second).
-- image (recipes/configs/image_patches.yaml vs image_patches_full.yaml): ImageAdapter (7 x 7 patches
-  of 4 x 4) + Encoder(96, 4 heads, 4 layers, ffn 192) with a relative position bias + classifier,
-  batch 128; ``Grid(7, 7, kernel=3)`` with offsets up to 1 vs Full with offsets up to 6.
+- image (recipes/configs/image_patches.yaml vs studies/recipe_runs/configs/image_patches_full.yaml):
+  ImageAdapter (7 x 7 patches of 4 x 4) + Encoder(96, 4 heads, 4 layers, ffn 192) with a relative position
+  bias + classifier, batch 128; ``Grid(7, 7, kernel=3)`` with offsets up to 1 vs Full with offsets up to 6.
 - graph (recipes/configs/graph_graph.yaml): GraphAdapter (random-walk encodings, ``scope="graph"``)
   + GPSEncoder(64, 2 layers, 4 heads, GIN, shortest-path bias) + classifier, 32 motif graphs of
   ~25 nodes; the attention within each graph (``SameGraph(batch)``, the recipe's) vs one graph of

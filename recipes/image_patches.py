@@ -10,8 +10,8 @@ usual 60k / 10k split; CIFAR-10 from torchvision's files with ``image_patches_ci
 
     python recipes/image_patches.py fit                               # Grid(7, 7, kernel=3)
     python recipes/image_patches.py fit --trainer.fast_dev_run=true   # smoke run
-    python recipes/image_patches.py fit --config recipes/configs/image_patches_full.yaml  # full attention
-    python recipes/image_patches.py fit --config recipes/configs/image_patches_cnn.yaml   # CNN baseline
+    python recipes/image_patches.py fit --config studies/recipe_runs/configs/image_patches_full.yaml  # full attention
+    python recipes/image_patches.py fit --config studies/recipe_runs/configs/image_patches_cnn.yaml   # CNN baseline
     python recipes/image_patches.py fit --config recipes/configs/image_patches_cifar.yaml # CIFAR-10
 """
 

@@ -22,6 +22,16 @@ import pytest
 from _graph_data import write_actor, write_peptides, write_tu
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+#: Configs by file name: recipes/configs holds each recipe's default and the variants the docs show users;
+#: a study's candidates (overlays of a recipe all the same) sit in that study's configs/ folder.
+CONFIG_PATHS = {p.name: p for p in sorted(RECIPES.parent.glob("studies/*/configs/*.yaml"))} | {
+    p.name: p for p in sorted((RECIPES / "configs").glob("*.yaml"))}
+
+
+def config_path(name: str) -> Path:
+    """The config file ``name`` (``"text_lm_lstm.yaml"``), in recipes/configs or in the study that holds it."""
+    return CONFIG_PATHS[name]
+
 
 #: Every recipe -> (its data folder under $ATTNMM_DATA, or None for data the DataModule generates; the
 #: arguments that make its smoke run small), for tests that run all of them the same way.

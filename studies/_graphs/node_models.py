@@ -1,9 +1,9 @@
 """Validation-only sweep of the node recipe's hyperparameters (Cora's public split, or Actor's ten splits).
 
-``python -m studies._graphs.node_models '[{}, {"lr": 0.01}]' --seeds 10`` trains a Cora model
+:func:`validation_scores` trains a Cora model
 (``{}`` is the GAT-style one of ``recipes/configs/graph_node_gat.yaml``: GraphAdapter +
 GraphAttentionEncoder, Adam with an L2 penalty, 300 full-batch epochs) in a plain loop for each
-config and seed, and prints the mean and standard deviation over seeds of three validation scores: the
+config and seed and returns three validation scores: the
 best validation accuracy, and two cross-fitted accuracies (the epoch chosen on one half of the
 validation nodes by accuracy or by loss, measured on the other half). It never computes a test
 number: choose on this, then run the recipe for the test accuracy.
@@ -24,9 +24,6 @@ seeds, ``--seeds 1`` for one seed per split).
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
 from typing import Any
 
 import torch
@@ -132,44 +129,3 @@ def load_graph(name: str, split: int = 0, undirected: bool = False) -> Any:
     dm.prepare_data()
     dm.setup("fit")
     return next(iter(dm.train_dataloader()))
-
-
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = argparse.ArgumentParser(prog="python -m studies._graphs.node_models", description=__doc__)
-    parser.add_argument(
-        "configs", help='JSON list of configs, e.g. \'[{}, {"lr": 0.01}]\' ({} is the GAT-style config)'
-    )
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..n-1 per config (and split) (default: 10)")
-    parser.add_argument("--name", default="Cora", help="Cora, CiteSeer, PubMed or Actor (default: Cora)")
-    parser.add_argument("--splits", default="0", help="Actor: geom-gcn's splits, e.g. 0-9 (default: 0)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    lo, dash, hi = args.splits.partition("-")
-    splits = list(range(int(lo), int(hi) + 1)) if dash else [int(s) for s in args.splits.split(",")]
-    graphs: dict[tuple[int, bool], Any] = {}
-    out = []
-    for config in json.loads(args.configs):
-        started = time.perf_counter()
-        runs = []
-        for split in splits:
-            key = (split, bool(config.get("undirected", False)))
-            if key not in graphs:
-                graphs[key] = load_graph(args.name, *key)
-            data = graphs[key]
-            num_classes = int(data.y.max()) + 1
-            runs += [validation_scores(data, data.num_features, num_classes, s, **config) for s in range(args.seeds)]
-        parts = []
-        for key, label in (("best", "best validation accuracy"), ("cross_acc", "cross-fitted (chosen by accuracy)"),
-                           ("cross_loss", "cross-fitted (chosen by loss)")):
-            accs = torch.tensor([r[key] for r in runs]) * 100
-            parts.append(f"{label} {accs.mean():.2f} +- {accs.std():.2f}")
-        where = f"{args.seeds} seeds" + (f" x splits {args.splits}" if len(splits) > 1 else "")
-        print(f"{json.dumps(config)}: {'; '.join(parts)} over {where} ({time.perf_counter() - started:.0f} s)",
-              flush=True)
-        out.append({"config": config, "runs": runs})
-    return out
-
-
-if __name__ == "__main__":
-    main()

@@ -206,18 +206,3 @@ def render(view: Any) -> list[str]:
                   + ", ".join(f"{x:+.2f}" for x in d["diffs"]) + f"; mean {d['mean']:+.2f} ± {d['std']:.2f} points "
                   f"(standard error {d['sem']:.2f}), higher on {d['wins']} of {len(d['diffs'])} splits.", ""]
     return lines
-
-
-def summary(view: Any) -> list[dict[str, Any]]:
-    rows = []
-    for label, store in stores(view, "test").items():
-        s = store["summary"]["test_acc"]
-        cand, name = label.split(" on ")
-        anchors = view.protocol.data.get("anchors", {}).get(name, "—")
-        caveat = view.protocol.data.get("caveats")
-        rows.append({"task": view.protocol.data["task"], "dataset": name, "split": view.protocol.data["split_protocol"],
-                     "metric": f"test accuracy (%), {view.protocol.data.get('labels', {}).get(cand, cand)}",
-                     "result": f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f} ({s['n']} splits)"
-                               + (f"; {caveat}" if caveat else ""),
-                     "anchors": anchors, "order": view.protocol.data.get("order", 50)})
-    return rows

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .protocol import SELECTED, Items, Protocol, ProtocolError, check_disjoint, check_unscored
+from .protocol import Items, Protocol, ProtocolError, check_disjoint, check_unscored, moved_edits
 from .store import Record, Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,9 +101,21 @@ class Study:
     def check(self) -> None:
         """Refuse the protocol when a validation set shares an item with a test set, or when its test sets
         hold items that another protocol of the study already scored."""
-        tests = {t: self.resolve(t) for t in self.protocol.test_sets}
-        check_disjoint({v: self.resolve(v) for v in self.protocol.validation_sets}, tests)
-        check_unscored(tests, self.store.scored, self.protocol.hash)
+        edited = moved_edits(self.protocol.data, ROOT)
+        if edited:
+            raise ProtocolError(f"{edited} moved since the protocol's runs and their content changed since the move: "
+                                "that is a new protocol (drop its 'moved' entry and name a fresh test set)")
+        p = self.protocol
+        tests = {t: self.resolve(t) for t in p.test_sets}
+        if p.data.get("select", {}).get("per") == "split":
+            for s in p.splits:
+                mine = {t: tests[t] for t in s.test}
+                check_disjoint({v: self.resolve(v) for v in s.validation}, mine)
+                if s.inner_train:
+                    check_disjoint({s.inner_train: self.resolve(s.inner_train)}, mine, "inner training")
+        else:
+            check_disjoint({v: self.resolve(v) for v in p.validation_sets}, tests)
+        check_unscored(tests, self.store.scored, p.hash, p.retest[0])
 
     # ---------------------------------------------------------------- runs
     def planned(self, kind: str, candidates: list[str] | None = None) -> list[tuple[str, str, int]]:
@@ -118,7 +130,7 @@ class Study:
         chosen = self.protocol.data.get("test_candidates", "selected")
         if not isinstance(chosen, str):
             return list(chosen)
-        per_split = chosen != "selected"
+        per_split = self.protocol.per_split
         if per_split and split is None:
             raise ValueError("the protocol selects per split: name the split")
         planned = [k for k in self.planned("select") if not per_split or k[0] == split]
@@ -142,7 +154,7 @@ class Study:
             raise ValueError(f"kind must be 'select' or 'test', not {kind!r}")
         self.check()
         p = self.protocol
-        if kind == "test" and candidates is None and p.data.get("test_candidates", "selected") in SELECTED[1:]:
+        if kind == "test" and candidates is None and p.per_split:
             planned = [k for s in p.splits if s.test
                        for k in self.planned(kind, self.selected(s.name)) if k[0] == s.name]
         else:
@@ -160,7 +172,8 @@ class Study:
             split = p.split(split_name)
             names = split.validation if kind == "select" else split.test
             sets = Sets(kind, {n: self.resolve(n) for n in names}, p)
-            train = self.resolve(split.train) if split.train else None
+            train_name = split.select_train if kind == "select" else split.train
+            train = self.resolve(train_name) if train_name else None
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
             out = self.module.run(p.candidates[cand], seed, train, sets, p.data.get("budget", {}))
             scores, detail = out if isinstance(out, tuple) else (out, None)
@@ -173,6 +186,8 @@ class Study:
                               "seconds": round(time.perf_counter() - t0, 2)}
             if detail is not None:
                 record["detail"] = detail
+            if kind == "test" and p.retest[0]:
+                record["exploratory"] = p.retest[1]
             items: dict[str, list[Any]] = {}
             if kind == "test":
                 for n in names:

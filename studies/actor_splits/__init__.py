@@ -1,5 +1,5 @@
 """Actor splits: the code is the graph studies' shared split runner (:mod:`studies._graphs.splits`)."""
 
-from studies._graphs.splits import render, resolve, run, summary
+from studies._graphs.splits import render, resolve, run
 
-__all__ = ["render", "resolve", "run", "summary"]
+__all__ = ["render", "resolve", "run"]

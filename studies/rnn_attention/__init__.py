@@ -15,12 +15,12 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
 
 def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:
     """One ``fit`` of the recipe with the candidate's config (None: the recipe's default), the time cap lifted."""
-    from benchmarks._recipe_runs import RECIPES, run_fits_side_by_side
-    from studies.rnn_attention.measure import _run_summary
+    from benchmarks._recipe_runs import run_fits_side_by_side
+    from studies.rnn_attention.measure import STUDY_CONFIGS, _run_summary
 
     recipe = train.payload["recipe"]
     config = candidate["config"].get(recipe) if candidate["config"] else None
-    args = ["--trainer.max_time=null", *([f"--config={RECIPES / 'configs' / config}"] if config else [])]
+    args = ["--trainer.max_time=null", *([f"--config={STUDY_CONFIGS / config}"] if config else [])]
     (out,) = run_fits_side_by_side([(recipe, args)], seed=seed, collect=_run_summary)
     return {name: {k.removeprefix("test_"): out[k] for k in ("test_loss", "test_acc") if k in out}
             for name in evaluate}, out
@@ -36,20 +36,4 @@ def render(view: Any) -> list[str]:
 def blocks(view: Any) -> dict[str, list[str]]:
     from studies.rnn_attention.page import render_page
 
-    return {"docs/rnn.md": render_page(view.detail).splitlines()}
-
-
-def summary(view: Any) -> list[dict[str, Any]]:
-    rows = view.detail.get("quality", {}).get("rows", [])
-    out = []
-    for recipe, task, dataset, split, metric in (
-            ("text_lm", "Text: character language model", "Tiny Shakespeare", "the recipe's contiguous split",
-             "test_loss"),
-            ("text_pos", "Text: UPOS tagging", "UD English-EWT", "dev set (also chose the checkpoint; no test file)",
-             "test_acc")):
-        for r in (r for r in rows if r["recipe"] == recipe):
-            value = f"{r[metric]:.3f} nats/char" if metric == "test_loss" else f"{100 * r[metric]:.2f}%"
-            out.append({"task": task, "dataset": dataset, "split": split,
-                        "metric": f"{'test loss' if metric == 'test_loss' else 'accuracy'}, {r['encoder']}, "
-                                  "equal budget", "result": f"{value} (1 seed)", "anchors": "—", "order": 70})
-    return out
+    return {"docs/rnn.md#sections": render_page(view.detail).splitlines()}

@@ -37,6 +37,7 @@ from benchmarks._recipe_runs import RECIPES, run_fits_side_by_side
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = Path(__file__).with_name("store.json")
+STUDY_CONFIGS = Path(__file__).with_name("configs")  # the LSTM overlays of the recipes
 
 Part = Callable[[argparse.Namespace], dict[str, Any]]
 
@@ -82,7 +83,7 @@ def quality(opts: argparse.Namespace) -> dict[str, Any]:
         # the budgets are the configs' steps (sized by measured step times); the time caps are lifted
         # so that other load on the machine slows both runs without cutting either schedule short
         lift = ["--trainer.max_time=null"]
-        jobs = [(recipe, lift), (recipe, [f"--config={RECIPES / 'configs' / config}", *lift])]
+        jobs = [(recipe, lift), (recipe, [f"--config={STUDY_CONFIGS / config}", *lift])]
         attn, lstm = run_fits_side_by_side(jobs, seed=opts.seed, collect=_run_summary)
         when = f"{machine_line()}, {opts.command}"
         for label, r in (("attention (default)", attn), (f"LSTM ({config})", lstm)):
@@ -96,7 +97,7 @@ def quality(opts: argparse.Namespace) -> dict[str, Any]:
 # the models compared: the character LM's encoder and an LSTM of about its parameter count
 
 WIDTH, HEADS, LAYERS, FFN = 192, 6, 4, 768  # recipes/configs/text_lm.yaml
-LSTM_LAYERS, LSTM_HIDDEN = 2, 344  # recipes/configs/text_lm_lstm.yaml
+LSTM_LAYERS, LSTM_HIDDEN = 2, 344  # studies/rnn_attention/configs/text_lm_lstm.yaml
 
 
 def _attention_encoder(width: int = WIDTH, heads: int = HEADS, layers: int = LAYERS, ffn: int = FFN) -> Any:
@@ -309,7 +310,7 @@ def _lm_task(config: str | None) -> Any:
     assert spec is not None and spec.loader is not None
     recipe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recipe)
-    args = ([f"--config={RECIPES / 'configs' / config}"] if config else []) + ["--trainer.logger=false"]
+    args = ([f"--config={STUDY_CONFIGS / config}"] if config else []) + ["--trainer.logger=false"]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         cli = recipe.main(args, run=False)

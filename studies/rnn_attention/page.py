@@ -20,64 +20,6 @@ def _scored_on(recipe: str) -> str:
     return f"on {DEV_IS_TEST[recipe]}: a selection-set figure, not a held-out test" if recipe in DEV_IS_TEST else (
         "on the recipe's test set")
 
-INTRO = """# Self-attention and RNNs
-
-<!-- Written by `python -m studies rnn_attention render` from studies/rnn_attention/store.json;
-edit the study, not this page. -->
-
-Three claims separate self-attention from recurrent networks: a recurrent network cannot be trained
-in parallel over the positions of a sequence, because step t waits for step t - 1; what it knows of
-early tokens must survive in a fixed-size state, so it fades over a long sequence; and attention
-reaches any allowed position in one step, paying for it with memory that grows with what it may
-attend. This page measures each claim on attnmm's own models and recipes, on the machine named in
-each section, so that you can see where each architecture wins. Every table and figure comes from
-one run of one part of `python -m studies.rnn_attention.measure` (the command is given with it).
-
-The recurrent baseline is `attnmm.nn.RecurrentEncoder` (LSTM or GRU, uni- or bidirectional). It
-has the call signature of `attnmm.nn.Encoder`, so a recipe swaps it in by `class_path`, with
-the same adapter and head; each config below sits beside its recipe's default:
-
-| recipe | recurrent config | encoder |
-|---|---|---|
-| character LM (`recipes/text_lm.py`) | `recipes/configs/text_lm_lstm.yaml` | 2-layer LSTM |
-| POS tagging (`recipes/text_pos.py`) | `recipes/configs/text_pos_lstm.yaml` | 2-layer bidirectional LSTM |
-| speech (`recipes/speech_truncated.py`) | `recipes/configs/speech_truncated_lstm.yaml` | 2-layer bidirectional LSTM |
-
-```bash
-python recipes/text_lm.py fit --config recipes/configs/text_lm_lstm.yaml
-```
-
-A recurrence reads every earlier position (every position, when bidirectional), so the encoder
-accepts the masks whose allowed sets contain that: `Full()`, `Causal()` (unidirectional) and
-their intersection with the batch's `Padding`; it refuses a `Window` or `Chunk` by name rather than
-ignore it. Both encoders read a causal sequence incrementally through an `IncrementalState`:
-
-```python
-import torch
-from attnmm.nn import Encoder, IncrementalState
-from attnmm.masks import Causal, Window
-from attnmm.nn import RecurrentEncoder
-
-x = torch.randn(1, 50, 32)
-for encoder, mask in [(RecurrentEncoder(32, 2), Causal()), (Encoder(32, 4, 2, 64), Window(8, 0))]:
-    encoder.eval()
-    state = IncrementalState()
-    steps = []
-    for t in range(50):  # one token at a time
-        steps.append(encoder(x[:, t : t + 1], mask, state=state))
-        state.advance(1)
-    assert torch.allclose(torch.cat(steps, 1), encoder(x, mask), atol=1e-5)
-    print(type(encoder).__name__, "keeps", state.num_bytes(), "bytes after 50 tokens")
-```
-
-```text
-RecurrentEncoder keeps 512 bytes after 50 tokens
-Encoder keeps 4096 bytes after 50 tokens
-```
-
-The LSTM's state is its hidden and cell vectors, whatever the length read; the window's cache holds
-the keys and values of the last 8 tokens in each layer.
-"""
 
 
 def _run_line(part: dict[str, Any]) -> str:
@@ -377,8 +319,8 @@ def _summary_section(store: dict[str, Any]) -> list[str]:
 
 
 def render_page(store: dict[str, Any]) -> str:
-    """docs/rnn.md from the stored results (a part not run yet is named as such)."""
-    lines = [INTRO]
+    """docs/rnn.md's measured sections from the stored results (a part not run yet is named as such)."""
+    lines: list[str] = []
     for name, section in SECTIONS.items():
         if name in store:
             lines += section(store[name])

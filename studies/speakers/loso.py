@@ -1,40 +1,25 @@
-"""Unseen speakers, leave one speaker out (protocols 1-3 of the speakers study): ``python -m studies.speakers.loso``.
+"""Unseen speakers, leave one speaker out: the candidates and commands of protocols 1-3 of the speakers
+study (legacy: their runs were made by an earlier driver and are imported into ``store.json``).
 
-For each of FSDD's five speakers (fold ``i``: test speaker ``SPEAKERS[i]``), the speech recipe is
+For each of FSDD's five speakers (fold ``i``: test speaker ``SPEAKERS[i]``), the speech recipe was
 trained on three speakers, its checkpoint chosen on the next speaker in the cyclic order
 (``--data.val_speakers``, never trained on) and tested on the held-out one
 (``--data.test_speakers``). Each candidate of :data:`CANDIDATES` (the adapter's options: SpecAugment
 alone, + per-utterance normalisation, + speed perturbation and noise; and the model's of
 :data:`MODEL_OPTIONS`: starting from the backbone pretrained on Speech Commands, frozen or not for the
-first epochs) runs every fold, one ``fit`` at a time in a fresh process (one thread). The rule that
-picks a candidate reads validation numbers only: the highest mean validation score over the folds
-(studies/speakers/README.md).
-
-Results go to ``studies/speakers/stores/speakers_<name>.json`` after every run (a rerun skips the runs
-already stored with the same command), and a markdown table is printed::
-
-    ATTNMM_DATA=/path/to/data python -m studies.speakers.loso                 # isolated digits
-    ATTNMM_DATA=/path/to/data python -m studies.speakers.loso --task strings --candidates specaugment
-    ATTNMM_DATA=/path/to/data python -m studies.speakers.loso --table-only   # the stored table again
+first epochs) ran every fold, one ``fit`` at a time in a fresh process (one thread). Their stored runs
+are in ``stores/speakers_*.json``; :func:`table` shows one of them. Every FSDD speaker has since been a
+test speaker, so these protocols are not run again: the study's current protocol runs under
+``python -m studies speakers select|test``.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = ROOT / "recipes" / "speech_truncated.py"
-RESULTS = Path(__file__).with_name("stores")
 SPEAKERS = ("george", "jackson", "lucas", "theo", "yweweler")
 
 #: Per task: its config, the data and adapter argument prefixes, the monitored validation metric and
@@ -110,63 +95,6 @@ def command(task: str, candidate: str, fold: int, extra: list[str], val_speaker:
     ]
 
 
-def _best_val(run_dir: Path, metric: str, higher: bool) -> float:
-    """The best validation value of a run, from its CSV log (the checkpoint chosen on it)."""
-    values = []
-    for path in run_dir.glob("**/metrics.csv"):
-        with path.open() as f:
-            values += [float(row[metric]) for row in csv.DictReader(f) if row.get(metric)]
-    if not values:
-        raise RuntimeError(f"no {metric} logged under {run_dir}")
-    return max(values) if higher else min(values)
-
-
-def run(
-    task: str, candidate: str, fold: int, extra: list[str], log_dir: Path, val_speaker: bool = True
-) -> dict[str, Any]:
-    """One ``fit`` in a temporary directory (one thread); its metrics, best validation value and wall time."""
-    spec = TASKS[task]
-    cmd = command(task, candidate, fold, extra, val_speaker)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    log = log_dir / f"{task}_{candidate}_fold{fold}.log"
-    with tempfile.TemporaryDirectory() as tmp, log.open("w") as sink:
-        start = time.perf_counter()
-        # the run directory and the logs: the temporary folder (checkpoints are not kept)
-        status = subprocess.call(
-            [sys.executable, str(ROOT / cmd[0]), *cmd[1:], f"--trainer.default_root_dir={tmp}", _logger_arg(tmp)],
-            cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
-        )
-        seconds = time.perf_counter() - start
-        if status:
-            raise RuntimeError(f"{' '.join(cmd)} failed (exit {status}); see {log}")
-        (metrics_file,) = Path(tmp).glob("**/metrics.json")
-        metrics = json.loads(metrics_file.read_text())
-        best = _best_val(Path(tmp), spec["val"], spec["higher"])
-    test, val = fold_speakers(fold)
-    val = val if val_speaker else "draw"
-    return {
-        "task": task, "candidate": candidate, "fold": fold, "test_speaker": test, "val_speaker": val,
-        "command": " ".join(cmd), "val": best, "test": metrics.get(spec["test"]), "metrics": metrics,
-        "seconds": round(seconds, 1), "machine": _machine(),
-    }
-
-
-def _machine() -> str:
-    import platform
-
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{platform.machine()}, {os.cpu_count()} cores, {stamp}"
-
-
-def _logger_arg(save_dir: str) -> str:
-    """The configs' two loggers, writing under ``save_dir``."""
-    loggers = [
-        {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": save_dir, "name": ""}},
-        {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": save_dir, "name": "csv"}},
-    ]
-    return f"--trainer.logger={json.dumps(loggers)}"
-
-
 def _mean_std(values: list[float]) -> str:
     if len(values) < 2:
         return f"{values[0]:.2f}" if values else "-"
@@ -191,48 +119,3 @@ def table(runs: list[dict[str, Any]]) -> str:
         tests = [100 * r["test"] for r in mine.values() if r["test"] is not None]
         lines.append(f"| {candidate} | " + " | ".join(cells) + f" | {_mean_std(vals)} | {_mean_std(tests)} |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--task", choices=sorted(TASKS), default="digits")
-    parser.add_argument("--candidates", nargs="+", choices=sorted(CANDIDATES), default=list(CANDIDATES))
-    parser.add_argument("--folds", nargs="+", type=int, default=list(range(len(SPEAKERS))))
-    parser.add_argument("--extra", action="append", default=[], help="more recipe arguments, e.g. --extra=--x=1")
-    parser.add_argument("--name", default=None, help="results file speakers_<name>.json (default: the task)")
-    parser.add_argument(
-        "--validation", choices=["speaker", "draw"], default="speaker",
-        help="speaker: the next speaker validates (3 trained on); draw: the 4 others are trained on, "
-        "the config's val_fraction of their takes validates",
-    )
-    parser.add_argument("--table-only", action="store_true", help="print the stored results' table")
-    parser.add_argument(
-        "--no-test", action="store_true",
-        help="selection runs: validate the chosen checkpoint instead of testing it (--test_after_fit=false), so "
-        "that no test number is computed, printed or stored",
-    )
-    args = parser.parse_args(argv)
-    if args.no_test:
-        args.extra = [*args.extra, "--test_after_fit=false"]
-    store = RESULTS / f"speakers_{args.name or args.task}.json"
-    runs: list[dict[str, Any]] = json.loads(store.read_text())["runs"] if store.exists() else []
-    if not args.table_only:
-        log_dir = ROOT / "runs" / "speakers"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for candidate in args.candidates:  # candidate by candidate: each fold of one before the next
-            for fold in args.folds:
-                val_speaker = args.validation == "speaker"
-                cmd = " ".join(command(args.task, candidate, fold, args.extra, val_speaker))
-                if any(r["command"] == cmd for r in runs):
-                    continue
-                result = run(args.task, candidate, fold, args.extra, log_dir, val_speaker)
-                runs.append(result)
-                store.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
-                tested = "" if result["test"] is None else f" test {result['test']:.4f}"
-                seconds = result["seconds"]
-                print(f"{candidate} fold {fold}: val {result['val']:.4f}{tested} ({seconds:.0f} s)", flush=True)
-    print(table(runs))
-
-
-if __name__ == "__main__":
-    main()

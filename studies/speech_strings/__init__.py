@@ -36,19 +36,3 @@ def blocks(view: Any) -> dict[str, list[str]]:
     from studies.speech_strings.page import render_section
 
     return {"docs/recipes/speech.md#section": render_section(unpack(view.detail)).splitlines()}
-
-
-def summary(view: Any) -> list[dict[str, Any]]:
-    import statistics
-
-    models = view.detail.get("models", {})
-    out = []
-    for mask in view.protocol.candidates:
-        ders = [100 * m["test_der"] for k, m in models.items() if k.split(" (seed")[0] == mask]
-        if not ders:
-            continue
-        spread = f"{statistics.fmean(ders):.2f} ± {statistics.stdev(ders):.2f}" if len(ders) > 1 else f"{ders[0]:.2f}"
-        out.append({"task": "Speech: connected digits (CTC and attention decoder)", "dataset": "FSDD strings",
-                    "split": "the recipe's speaker-disjoint strings", "metric": f"test DER (%), `{mask}`",
-                    "result": f"{spread} ({len(ders)} seeds)", "anchors": "—", "order": 12})
-    return out

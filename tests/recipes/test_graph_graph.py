@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from _graph_data import write_peptides, write_tu
-from _recipes import recipe_main, run_recipe
+from _recipes import config_path, recipe_main, run_recipe
 
 
 def test_fast_dev_run(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_the_peptides_configs(config: str, attention: bool, tmp_path: Path, monk
     a smoke run on generated peptides writes test_ap."""
     pytest.importorskip("rdkit")
     write_peptides(tmp_path / "data")
-    path = Path(__file__).resolve().parents[2] / "recipes" / "configs" / f"{config}.yaml"
+    path = config_path(f"{config}.yaml")
     args = [f"--config={path}", f"--data.root={tmp_path / 'data'}", "--data.batch_size=4"]
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))

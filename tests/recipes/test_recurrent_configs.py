@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _recipes import RECIPES, generated_args, run_recipe
+from _recipes import config_path, generated_args, run_recipe
 
 CONFIGS = {
     "text_lm": "text_lm_lstm.yaml",
@@ -20,7 +20,7 @@ CONFIGS = {
 @pytest.mark.parametrize("recipe", sorted(CONFIGS))
 def test_fast_dev_run_with_an_lstm_encoder(recipe: str, tmp_path: Path) -> None:
     extra = generated_args(recipe)  # generated files (the real data: test_smoke.py)
-    config = RECIPES / "configs" / CONFIGS[recipe]
+    config = config_path(CONFIGS[recipe])
     run_recipe(recipe, ["fit", "--trainer.fast_dev_run=true", f"--config={config}", *extra], tmp_path)
     run_dir = tmp_path / "runs" / config.stem / "version_0"  # the smoke run's own folder
     metrics = json.loads((run_dir / "metrics.json").read_text())

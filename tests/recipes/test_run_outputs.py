@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _recipes import RECIPES, recipe_main, run_recipe, smoke_args
+from _recipes import CONFIG_PATHS, RECIPES, config_path, recipe_main, run_recipe, smoke_args
 
 SMOKE = ["--trainer.fast_dev_run=true", "--torch_threads=1", "--trainer.enable_model_summary=false"]
 
@@ -57,7 +57,7 @@ def test_a_graph_encoder_draws_its_layers(tmp_path: Path) -> None:
 
 
 def test_an_encoder_without_weights_gets_no_pictures(tmp_path: Path) -> None:
-    lstm = f"--config={RECIPES / 'configs' / 'speech_truncated_lstm.yaml'}"
+    lstm = f"--config={config_path('speech_truncated_lstm.yaml')}"
     proc = run_recipe("speech_truncated", ["fit", lstm, *SMOKE, *smoke_args("speech_truncated")], tmp_path)
     run = tmp_path / "runs" / "speech_truncated_lstm" / "version_0"
     assert _files(run) == ["checkpoints/last.ckpt", "metrics.json"]
@@ -90,5 +90,5 @@ def test_progress_bar_is_on_by_default(
 
 
 def test_no_config_switches_the_progress_bar_off() -> None:
-    for path in (RECIPES / "configs").glob("*.yaml"):
+    for path in CONFIG_PATHS.values():
         assert "enable_progress_bar: false" not in path.read_text(), path.name

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from _recipes import SMOKE, generated_args, recipe_main, run_recipe, smoke_args, smoke_params, write_planetoid
+from _recipes import (
+    SMOKE,
+    config_path,
+    generated_args,
+    recipe_main,
+    run_recipe,
+    smoke_args,
+    smoke_params,
+    write_planetoid,
+)
 
 from attnmm.lightning import ClassificationTask
 
@@ -52,7 +61,7 @@ def test_linked_values_resolve(name: str, tmp_path: Path, monkeypatch: pytest.Mo
     and the head, and the saved hyperparameters (what a checkpoint rebuilds from) hold them."""
     config, width, classes = WRITTEN_ONCE[name]
     recipe = name.removesuffix("_cnn").removesuffix("_lstm")
-    extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
+    extra = [] if config is None else [f"--config={config_path(config)}"]
     hp = _hparams(recipe, tmp_path, monkeypatch, *extra)
     widths = {part: hp[part]["init_args"].get("d_model") for part in ("adapter", "encoder", "head")}
     assert widths == {"adapter": width, "encoder": width, "head": width}
@@ -82,7 +91,7 @@ def two_graphs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_graph_node_follows_the_graph(two_graphs: Path, tmp_path: Path, config: str | None) -> None:
     """``--data.name CiteSeer`` is the one flag that switches graphs: the model takes its widths from
     the data (once a shape error until four values were changed by hand)."""
-    extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
+    extra = [] if config is None else [f"--config={config_path(config)}"]
     for name, (features, classes) in {"Cora": (5, 3), "CiteSeer": (9, 4)}.items():
         cwd = tmp_path / name
         cwd.mkdir()
@@ -108,7 +117,7 @@ def test_speech_heads_take_the_data_classes(
     """In subclass mode a link reaches the parts the chosen task has and skips the others: the default
     ClassificationTask's num_classes and head, the strings config's SequenceTask CTC head and decoder."""
     monkeypatch.chdir(tmp_path)
-    extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
+    extra = [] if config is None else [f"--config={config_path(config)}"]
     cli = recipe_main("speech_truncated")([*extra, *generated_args("speech_truncated")], run=False)
     hp = dict(cli.model.hparams)
     parts = ("head",) if config is None else ("ctc_head", "decoder")
@@ -141,7 +150,7 @@ def test_graph_node_default_learns_attention(
     the same model with uniform weights, the previous default."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
-    extra = [] if config is None else [f"--config={Path(__file__).parents[2] / 'recipes' / 'configs' / config}"]
+    extra = [] if config is None else [f"--config={config_path(config)}"]
     cli = recipe_main("graph_node")([*extra, *generated_args("graph_node")], run=False)
     encoder = cli.model.encoder
     assert (encoder.scores, encoder.heads, encoder.steps, encoder.alpha, encoder.pair_dropout) == (

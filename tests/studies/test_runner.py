@@ -217,3 +217,80 @@ def test_every_committed_study_plugs_in() -> None:
             assert r["protocol"] in study.store.data["protocols"], (name, r["candidate"])
             if r["kind"] == "test":
                 assert r["protocol"] in study.store.scored, (name, r["candidate"])
+
+
+def nested(val_a: list[str], val_b: list[str], **extra: Any) -> dict[str, Any]:
+    """Two folds, each selecting on its own inner sets: fold a tests dee, fold b tests cy."""
+    sets = {"train_a": {"speakers": ["ann", "bob", "cy"]}, "test_a": {"speakers": ["dee"]},
+            "train_b": {"speakers": ["ann", "bob", "dee"]}, "test_b": {"speakers": ["cy"]},
+            "in_a": {"speakers": ["ann"]}, "val_a": {"speakers": val_a},
+            "in_b": {"speakers": ["ann"]}, "val_b": {"speakers": val_b}}
+    return {**protocol([], []), "sets": sets,
+            "splits": {f: {"train": f"train_{f}", "test": [f"test_{f}"],
+                           "inner": {"train": f"in_{f}", "validation": [f"val_{f}"]}} for f in "ab"},
+            "select": {"metric": "accuracy", "mode": "max", "per": "split"}, **extra}
+
+
+def test_per_split_selection_refuses_that_splits_test_speaker(tmp_path: Path) -> None:
+    calls: list[tuple[Any, ...]] = []
+    study = make(tmp_path, nested(val_a=["bob"], val_b=["dee", "cy"]), calls)  # fold b validates on its test cy
+    with pytest.raises(ProtocolError, match="'val_b' shares 1 speaker.*'test_b': cy"):
+        study.run("select", progress=False)
+    assert not calls
+    bad_train = nested(val_a=["bob"], val_b=["bob"])
+    bad_train["sets"]["in_b"] = {"speakers": ["ann", "cy"]}
+    with pytest.raises(ProtocolError, match="inner training set 'in_b' shares 1 speaker"):
+        make(tmp_path, bad_train).check()
+
+
+def test_per_split_selection_accepts_another_splits_test_speaker(tmp_path: Path) -> None:
+    calls: list[tuple[Any, ...]] = []
+    study = make(tmp_path, nested(val_a=["cy"], val_b=["dee"]), calls)  # each validates on the other's test
+    study.run("select", progress=False)
+    assert {c[2] for c in calls} == {("val_a",), ("val_b",)}  # selection scores the inner validation only
+    for r in study.store.records:  # fold b's narrow candidate wins there
+        if r["split"] == "b" and r["candidate"] == "narrow":
+            r["scores"]["val_b"]["accuracy"] = 1.0
+    assert study.selected("a") == ["wide"] and study.selected("b") == ["narrow"]
+    new = study.run("test", progress=False)
+    assert sorted({(r["split"], r["candidate"]) for r in new}) == [("a", "wide"), ("b", "narrow")]
+    with pytest.raises(ProtocolError, match="shares"):  # the same protocol checked globally is refused
+        make(tmp_path, {**nested(val_a=["cy"], val_b=["dee"]), "select": {"metric": "accuracy"}}).check()
+
+
+def test_retest_names_the_scored_protocols_and_marks_results_exploratory(tmp_path: Path) -> None:
+    first = make(tmp_path, protocol(val=["bob"], test=["dee"], test_candidates=["wide"]))
+    first.run("test", progress=False)
+    old = first.protocol.hash
+    again = protocol(val=["cy"], test=["dee"], test_candidates=["narrow"])
+    with pytest.raises(ProtocolError, match="never scored"):
+        make(tmp_path, again).run("test", progress=False)
+    why = "the study has only these speakers"
+    study = make(tmp_path, {**again, "retest": {"protocols": [old], "why": why}})
+    new = study.run("test", progress=False)
+    assert new and all(r["exploratory"] == why for r in new)
+    assert f"**exploratory**: it scores again the test data of protocol(s) `{old}` ({why})" in "\n".join(
+        readme_block(View(study)))
+
+
+def test_a_moved_config_keeps_the_hash_until_its_content_changes(tmp_path: Path) -> None:
+    from studies._runner.protocol import content_hash, protocol_hash
+
+    config = tmp_path / "configs" / "small.yaml"
+    config.parent.mkdir()
+    config.write_text("# the small model\nwidth: 1\n")
+    before = protocol(val=["bob"], test=["dee"], test_candidates=["wide"])
+    before["candidates"]["wide"]["config"] = "recipes/configs/small.yaml"
+    after = json.loads(json.dumps(before))
+    after["candidates"]["wide"]["config"] = str(config)
+    after["moved"] = {"recipes/configs/small.yaml": {"to": str(config), "content": content_hash(config)}}
+    assert protocol_hash(after) == protocol_hash(before) != protocol_hash({**after, "moved": {}})
+    study = make(tmp_path, after)
+    study.run("test", progress=False)
+    config.write_text("# the small model, described again\nwidth: 1\n")  # comments aside: the same content
+    assert not any(View(study).stale(r) for r in study.store.records)
+    assert "content (comments aside) is the one the runs used" in "\n".join(readme_block(View(study)))
+    config.write_text("width: 2\n")
+    assert all(View(study).stale(r) for r in study.store.records)
+    with pytest.raises(ProtocolError, match="content changed since the move"):
+        study.check()

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from studies._runner import Items, Protocol, ProtocolError, Study, check_disjoint, check_unscored
-from studies.speakers import nested
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
@@ -48,39 +47,63 @@ def test_the_second_keyword_split_is_refused_its_test_speakers_were_scored() -> 
 
 
 def test_speakers_protocol_4_validates_each_fold_on_its_own_training_speakers() -> None:
-    p = nested.protocol()
-    assert [f["test"] for f in p["folds"]] == list(p["speakers"])
-    for fold in p["folds"]:
-        for sel in fold["selection"]:
-            assert fold["test"] not in sel["train"] and sel["val"] != fold["test"]
-            assert sorted([*sel["train"], sel["val"], fold["test"]]) == sorted(p["speakers"])
     study = Study.load("speakers")
+    p = study.protocol
+    speakers = list(json.loads((STUDIES / "speakers" / "many_voices_nested.json").read_text())["speakers"])
+    assert [s.name for s in p.splits] == speakers and p.data["select"]["per"] == "split"
+    spk = {name: spec["fsdd"]["speakers"] for name, spec in p.data["sets"].items()}
+    for s in p.splits:
+        (test,), (val,), inner = s.test, s.validation, s.inner_train
+        assert spk[test] == [s.name] and s.name not in spk[inner] and spk[val] != [s.name]
+        assert sorted([*spk[inner], *spk[val], s.name]) == sorted(speakers)
     proto = Protocol(json.loads((STUDIES / "speakers" / "protocol.json").read_text()))
-    for fold in p["folds"]:  # within a fold, validation and training never touch the fold's test speaker
-        t = fold["test"]
+    for s in p.splits:  # within a fold, validation and training never touch the fold's test speaker
+        t = s.name
         val, test = study.resolve(f"val_sel_{t}"), study.resolve(f"test_{t}")
         train = study.resolve(f"train_sel_{t}")
         assert not val.shared(test) and not train.shared(test)
+    study.check()  # the runner's per-split check accepts it (another fold's test speaker may validate here)
     assert proto.hash == study.protocol.hash
 
 
 def test_each_fold_chooses_on_its_own_selection_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nested, "store_path", lambda part: tmp_path / f"{part}.json")
+    import studies.speakers as module
+    from studies._runner import Sets
+
+    study = Study.load("speakers", tmp_path / "store.json")
+    h = study.protocol.hash
     runs = []
-    for fold, (a, b) in zip(nested.protocol()["speakers"], [(0.9, 0.95), (0.8, 0.8), (0.7, 0.6), (0.5, 0.9), (1, 1)]):
-        runs += [{"fold": fold, "candidate": "transfer_freeze", "val_acc": a},
-                 {"fold": fold, "candidate": "transfer_freeze_voices", "val_acc": b}]
-    (tmp_path / "select.json").write_text(json.dumps({"runs": runs}))
-    assert nested.choices() == {"george": "transfer_freeze_voices", "jackson": "transfer_freeze",  # a tie: the earlier
-                                "lucas": "transfer_freeze", "theo": "transfer_freeze_voices",
-                                "yweweler": "transfer_freeze"}
-    assert nested.choices(["lucas"]) == {"lucas": "transfer_freeze"}
-    (tmp_path / "select.json").write_text(json.dumps({"runs": runs[:3]}))
-    with pytest.raises(RuntimeError, match="not complete"):
-        nested.choices()
-    test = nested.runs("test", ["george"])
-    assert test[0]["candidate"] == "transfer_freeze_voices" and "--test_after_fit=false" not in test[0]["command"]
-    select = nested.runs("select", ["jackson"])
-    assert all("--test_after_fit=false" in r["command"] and "--data.val_speakers=[lucas]" in r["command"]
-               for r in select)
-    assert any("--data.extra_voices=null" in r["command"] for r in select)
+    for fold, (a, b) in zip([s.name for s in study.protocol.splits],
+                            [(0.9, 0.95), (0.8, 0.8), (0.7, 0.6), (0.5, 0.9), (1, 1)]):
+        runs += [{"kind": "select", "split": fold, "candidate": c, "seed": 0, "protocol": h,
+                  "scores": {f"val_sel_{fold}": {"accuracy": v}}} for c, v in (("transfer_freeze", a),
+                                                                              ("transfer_freeze_voices", b))]
+    for r in runs:
+        study.store.add(r)
+    chosen = {s.name: study.selected(s.name)[0] for s in study.protocol.splits}
+    assert chosen == {"george": "transfer_freeze_voices", "jackson": "transfer_freeze",  # a tie: the earlier
+                      "lucas": "transfer_freeze", "theo": "transfer_freeze_voices", "yweweler": "transfer_freeze"}
+    assert study.selected("lucas") == ["transfer_freeze"]
+    study.store.data["records"] = runs[:3]
+    with pytest.raises(ProtocolError, match="selection runs are missing"):
+        study.selected("lucas")
+    commands: list[list[str]] = []
+
+    def fake_fit(recipe: str, args: list[str], epochs: int | None, seed: int, collect: object) -> dict[str, float]:
+        commands.append(args)
+        return {"best_val_acc": 0.5, "test_acc": 0.5}
+
+    monkeypatch.setattr(module, "run_fit", fake_fit)
+    p = study.protocol
+    split = p.split("george")
+    module.run(p.candidates["transfer_freeze_voices"], 0, study.resolve(split.train),
+               Sets("test", {"test_george": study.resolve("test_george")}, p), p.data["budget"])
+    assert "--test_after_fit=false" not in commands[-1] and "--data.test_speakers=[george]" in commands[-1]
+    split = p.split("jackson")
+    for c in p.candidates.values():
+        module.run(c, 0, study.resolve(split.inner_train), Sets("select", {"val_sel_jackson":
+                   study.resolve("val_sel_jackson")}, p), p.data["budget"])
+    select = commands[1:]
+    assert all("--test_after_fit=false" in cmd and "--data.val_speakers=[lucas]" in cmd
+               and "--data.test_speakers=[jackson]" in cmd for cmd in select)
+    assert any("--data.extra_voices=null" in cmd for cmd in select)
