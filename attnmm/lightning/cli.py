@@ -9,6 +9,7 @@ import difflib
 import importlib
 import inspect
 import json
+import logging
 import os
 import re
 import sys
@@ -28,6 +29,25 @@ from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
 
 #: Set to 1 for the full traceback of a recipe's error (otherwise one short message).
 DEBUG_ENV = "ATTNMM_DEBUG"
+
+
+class _NoPromotions(logging.Filter):
+    """Drops Lightning's advertisements for its cloud services ("💡 Tip: ... try installing litlogger /
+    litmodels"); every other message of Lightning's logger passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.lstrip("💡 ").startswith("Tip:") and "pypi.org/project/lit" in message)
+
+
+def _quiet_promotions() -> None:
+    """Install :class:`_NoPromotions` (once) on the loggers Lightning's ``rank_zero_info`` writes to."""
+    from lightning_utilities.core import rank_zero
+
+    named = (logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric"))
+    for log in {rank_zero.log, *named}:
+        if not any(isinstance(f, _NoPromotions) for f in log.filters):
+            log.addFilter(_NoPromotions())
 
 
 def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
@@ -413,6 +433,7 @@ class RecipeCLI(LightningCLI):
         kwargs.setdefault("load_from_checkpoint_support", False)  # the hyperparameters are recorded here
         kwargs.setdefault("parser_class", RecipeArgumentParser)
         from_command_line = kwargs.get("args") is None
+        _quiet_promotions()
         try:
             super().__init__(*args, **kwargs)
         except Exception as err:

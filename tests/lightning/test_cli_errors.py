@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from _recipes import RECIPES, recipe_main
 
+from attnmm.lightning.cli import _quiet_promotions
+
 RECIPE_NAMES = sorted(p.stem for p in RECIPES.glob("*.py"))
 #: the recipes whose model is built only after their data is read (a vocabulary): slow on the real data
 READ_FIRST = ("text_lm", "text_pos")
@@ -90,6 +92,24 @@ def test_help_names_the_recipe_and_its_configs_in_plain_text(tmp_path: Path) -> 
     for raw in (":math:`", ":obj:`", ":class:`", ":func:`", ":meth:`", "``"):
         assert raw not in text, raw
     assert WARNING not in proc.stdout + proc.stderr
+    assert "Tip:" not in proc.stdout + proc.stderr
+
+
+def test_lightnings_promotional_tips_are_dropped_and_nothing_else(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lightning advertises litlogger when a trainer is built and litmodels when it adds its own checkpoint
+    callback; a recipe shows neither, and Lightning's other messages still show."""
+    from lightning import Trainer
+    from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+    _quiet_promotions()  # as every RecipeCLI does
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer._callback_connector._maybe_show_litmodels_tip()  # (Lightning shows it once it knows the loggers)
+    rank_zero_info("a message of Lightning's own")
+    text = "".join(capfd.readouterr()) + caplog.text  # (at a terminal: stderr; under pytest: its log capture)
+    assert "Tip:" not in text and "litmodels" not in text and "litlogger" not in text, text
+    assert "a message of Lightning's own" in text
 
 
 def _command_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, recipe: str, *args: str) -> None:
