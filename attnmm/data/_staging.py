@@ -19,7 +19,35 @@ from typing import Any
 
 import torch
 
-__all__ = ["drop_pyg_metadata", "process_staged", "save_staged"]
+from attnmm.data._root import new_folder
+
+__all__ = ["download_staged", "drop_pyg_metadata", "process_staged", "save_staged"]
+
+
+def download_staged(
+    folder: Path, fetch: Callable[[Path], Path], failed: Callable[[Exception], Exception], label: str
+) -> None:
+    """Have ``fetch(staging)`` download into a staging folder inside ``folder`` and return where in it the
+    files are; move them into ``folder`` (their paths below the returned one kept). An error of ``fetch``
+    (no network, a server that refuses) becomes ``failed(error)``, which says where to put the files, and
+    leaves nothing behind: no file, and none of the folders made for the download.
+    ``label`` names the staging folder (``.<label>-download-*``).
+    """
+    with new_folder(folder):
+        staging = Path(tempfile.mkdtemp(prefix=f".{label}-download-", dir=folder))
+        try:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # PyG's notes on downloading and processing
+                    fetched = fetch(staging)
+            except Exception as err:
+                raise failed(err) from err
+            for file in sorted(p for p in fetched.rglob("*") if p.is_file()):
+                target = folder / file.relative_to(fetched)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(file, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def process_staged(

@@ -82,6 +82,41 @@ def test_missing_data_says_where_to_put_it(tmp_path: Path) -> None:
     assert list(data.iterdir()) == [] and not (tmp_path / "runs").exists()
 
 
+#: a ``sitecustomize`` that turns the network off in the Python process that finds it on its path
+OFFLINE = """import socket
+
+
+def _refuse(*args, **kwargs):
+    raise OSError("the network is off in the tests")
+
+
+socket.getaddrinfo = _refuse
+socket.socket.connect = _refuse
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_download_says_where_to_put_the_data(tmp_path: Path) -> None:
+    """Before: a failed Planetoid download (no network) was reported as a corrupt raw file
+    (``RuntimeError: Planetoid raw file .../ind.cora.x is corrupt or truncated``) and left the empty
+    folders planetoid/Cora/raw behind."""
+    site, data = tmp_path / "offline", tmp_path / "data"
+    site.mkdir()
+    data.mkdir()
+    (site / "sitecustomize.py").write_text(OFFLINE)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    args = ["fit", "--trainer.fast_dev_run=true", "--data.download=true"]
+    proc = _run("graph_node", args, tmp_path, ATTNMM_DATA=str(data), PYTHONPATH=path)
+    lines = _shown(proc)
+    errors = [line for line in lines if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1, lines
+    assert errors[0].startswith("error: downloading Planetoid Cora failed")
+    assert f"into {data}/planetoid/Cora/raw yourself" in errors[0] and "$ATTNMM_DATA" in errors[0]
+    assert f"$ATTNMM_DATA ({data})" in proc.stderr
+    assert len(lines) <= 8 and "Traceback" not in proc.stderr, lines
+    assert list(data.iterdir()) == [] and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_help_names_the_recipe_and_its_configs_in_plain_text(tmp_path: Path) -> None:
     proc = _run("graph_graph", ["fit", "--help"], tmp_path)
