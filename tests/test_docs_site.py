@@ -70,6 +70,17 @@ def test_make_test_builds_the_docs_strictly() -> None:
     assert re.search(r'"\.\[dev,docs(,\w+)*\]"', makefile), "make must install the docs extra"
 
 
+def test_the_pages_name_the_extras_make_install_installs() -> None:
+    """Once: the README and the quickstart said ``.[dev,docs]`` where the Makefile installs ``.[dev,docs,chem]``,
+    and the quickstart's only install step was ``make test`` (the whole suite)."""
+    makefile = (ROOT / "Makefile").read_text()
+    (installed,) = set(re.findall(r'-e "\.\[([\w,]+)\]"', makefile))
+    for page in (ROOT / "README.md", *sorted(DOCS.rglob("*.md"))):
+        for extras in re.findall(r'-e "\.\[([\w,]+)\]"', page.read_text()):
+            assert extras == installed, f"{page.name} says .[{extras}], make install installs .[{installed}]"
+    assert "make install" in (DOCS / "quickstart.md").read_text()
+
+
 def test_links_out_of_docs_show_their_repository_path() -> None:
     """A page's link to a study README (outside docs/) becomes its path in the site; links inside stay."""
     hooks = load_docs_module("hooks")
