@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -31,23 +32,24 @@ from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
 DEBUG_ENV = "ATTNMM_DEBUG"
 
 
-class _NoPromotions(logging.Filter):
-    """Drops Lightning's advertisements for its cloud services ("💡 Tip: ... try installing litlogger /
-    litmodels"); every other message of Lightning's logger passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not (message.lstrip("💡 ").startswith("Tip:") and "pypi.org/project/lit" in message)
+def _no_promotion(record: logging.LogRecord) -> bool:
+    """False for Lightning's advertisements of its cloud services ("💡 Tip: ... litlogger / litmodels")."""
+    message = record.getMessage()
+    return not ("Tip:" in message and "pypi.org/project/lit" in message)
 
 
-def _quiet_promotions() -> None:
-    """Install :class:`_NoPromotions` (once) on the loggers Lightning's ``rank_zero_info`` writes to."""
+def _quiet_noise() -> None:
+    """Keep out of a recipe's output what its user cannot act on: Lightning's advertisements (on the loggers
+    its ``rank_zero_info`` writes to) and two deprecation warnings raised inside the libraries, Lightning's
+    use of torch's ``LeafSpec`` and PyG's of ``torch.jit.script`` as its modules are imported."""
     from lightning_utilities.core import rank_zero
 
     named = (logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric"))
     for log in {rank_zero.log, *named}:
-        if not any(isinstance(f, _NoPromotions) for f in log.filters):
-            log.addFilter(_NoPromotions())
+        if _no_promotion not in log.filters:
+            log.addFilter(_no_promotion)
+    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)`", FutureWarning, r"lightning\.")
+    warnings.filterwarnings("ignore", r"`torch\.jit\.script` is deprecated", FutureWarning, r"torch\.jit\.")
 
 
 def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
@@ -433,7 +435,7 @@ class RecipeCLI(LightningCLI):
         kwargs.setdefault("load_from_checkpoint_support", False)  # the hyperparameters are recorded here
         kwargs.setdefault("parser_class", RecipeArgumentParser)
         from_command_line = kwargs.get("args") is None
-        _quiet_promotions()
+        _quiet_noise()
         try:
             super().__init__(*args, **kwargs)
         except Exception as err:
