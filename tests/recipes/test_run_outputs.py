@@ -40,6 +40,8 @@ def test_each_run_has_its_own_folder_with_its_attention_maps(tmp_path: Path) -> 
         _no_noise(proc)
     run = tmp_path / "runs" / "speech_truncated"
     assert sorted(p.name for p in run.iterdir()) == ["version_0", "version_1"]
+    assert {p.name for p in tmp_path.iterdir()} <= {"runs", "cache"}  # nothing outside (no lightning_logs/)
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["speech_truncated"]
     ckpt = torch.load(run / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     layers = ckpt["hyper_parameters"]["encoder"]["init_args"]["num_layers"]
     pictures = [f"attention_layer{i}.png" for i in range(layers)]
