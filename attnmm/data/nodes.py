@@ -199,18 +199,8 @@ class NodeDataModule(LightningDataModule):
         folder = "actor/raw" if self.name == "Actor" else f"planetoid/{self._subdir.as_posix()}/raw"
         put = f"point root= or ${DATA_ENV} at a folder holding {folder}"
         if self.download:  # PyG fetches every raw file (into a staging folder: a failed download keeps nothing)
-
-            def fetch(at: Path) -> Path:
-                self._pyg(at)
-                return at / self._subdir / "raw"
-
-            def failed(err: Exception) -> Exception:
-                return FileNotFoundError(
-                    f"downloading {self._title} failed ({type(err).__name__}: {err}); put its raw files "
-                    f"{self._where()} into {raw} yourself, or {put}"
-                )
-
-            download_staged(raw, fetch, failed, label=self.name)
+            instead = f"put its raw files {self._where()} into {raw} yourself, or {put}"
+            download_staged(raw, self._pyg, self._subdir / "raw", self._title, instead)
             return self.dataset_dir
         if len(missing) == len(self.raw_file_names()):
             if self.name == "Actor":

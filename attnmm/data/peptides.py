@@ -103,25 +103,21 @@ def _folder(root: str | Path | None, download: bool) -> Path:
     files = {PEPTIDES_CSV: folder / "raw" / PEPTIDES_CSV, PEPTIDES_SPLIT: folder / PEPTIDES_SPLIT}
     missing = {n: p for n, p in files.items() if not p.is_file() or p.stat().st_size == 0}
     put = (
-        f"Put LRGB's raw/{PEPTIDES_CSV} and {PEPTIDES_SPLIT} into {folder} (from {_URLS[PEPTIDES_CSV]} and "
+        f"put LRGB's raw/{PEPTIDES_CSV} and {PEPTIDES_SPLIT} into {folder} (from {_URLS[PEPTIDES_CSV]} and "
         f"{_URLS[PEPTIDES_SPLIT]}), point root= or ${DATA_ENV} at a folder holding lrgb/peptides-functional"
     )
     if missing and download:
         from torch_geometric.data import download_url
 
-        def fetch(at: Path) -> Path:
+        def fetch(at: Path) -> None:
             for n, p in missing.items():
                 download_url(_URLS[n], str(at / p.parent.relative_to(folder)))
-            return at
 
-        def failed(err: Exception) -> Exception:
-            return FileNotFoundError(f"downloading Peptides-func failed ({type(err).__name__}: {err}). {put}.")
-
-        download_staged(folder, fetch, failed, label="peptides")  # a failed download leaves no folder
+        download_staged(folder, fetch, Path(), "Peptides-func", put)  # a failed download leaves no folder
         missing = {}
     if missing:
         raise FileNotFoundError(
-            f"Peptides-func not found: {', '.join(str(p) for p in missing.values())} missing or empty. {put}, "
+            f"Peptides-func not found: {', '.join(str(p) for p in missing.values())} missing or empty; {put}, "
             "or pass download=True."
         )
     return folder

@@ -62,17 +62,8 @@ def _writable_root(base: Path, name: str, download: bool) -> Path:
     if download:  # PyG fetches <name>.zip (into a staging folder: a failed download keeps nothing)
         from torch_geometric.datasets import TUDataset
 
-        def fetch(at: Path) -> Path:
-            TUDataset(str(at), name)
-            return at / name / "raw"
-
-        def failed(err: Exception) -> Exception:
-            return FileNotFoundError(
-                f"downloading TU dataset {name!r} from {TU_URL}/{name}.zip failed ({type(err).__name__}: {err}); "
-                f"put its text files into {raw} yourself, or {put}"
-            )
-
-        download_staged(raw, fetch, failed, label=name)
+        what, instead = f"TU dataset {name!r} from {TU_URL}/{name}.zip", f"put its files into {raw} yourself, or {put}"
+        download_staged(raw, lambda at: TUDataset(str(at), name), Path(name, "raw"), what, instead)
         return base
     what = "no TU files" if len(missing) == len(_REQUIRED) else f"not {', '.join(missing)} (missing or empty)"
     raise FileNotFoundError(

@@ -85,22 +85,21 @@ def test_a_failed_graph_download_says_where_and_leaves_no_folder(
 def test_download_staged_moves_the_files_in_whole_or_leaves_nothing(tmp_path: Path) -> None:
     from attnmm.data._staging import download_staged
 
-    def fetch(at: Path) -> Path:
+    def fetch(at: Path) -> None:
         (at / "got" / "sub").mkdir(parents=True)
         (at / "got" / "a.txt").write_text("a")
         (at / "got" / "sub" / "b.txt").write_text("b")
         (at / "processed").mkdir()  # beside the files asked for: not kept
-        return at / "got"
 
     folder = tmp_path / "data" / "set" / "raw"
-    download_staged(folder, fetch, lambda err: FileNotFoundError(str(err)), label="set")
+    download_staged(folder, fetch, Path("got"), "the set", "put it there")
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == ["a.txt", "sub", "sub/b.txt"]
 
-    def broken(at: Path) -> Path:
+    def broken(at: Path) -> None:
         (at / "partial.txt").write_text("half")
         raise OSError("connection reset")
 
     target = tmp_path / "other" / "raw"
-    with pytest.raises(FileNotFoundError, match="^put the files in .*raw: connection reset$"):
-        download_staged(target, broken, lambda err: FileNotFoundError(f"put the files in {target}: {err}"), "set")
+    with pytest.raises(FileNotFoundError, match=r"^downloading the set failed \(OSError: connection reset\); put"):
+        download_staged(target, broken, Path(), "the set", f"put the files in {target}")
     assert not (tmp_path / "other").exists()
