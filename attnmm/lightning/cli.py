@@ -339,6 +339,13 @@ class RecipeArgumentParser(LightningArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)  # also for a subclass's help (--model.help)
         super().__init__(*args, **kwargs)
 
+    def format_help(self) -> str:
+        # a subcommand's usage lists every option (70 lines), which the help lists anyway: one line, so that
+        # the recipe's header is on the first screen
+        text, usage = super().format_help(), self.format_usage()
+        long = text.startswith(usage) and usage.count("\n") > 3
+        return f"usage: {self.prog} [options]\n{text[len(usage):]}" if long else text
+
     def error(self, message: str, ex: Exception | None = None) -> Any:  # type: ignore[override]
         cli = self.recipe_cli
         if not self.exit_on_error or debug_mode() or cli is None or cli.argv is None:

@@ -123,6 +123,10 @@ def test_help_names_the_recipe_and_its_configs_in_plain_text(tmp_path: Path) -> 
     assert proc.returncode == 0
     text = proc.stdout
     assert "graph_graph.py: Graph classification with a GPS graph transformer" in text
+    # the header on the first screen: a one-line usage before it (it was 70 lines of every option)
+    usage, _, header = text.splitlines()[:3]
+    assert usage == "usage: graph_graph.py [options] fit [options]", usage
+    assert header.startswith("graph_graph.py: Graph classification"), header
     assert "default config: " in text and "graph_graph_tu.yaml" in text
     for raw in (":math:`", ":obj:`", ":class:`", ":func:`", ":meth:`", "``"):
         assert raw not in text, raw
