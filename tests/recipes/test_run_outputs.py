@@ -50,6 +50,7 @@ def test_each_run_has_its_own_folder_with_its_attention_maps(tmp_path: Path) -> 
         assert all(_is_png(run / version / name) for name in pictures)
         assert set(json.loads((run / version / "metrics.json").read_text())) == {"test_acc", "test_loss"}
     assert "attention maps written to" in proc.stdout
+    assert any(line.startswith("Epoch 0/0") for line in proc.stdout.splitlines()), proc.stdout  # a progress bar
     # `test` writes its metrics and maps into a folder of its own too, and no checkpoint
     last = run / "version_0" / "checkpoints" / "last.ckpt"
     proc = run_recipe("speech_truncated", ["test", f"--ckpt_path={last}", *SMOKE, *extra], tmp_path)
