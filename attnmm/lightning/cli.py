@@ -342,9 +342,10 @@ class RecipeArgumentParser(LightningArgumentParser):
     def format_help(self) -> str:
         # a subcommand's usage lists every option (70 lines), which the help lists anyway: one line, so that
         # the recipe's header is on the first screen
-        text, usage = super().format_help(), self.format_usage()
-        long = text.startswith(usage) and usage.count("\n") > 3
-        return f"usage: {self.prog} [options]\n{text[len(usage):]}" if long else text
+        text = super().format_help()
+        usage, _, rest = text.partition("\n\n")
+        long = usage.startswith("usage:") and usage.count("\n") > 3
+        return f"usage: {self.prog} [options]\n\n{rest}" if long else text
 
     def error(self, message: str, ex: Exception | None = None) -> Any:  # type: ignore[override]
         cli = self.recipe_cli
