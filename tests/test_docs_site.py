@@ -70,6 +70,34 @@ def test_make_test_builds_the_docs_strictly() -> None:
     assert re.search(r'"\.\[dev,docs(,\w+)*\]"', makefile), "make must install the docs extra"
 
 
+def test_the_pages_name_the_extras_make_install_installs() -> None:
+    """Once: the README and the quickstart said ``.[dev,docs]`` where the Makefile installs ``.[dev,docs,chem]``,
+    and the quickstart's only install step was ``make test`` (the whole suite)."""
+    makefile = (ROOT / "Makefile").read_text()
+    (installed,) = set(re.findall(r'-e "\.\[([\w,]+)\]"', makefile))
+    for page in (ROOT / "README.md", *sorted(DOCS.rglob("*.md"))):
+        for extras in re.findall(r'-e "\.\[([\w,]+)\]"', page.read_text()):
+            assert extras == installed, f"{page.name} says .[{extras}], make install installs .[{installed}]"
+    assert "make install" in (DOCS / "quickstart.md").read_text()
+
+
+def test_make_install_sets_up_the_environment_only_and_the_readme_times_each_command() -> None:
+    """Once: ``make test`` was the only installer (it also built the docs and ran every test, 41 min on a
+    fresh clone), and the README gave no time for it."""
+    makefile = (ROOT / "Makefile").read_text()
+    (prerequisites,) = re.findall(r"^install:(.*)$", makefile, re.MULTILINE)
+    assert prerequisites.split() == ["$(VENV)/.installed"]
+    (rule,) = re.findall(r"^\$\(VENV\)/\.installed:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert "pip install" in rule and not re.search(r"pytest|mkdocs|ruff", rule), rule
+    readme = (ROOT / "README.md").read_text()
+    setup = readme[readme.index("## Set up and test"): readme.index("## From here")]
+    for command in ("make install", "make test`", "make test-fast`"):  # (with the time in the text)
+        assert command.strip("`") in setup, command
+    assert re.search(r"make install.*?\d+(-\d+)? min", setup, re.DOTALL)
+    assert re.search(r"`make test` on a fresh clone took \d+ min", setup)
+    assert re.search(r"`make test-fast` took \d+ min", setup)
+
+
 def test_links_out_of_docs_show_their_repository_path() -> None:
     """A page's link to a study README (outside docs/) becomes its path in the site; links inside stay."""
     hooks = load_docs_module("hooks")

@@ -19,7 +19,32 @@ from typing import Any
 
 import torch
 
-__all__ = ["drop_pyg_metadata", "process_staged", "save_staged"]
+from attnmm.data._root import new_folder
+
+__all__ = ["download_staged", "drop_pyg_metadata", "process_staged", "save_staged"]
+
+
+def download_staged(folder: Path, fetch: Callable[[Path], object], found: Path, what: str, instead: str) -> None:
+    """Have ``fetch(staging)`` download into a staging folder inside ``folder``, then move the files it put
+    under ``staging / found`` into ``folder`` (their paths below it kept). A failed ``fetch`` (no network,
+    a server that refuses) leaves nothing behind, no file and none of the folders made for it, and raises
+    ``FileNotFoundError("downloading <what> failed (<error>); <instead>")``, ``instead`` saying where the
+    files go without a download."""
+    with new_folder(folder):
+        staging = Path(tempfile.mkdtemp(prefix=".download-", dir=folder))
+        try:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # PyG's notes on downloading and processing
+                    fetch(staging)
+            except Exception as err:
+                raise FileNotFoundError(f"downloading {what} failed ({type(err).__name__}: {err}); {instead}") from err
+            for file in sorted(p for p in (staging / found).rglob("*") if p.is_file()):
+                target = folder / file.relative_to(staging / found)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(file, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def process_staged(

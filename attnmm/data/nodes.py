@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from attnmm._checks import check_nonneg_int
 from attnmm.common.feature_knn import feature_knn
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
-from attnmm.data._staging import drop_pyg_metadata, process_staged
+from attnmm.data._staging import download_staged, drop_pyg_metadata, process_staged
 
 #: The Planetoid citation graphs.
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
@@ -196,18 +196,20 @@ class NodeDataModule(LightningDataModule):
                     f"incomplete folder); delete {copy} to copy the complete {raw} again"
                 )
             return self._pyg_root(copy)
-        if self.download:  # PyG fetches every raw file into raw/
-            self.dataset_dir.mkdir(parents=True, exist_ok=True)
+        folder = "actor/raw" if self.name == "Actor" else f"planetoid/{self._subdir.as_posix()}/raw"
+        put = f"point root= or ${DATA_ENV} at a folder holding {folder}"
+        if self.download:  # PyG fetches every raw file (into a staging folder: a failed download keeps nothing)
+            instead = f"put its raw files {self._where()} into {raw} yourself, or {put}"
+            download_staged(raw, self._pyg, self._subdir / "raw", self._title, instead)
             return self.dataset_dir
         if len(missing) == len(self.raw_file_names()):
             if self.name == "Actor":
                 files = f"out1_node_feature_label.txt, out1_graph_edges.txt, film_split_0.6_0.2_<i>.npz {self._where()}"
             else:
                 files = f"ind.{self.name.lower()}.* (x, tx, allx, y, ty, ally, graph, test.index {self._where()})"
-            folder = "actor/raw" if self.name == "Actor" else f"planetoid/{self._subdir.as_posix()}/raw"
             raise FileNotFoundError(
-                f"{self._title} not found: no raw files in {raw}. Put the files {files} there, point root= or "
-                f"${DATA_ENV} at a folder holding {folder}, or pass download=True."
+                f"{self._title} not found: no raw files in {raw}. Put the files {files} there, {put}, "
+                "or pass download=True."
             )
         raise FileNotFoundError(
             f"{self._title} is incomplete: {raw} lacks {', '.join(missing)} (missing or empty). Copy them there "

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnmm.data._root import DATA_ENV, cache_dir, new_folder, resolve_root
-from attnmm.data._staging import save_staged
+from attnmm.data._root import DATA_ENV, cache_dir, resolve_root
+from attnmm.data._staging import download_staged, save_staged
 
 __all__ = [
     "PEPTIDES_CSV",
@@ -102,18 +102,22 @@ def _folder(root: str | Path | None, download: bool) -> Path:
     folder = resolve_root(root, "lrgb/peptides-functional")
     files = {PEPTIDES_CSV: folder / "raw" / PEPTIDES_CSV, PEPTIDES_SPLIT: folder / PEPTIDES_SPLIT}
     missing = {n: p for n, p in files.items() if not p.is_file() or p.stat().st_size == 0}
+    put = (
+        f"put LRGB's raw/{PEPTIDES_CSV} and {PEPTIDES_SPLIT} into {folder} (from {_URLS[PEPTIDES_CSV]} and "
+        f"{_URLS[PEPTIDES_SPLIT]}), point root= or ${DATA_ENV} at a folder holding lrgb/peptides-functional"
+    )
     if missing and download:
         from torch_geometric.data import download_url
 
-        with new_folder(folder / "raw"):  # a failed download leaves no empty folder
+        def fetch(at: Path) -> None:
             for n, p in missing.items():
-                download_url(_URLS[n], str(p.parent))
+                download_url(_URLS[n], str(at / p.parent.relative_to(folder)))
+
+        download_staged(folder, fetch, Path(), "Peptides-func", put)  # a failed download leaves no folder
         missing = {}
     if missing:
         raise FileNotFoundError(
-            f"Peptides-func not found: {', '.join(str(p) for p in missing.values())} missing or empty. Put LRGB's "
-            f"raw/{PEPTIDES_CSV} and {PEPTIDES_SPLIT} into {folder} (from {_URLS[PEPTIDES_CSV]} and "
-            f"{_URLS[PEPTIDES_SPLIT]}), point root= or ${DATA_ENV} at a folder holding lrgb/peptides-functional, "
+            f"Peptides-func not found: {', '.join(str(p) for p in missing.values())} missing or empty; {put}, "
             "or pass download=True."
         )
     return folder

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from attnmm._checks import check_nonneg_int
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
-from attnmm.data._staging import drop_pyg_metadata, process_staged
+from attnmm.data._staging import download_staged, drop_pyg_metadata, process_staged
 
 __all__ = ["TU_URL", "degree_features", "tu_graphs"]
 
@@ -58,15 +58,19 @@ def _writable_root(base: Path, name: str, download: bool) -> Path:
                 f"folder); delete {copy} to copy the complete {raw} again"
             )
         return copy.parent
-    if download:  # PyG fetches <name>.zip into <base>/<name>/raw
-        base.mkdir(parents=True, exist_ok=True)
+    put = f"point root= or ${DATA_ENV} at a folder holding TUDataset/{name}/raw"
+    if download:  # PyG fetches <name>.zip (into a staging folder: a failed download keeps nothing)
+        from torch_geometric.datasets import TUDataset
+
+        what, instead = f"TU dataset {name!r} from {TU_URL}/{name}.zip", f"put its files into {raw} yourself, or {put}"
+        download_staged(raw, lambda at: TUDataset(str(at), name), Path(name, "raw"), what, instead)
         return base
     what = "no TU files" if len(missing) == len(_REQUIRED) else f"not {', '.join(missing)} (missing or empty)"
     raise FileNotFoundError(
         f"TU dataset {name!r} not found: {raw} holds {what}. Put the TU text files {name}_A.txt, "
         f"{name}_graph_indicator.txt, {name}_graph_labels.txt (and {name}_node_labels.txt, _node_attributes.txt, "
-        f"_edge_labels.txt where the dataset has them; from {TU_URL}/{name}.zip) there, point root= or "
-        f"${DATA_ENV} at a folder holding TUDataset/{name}/raw, or pass download=True. (Other names: 'motifs' "
+        f"_edge_labels.txt where the dataset has them; from {TU_URL}/{name}.zip) there, {put}, "
+        "or pass download=True. (Other names: 'motifs' "
         "for generated graphs, 'peptides-func' for LRGB's peptides; TU names are case-sensitive, e.g. 'PROTEINS'.)"
     )
 

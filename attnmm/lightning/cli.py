@@ -9,10 +9,12 @@ import difflib
 import importlib
 import inspect
 import json
+import logging
 import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -28,6 +30,26 @@ from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
 
 #: Set to 1 for the full traceback of a recipe's error (otherwise one short message).
 DEBUG_ENV = "ATTNMM_DEBUG"
+
+
+def _no_promotion(record: logging.LogRecord) -> bool:
+    """False for Lightning's advertisements of its cloud services ("💡 Tip: ... litlogger / litmodels")."""
+    message = record.getMessage()
+    return not ("Tip:" in message and "pypi.org/project/lit" in message)
+
+
+def _quiet_noise() -> None:
+    """Keep out of a recipe's output what its user cannot act on: Lightning's advertisements (on the loggers
+    its ``rank_zero_info`` writes to) and two deprecation warnings raised inside the libraries, Lightning's
+    use of torch's ``LeafSpec`` and PyG's of ``torch.jit.script`` as its modules are imported."""
+    from lightning_utilities.core import rank_zero
+
+    named = (logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric"))
+    for log in {rank_zero.log, *named}:
+        if _no_promotion not in log.filters:
+            log.addFilter(_no_promotion)
+    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)`", FutureWarning, r"lightning\.")
+    warnings.filterwarnings("ignore", r"`torch\.jit\.script` is deprecated", FutureWarning, r"torch\.jit\.")
 
 
 def write_metrics(metrics: dict[str, Any], log_dir: str | Path) -> Path:
@@ -317,6 +339,14 @@ class RecipeArgumentParser(LightningArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)  # also for a subclass's help (--model.help)
         super().__init__(*args, **kwargs)
 
+    def format_help(self) -> str:
+        # a subcommand's usage lists every option (70 lines), which the help lists anyway: one line, so that
+        # the recipe's header is on the first screen
+        text = super().format_help()
+        usage, _, rest = text.partition("\n\n")
+        long = usage.startswith("usage:") and usage.count("\n") > 3
+        return f"usage: {self.prog} [options]\n\n{rest}" if long else text
+
     def error(self, message: str, ex: Exception | None = None) -> Any:  # type: ignore[override]
         cli = self.recipe_cli
         if not self.exit_on_error or debug_mode() or cli is None or cli.argv is None:
@@ -413,6 +443,7 @@ class RecipeCLI(LightningCLI):
         kwargs.setdefault("load_from_checkpoint_support", False)  # the hyperparameters are recorded here
         kwargs.setdefault("parser_class", RecipeArgumentParser)
         from_command_line = kwargs.get("args") is None
+        _quiet_noise()
         try:
             super().__init__(*args, **kwargs)
         except Exception as err:

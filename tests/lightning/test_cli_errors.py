@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from _recipes import RECIPES, recipe_main
 
+from attnmm.lightning.cli import _quiet_noise
+
 RECIPE_NAMES = sorted(p.stem for p in RECIPES.glob("*.py"))
 #: the recipes whose model is built only after their data is read (a vocabulary): slow on the real data
 READ_FIRST = ("text_lm", "text_pos")
@@ -80,16 +82,85 @@ def test_missing_data_says_where_to_put_it(tmp_path: Path) -> None:
     assert list(data.iterdir()) == [] and not (tmp_path / "runs").exists()
 
 
+#: a ``sitecustomize`` that turns the network off in the Python process that finds it on its path
+OFFLINE = """import socket
+
+
+def _refuse(*args, **kwargs):
+    raise OSError("the network is off in the tests")
+
+
+socket.getaddrinfo = _refuse
+socket.socket.connect = _refuse
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_download_says_where_to_put_the_data(tmp_path: Path) -> None:
+    """Before: a failed Planetoid download (no network) was reported as a corrupt raw file
+    (``RuntimeError: Planetoid raw file .../ind.cora.x is corrupt or truncated``) and left the empty
+    folders planetoid/Cora/raw behind."""
+    site, data = tmp_path / "offline", tmp_path / "data"
+    site.mkdir()
+    data.mkdir()
+    (site / "sitecustomize.py").write_text(OFFLINE)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    args = ["fit", "--trainer.fast_dev_run=true", "--data.download=true"]
+    proc = _run("graph_node", args, tmp_path, ATTNMM_DATA=str(data), PYTHONPATH=path)
+    lines = _shown(proc)
+    errors = [line for line in lines if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1, lines
+    assert errors[0].startswith("error: downloading Planetoid Cora failed")
+    assert f"into {data}/planetoid/Cora/raw yourself" in errors[0] and "$ATTNMM_DATA" in errors[0]
+    assert f"$ATTNMM_DATA ({data})" in proc.stderr
+    assert len(lines) <= 5 and "Traceback" not in proc.stderr and "Warning" not in proc.stderr, lines
+    assert list(data.iterdir()) == [] and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_help_names_the_recipe_and_its_configs_in_plain_text(tmp_path: Path) -> None:
     proc = _run("graph_graph", ["fit", "--help"], tmp_path)
     assert proc.returncode == 0
     text = proc.stdout
     assert "graph_graph.py: Graph classification with a GPS graph transformer" in text
+    # the header on the first screen: a one-line usage before it (it was 70 lines of every option)
+    usage, _, header = text.splitlines()[:3]
+    assert usage == "usage: graph_graph.py [options] fit [options]", usage
+    assert header.startswith("graph_graph.py: Graph classification"), header
     assert "default config: " in text and "graph_graph_tu.yaml" in text
     for raw in (":math:`", ":obj:`", ":class:`", ":func:`", ":meth:`", "``"):
         assert raw not in text, raw
     assert WARNING not in proc.stdout + proc.stderr
+    assert "Tip:" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_a_smoke_run_shows_no_tips_and_no_library_warnings(tmp_path: Path) -> None:
+    """Before: every run printed Lightning's tip to install litlogger, and a graph recipe's fit two
+    FutureWarnings from inside the libraries (PyG's use of torch.jit.script, Lightning's of LeafSpec)."""
+    args = ["fit", "--trainer.fast_dev_run=true", "--data.num_graphs=40", "--data.batch_size=8"]
+    proc = _run("graph_graph", args, tmp_path)
+    lines = _shown(proc)
+    assert proc.returncode == 0, lines
+    noise = ("Tip:", "litmodels", "litlogger", "Warning", "warn(", "is deprecated")
+    assert not [line for line in lines if any(word in line for word in noise)], lines
+
+
+def test_lightnings_promotional_tips_are_dropped_and_nothing_else(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lightning advertises litlogger when a trainer is built and litmodels when it adds its own checkpoint
+    callback; a recipe shows neither, and Lightning's other messages still show."""
+    from lightning import Trainer
+    from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+    _quiet_noise()  # as every RecipeCLI does
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer._callback_connector._maybe_show_litmodels_tip()  # (Lightning shows it once it knows the loggers)
+    rank_zero_info("a message of Lightning's own")
+    text = "".join(capfd.readouterr()) + caplog.text  # (at a terminal: stderr; under pytest: its log capture)
+    assert "Tip:" not in text and "litmodels" not in text and "litlogger" not in text, text
+    assert "a message of Lightning's own" in text
 
 
 def _command_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, recipe: str, *args: str) -> None:

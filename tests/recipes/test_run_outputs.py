@@ -5,6 +5,7 @@ bar by default in every recipe and config."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,14 @@ def _files(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
+def _no_noise(proc: subprocess.CompletedProcess[str]) -> None:
+    """Neither Lightning's tips advertising its cloud services (litlogger, litmodels) nor the libraries'
+    deprecation warnings about their own code (Lightning's LeafSpec, PyG's torch.jit.script) are shown."""
+    shown = (proc.stdout + proc.stderr).splitlines()
+    noise = ("Tip:", "litmodels", "litlogger", "FutureWarning", "is deprecated")
+    assert not [line for line in shown if any(word in line for word in noise)], shown
+
+
 def _is_png(path: Path) -> bool:
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -28,8 +37,11 @@ def test_each_run_has_its_own_folder_with_its_attention_maps(tmp_path: Path) -> 
     extra = smoke_args("speech_truncated")
     for _ in range(2):
         proc = run_recipe("speech_truncated", ["fit", *SMOKE, *extra], tmp_path)
+        _no_noise(proc)
     run = tmp_path / "runs" / "speech_truncated"
     assert sorted(p.name for p in run.iterdir()) == ["version_0", "version_1"]
+    assert {p.name for p in tmp_path.iterdir()} <= {"runs", "cache"}  # nothing outside (no lightning_logs/)
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["speech_truncated"]
     ckpt = torch.load(run / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     layers = ckpt["hyper_parameters"]["encoder"]["init_args"]["num_layers"]
     pictures = [f"attention_layer{i}.png" for i in range(layers)]
@@ -38,9 +50,11 @@ def test_each_run_has_its_own_folder_with_its_attention_maps(tmp_path: Path) -> 
         assert all(_is_png(run / version / name) for name in pictures)
         assert set(json.loads((run / version / "metrics.json").read_text())) == {"test_acc", "test_loss"}
     assert "attention maps written to" in proc.stdout
+    assert any(line.startswith("Epoch 0/0") for line in proc.stdout.splitlines()), proc.stdout  # a progress bar
     # `test` writes its metrics and maps into a folder of its own too, and no checkpoint
     last = run / "version_0" / "checkpoints" / "last.ckpt"
-    run_recipe("speech_truncated", ["test", f"--ckpt_path={last}", *SMOKE, *extra], tmp_path)
+    proc = run_recipe("speech_truncated", ["test", f"--ckpt_path={last}", *SMOKE, *extra], tmp_path)
+    _no_noise(proc)
     assert _files(run / "version_2") == [*pictures, "metrics.json"]
 
 
@@ -54,6 +68,7 @@ def test_a_graph_encoder_draws_its_layers(tmp_path: Path) -> None:
     assert _files(run) == [*pictures, "checkpoints/last.ckpt", "metrics.json"]
     assert all(_is_png(run / name) for name in pictures)
     assert "attention maps written to" in proc.stdout
+    _no_noise(proc)
 
 
 def test_an_encoder_without_weights_gets_no_pictures(tmp_path: Path) -> None:
