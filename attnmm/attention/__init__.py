@@ -7,6 +7,7 @@ live in :mod:`attnmm.nn`; their names here still work and warn.
 import warnings
 from typing import Any
 
+from attnmm.attention._layout import LayoutError
 from attnmm.attention.backends._memory import AttentionMemoryError
 from attnmm.attention.core import attend
 from attnmm.attention.planner import AttentionPlan, Plan
@@ -37,4 +38,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"attnmm.nn.{_MOVED[name]}"), name)
 
 
-__all__ = ["AttentionMemoryError", "AttentionPlan", "AttentionWeights", "Plan", "Problem", "attend"]
+#: Shown under the public path in tracebacks, where users catch it from.
+LayoutError.__module__ = __name__
+
+__all__ = ["AttentionMemoryError", "AttentionPlan", "AttentionWeights", "LayoutError", "Plan", "Problem", "attend"]
