@@ -131,7 +131,8 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
     # (the choice also depends on which backends are registered and can run, and on the cost constants)
     usable = tuple(n for n in list_backends() if get_backend(n).available() is None)
     name = ("split", problem.signature, BACKENDS.generation, usable, id(_calibration.COSTS))
-    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = problem.forms.get(name)
+    store = get_backend("segments").store if "segments" in BACKENDS else None  # (kept by the backend running splits)
+    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = problem.forms.get(name, store)
     reader = plan.reader if plan is not None else None
     rows: list[Row | None] = []
     transient = False
@@ -167,7 +168,8 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
             best.forms.release("pairs")
         rows.append(best)
     if chosen is None and not transient:
-        problem.forms.put(name, tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows))
+        kept = tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows)
+        problem.forms.put(name, kept, store=store)
     return Split(blocks, tuple(rows))
 
 
