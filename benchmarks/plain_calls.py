@@ -1,8 +1,9 @@
 """Seconds per call of a benchmark case's attnmm side, called plainly again and again (nothing reused by the
 caller): ``python -m benchmarks.plain_calls mixed --calls 8``.
 
-Prints one JSON line: the case, the seconds of each call after the first (the first, with its warm-up,
-apart) and their median. On a shared machine compare two trees only by alternating processes of this
+Prints one JSON line: the case, the wall seconds of each call after the first (the first, with its warm-up,
+apart), their median, and the median of the process's CPU seconds per call (with one thread, the measure a
+loaded machine disturbs least). On a shared machine compare two trees only by alternating processes of this
 script (``PYTHONPATH`` at one tree, then the other, several times) and reading the ratio of medians.
 """
 
@@ -26,12 +27,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     opts = parser.parse_args(argv)
     torch.set_num_threads(opts.threads)
     run = get_case(opts.case).ours(get_case(opts.case).build())
-    times = []
+    times, cpu = [], []
     for _ in range(opts.calls + 1):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         run()
         times.append(time.perf_counter() - start)
-    result = {"case": opts.case, "first": times[0], "times": times[1:], "median": statistics.median(times[1:])}
+        cpu.append(time.process_time() - start_cpu)
+    result = {"case": opts.case, "first": times[0], "times": times[1:], "median": statistics.median(times[1:]),
+              "cpu": statistics.median(cpu[1:])}
     print(json.dumps(result))
     return result
 

@@ -164,8 +164,9 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
             transient = transient or bound
             options.append(Row(a, keys, tuple(linked), mask, found[0], found[0].cost(sub), sub.split, sub.forms))
         best = _cheapest(options)
-        if best.forms is not None:  # the pairs counted for the estimates: built again if the backend needs them
-            best.forms.release("pairs")
+        for option in options:  # the pairs counted for the estimates: built again if the backend needs them
+            if option.forms is not None:
+                option.forms.release("pairs")
         rows.append(best)
     if chosen is None and not transient:
         kept = tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows)
