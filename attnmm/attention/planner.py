@@ -287,6 +287,7 @@ class Plan:
             while self._forms and self.nbytes > self.budget:  # the least recently used forms go first
                 self._forms.popitem(last=False)
             found = self._forms[key] = Forms(mask, L, S, batch_size, device, packed, self.store)
+            found.key = None if mask_key is None else (mask_key, L, S, batch_size, packed, str(device))  # (read once)
         else:
             self._forms.move_to_end(key)
         return found
