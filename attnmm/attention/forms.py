@@ -148,11 +148,13 @@ class Forms:
         #: Times each form was built here (not found in these forms or the store), for tests and benchmarks.
         self.built: dict[Hashable, int] = {}
         self._store = store
-        self.key: Hashable | None = None
-        if store is not None and mask is not None:
-            mask_key = value_key(mask)
-            if mask_key is not None:
-                self.key = (mask_key, L, S, batch_size, packed, str(device))
+
+    @cached_property
+    def key(self) -> Hashable | None:
+        """The mask's content key at these sizes, under which a store keeps its forms (``None``: not keyed by
+        value, or no mask)."""
+        mask_key = None if self.mask is None else value_key(self.mask)
+        return None if mask_key is None else (mask_key, self.L, self.S, self.batch_size, self.packed, str(self.device))
 
     @property
     def effective_mask(self) -> Mask:
@@ -173,36 +175,46 @@ class Forms:
             return None
         return as_blocks(mask, self.L, self.S)
 
-    def get(self, name: Hashable) -> Any:
-        """The form ``name`` if built (here or kept in the store), else ``None``."""
+    def get(self, name: Hashable, store: FormStore | None = None) -> Any:
+        """The form ``name`` if built (here, or kept in the plan's store, else in ``store``), else ``None``."""
         if name in self._held:
             return self._held[name]
-        if self.key is None or self._store is None:
+        store = self._store or store
+        if store is None or self.key is None:
             return None
-        found = self._store.find(self.key, name)
+        found = store.find(self.key, name)
         if found is not None:
             self._held[name] = found
         return found
 
-    def put(self, name: Hashable, form: Any, across_calls: bool = True, drop: Hashable | None = None) -> Any:
-        """Hold ``form`` as ``name`` and, when ``across_calls``, keep it in the store (in place of ``drop``)."""
+    def put(
+        self, name: Hashable, form: Any, across_calls: bool = True, drop: Hashable | None = None,
+        store: FormStore | None = None,
+    ) -> Any:
+        """Hold ``form`` as ``name`` and, when ``across_calls``, keep it in the plan's store (else in ``store``)
+        in place of ``drop``."""
         self._held[name] = form
         if drop is not None:
             self._held.pop(drop, None)
-        if across_calls and self.key is not None and self._store is not None:
-            self._store.keep(self.key, name, form, drop)
+        store = self._store or store
+        if across_calls and store is not None and self.key is not None:
+            store.keep(self.key, name, form, drop)
         return form
 
     def release(self, name: Hashable) -> None:
         """Stop holding the form ``name`` here (the store keeps what it kept)."""
         self._held.pop(name, None)
 
-    def form(self, name: Hashable, build: Callable[[Forms], Any], drop: Hashable | None = None) -> Any:
-        """The form ``name``, built by ``build(self)`` the first time (a backend's own form of the mask)."""
-        found = self.get(name)
+    def form(
+        self, name: Hashable, build: Callable[[Forms], Any], drop: Hashable | None = None,
+        store: FormStore | None = None,
+    ) -> Any:
+        """The form ``name``, built by ``build(self)`` the first time (a backend's own form of the mask), kept
+        in the plan's store, else in ``store`` (a backend's own)."""
+        found = self.get(name, store)
         if found is None:
             self.built[name] = self.built.get(name, 0) + 1
-            found = self.put(name, build(self), drop=drop)
+            found = self.put(name, build(self), drop=drop, store=store)
         return found
 
     def pairs(self, keep: bool = True) -> Pairs:
@@ -263,13 +275,13 @@ class Forms:
             parts.append(counts)
         return torch.cat(parts, dim=1) if parts else torch.zeros(items, 0, dtype=torch.long)
 
-    def dense(self) -> Tensor:
+    def dense(self, store: FormStore | None = None) -> Tensor:
         """The mask's dense form (L, S) or (B, L, S), kept across calls up to :data:`DENSE_ELEMENTS` entries."""
-        found = self.get("dense")
+        found = self.get("dense", store)
         if found is None:
             self.built["dense"] = self.built.get("dense", 0) + 1
             found = self.effective_mask.dense(self.L, self.S, self.batch_size, device=self.device)
-            self.put("dense", found, across_calls=found.numel() <= DENSE_ELEMENTS)
+            self.put("dense", found, across_calls=found.numel() <= DENSE_ELEMENTS, store=store)
         return found
 
     @property

@@ -131,7 +131,8 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
     # (the choice also depends on which backends are registered and can run, and on the cost constants)
     usable = tuple(n for n in list_backends() if get_backend(n).available() is None)
     name = ("split", problem.signature, BACKENDS.generation, usable, id(_calibration.COSTS))
-    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = problem.forms.get(name)
+    store = get_backend("segments").store if "segments" in BACKENDS else None  # (kept by the backend running splits)
+    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = problem.forms.get(name, store)
     reader = plan.reader if plan is not None else None
     rows: list[Row | None] = []
     transient = False
@@ -163,11 +164,13 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
             transient = transient or bound
             options.append(Row(a, keys, tuple(linked), mask, found[0], found[0].cost(sub), sub.split, sub.forms))
         best = _cheapest(options)
-        if best.forms is not None:  # the pairs counted for the estimates: built again if the backend needs them
-            best.forms.release("pairs")
+        for option in options:  # the pairs counted for the estimates: built again if the backend needs them
+            if option.forms is not None:
+                option.forms.release("pairs")
         rows.append(best)
     if chosen is None and not transient:
-        problem.forms.put(name, tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows))
+        kept = tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows)
+        problem.forms.put(name, kept, store=store)
     return Split(blocks, tuple(rows))
 
 
@@ -284,6 +287,7 @@ class Plan:
             while self._forms and self.nbytes > self.budget:  # the least recently used forms go first
                 self._forms.popitem(last=False)
             found = self._forms[key] = Forms(mask, L, S, batch_size, device, packed, self.store)
+            found.key = None if mask_key is None else (mask_key, L, S, batch_size, packed, str(device))  # (read once)
         else:
             self._forms.move_to_end(key)
         return found

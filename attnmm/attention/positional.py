@@ -1,9 +1,5 @@
 """Deprecated path: this module is now ``attnmm.nn.positional``, which the old name stands for."""
 
-import sys
-import warnings
+from attnmm._moved import stand_in
 
-from attnmm.nn import positional as _new
-
-warnings.warn(f"{__name__} is deprecated; import from {_new.__name__}", FutureWarning, stacklevel=2)
-sys.modules[__name__] = _new
+stand_in(__name__, "attnmm.nn.positional")

@@ -240,3 +240,24 @@ def test_counts_of_a_mask_of_blocks_come_segment_by_segment(mask, L: int) -> Non
     assert forms.blocks is not None
     torch.testing.assert_close(forms.row_counts, expected)
     assert forms.get("pairs") is None
+
+
+def test_plain_calls_with_an_equal_mask_reuse_what_the_backends_derived(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no plan and no store given: the backends keep their forms (the sparse pattern, a split's choices) by content
+    from attnmm.attention import planner
+
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 40, 8, requires_grad=True)
+    mask = lambda: Segments([16, 24], within=[Grid(4, 4, kernel=3), Window(3, 0)], links=[[True, True], [False, True]])  # noqa: E731
+    expected = attend(q, q, q, mask(), backend="reference")
+    attend(q, q, q, mask())  # the first call derives and keeps
+    counts, asked = _counting(monkeypatch), []
+    candidates = planner._candidates
+    monkeypatch.setattr(planner, "_candidates", lambda *args: asked.append(1) or candidates(*args))
+    for _ in range(2):  # new, equal masks: nothing enumerated, only the whole problem asked for its backend
+        out = attend(q, q, q, mask())
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+        (grad,) = torch.autograd.grad(out.square().sum(), q)
+        (grad_ref,) = torch.autograd.grad(expected.square().sum(), q, retain_graph=True)
+        torch.testing.assert_close(grad, grad_ref, rtol=1e-4, atol=1e-4)
+    assert counts["pairs"] == 0 and len(asked) == 2

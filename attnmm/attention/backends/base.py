@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import get_args
 
 import torch
 from torch import Tensor
 
 from attnmm.attention.backends._cost import constants, estimate, mode
+from attnmm.attention.forms import FormStore
 from attnmm.attention.problem import Problem
 from attnmm.masks.base import StructureKind
 
@@ -122,6 +124,13 @@ class Backend(ABC):
 
     #: What to change when :meth:`memory_bytes` exceeds the memory available.
     memory_hint: str = "use a sparser mask (fewer allowed pairs), a smaller batch, or fewer heads"
+
+    @cached_property
+    def store(self) -> FormStore:
+        """What this backend derived from masks (a CSR pattern, a dense mask, its choices), kept across calls
+        by the masks' content within a byte budget: a plain ``attend(q, k, v, mask)`` called again with an
+        equal mask finds it here (a plan's own store, when it has one, comes first)."""
+        return FormStore()
 
     def available(self) -> str | None:
         """``None`` if this backend can run on this machine, else why not (e.g. a missing compiler)."""

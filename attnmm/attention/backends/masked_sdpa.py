@@ -52,7 +52,7 @@ class MaskedSDPABackend(Backend):
         return float(products), float((problem.batch_size or 1) * problem.L * problem.S), float(scores)
 
     def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        allowed = problem.forms.dense()  # (L, S) or (B, L, S), built once for equal masks
+        allowed = problem.forms.dense(self.store)  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(-1, 1, problem.L, problem.S)  # (B or 1, 1, L, S)
         nonempty = allowed.any(-1, keepdim=True)  # (B or 1, 1, L, 1)
         some_empty = not bool(nonempty.all())

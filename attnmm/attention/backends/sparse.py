@@ -23,7 +23,7 @@ from attnmm.attention.backends._csr import (
 )
 from attnmm.attention.backends._sizes import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.attention.forms import Forms
+from attnmm.attention.forms import Forms, FormStore
 from attnmm.attention.problem import GradSinks, Problem
 
 #: Bytes of the CSR pattern per pair: the columns, the rows of the transpose and the permutation between
@@ -36,10 +36,10 @@ def _pattern(forms: Forms) -> CSRPattern:
     return CSRPattern.from_pairs(forms.pairs(keep=False))
 
 
-def pattern(problem: Problem) -> CSRPattern:
+def pattern(problem: Problem, store: FormStore | None = None) -> CSRPattern:
     """The CSR pattern of the problem's pairs, shared by the heads (and by the batch items of a mask shared by
-    the batch); kept instead of the pairs, which it holds."""
-    return problem.forms.form("pattern", _pattern, drop="pairs")
+    the batch); kept instead of the pairs, which it holds (across calls in ``store`` when the plan has none)."""
+    return problem.forms.form("pattern", _pattern, drop="pairs", store=store)
 
 class SparseBackend(Backend):
     r"""Attention over an arbitrary mask, costing O(nnz) time and memory.
@@ -99,6 +99,7 @@ class SparseBackend(Backend):
         keys per row: about 89 ns at n = 128, 145 ns at n = 512 and 460 ns at n = 2,048 (the
         calibration fits its constant with long-row problems).
         """
+        problem.forms.form("counts", lambda forms: forms.row_counts, store=self.store)  # (kept for equal masks)
         pairs = problem.allowed_pairs * problem.H
         rows = problem.B * problem.H * problem.L
         per_row = pairs / rows if rows else 0.0
@@ -113,7 +114,7 @@ class SparseBackend(Backend):
         q, k, v = problem.q, problem.k, problem.v
         B, H = problem.B, problem.H
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        blocks = Blocks(pattern(problem), B, H)
+        blocks = Blocks(pattern(problem, self.store), B, H)
         bias = None
         if problem.bias is not None:
             bias = problem.bias.to(compute).t()  # (H, P), a view
