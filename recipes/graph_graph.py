@@ -19,6 +19,7 @@ from pathlib import Path
 
 from attnmm.data import GraphDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.objectives import objective_for
 from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "graph_graph.yaml"
@@ -29,7 +30,7 @@ DATA_LINKS = (
     Link("data.num_features", "model.adapter.init_args.in_channels", apply_on="instantiate"),
     Link("data.feature_cardinalities", "model.adapter.init_args.cardinalities", apply_on="instantiate"),
     Link("data.edge_feature_cardinalities", "model.adapter.init_args.edge_cardinalities", apply_on="instantiate"),
-    Link("data.task", "model.task", apply_on="instantiate"),
+    Link("data.task", "model.objective", compute_fn=lambda task: objective_for(task, "y"), apply_on="instantiate"),
     Link("model.adapter.init_args.pe", "data.pe"),
     Link("model.adapter.init_args.pe_dim", "data.pe_dim"),
 )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnmm.data import NodeDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
+from attnmm.lightning.objectives import objective_for
 from attnmm.lightning.cli import Link
 
 CONFIG = Path(__file__).parent / "configs" / "graph_node.yaml"
@@ -27,7 +28,7 @@ GRAPH_LINKS = (
     Link("data.num_features", "model.adapter.init_args.in_channels", apply_on="instantiate"),
     Link("data.num_features", "model.encoder.init_args.in_channels", apply_on="instantiate"),
     Link("data.num_classes", "model.encoder.init_args.out_channels", apply_on="instantiate"),
-    Link("data.task", "model.task", apply_on="instantiate"),
+    Link("data.task", "model.objective", compute_fn=lambda task: objective_for(task, "y"), apply_on="instantiate"),
 )
 
 

@@ -25,6 +25,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from attnmm import _recipes
 from attnmm.lightning.callbacks import AttentionMapPNG
 from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
+from attnmm.lightning.transfer import Transfer
 
 #: Set to 1 for the full traceback of a recipe's error (otherwise one short message).
 DEBUG_ENV = "ATTNMM_DEBUG"
@@ -63,6 +64,34 @@ def _nested_nulls_as_json(args: list[str], roots: tuple[str, ...]) -> list[str]:
         else:
             out.append(arg)
         i += 1
+    return out
+
+
+#: Task options read at their place since the task composes its parts: the transfer's under the
+#: ``transfer:`` callback, the optimiser's in ``model.optimizer`` (:class:`~attnmm.lightning.Optimization`).
+MOVED_OPTIONS = {"init_from": "transfer", "freeze_encoder_epochs": "transfer", "init_into": "transfer",
+                 "weight_decay": "model.optimizer", "warmup_fraction": "model.optimizer",
+                 "min_lr_ratio": "model.optimizer"}
+
+
+def _moved_options(args: list[str], subclass_model: bool) -> list[str]:
+    """``--model.init_from=x`` (or ``--model.init_args.init_from``) as ``--transfer.init_from=x``,
+    ``--model.weight_decay`` as ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` as
+    ``--model.optimizer.kind=adam``: the :data:`MOVED_OPTIONS` at their place."""
+    out: list[str] = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        name = key.removeprefix("--model.").removeprefix("init_args.") if key.startswith("--model.") else None
+        if name == "optimizer" and value in ("adam", "adamw"):
+            name, where = "kind", "model.optimizer"
+        elif name in MOVED_OPTIONS:
+            where = MOVED_OPTIONS[name]
+        else:
+            out.append(arg)
+            continue
+        if where.startswith("model.") and subclass_model:
+            where = "model.init_args." + where[len("model."):]
+        out.append(f"--{where}.{name}{eq}{value}")
     return out
 
 
@@ -338,8 +367,11 @@ class RecipeCLI(LightningCLI):
     :class:`~attnmm.lightning.RandomState` callback (resuming draws the random numbers an uninterrupted
     run would) and a ``ModelCheckpoint``, configured under the ``checkpoint:`` key (``monitor``,
     default ``val_acc``; ``mode``, default ``max``; the last checkpoint kept; the best named by
-    :func:`best_checkpoint_name` unless ``filename`` is given). So a recipe's config holds only what is
-    its own, and a variant config only what differs from it.
+    :func:`best_checkpoint_name` unless ``filename`` is given), and a :class:`~attnmm.lightning.Transfer`
+    under the ``transfer:`` key (``init_from``, ``freeze_encoder_epochs``, ``init_into``; nothing loaded by
+    default), where the task's older options are read too (:data:`MOVED_OPTIONS`: ``--model.init_from`` is
+    ``--transfer.init_from``, ``--model.weight_decay`` is ``--model.optimizer.weight_decay``). So a recipe's
+    config holds only what is its own, and a variant config only what differs from it.
 
     A smoke run (``--trainer.fast_dev_run=true``, which has no logger) gets a ``version_N`` folder of its
     own too, for its checkpoints and metrics. A progress bar is on by default, and an
@@ -463,6 +495,7 @@ class RecipeCLI(LightningCLI):
                  "it instead and writes the validation metrics (for runs that choose on validation)",
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(Transfer, "transfer")  # starting from a trained model
         parser.set_defaults({"checkpoint.monitor": "val_acc", "checkpoint.mode": "max", "checkpoint.save_last": True})
         # subclass mode: the class a config without ``class_path`` gets (its keys are that class's init_args)
         for key, cls in self._default_classes.items():
@@ -470,9 +503,12 @@ class RecipeCLI(LightningCLI):
                 parser.set_defaults({key: {"class_path": f"{cls.__module__}.{cls.__qualname__}"}})
         for link in self._links:
             source = tuple(self._subclass_key(s) for s in link.sources)
+            # a computed class_path config (an objective chosen by the data) is built for the run, and
+            # recorded as the config it is (see _resolved)
+            compute = None if link.compute_fn is None else (lambda *v, link=link: _built(link.value(v)))
             parser.link_arguments(
                 source[0] if len(source) == 1 else source, self._subclass_key(link.target),
-                compute_fn=link.compute_fn, apply_on=link.apply_on,
+                compute_fn=compute, apply_on=link.apply_on,
             )
 
     def _subclass_key(self, key: str) -> str:
@@ -514,6 +550,8 @@ class RecipeCLI(LightningCLI):
         return "\n".join(lines)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        if isinstance(args, list | None):
+            args = _moved_options(list(sys.argv[1:] if args is None else args), self.subclass_mode_model)
         if self.subclass_mode_model or self.subclass_mode_data:
             args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
         if isinstance(args, list | None):
@@ -654,7 +692,8 @@ class RecipeCLI(LightningCLI):
                 walk(value, f"{path}.{key}")
 
         for root, default in (("model", self.model_class), ("data", self.datamodule_class),
-                              ("trainer", self.trainer_class), ("checkpoint", ModelCheckpoint)):
+                              ("trainer", self.trainer_class), ("checkpoint", ModelCheckpoint),
+                              ("transfer", Transfer)):
             walk(tree.get(root), root, default)
         return found
 
