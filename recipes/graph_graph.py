@@ -19,8 +19,8 @@ from pathlib import Path
 
 from attnmm.data import GraphDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
-from attnmm.lightning.objectives import objective_for
 from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
+from attnmm.lightning.objectives import objective_for
 
 CONFIG = Path(__file__).parent / "configs" / "graph_graph.yaml"
 

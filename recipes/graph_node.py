@@ -17,8 +17,8 @@ from pathlib import Path
 
 from attnmm.data import NodeDataModule
 from attnmm.lightning import ClassificationTask, RecipeCLI
-from attnmm.lightning.objectives import objective_for
 from attnmm.lightning.cli import Link
+from attnmm.lightning.objectives import objective_for
 
 CONFIG = Path(__file__).parent / "configs" / "graph_node.yaml"
 

@@ -232,7 +232,7 @@ class UDPOSDataModule(LightningDataModule):
     length. Each column named in ``aux_columns`` (``"xpos"``, ``"deprel"``, ``"feats"``) adds a
     (B, L) entry of that name: the column's labels as ids of a training-split vocabulary, -100 for
     labels unseen in training. They are targets for auxiliary heads
-    (``ClassificationTask(aux_heads={"xpos": ...})``): the finer XPOS classes of EWT (Penn Treebank
+    (``MultiClass(aux_heads={"xpos": ...})``, a task's objective): the finer XPOS classes of EWT (Penn Treebank
     tags: ``IN`` vs ``RP``, ``VBN`` vs ``JJ``) supervise the UPOS decisions.
 
     Args:

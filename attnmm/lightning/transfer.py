@@ -54,6 +54,7 @@ class Transfer(Callback):
             raise ValueError(f"init_into={init_into!r} names where a backbone goes, but init_from is None: give both")
         self.init_from = None if init_from is None else str(init_from)
         self.init_into = init_into
+        self.loaded = False  # a second fit (or a resume, restored after setup) does not load the file again
 
     def target(self, task: nn.Module) -> nn.Module:
         """The module whose ``adapter`` and ``encoder`` take the backbone: ``task``, or its part ``init_into``."""
@@ -68,7 +69,7 @@ class Transfer(Callback):
             ) from err
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit" or self.init_from is None:
+        if stage != "fit" or self.init_from is None or self.loaded:
             return
         if getattr(pl_module, "ensemble", None) is not None:
             raise ValueError(
@@ -78,6 +79,7 @@ class Transfer(Callback):
         from attnmm.lightning.pretrained import load_backbone
 
         load_backbone(self.target(pl_module), self.init_from)
+        self.loaded = True
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.freeze_encoder_epochs:

@@ -247,7 +247,8 @@ def test_token_heads_are_the_aux_heads_dict_in_one_module() -> None:
 
     torch.manual_seed(0)
     parts = (TextAdapter(vocab_size=256, d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17))
-    task = ClassificationTask(*parts, 17, MultiClass(target_key="tags", aux_heads=TokenHeads(16, ["xpos", "deprel"], 40)))
+    heads = TokenHeads(16, ["xpos", "deprel"], 40)
+    task = ClassificationTask(*parts, 17, MultiClass(target_key="tags", aux_heads=heads))
     torch.manual_seed(0)
     parts = (TextAdapter(vocab_size=256, d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17))
     as_dict = {"xpos": TokenClassifier(16, 40), "deprel": TokenClassifier(16, 40)}
