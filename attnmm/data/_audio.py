@@ -284,3 +284,12 @@ class AudioDataModule(LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, shuffle=False)
+
+
+def word_clips(clips: Sequence, words: Sequence[str], sample_rate: int, file_rate: int = 16000) -> AudioClips:
+    """Speech Commands clips (``path``, ``word``, ``speaker``) as :class:`AudioClips` labelled by the
+    index of their word in ``words``, read at ``sample_rate`` from the files' ``file_rate`` (kept once read)."""
+    return AudioClips(
+        [c.path for c in clips], [list(words).index(c.word) for c in clips], sample_rate, cache=True,
+        speakers=[c.speaker for c in clips], file_rate=file_rate,
+    )

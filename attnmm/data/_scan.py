@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -319,3 +319,16 @@ def locate_speech_commands(
         f"{FOLDER_IN_ARCHIVE}/{VERSION}/ (e.g. export {DATA_ENV}=/path/to/data)."
         + f" {classes_hint} (layout='classes' or 'auto')."
     ) from cause
+
+
+def check_words(splits: dict[str, list[SpeechClip]], labels: Sequence[str], silence: bool, folder: Path,
+                layout: str) -> None:
+    """Refuse labels without clips, or a ``_silence_`` class without noise clips, in the ``splits`` of ``folder``."""
+    found = sorted({c.word for clips in splits.values() for c in clips} - {SILENCE})
+    absent = [w for w in labels if w not in found]
+    if absent:
+        raise ValueError(f"labels {absent} have no clips in {folder}; the words found are {found}")
+    if silence and not any(c.word == SILENCE for clips in splits.values() for c in clips):
+        where = BACKGROUND_FOLDER if layout == "full" else SILENCE
+        raise ValueError(f"include_silence=True but {folder} has no {where}/ clips; add them, or pass "
+                         "include_silence=False")

@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from attnmm.data._scan import (
@@ -281,3 +282,44 @@ def split_class_folders(
     splits = split_speech_commands(clips, val_fraction, 0.0, seed, val_speakers=val_ids)
     splits["test"] = test
     return splits
+
+
+def speaker_rule(
+    official: bool, val_fraction: float, test_fraction: float, seed: int, test_root: str | Path | None,
+    test_speakers: object, val_speakers: object, named: dict[str, list[str] | None],
+) -> str:
+    """How a Speech Commands DataModule splits (one line of its summary): the official lists, or speakers
+    held out by ``test_root``, by name (``named``: the ids of each split, else a file is said) or drawn."""
+    silence = f"_silence_ clips: {val_fraction:.0%} validation"
+    if official:
+        return f"the official lists (speakers disjoint); {silence}, {test_fraction:.0%} test, seed {seed}"
+
+    def listed(split: str, given: object) -> str:
+        ids = named.get(split)
+        return f"listed in {given}" if ids is None else some_names(ids, 5)
+
+    if test_root is not None:
+        test = f"every clip of {Path(test_root).expanduser()} is the test set"
+    elif test_speakers is not None:
+        test = f"test speakers {listed('test', test_speakers)}"
+    else:
+        test = f"{test_fraction:.0%} of speakers test"
+    val = (f"{val_fraction:.0%} of speakers validation" if val_speakers is None
+           else f"validation speakers {listed('val', val_speakers)}")
+    share = "" if test_root is not None else f", {test_fraction:.0%} test"
+    return f"speakers disjoint: {test}, {val}, seed {seed}; {silence}{share}"
+
+
+def draw_speakers(speakers: Sequence[str], fraction: float, seed: int | Sequence[int], name: str) -> set[str]:
+    """The ``fraction`` of ``speakers`` (rounded to the nearest count) drawn with ``seed``, held out; at least
+    one speaker is left (``name``: the fraction's argument, for the error).
+
+    Examples:
+        >>> sorted(draw_speakers(["a", "b", "c", "d"], 0.5, 0, "val_fraction"))
+        ['a', 'c']
+    """
+    order = np.random.default_rng(seed).permutation(len(speakers))
+    n = math.floor(fraction * len(speakers) + 0.5)
+    if n and n == len(speakers):
+        raise ValueError(f"{name}={fraction} keeps all {len(speakers)} speakers out of training")
+    return {speakers[k] for k in order[:n]}

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader
 
-from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader
+from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, word_clips
 from attnmm.data._root import DATA_ENV, data_dir, new_folder, resolve_root
 from attnmm.data._scan import DIGIT_WORDS, FILE_RATE, FSDD_FILE_NAME, OWN_TEST_TAKES, FSDDTake, digit_voices, scan_fsdd
 from attnmm.data._speakers import check_disjoint, read_speakers, split_fsdd
@@ -230,10 +230,7 @@ class FSDDDataModule(AudioDataModule):
             )
             return None
         voices = digit_voices(folder)  # Speech Commands is 16 kHz: read at FSDD's 8 kHz
-        return AudioClips(
-            [c.path for c in voices], [CLASS_NAMES.index(c.word) for c in voices], self.sample_rate, cache=True,
-            speakers=[c.speaker for c in voices], file_rate=FILE_RATE,
-        ).load()
+        return word_clips(voices, CLASS_NAMES, self.sample_rate, FILE_RATE).load()
 
     def train_dataloader(self) -> DataLoader:
         if self.voices_set is None or self.train_set is None:

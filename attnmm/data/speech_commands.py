@@ -29,6 +29,7 @@ from attnmm.data._scan import (
     slice_background,
 )
 from attnmm.data._speakers import read_speakers, split_speech_commands
+from attnmm.data.augment import noise_takers, set_noise_bank
 
 __all__ = [
     "CORE_COMMANDS",
@@ -44,11 +45,6 @@ __all__ = [
     "slice_background",
     "split_speech_commands",
 ]
-
-
-def _noise_takers(augment: nn.Module) -> list[nn.Module]:
-    """The modules of ``augment`` that take a noise bank (a ``set_noise`` method)."""
-    return [m for m in augment.modules() if callable(getattr(m, "set_noise", None))]
 
 
 class SpeechCommandsDataModule(AudioDataModule):
@@ -187,28 +183,19 @@ class SpeechCommandsDataModule(AudioDataModule):
                 read_speakers(given, name)
         if isinstance(test_speakers, (list, tuple)) and isinstance(val_speakers, (list, tuple)):
             _speakers.check_disjoint(test_speakers, val_speakers)
-        if noise_augment is not None and not _noise_takers(noise_augment):
+        if noise_augment is not None and not noise_takers(noise_augment):
             raise ValueError(
                 f"noise_augment {type(noise_augment).__name__} has no module that takes noise clips (set_noise); "
                 "use attnmm.data.BackgroundNoise (alone or in a ChainAugment)"
             )
-        self.root = root
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.labels = words
-        self.include_unknown = include_unknown
-        self.include_silence = include_silence
-        self.download = download
-        self.layout = layout
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.seed = seed
+        self.root, self.batch_size, self.num_workers, self.labels = root, batch_size, num_workers, words
+        self.include_unknown, self.include_silence, self.download, self.layout = (
+            include_unknown, include_silence, download, layout)
+        self.val_fraction, self.test_fraction, self.seed = val_fraction, test_fraction, seed
         # a list is kept as a list; a file is read in setup
         self.test_speakers = list(test_speakers) if isinstance(test_speakers, (list, tuple)) else test_speakers
         self.val_speakers = list(val_speakers) if isinstance(val_speakers, (list, tuple)) else val_speakers
-        self.test_root = test_root
-        self.noise_augment = noise_augment
-        self.sample_rate = sample_rate
+        self.test_root, self.noise_augment, self.sample_rate = test_root, noise_augment, sample_rate
         self._found: tuple[str, Path] | None = None
         self._splits: dict[str, list[SpeechClip]] | None = None
         self._held_out: dict[str, list[str] | None] = {}
@@ -235,10 +222,9 @@ class SpeechCommandsDataModule(AudioDataModule):
     def dataset_dir(self) -> Path:
         r"""The folder read: ``<root>/SpeechCommands/speech_commands_v0.02`` (``"full"``) or the folder that
         holds the class folders (``"classes"``)."""
-        found = self._find()
+        found, base = self._find(), data_dir(self.root)
         if found is not None:
             return found[1]
-        base = data_dir(self.root)
         if self.layout == "classes":
             return base if self.root is not None else base / _scan.TEST_SET_FOLDER
         return base / _scan.FOLDER_IN_ARCHIVE / _scan.VERSION
@@ -300,28 +286,13 @@ class SpeechCommandsDataModule(AudioDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self._splits is None:
             splits = self._make_splits()
-            found = sorted({c.word for clips in splits.values() for c in clips} - {SILENCE})
-            absent = [w for w in self.labels if w not in found]
-            if absent:
-                raise ValueError(f"labels {absent} have no clips in {self.dataset_dir}; the words found are {found}")
-            if self._silence_on() and not any(c.word == SILENCE for clips in splits.values() for c in clips):
-                where = _scan.BACKGROUND_FOLDER if self.dataset_layout == "full" else SILENCE
-                raise ValueError(
-                    f"include_silence=True but {self.dataset_dir} has no {where}/ clips; add them, or pass "
-                    "include_silence=False"
-                )
+            _scan.check_words(splits, self.labels, self._silence_on(), self.dataset_dir, self.dataset_layout)
             self._splits = splits
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")
             if self.noise_augment is not None:
-                noise = self.train_noise()
-                if not noise:
-                    raise ValueError(
-                        f"noise_augment needs noise clips, but the training split of {self.dataset_dir} has no "
-                        f"{SILENCE} clips (or {_scan.BACKGROUND_FOLDER} recordings); add them or drop noise_augment"
-                    )
-                for module in _noise_takers(self.noise_augment):
-                    module.set_noise(noise)
+                set_noise_bank(self.noise_augment, self.train_noise(), f"the training split of {self.dataset_dir} "
+                               f"has no {SILENCE} clips (or {_scan.BACKGROUND_FOLDER} recordings)")
         if stage in (None, "test", "predict") and self.test_set is None:
             self.test_set = self._clips("test")
 
@@ -394,29 +365,13 @@ class SpeechCommandsDataModule(AudioDataModule):
             f"classes={self.num_classes}, batch_size={self.batch_size}{sizes})"
         )
 
-    def _named(self, split: str) -> str:
-        """The named speakers of ``split`` (test or val) for the summary; a file's ids after setup."""
-        given = self.test_speakers if split == "test" else self.val_speakers
-        ids = self._held_out.get(split) or (given if isinstance(given, list) else None)
-        return f"listed in {given}" if ids is None else _speakers.some_names(ids, 5)
-
     def _rule(self) -> str:
-        silence = f"{SILENCE} clips: {self.val_fraction:.0%} validation"
-        if self.dataset_layout == "full":
-            return f"the official lists (speakers disjoint); {silence}, {self.test_fraction:.0%} test, seed {self.seed}"
-        if self.test_root is not None:
-            test = f"every clip of {Path(self.test_root).expanduser()} is the test set"
-        elif self.test_speakers is not None:
-            test = f"test speakers {self._named('test')}"
-        else:
-            test = f"{self.test_fraction:.0%} of speakers test"
-        val = (
-            f"{self.val_fraction:.0%} of speakers validation"
-            if self.val_speakers is None
-            else f"validation speakers {self._named('val')}"
+        named = {split: self._held_out.get(split) or (given if isinstance(given, list) else None)
+                 for split, given in (("test", self.test_speakers), ("val", self.val_speakers))}
+        return _speakers.speaker_rule(
+            self.dataset_layout == "full", self.val_fraction, self.test_fraction, self.seed, self.test_root,
+            self.test_speakers, self.val_speakers, named,
         )
-        share = "" if self.test_root is not None else f", {self.test_fraction:.0%} test"
-        return f"speakers disjoint: {test}, {val}, seed {self.seed}; {silence}{share}"
 
     def summary(self) -> str:
         r"""A few lines on the data found, the classes and the split (complete after :meth:`setup`)."""

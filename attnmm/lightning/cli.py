@@ -67,31 +67,25 @@ def _nested_nulls_as_json(args: list[str], roots: tuple[str, ...]) -> list[str]:
     return out
 
 
-#: Task options read at their place since the task composes its parts: the transfer's under the
-#: ``transfer:`` callback, the optimiser's in ``model.optimizer`` (:class:`~attnmm.lightning.Optimization`).
-MOVED_OPTIONS = {"init_from": "transfer", "freeze_encoder_epochs": "transfer", "init_into": "transfer",
-                 "weight_decay": "model.optimizer", "warmup_fraction": "model.optimizer",
-                 "min_lr_ratio": "model.optimizer"}
+#: Task options read at their place since the task composes its parts: ``--model.init_from`` (also
+#: ``--model.init_args.init_from``) is ``--transfer.init_from``, ``--model.weight_decay`` is
+#: ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` is ``--model.optimizer.kind=adam``.
+MOVED_OPTIONS = {"init_from": "transfer.", "freeze_encoder_epochs": "transfer.", "init_into": "transfer.",
+                 "weight_decay": "model.optimizer.", "warmup_fraction": "model.optimizer.",
+                 "min_lr_ratio": "model.optimizer.", "optimizer=adam": "model.optimizer.kind=adam",
+                 "optimizer=adamw": "model.optimizer.kind=adamw"}
 
 
 def _moved_options(args: list[str], subclass_model: bool) -> list[str]:
-    """``--model.init_from=x`` (or ``--model.init_args.init_from``) as ``--transfer.init_from=x``,
-    ``--model.weight_decay`` as ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` as
-    ``--model.optimizer.kind=adam``: the :data:`MOVED_OPTIONS` at their place."""
-    out: list[str] = []
+    """``args`` with the :data:`MOVED_OPTIONS` at their place."""
+    out = []
     for arg in args:
-        key, eq, value = arg.partition("=")
-        name = key.removeprefix("--model.").removeprefix("init_args.") if key.startswith("--model.") else None
-        if name == "optimizer" and value in ("adam", "adamw"):
-            name, where = "kind", "model.optimizer"
-        elif name in MOVED_OPTIONS:
-            where = MOVED_OPTIONS[name]
-        else:
-            out.append(arg)
-            continue
-        if where.startswith("model.") and subclass_model:
-            where = "model.init_args." + where[len("model."):]
-        out.append(f"--{where}.{name}{eq}{value}")
+        name = arg.removeprefix("--model.").removeprefix("init_args.") if arg.startswith("--model.") else ""
+        key = name.split("=", 1)[0]
+        place = MOVED_OPTIONS.get(name) or MOVED_OPTIONS.get(key, "")
+        if place and subclass_model:
+            place = place.replace("model.", "model.init_args.")
+        out.append(arg if not place else f"--{place}" if "=" in place else f"--{place}{name}")
     return out
 
 

@@ -19,7 +19,7 @@ Stage = Literal["train", "val", "test"]
 IGNORE_INDEX = -100
 Term = tuple[float, Tensor]  # a training term beside the loss: (weight, loss)
 
-__all__ = ["MultiClass", "MultiLabel", "Objective", "PerSegment", "objective_for"]
+__all__ = ["MultiClass", "MultiLabel", "Objective", "PerSegment"]
 
 
 def _scored(batch: Any, stage: Stage, *tensors: Tensor) -> tuple[Tensor, ...]:
@@ -54,40 +54,30 @@ class Objective(nn.Module):
         self.metrics = nn.ModuleDict()
         self.checked: set[tuple[str, str]] = set()  # (stage, key) whose targets were checked
 
-    def setup(self, num_classes: int, head: nn.Module | None) -> None:
-        """Build the metrics for ``num_classes`` classes (and refuse a ``head`` the objective cannot read)."""
+    def setup(self, num_classes: int, head: nn.Module | None) -> None:  # the metrics; refuse a head it cannot read
         raise NotImplementedError
 
-    def loss(self, logits: Tensor, batch: Any, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:
-        """``(loss, flat_logits, flat_targets)`` over the targets the stage scores."""
+    def loss(self, logits: Tensor, batch: Any, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:  # and flat scored
         raise NotImplementedError
 
     def extra_losses(self, h: Tensor, tokens: Any, head: nn.Module | None, batch: Any) -> dict[str, Term]:
-        """Training terms beside the loss, by name: ``(weight, loss)``; logged as ``train_{name}_loss``."""
-        return {}
+        return {}  # by name: (weight, loss), logged as train_{name}_loss
 
-    def count(self, target: Tensor) -> int:
-        """The batch size a step's metrics are weighted by."""
+    def count(self, target: Tensor) -> int:  # the batch size a step's metrics are weighted by
         return target.size(0)
 
     def log(self, task: L.LightningModule, loss: Tensor, logits: Tensor, target: Tensor, stage: Stage) -> None:
-        """Log ``{stage}_loss`` and the metrics of one step on ``task``."""
-        raise NotImplementedError
+        task.log(f"{stage}_loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True,
+                 batch_size=self.count(target), sync_dist=True)
 
     def predict(self, logits: Tensor) -> Tensor:
-        """The prediction read from the logits."""
         raise NotImplementedError
 
-    def _log_loss(self, task: L.LightningModule, loss: Tensor, n: int, stage: Stage) -> None:
-        task.log(f"{stage}_loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, batch_size=n,
-                 sync_dist=True)
-
-    def _once(self, stage: Stage, key: str) -> bool:
-        """True the first time a stage's targets under ``key`` are seen."""
-        if (stage, key) in self.checked:
-            return False
+    def _first(self, stage: Stage, key: str) -> bool:
+        """True the first time a stage's targets under ``key`` are seen (they are checked then)."""
+        first = (stage, key) not in self.checked
         self.checked.add((stage, key))
-        return True
+        return first
 
 
 class MultiClass(Objective):
@@ -146,7 +136,7 @@ class MultiClass(Objective):
         if logits.dim() == 3 and target.dim() == 2 and target.size(1) != logits.size(1):
             raise ValueError(f"per-token targets {tuple(target.shape)} do not match logits {tuple(logits.shape)}")
         flat_logits, flat_target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
-        if self._once(stage, key):
+        if self._first(stage, key):
             real = flat_target[flat_target != IGNORE_INDEX]
             C = logits.size(-1)
             if real.numel() and (int(real.min()) < 0 or int(real.max()) >= C):
@@ -169,8 +159,7 @@ class MultiClass(Objective):
                 "do, but the objective is MultiClass (one class id per item): set task='multilabel' (the objective "
                 "MultiLabel; the recipes link it to data.task)"
             )
-        loss, flat_logits, flat_target = self.cross_entropy(logits, target, batch, stage, self.target_key)
-        return loss, flat_logits, flat_target
+        return self.cross_entropy(logits, target, batch, stage, self.target_key)  # type: ignore[return-value]
 
     def extra_losses(self, h: Tensor, tokens: Any, head: nn.Module | None, batch: Any) -> dict[str, Term]:
         missing = [key for key in self.aux_heads if key not in batch]
@@ -189,9 +178,8 @@ class MultiClass(Objective):
     def log(self, task: L.LightningModule, loss: Tensor, logits: Tensor, target: Tensor, stage: Stage) -> None:
         acc = self.metrics[f"{stage}_acc"]
         acc(logits.detach(), target)
-        n = self.count(target)
-        self._log_loss(task, loss, n, stage)
-        task.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        super().log(task, loss, logits, target, stage)
+        task.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=self.count(target))
 
     def predict(self, logits: Tensor) -> Tensor:
         return logits.argmax(-1)
@@ -247,7 +235,7 @@ class MultiLabel(Objective):
             )
         C = logits.size(-1)
         flat_logits, flat_target = logits.reshape(-1, C), target.reshape(-1, C).float()  # (R, C)
-        if self._once(stage, self.target_key):
+        if self._first(stage, self.target_key):
             known = flat_target[~torch.isnan(flat_target)]
             if ((known != 0) & (known != 1)).any():
                 raise ValueError(
@@ -265,7 +253,7 @@ class MultiLabel(Objective):
         scored = torch.where(torch.isnan(target), IGNORE_INDEX, target).long()  # (R, C)
         acc: Metric = self.metrics[f"{stage}_acc"]  # type: ignore[assignment]
         acc(probs, scored)
-        self._log_loss(task, loss, n, stage)
+        super().log(task, loss, logits, target, stage)
         task.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
         if stage != "train":  # updated per batch, computed over the whole epoch
             ap: Metric = self.metrics[f"{stage}_ap"]  # type: ignore[assignment]
@@ -327,16 +315,3 @@ class PerSegment(MultiClass):
 
 
 
-
-def objective_for(task: Literal["multiclass", "multilabel"], target_key: str = "label") -> dict[str, Any]:
-    """The objective of a data's ``task`` (one class per item, or binary labels) as a config, as the recipes
-    link it.
-
-    Examples:
-        >>> objective_for("multilabel", "y")
-        {'class_path': 'attnmm.lightning.MultiLabel', 'init_args': {'target_key': 'y'}}
-    """
-    if task not in ("multiclass", "multilabel"):
-        raise ValueError(f"task must be 'multiclass' or 'multilabel', got {task!r}")
-    name = "MultiClass" if task == "multiclass" else "MultiLabel"
-    return {"class_path": f"attnmm.lightning.{name}", "init_args": {"target_key": target_key}}
