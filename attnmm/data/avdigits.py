@@ -28,15 +28,8 @@ from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
 from attnmm.data.mnist import MNISTDataModule
 from attnmm.data.speech_commands import digit_voices
 
-__all__ = [
-    "AVDigits",
-    "AVDigitsBatch",
-    "AVDigitsDataModule",
-    "Corrupt",
-    "Modality",
-    "collate_avdigits",
-    "pair_images",
-]
+__all__ = ["AVDigits", "AVDigitsBatch", "AVDigitsDataModule", "Corrupt", "Modality", "collate_avdigits",
+           "pair_images"]
 
 
 class AVDigitsDataModule(LightningDataModule):

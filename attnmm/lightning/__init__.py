@@ -12,25 +12,7 @@ from attnmm.lightning.sequence_task import SequenceTask
 from attnmm.lightning.task import ClassificationTask, EncoderTask
 from attnmm.lightning.transfer import Transfer
 
-__all__ = [
-    "AtomicCheckpointIO",
-    "AttentionMapLogger",
-    "AttentionMapPNG",
-    "AverageCheckpoints",
-    "ClassificationTask",
-    "EncoderTask",
-    "MultiClass",
-    "MultiLabel",
-    "Objective",
-    "Optimization",
-    "PerSegment",
-    "RandomState",
-    "RecipeCLI",
-    "SequenceTask",
-    "TextSample",
-    "Transfer",
-    "find_last_checkpoint",
-    "generate",
-    "warmup_cosine",
-    "write_metrics",
-]
+__all__ = ["AtomicCheckpointIO", "AttentionMapLogger", "AttentionMapPNG", "AverageCheckpoints", "ClassificationTask",
+           "EncoderTask", "MultiClass", "MultiLabel", "Objective", "Optimization", "PerSegment", "RandomState",
+           "RecipeCLI", "SequenceTask", "TextSample", "Transfer", "find_last_checkpoint", "generate",
+           "warmup_cosine", "write_metrics"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import difflib
 import importlib
 import inspect
@@ -427,6 +428,7 @@ class RecipeCLI(LightningCLI):
         self.run_dir: Path | None = None
         #: the command line as parsed (``None`` until then, or when given as a dict)
         self.argv: list[str] | None = None
+        self.argv_given: list[str] = []  # the command line as given (self.argv: with MOVED_OPTIONS at their place)
         if config is not None:
             defaults = {"default_config_files": [str(config)]}
             per_command = {cmd: defaults for cmd in self.subcommands()} if kwargs.get("run", True) else defaults
@@ -545,7 +547,8 @@ class RecipeCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         if isinstance(args, list | None):
-            args = _moved_options(list(sys.argv[1:] if args is None else args), self.subclass_mode_model)
+            self.argv_given = list(sys.argv[1:] if args is None else args)
+            args = _moved_options(self.argv_given, self.subclass_mode_model)
         if self.subclass_mode_model or self.subclass_mode_data:
             args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
         if isinstance(args, list | None):
@@ -654,8 +657,8 @@ class RecipeCLI(LightningCLI):
         """``option`` as the command line wrote it (with or without ``init_args`` after a class's key), else
         without the ``init_args`` after a subclass-mode root (``--model.adapter...``)."""
         plain = option.replace(".init_args.", ".")
-        for key in (a.split("=", 1)[0] for a in self.argv or () if a.startswith("--")):
-            if key.replace(".init_args.", ".") == plain:
+        for key in (a.split("=", 1)[0] for a in self.argv_given if a.startswith("--")):
+            if plain in {k.replace(".init_args.", ".") for k in (key, *_moved_options([key], False))}:
                 return key
         for root in self._subclass_roots():
             if option.startswith(f"--{root}.init_args."):
@@ -666,9 +669,13 @@ class RecipeCLI(LightningCLI):
         """``(dotted key, its arguments)`` of every place in the config ``tree`` that builds ``cls``."""
         found: list[tuple[str, dict[str, Any]]] = []
 
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else None
+
         def walk(node: Any, path: str, default: Any = None) -> None:
             if not isinstance(node, dict):
                 return
+            if fields is not None and set(node) == fields:  # a dataclass's fields (model.optimizer)
+                found.append((path, node))
             if "class_path" in node:
                 try:
                     built = _class(node, None)
