@@ -300,6 +300,12 @@ class ClassificationTask(EncoderTask):
         objective.log(self, loss, flat_logits, flat_target, stage)
         return loss
 
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # a checkpoint written when the task held the auxiliary heads (now its objective's)
+        state = checkpoint.get("state_dict", {})
+        for key in [k for k in state if "aux_heads." in k and "objective.aux_heads." not in k]:
+            state[key.replace("aux_heads.", "objective.aux_heads.", 1)] = state.pop(key)
+
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
         """The prediction per item read by the objective: the class, or the 0/1 decision per label."""
         return self.objective.predict(self(batch))

@@ -422,3 +422,13 @@ def test_segment_loss_needs_a_head_that_predicts_per_segment() -> None:
                            PerSegment(1.0))
     with pytest.raises(ValueError, match="segment_loss_weight must be a finite weight"):
         _fusion_task(-1.0)
+
+
+def test_a_checkpoint_of_the_task_held_aux_heads_loads_into_the_objective() -> None:
+    task = make_tagger(ensemble=2)
+    state = task.state_dict()
+    old = {k.replace("objective.aux_heads.", "aux_heads."): v for k, v in state.items()}  # the former names
+    assert "aux_heads.xpos.linear.weight" in old and "ensemble.members.0.aux_heads.xpos.linear.weight" in old
+    checkpoint = {"state_dict": old}
+    task.on_load_checkpoint(checkpoint)
+    assert checkpoint["state_dict"].keys() == state.keys()
