@@ -272,7 +272,7 @@ def split_class_folders(
             f"and the keyword folders, like {TEST_SET_FOLDER}/ itself"
         )
     test = scan_class_folders(test_root)
-    shared = {c.speaker for c in test} & {c.speaker for c in clips} - {None}
+    shared = sorted(str(s) for s in {c.speaker for c in test} & {c.speaker for c in clips} - {None})
     if shared:
         raise ValueError(
             f"test_root {test_root} shares {len(shared)} speakers with root {folder} ({some_names(shared, 5)}): every "

@@ -376,4 +376,4 @@ def set_noise_bank(augment: nn.Module, noise: Sequence[Tensor], missing: str) ->
     if not noise:
         raise ValueError(f"noise_augment needs noise clips, but {missing}; add them or drop noise_augment")
     for module in noise_takers(augment):
-        module.set_noise(noise)
+        module.set_noise(noise)  # type: ignore[operator]

@@ -176,7 +176,7 @@ class MultiClass(Objective):
         return int((target != IGNORE_INDEX).sum())
 
     def log(self, task: L.LightningModule, loss: Tensor, logits: Tensor, target: Tensor, stage: Stage) -> None:
-        acc = self.metrics[f"{stage}_acc"]
+        acc: Metric = self.metrics[f"{stage}_acc"]  # type: ignore[assignment]
         acc(logits.detach(), target)
         super().log(task, loss, logits, target, stage)
         task.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=self.count(target))
@@ -299,7 +299,7 @@ class PerSegment(MultiClass):
     def extra_losses(self, h: Tensor, tokens: Any, head: nn.Module | None, batch: Any) -> dict[str, Term]:
         if not self.weight or head is None:
             return {}
-        logits, present = head.segment_logits(h, tokens)  # (B, K, C), (B, K)
+        logits, present = head.segment_logits(h, tokens)  # type: ignore[operator]  # (B, K, C), (B, K)
         gate_only = batch.get("gate_only") if isinstance(batch, dict) else None
         if gate_only is not None:  # a gate-only item trains no segment's classifier
             present = present & ~gate_only.to(present.device).view(-1, 1)
