@@ -23,13 +23,19 @@ from attnmm.lightning.cli import CLASS_LINKS, WIDTH_LINKS, Link
 
 CONFIG = Path(__file__).parent / "configs" / "graph_graph.yaml"
 
+
+def objective_config(task: str) -> dict:
+    """The objective of the data's task (one class per graph or node, or binary labels), as a config."""
+    return {"class_path": f"attnmm.lightning.{'MultiLabel' if task == 'multilabel' else 'MultiClass'}",
+            "init_args": {"target_key": "y"}}
+
 # the data's node features in (embedded per column where they are categories, bonds too), and its task (one
 # class, or binary labels, per graph); the data computes the adapter's positional encoding once per graph
 DATA_LINKS = (
     Link("data.num_features", "model.adapter.init_args.in_channels", apply_on="instantiate"),
     Link("data.feature_cardinalities", "model.adapter.init_args.cardinalities", apply_on="instantiate"),
     Link("data.edge_feature_cardinalities", "model.adapter.init_args.edge_cardinalities", apply_on="instantiate"),
-    Link("data.task", "model.task", apply_on="instantiate"),
+    Link("data.task", "model.objective", compute_fn=objective_config, apply_on="instantiate"),
     Link("model.adapter.init_args.pe", "data.pe"),
     Link("model.adapter.init_args.pe_dim", "data.pe_dim"),
 )

@@ -21,13 +21,19 @@ from attnmm.lightning.cli import Link
 
 CONFIG = Path(__file__).parent / "configs" / "graph_node.yaml"
 
+
+def objective_config(task: str) -> dict:
+    """The objective of the data's task (one class per graph or node, or binary labels), as a config."""
+    return {"class_path": f"attnmm.lightning.{'MultiLabel' if task == 'multilabel' else 'MultiClass'}",
+            "init_args": {"target_key": "y"}}
+
 # the graph's sizes: node features in, classes out (the adapter keeps the features: d_model null); its task
 GRAPH_LINKS = (
     Link("data.num_classes", "model.num_classes", apply_on="instantiate"),
     Link("data.num_features", "model.adapter.init_args.in_channels", apply_on="instantiate"),
     Link("data.num_features", "model.encoder.init_args.in_channels", apply_on="instantiate"),
     Link("data.num_classes", "model.encoder.init_args.out_channels", apply_on="instantiate"),
-    Link("data.task", "model.task", apply_on="instantiate"),
+    Link("data.task", "model.objective", compute_fn=objective_config, apply_on="instantiate"),
 )
 
 

@@ -30,9 +30,9 @@ VOCAB_LINKS = (
 )
 # the auxiliary heads: one per auxiliary column of the data, of its class cap and the adapter's width
 AUX_LINKS = (
-    Link("data.aux_columns", "model.aux_heads.init_args.keys"),
-    Link("data.max_aux_classes", "model.aux_heads.init_args.num_classes"),
-    Link("model.adapter.init_args.d_model", "model.aux_heads.init_args.d_model"),
+    Link("data.aux_columns", "model.objective.init_args.aux_heads.init_args.keys"),
+    Link("data.max_aux_classes", "model.objective.init_args.aux_heads.init_args.num_classes"),
+    Link("model.adapter.init_args.d_model", "model.objective.init_args.aux_heads.init_args.d_model"),
 )
 
 

@@ -23,7 +23,8 @@ class EncodedAdapter(Adapter):
     ``adapter`` and ``encoder``, as a task's are, so a backbone trained as a single-modality task (a
     checkpoint, a file of :func:`~attnmm.lightning.pretrained.export_backbone`, a shipped name) loads
     into it with :func:`~attnmm.lightning.pretrained.load_backbone`, or at the start of ``fit`` with
-    the task's ``init_from`` and ``init_into`` (the tower's path, e.g. ``"adapter.adapters.audio"``).
+    a :class:`~attnmm.lightning.Transfer`'s ``init_from`` and ``init_into`` (the tower's path, e.g.
+    ``"adapter.adapters.audio"``).
 
     Args:
         adapter (Adapter, optional): the modality's adapter. (default: :obj:`None`, a

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnmm.data._resumable import ResumableDataLoader
 
-__all__ = ["AudioBatch", "AudioClips", "audio_loader", "collate_audio", "read_audio", "read_speakers"]
+__all__ = ["AudioBatch", "AudioClips", "audio_loader", "collate_audio", "read_audio"]
 
 
 def read_audio(path: str | Path, sample_rate: int | None = None, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -177,52 +177,6 @@ class AudioClips(Dataset):
         return f"{type(self).__name__}(clips={len(self)}{speakers}, sample_rate={self.sample_rate}{rate})"
 
 
-def read_speakers(speakers: Sequence[str] | str | os.PathLike | None, name: str = "speakers") -> list[str] | None:
-    r"""Speaker ids given as a list, or as the path of a text file of ids, one per line.
-
-    In a file, blank lines and ``#`` comments (whole lines or line ends) are ignored.
-
-    Args:
-        speakers (list[str] or str or Path, optional): the ids, or the file that lists them;
-            :obj:`None` passes through.
-        name (str, optional): the argument's name, for the error messages. (default: ``"speakers"``)
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: no ids are given (an empty list or a file with none) or an id repeats.
-
-    Examples:
-        >>> read_speakers(["theo", "lucas"])
-        ['theo', 'lucas']
-        >>> import tempfile, os
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     path = os.path.join(tmp, "held_out.txt")
-        ...     _ = open(path, "w").write("# unseen voices\ntheo\n\nlucas  # second\n")
-        ...     read_speakers(path)
-        ['theo', 'lucas']
-    """
-    if speakers is None:
-        return None
-    if isinstance(speakers, (str, os.PathLike)):
-        path = Path(speakers).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{name}: no file {path}; pass a list of speaker ids, or the path of a text file with one id "
-                "per line (blank lines and # comments are ignored)"
-            )
-        ids = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
-        ids = [i for i in ids if i]
-        source = f" in {path}"
-    else:
-        ids, source = [str(s) for s in speakers], ""
-    if not ids:
-        raise ValueError(f"{name}: no speaker ids{source}; name at least one speaker, or pass None")
-    repeated = sorted({i for i in ids if ids.count(i) > 1})
-    if repeated:
-        raise ValueError(f"{name}: speakers {repeated} are listed more than once{source}; list each speaker once")
-    return ids
-
-
 class AudioBatch(TypedDict):
     r"""A batch of variable-length clips, zero-padded on the right: a plain :class:`dict` with three keys.
 
@@ -330,3 +284,12 @@ class AudioDataModule(LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, shuffle=False)
+
+
+def word_clips(clips: Sequence, words: Sequence[str], sample_rate: int, file_rate: int = 16000) -> AudioClips:
+    """Speech Commands clips (``path``, ``word``, ``speaker``) as :class:`AudioClips` labelled by the
+    index of their word in ``words``, read at ``sample_rate`` from the files' ``file_rate`` (kept once read)."""
+    return AudioClips(
+        [c.path for c in clips], [list(words).index(c.word) for c in clips], sample_rate, cache=True,
+        speakers=[c.speaker for c in clips], file_rate=file_rate,
+    )

@@ -363,3 +363,17 @@ class ChainAugment(nn.Module):
         for step in self.steps:
             waveform, lengths = step(waveform, lengths)
         return waveform, lengths
+
+
+def noise_takers(augment: nn.Module) -> list[nn.Module]:
+    """The modules of ``augment`` that take a noise bank (a ``set_noise`` method, e.g. :class:`BackgroundNoise`)."""
+    return [m for m in augment.modules() if callable(getattr(m, "set_noise", None))]
+
+
+def set_noise_bank(augment: nn.Module, noise: Sequence[Tensor], missing: str) -> None:
+    """Give ``noise`` to every module of ``augment`` that takes a noise bank; refuse an empty one (``missing``
+    says why there is none)."""
+    if not noise:
+        raise ValueError(f"noise_augment needs noise clips, but {missing}; add them or drop noise_augment")
+    for module in noise_takers(augment):
+        module.set_noise(noise)  # type: ignore[operator]

@@ -2,136 +2,25 @@ r"""The Free Spoken Digit Dataset (FSDD): spoken digits 0-9, WAV PCM16 mono at 8
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shutil
 import tarfile
 import tempfile
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader
 
-from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, read_speakers
+from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, word_clips
 from attnmm.data._root import DATA_ENV, data_dir, new_folder, resolve_root
-from attnmm.data.speech_commands import DIGIT_WORDS, FILE_RATE, digit_voices
+from attnmm.data._scan import DIGIT_WORDS, FILE_RATE, FSDD_FILE_NAME, OWN_TEST_TAKES, FSDDTake, digit_voices, scan_fsdd
+from attnmm.data._speakers import check_disjoint, read_speakers, split_fsdd
 
 FSDD_URL = "https://github.com/Jakobovski/free-spoken-digit-dataset/archive/refs/tags/v1.0.10.tar.gz"
 CLASS_NAMES = DIGIT_WORDS
-_FILE_NAME = re.compile(r"^(?P<digit>\d)_(?P<speaker>[A-Za-z0-9]+)_(?P<index>\d+)\.wav$")
-_OWN_TEST_TAKES = 5  # the dataset's own split: takes 0-4 of every speaker and digit are the test set
 
 __all__ = ["CLASS_NAMES", "FSDDDataModule", "FSDDTake", "FSDD_URL", "download_fsdd", "scan_fsdd", "split_fsdd"]
-
-
-@dataclass(frozen=True)
-class FSDDTake:
-    r"""One recording ``{digit}_{speaker}_{index}.wav``."""
-
-    path: Path
-    digit: int
-    speaker: str
-    index: int
-
-
-def scan_fsdd(recordings: str | Path) -> list[FSDDTake]:
-    r"""List the recordings in a ``recordings/`` folder, sorted by digit, speaker and take index.
-
-    Args:
-        recordings (str or Path): the folder holding ``{digit}_{speaker}_{index}.wav``.
-
-    Raises:
-        ValueError: a ``.wav`` file does not follow the naming scheme (hidden files are skipped).
-    """
-    takes = []
-    for entry in os.scandir(recordings):
-        if entry.name.startswith(".") or not entry.name.endswith(".wav"):
-            continue
-        match = _FILE_NAME.match(entry.name)
-        if match is None:
-            raise ValueError(
-                f"unexpected file {entry.path}: FSDD recordings are named {{digit}}_{{speaker}}_{{index}}.wav "
-                "(e.g. 3_theo_12.wav); rename or remove it"
-            )
-        takes.append(FSDDTake(Path(entry.path), int(match["digit"]), match["speaker"], int(match["index"])))
-    return sorted(takes, key=lambda t: (t.digit, t.speaker, t.index))
-
-
-def split_fsdd(
-    takes: Sequence[FSDDTake],
-    test_speakers: Sequence[str] | None = None,
-    val_fraction: float = 0.1,
-    seed: int = 0,
-    val_speakers: Sequence[str] | None = None,
-) -> tuple[list[FSDDTake], list[FSDDTake], list[FSDDTake]]:
-    r"""Split takes into ``(train, val, test)``.
-
-    ``test_speakers=None`` is the dataset's own split: takes 0-4 of every speaker are the test set.
-    Otherwise every take of those speakers is the test set, and none of their takes is trained on or
-    validated on. The validation set is ``val_fraction`` of the remaining takes, drawn per digit
-    (stratified) with a generator seeded by ``seed``, so the same arguments give the same split.
-    With ``val_speakers``, the validation set is instead every take of those speakers (outside the
-    test set), none of which is trained on: model selection then sees only unseen voices, and
-    ``val_fraction`` and ``seed`` are unused.
-
-    Args:
-        takes (Sequence[FSDDTake]): all recordings, from :func:`scan_fsdd`.
-        test_speakers (Sequence[str], optional): speakers held out for testing. (default: :obj:`None`)
-        val_fraction (float, optional): share of the training takes kept for validation. (default: ``0.1``)
-        seed (int, optional): seed of the validation draw. (default: ``0``)
-        val_speakers (Sequence[str], optional): speakers held out for validation; disjoint from
-            ``test_speakers``. (default: :obj:`None`, a ``val_fraction`` draw of the training takes)
-
-    Raises:
-        ValueError: a named speaker has no recordings, the validation and test speakers overlap, or
-            no speaker is left to train on.
-    """
-    if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    found = sorted({t.speaker for t in takes})
-    for name, speakers in (("test_speakers", test_speakers), ("val_speakers", val_speakers)):
-        unknown = sorted(set(speakers or ()).difference(found))
-        if unknown:
-            raise ValueError(f"{name} {unknown} have no recordings; the speakers found are {found}")
-    both = sorted(set(test_speakers or ()) & set(val_speakers or ()))
-    if both:
-        raise ValueError(
-            f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either "
-            "validated on or tested on, remove them from one of the lists"
-        )
-    if test_speakers is None:
-        test = [t for t in takes if t.index < _OWN_TEST_TAKES]
-        rest = [t for t in takes if t.index >= _OWN_TEST_TAKES]
-    else:
-        held_out = set(test_speakers)
-        test = [t for t in takes if t.speaker in held_out]
-        rest = [t for t in takes if t.speaker not in held_out]
-        if not rest:
-            raise ValueError(f"test_speakers {sorted(held_out)} are all the speakers; leave at least one to train on")
-    if val_speakers is not None:
-        val_set = set(val_speakers)
-        train = [t for t in rest if t.speaker not in val_set]
-        if not train:
-            left = sorted(set(found).difference(test_speakers or ()))
-            raise ValueError(
-                f"val_speakers {sorted(val_set)} leave no speaker to train on (speakers outside the test set: "
-                f"{left}); keep at least one of them for training"
-            )
-        return train, [t for t in rest if t.speaker in val_set], test
-    generator = torch.Generator().manual_seed(seed)
-    val_ids: set[int] = set()
-    for digit in sorted({t.digit for t in rest}):
-        group = [i for i, t in enumerate(rest) if t.digit == digit]
-        k = math.floor(len(group) * val_fraction + 0.5)
-        val_ids.update(group[j] for j in torch.randperm(len(group), generator=generator)[:k].tolist())
-    train = [t for i, t in enumerate(rest) if i not in val_ids]
-    val = [t for i, t in enumerate(rest) if i in val_ids]
-    return train, val, test
 
 
 def download_fsdd(dataset_dir: str | Path, url: str = FSDD_URL, timeout: float = 60.0) -> Path:
@@ -165,7 +54,7 @@ def download_fsdd(dataset_dir: str | Path, url: str = FSDD_URL, timeout: float =
                     and top not in ("", ".", "..", "/")
                     and len(parts) == 2
                     and parts[0] == "recordings"
-                    and _FILE_NAME.match(parts[1])
+                    and FSDD_FILE_NAME.match(parts[1])
                 ):
                     source = tar.extractfile(member)
                     assert source is not None  # a regular file always has contents
@@ -270,7 +159,7 @@ class FSDDDataModule(AudioDataModule):
         self.test_speakers = list(test_speakers) if isinstance(test_speakers, (list, tuple)) else test_speakers
         self.val_speakers = list(val_speakers) if isinstance(val_speakers, (list, tuple)) else val_speakers
         if isinstance(self.test_speakers, list) and isinstance(self.val_speakers, list):
-            self._check_disjoint(self.test_speakers, self.val_speakers)
+            check_disjoint(self.test_speakers, self.val_speakers)
         self._held_out: dict[str, list[str] | None] = {}
         self.val_fraction = val_fraction
         self.seed = seed
@@ -285,15 +174,6 @@ class FSDDDataModule(AudioDataModule):
         self._voices_read = False
         #: The digits of ``extra_voices`` at 8 kHz (after ``setup("fit")``), else :obj:`None`.
         self.voices_set: AudioClips | None = None
-
-    @staticmethod
-    def _check_disjoint(test: list[str] | None, val: list[str] | None) -> None:
-        both = sorted(set(test or ()) & set(val or ()))
-        if both:
-            raise ValueError(
-                f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either "
-                "validated on or tested on, remove them from one of the lists"
-            )
 
     @property
     def dataset_dir(self) -> Path:
@@ -325,7 +205,7 @@ class FSDDDataModule(AudioDataModule):
         if self._takes is None:
             test_ids = read_speakers(self.test_speakers, "test_speakers")
             val_ids = read_speakers(self.val_speakers, "val_speakers")
-            self._check_disjoint(test_ids, val_ids)
+            check_disjoint(test_ids, val_ids)
             takes = scan_fsdd(self._recordings())
             train, val, test = split_fsdd(takes, test_ids, self.val_fraction, self.seed, val_ids)
             self._takes, self._held_out = takes, {"test": test_ids, "val": val_ids}
@@ -350,10 +230,7 @@ class FSDDDataModule(AudioDataModule):
             )
             return None
         voices = digit_voices(folder)  # Speech Commands is 16 kHz: read at FSDD's 8 kHz
-        return AudioClips(
-            [c.path for c in voices], [CLASS_NAMES.index(c.word) for c in voices], self.sample_rate, cache=True,
-            speakers=[c.speaker for c in voices], file_rate=FILE_RATE,
-        ).load()
+        return word_clips(voices, CLASS_NAMES, self.sample_rate, FILE_RATE).load()
 
     def train_dataloader(self) -> DataLoader:
         if self.voices_set is None or self.train_set is None:
@@ -398,7 +275,7 @@ class FSDDDataModule(AudioDataModule):
     def summary(self) -> str:
         r"""A few lines on the data found and the split (complete after :meth:`setup`)."""
         rule = (
-            f"takes 0-{_OWN_TEST_TAKES - 1} of every speaker are the test set (the dataset's own split)"
+            f"takes 0-{OWN_TEST_TAKES - 1} of every speaker are the test set (the dataset's own split)"
             if self.test_speakers is None
             else f"all takes of {self._named('test')} are the test set"
         )

@@ -7,341 +7,33 @@ disjoint across train, validation and test.
 
 from __future__ import annotations
 
-import math
-import os
-import re
-import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import soundfile
-import torch
 from torch import Tensor, nn
 
-from attnmm.data._audio import AudioClips, AudioDataModule, read_speakers
-from attnmm.data._root import DATA_ENV, data_dir, new_folder
+from attnmm.data import _scan, _speakers
+from attnmm.data._audio import AudioClips, AudioDataModule
+from attnmm.data._root import data_dir
+from attnmm.data._scan import (
+    CORE_COMMANDS,
+    DIGIT_WORDS,
+    FILE_RATE,
+    SILENCE,
+    UNKNOWN,
+    SpeechClip,
+    digit_voices,
+    download_speech_commands,
+    scan_class_folders,
+    scan_speech_commands,
+    slice_background,
+)
+from attnmm.data._speakers import read_speakers, split_speech_commands
+from attnmm.data.augment import noise_takers, set_noise_bank
 
-# Folder names as torchaudio's SPEECHCOMMANDS lays the data out: <root>/SpeechCommands/speech_commands_v0.02
-FOLDER_IN_ARCHIVE = "SpeechCommands"
-VERSION = "speech_commands_v0.02"
-ARCHIVE_URL = "http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz"
-#: The folder name of the 12-class test companion set ("Speech Commands Data Set Test Files v0.02")
-TEST_SET_FOLDER = "speech_commands_test_v0.02"
-BACKGROUND_FOLDER = "_background_noise_"
-UNKNOWN = "_unknown_"
-SILENCE = "_silence_"
-CORE_COMMANDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
-#: The spoken digits among the dataset's words (the classes of FSDD, in order)
-DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-_LISTS = {"val": "validation_list.txt", "test": "testing_list.txt"}
-_TAKE = re.compile(r"^(?P<speaker>[0-9A-Za-z]+)_nohash_(?P<take>\d+)\.wav$")
-_UNKNOWN_TAKE = re.compile(r"^(?P<word>[^_]+)_(?P<speaker>[0-9A-Za-z]+)_nohash_(?P<take>\d+)\.wav$")
-_SPLITS = ("train", "val", "test")
-#: The sample rate of the dataset's files (and of its background recordings), in Hz
-FILE_RATE = 16000
-
-__all__ = [
-    "CORE_COMMANDS",
-    "DIGIT_WORDS",
-    "SILENCE",
-    "SpeechClip",
-    "SpeechCommandsDataModule",
-    "UNKNOWN",
-    "digit_voices",
-    "download_speech_commands",
-    "scan_class_folders",
-    "scan_speech_commands",
-    "slice_background",
-    "split_speech_commands",
-]
-
-
-@dataclass(frozen=True)
-class SpeechClip:
-    r"""One clip: the file, the word spoken (``_silence_`` for noise), its speaker (:obj:`None` for
-    noise) and, for a slice of a longer recording, its samples ``[start, stop)``."""
-
-    path: Path
-    word: str
-    speaker: str | None
-    span: tuple[int, int] | None = None
-
-
-def scan_speech_commands(version_dir: str | Path) -> dict[str, list[tuple[str, str]]]:
-    r"""The clips of each split as ``(relative path, word)`` pairs, sorted by path.
-
-    ``val`` and ``test`` are the clips named in ``validation_list.txt`` and ``testing_list.txt``;
-    ``train`` is every other ``<word>/*.wav``. ``_background_noise_`` (long noise recordings, not
-    utterances) and hidden folders are skipped.
-
-    Args:
-        version_dir (str or Path): the ``speech_commands_v0.02`` folder.
-    """
-    version_dir = Path(version_dir)
-    listed: dict[str, str] = {}
-    for split, list_name in _LISTS.items():
-        for line in (version_dir / list_name).read_text().splitlines():
-            if line.strip():
-                listed[Path(line.strip()).as_posix()] = split
-    splits: dict[str, list[tuple[str, str]]] = {"train": [], "val": [], "test": []}
-    for word_dir in sorted(version_dir.iterdir()):
-        if not word_dir.is_dir() or word_dir.name == BACKGROUND_FOLDER or word_dir.name.startswith("."):
-            continue
-        for clip in sorted(word_dir.glob("*.wav")):
-            rel = f"{word_dir.name}/{clip.name}"
-            splits[listed.get(rel, "train")].append((rel, word_dir.name))
-    return splits
-
-
-def _speaker(name: str) -> str | None:
-    match = _TAKE.match(name)
-    return None if match is None else match["speaker"]
-
-
-def scan_class_folders(folder: str | Path) -> list[SpeechClip]:
-    r"""The clips of a folder in the 12-class layout, sorted by class folder and file name.
-
-    Keyword folders hold ``<speaker>_nohash_<n>.wav``; ``_unknown_`` holds
-    ``<word>_<speaker>_nohash_<n>.wav`` (the word is the clip's :attr:`~SpeechClip.word`);
-    ``_silence_`` holds noise clips ``<n>.wav`` without a speaker. Hidden files and folders are skipped.
-
-    Args:
-        folder (str or Path): the folder that holds the class folders, e.g. ``speech_commands_test_v0.02``.
-
-    Raises:
-        ValueError: a ``.wav`` file outside ``_silence_`` does not follow the naming scheme.
-    """
-    clips = []
-    for class_dir in sorted(Path(folder).iterdir()):
-        if not class_dir.is_dir() or class_dir.name.startswith("."):
-            continue
-        for path in sorted(class_dir.glob("*.wav")):
-            if path.name.startswith("."):
-                continue
-            if class_dir.name == SILENCE:
-                clips.append(SpeechClip(path, SILENCE, None))
-                continue
-            pattern, form = (
-                (_UNKNOWN_TAKE, "<word>_<speaker>_nohash_<n>.wav")
-                if class_dir.name == UNKNOWN
-                else (_TAKE, "<speaker>_nohash_<n>.wav")
-            )
-            match = pattern.match(path.name)
-            if match is None:
-                raise ValueError(
-                    f"unexpected file {path}: clips in {class_dir.name}/ are named {form} (the speaker decides the "
-                    "split); rename or remove it"
-                )
-            word = match["word"] if class_dir.name == UNKNOWN else class_dir.name
-            clips.append(SpeechClip(path, word, match["speaker"]))
-    return clips
-
-
-def digit_voices(folder: str | Path) -> list[SpeechClip]:
-    r"""The spoken digits (the words ``zero`` to ``nine``) of a Speech Commands folder, as clips with their
-    speakers: many voices saying the digits that FSDD's few speakers say.
-
-    Reads either layout: the 12-class one (the v0.02 test companion set, whose ``_unknown_`` folder holds
-    the digits as ``<word>_<speaker>_nohash_<n>.wav``) or the full v0.02 one (a folder per word,
-    ``validation_list.txt`` beside them).
-
-    Args:
-        folder (str or Path): the folder that holds the class or word folders.
-
-    Raises:
-        FileNotFoundError: the folder does not exist or holds no spoken digit.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no Speech Commands folder at {folder}")
-    if (folder / "validation_list.txt").exists():  # the full layout: a folder per word
-        clips = [
-            SpeechClip(folder / rel, word, rel.rsplit("/", 1)[-1].split("_nohash_")[0])
-            for split in scan_speech_commands(folder).values()
-            for rel, word in split
-            if word in DIGIT_WORDS
-        ]
-    else:
-        clips = [c for c in scan_class_folders(folder) if c.word in DIGIT_WORDS]
-    if not clips:
-        raise FileNotFoundError(
-            f"{folder} holds no spoken digit: expected Speech Commands clips of the words zero to nine, in "
-            "_unknown_/<word>_<speaker>_nohash_<n>.wav (the 12-class layout) or <word>/<speaker>_nohash_<n>.wav"
-        )
-    return sorted(clips, key=lambda c: c.path.as_posix())
-
-
-def slice_background(noise_dir: str | Path, sample_rate: int = 16000) -> list[SpeechClip]:
-    r"""One-second ``_silence_`` clips cut from the long recordings of ``_background_noise_``.
-
-    Each ``*.wav`` recording gives :math:`\lfloor T / r \rfloor` clips of :math:`r` = ``sample_rate``
-    samples, back to back (a shorter rest is dropped), as slices (:attr:`SpeechClip.span`) of it.
-
-    Args:
-        noise_dir (str or Path): the ``_background_noise_`` folder.
-        sample_rate (int, optional): the recordings' sample rate, also the clip length. (default: ``16000``)
-
-    Raises:
-        RuntimeError: a recording cannot be read (the message names it).
-        ValueError: a recording's sample rate is not ``sample_rate``.
-    """
-    clips = []
-    for path in sorted(Path(noise_dir).glob("*.wav")):
-        try:
-            info = soundfile.info(str(path))
-        except Exception as err:  # LibsndfileError, OSError, ...
-            raise RuntimeError(f"could not read background recording {path}: {err}; replace or remove it") from err
-        if info.samplerate != sample_rate:
-            raise ValueError(f"background recording {path} has {info.samplerate} Hz, expected {sample_rate} Hz")
-        clips += [
-            SpeechClip(path, SILENCE, None, (k * sample_rate, (k + 1) * sample_rate))
-            for k in range(info.frames // sample_rate)
-        ]
-    return clips
-
-
-def _some(names: Sequence[str], k: int = 10) -> str:
-    names = sorted(names)
-    return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
-
-
-def split_speech_commands(
-    clips: Sequence[SpeechClip],
-    val_fraction: float = 0.1,
-    test_fraction: float = 0.1,
-    seed: int = 0,
-    test_speakers: Sequence[str] | None = None,
-    val_speakers: Sequence[str] | None = None,
-) -> dict[str, list[SpeechClip]]:
-    r"""Split clips into ``train``, ``val`` and ``test`` with every speaker in one split only.
-
-    The speakers, sorted, are shuffled by a generator seeded by ``seed``; the first
-    :math:`\lfloor f_\text{test} S + 1/2 \rfloor` of them are the test speakers (or ``test_speakers``),
-    the next :math:`\lfloor f_\text{val} S + 1/2 \rfloor` outside the test set the validation speakers
-    (or ``val_speakers``), the rest train; :math:`S` is the number of speakers. Clips without a speaker
-    (``_silence_``) are shuffled by the same generator and split by the same fractions of their number.
-    Each clip keeps its order in ``clips`` within its split; the same arguments give the same split.
-
-    Args:
-        clips (Sequence[SpeechClip]): the clips, e.g. from :func:`scan_class_folders`.
-        val_fraction (float, optional): share of the speakers (and of the speakerless clips) for
-            validation. (default: ``0.1``)
-        test_fraction (float, optional): share of the speakers (and of the speakerless clips) for testing;
-            with ``test_speakers``, it sets the speakerless clips' share only. (default: ``0.1``)
-        seed (int, optional): seed of the draws. (default: ``0``)
-        test_speakers (Sequence[str], optional): the test speakers. (default: :obj:`None`, drawn)
-        val_speakers (Sequence[str], optional): the validation speakers, none of them a test speaker.
-            (default: :obj:`None`, drawn)
-
-    Raises:
-        ValueError: a fraction is out of range, a named speaker has no clips, the test and validation
-            speakers overlap, or no speaker is left to train on.
-
-    Examples:
-        >>> clips = [SpeechClip(Path(f"yes/{s}_nohash_0.wav"), "yes", s) for s in "abcdefghij"]
-        >>> clips += [SpeechClip(Path(f"_silence_/{n}.wav"), "_silence_", None) for n in range(10)]
-        >>> splits = split_speech_commands(clips, val_fraction=0.2, test_fraction=0.2, seed=0)
-        >>> {k: (len({c.speaker for c in v} - {None}), sum(c.speaker is None for c in v)) for k, v in splits.items()}
-        {'train': (6, 6), 'val': (2, 2), 'test': (2, 2)}
-    """
-    if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
-        raise ValueError(
-            f"need val_fraction >= 0, test_fraction >= 0 and val_fraction + test_fraction < 1 (some speakers must be "
-            f"left to train on), got {val_fraction} and {test_fraction}"
-        )
-    found = sorted({c.speaker for c in clips if c.speaker is not None})
-    for name, named in (("test_speakers", test_speakers), ("val_speakers", val_speakers)):
-        unknown = sorted(set(named or ()).difference(found))
-        if unknown:
-            raise ValueError(
-                f"{name} {unknown} have no clips; the {len(found)} speakers found include {_some(found)} "
-                "(a speaker id is the part of a file name before _nohash_)"
-            )
-    both = sorted(set(test_speakers or ()) & set(val_speakers or ()))
-    if both:
-        raise ValueError(
-            f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either validated on "
-            "or tested on, remove them from one of the lists"
-        )
-    generator = torch.Generator().manual_seed(seed)
-
-    def count(fraction: float, n: int) -> int:
-        return math.floor(fraction * n + 0.5)
-
-    order = [found[i] for i in torch.randperm(len(found), generator=generator).tolist()]
-    test = set(order[: count(test_fraction, len(found))] if test_speakers is None else test_speakers)
-    rest = [s for s in order if s not in test]
-    val = set(rest[: count(val_fraction, len(found))] if val_speakers is None else val_speakers)
-    if found and not set(rest) - val:
-        raise ValueError(
-            f"no speaker is left to train on: {len(test)} test and {len(val)} validation speakers of {len(found)}; "
-            "lower test_fraction / val_fraction or name fewer speakers"
-        )
-    where = {s: "test" if s in test else "val" if s in val else "train" for s in found}
-    silent = [i for i, c in enumerate(clips) if c.speaker is None]
-    drawn = [silent[i] for i in torch.randperm(len(silent), generator=generator).tolist()]
-    k_test, k_val = count(test_fraction, len(silent)), count(val_fraction, len(silent))
-    silent_where = {i: "test" for i in drawn[:k_test]} | {i: "val" for i in drawn[k_test : k_test + k_val]}
-    splits: dict[str, list[SpeechClip]] = {split: [] for split in _SPLITS}
-    for i, clip in enumerate(clips):
-        split = silent_where.get(i, "train") if clip.speaker is None else where[clip.speaker]
-        splits[split].append(clip)
-    return splits
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _noise_takers(augment: nn.Module) -> list[nn.Module]:
-    """The modules of ``augment`` that take a noise bank (a ``set_noise`` method)."""
-    return [m for m in augment.modules() if callable(getattr(m, "set_noise", None))]
-
-
-def _is_class_folder(folder: Path) -> bool:
-    """A folder in the 12-class layout: it holds ``_silence_/`` or ``_unknown_/`` and no official lists."""
-    return ((folder / SILENCE).is_dir() or (folder / UNKNOWN).is_dir()) and not (folder / _LISTS["test"]).exists()
-
-
-def download_speech_commands(base: str | Path) -> None:
-    r"""Download and extract Speech Commands v0.02 (2.3 GB) into ``<base>/SpeechCommands`` with torchaudio.
-
-    torchaudio extracts in place, and takes any existing folder for a complete one; here it works in a
-    staging folder inside ``<base>`` whose extracted tree is renamed into place only when complete, so an
-    interrupted download or extraction leaves no partial dataset behind. The archive is kept as
-    ``<base>/speech_commands_v0.02.tar.gz`` (torchaudio's place for it) and re-used by a retry.
-
-    Raises:
-        FileExistsError: ``<base>/SpeechCommands/speech_commands_v0.02`` exists but is incomplete
-            (left by an interrupted extraction outside this function): delete it and run again.
-    """
-    from torchaudio.datasets import SPEECHCOMMANDS  # only its downloader is used; it loads no audio here
-
-    base = Path(base).expanduser()
-    target = base / FOLDER_IN_ARCHIVE / VERSION
-    if target.exists():
-        raise FileExistsError(
-            f"{target} exists but lacks validation_list.txt or testing_list.txt: an incomplete extraction. "
-            "Delete it and run again (a downloaded archive next to it is re-used)"
-        )
-    archive = base / f"{VERSION}.tar.gz"
-    # a failed download removes the folders it made, unless it keeps a complete archive there for a retry
-    with new_folder(base), tempfile.TemporaryDirectory(prefix=".speech-commands-", dir=base) as tmp:
-        staged_archive = Path(tmp, archive.name)
-        if archive.is_file():
-            try:
-                os.link(archive, staged_archive)  # a second name: a kill now leaves the archive in place
-            except OSError:
-                os.replace(archive, staged_archive)
-        try:
-            SPEECHCOMMANDS(tmp, url=VERSION, folder_in_archive=FOLDER_IN_ARCHIVE, download=True)
-        finally:
-            if staged_archive.is_file():  # keep a complete download for a retry
-                os.replace(staged_archive, archive)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(Path(tmp, FOLDER_IN_ARCHIVE, VERSION), target)
+__all__ = ["CORE_COMMANDS", "DIGIT_WORDS", "SILENCE", "SpeechClip", "SpeechCommandsDataModule", "UNKNOWN",
+           "digit_voices", "download_speech_commands", "scan_class_folders", "scan_speech_commands",
+           "slice_background", "split_speech_commands"]
 
 
 class SpeechCommandsDataModule(AudioDataModule):
@@ -479,34 +171,20 @@ class SpeechCommandsDataModule(AudioDataModule):
             if isinstance(given, (list, tuple)):  # a file is read in setup
                 read_speakers(given, name)
         if isinstance(test_speakers, (list, tuple)) and isinstance(val_speakers, (list, tuple)):
-            both = sorted(set(test_speakers) & set(val_speakers))
-            if both:
-                raise ValueError(
-                    f"speakers {both} are in both test_speakers and val_speakers; a held-out speaker is either "
-                    "validated on or tested on, remove them from one of the lists"
-                )
-        if noise_augment is not None and not _noise_takers(noise_augment):
+            _speakers.check_disjoint(test_speakers, val_speakers)
+        if noise_augment is not None and not noise_takers(noise_augment):
             raise ValueError(
                 f"noise_augment {type(noise_augment).__name__} has no module that takes noise clips (set_noise); "
                 "use attnmm.data.BackgroundNoise (alone or in a ChainAugment)"
             )
-        self.root = root
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.labels = words
-        self.include_unknown = include_unknown
-        self.include_silence = include_silence
-        self.download = download
-        self.layout = layout
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.seed = seed
+        self.root, self.batch_size, self.num_workers, self.labels = root, batch_size, num_workers, words
+        self.include_unknown, self.include_silence, self.download, self.layout = (
+            include_unknown, include_silence, download, layout)
+        self.val_fraction, self.test_fraction, self.seed = val_fraction, test_fraction, seed
         # a list is kept as a list; a file is read in setup
         self.test_speakers = list(test_speakers) if isinstance(test_speakers, (list, tuple)) else test_speakers
         self.val_speakers = list(val_speakers) if isinstance(val_speakers, (list, tuple)) else val_speakers
-        self.test_root = test_root
-        self.noise_augment = noise_augment
-        self.sample_rate = sample_rate
+        self.test_root, self.noise_augment, self.sample_rate = test_root, noise_augment, sample_rate
         self._found: tuple[str, Path] | None = None
         self._splits: dict[str, list[SpeechClip]] | None = None
         self._held_out: dict[str, list[str] | None] = {}
@@ -520,21 +198,8 @@ class SpeechCommandsDataModule(AudioDataModule):
     def _find(self) -> tuple[str, Path] | None:
         """``(layout, folder)`` of the data found, without downloading; None when there is none."""
         if self._found is None:
-            base = data_dir(self.root)
-            full = base / FOLDER_IN_ARCHIVE / VERSION
-            if self.layout != "full" and _is_class_folder(base):
-                self._found = ("classes", base)
-            elif self.layout != "classes" and not self._missing_full(full):
-                self._found = ("full", full)
-            elif self.layout != "full" and _is_class_folder(base / TEST_SET_FOLDER):
-                self._found = ("classes", base / TEST_SET_FOLDER)
+            self._found = _scan.find_speech_commands(data_dir(self.root), self.layout)
         return self._found
-
-    @staticmethod
-    def _missing_full(full: Path) -> list[str]:
-        if not full.is_dir():
-            return [f"{full}/"]
-        return [name for name in _LISTS.values() if not (full / name).is_file()]
 
     @property
     def dataset_layout(self) -> str:
@@ -546,49 +211,18 @@ class SpeechCommandsDataModule(AudioDataModule):
     def dataset_dir(self) -> Path:
         r"""The folder read: ``<root>/SpeechCommands/speech_commands_v0.02`` (``"full"``) or the folder that
         holds the class folders (``"classes"``)."""
-        found = self._find()
+        found, base = self._find(), data_dir(self.root)
         if found is not None:
             return found[1]
-        base = data_dir(self.root)
         if self.layout == "classes":
-            return base if self.root is not None else base / TEST_SET_FOLDER
-        return base / FOLDER_IN_ARCHIVE / VERSION
+            return base if self.root is not None else base / _scan.TEST_SET_FOLDER
+        return base / _scan.FOLDER_IN_ARCHIVE / _scan.VERSION
 
     def _locate(self) -> tuple[str, Path]:
-        found = self._find()
-        if found is not None:
-            return found
-        base = data_dir(self.root)
-        classes_hint = (
-            f"For the 12 class folders of {TEST_SET_FOLDER} (yes ... go, {UNKNOWN}, {SILENCE}), point root= at the "
-            f"folder that holds them, or at a folder holding {TEST_SET_FOLDER}/"
-        )
-        if self.layout == "classes":
-            raise FileNotFoundError(
-                f"Speech Commands class folders not found: neither {base} nor {base / TEST_SET_FOLDER} holds "
-                f"{SILENCE}/ or {UNKNOWN}/ (layout='classes'). {classes_hint} (root= or the {DATA_ENV} environment "
-                f"variable, e.g. export {DATA_ENV}=/path/to/data)."
-            )
-        full = base / FOLDER_IN_ARCHIVE / VERSION
-        missing = self._missing_full(full)
-        reason, cause = "download=False; the archive is 2.3 GB, pass download=True to fetch it", None
-        if self.download:
-            try:
-                download_speech_commands(base)
-                missing = self._missing_full(full)
-                if not missing:
-                    self._found = ("full", full)
-                    return self._found
-                reason = "the download did not produce them"
-            except Exception as err:  # no network, server error, bad archive: all end in the same advice
-                reason, cause = f"downloading {ARCHIVE_URL} failed: {err}", err
-        raise FileNotFoundError(
-            f"Speech Commands v0.02 not found: missing {', '.join(missing)} ({reason}). Extract "
-            f"{ARCHIVE_URL} into {full} so that it holds <word>/*.wav, validation_list.txt and "
-            f"testing_list.txt, or point root= or the {DATA_ENV} environment variable at a folder that holds "
-            f"{FOLDER_IN_ARCHIVE}/{VERSION}/ (e.g. export {DATA_ENV}=/path/to/data)."
-            + f" {classes_hint} (layout='classes' or 'auto')."
-        ) from cause
+        if self._find() is None:  # downloads (the full layout) or says where to put the data
+            self._found = _scan.locate_speech_commands(data_dir(self.root), self.layout,
+                                                 download_speech_commands if self.download else None)
+        return self._found  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ classes
 
@@ -628,66 +262,26 @@ class SpeechCommandsDataModule(AudioDataModule):
                 raise ValueError(
                     f"{', '.join(given)} apply to the 'classes' layout; {folder} is the full dataset, whose official "
                     "lists (validation_list.txt, testing_list.txt) give speaker-disjoint splits. Drop them, or point "
-                    f"root= at a folder of class folders ({TEST_SET_FOLDER})"
+                    f"root= at a folder of class folders ({_scan.TEST_SET_FOLDER})"
                 )
-            splits = {
-                split: [SpeechClip(folder / rel, word, _speaker(Path(rel).name)) for rel, word in pairs]
-                for split, pairs in scan_speech_commands(folder).items()
-            }
-            noise_dir = folder / BACKGROUND_FOLDER
-            slices = slice_background(noise_dir, FILE_RATE) if noise_dir.is_dir() else []
-            for split, clips in split_speech_commands(slices, self.val_fraction, self.test_fraction, self.seed).items():
-                splits[split] += clips
-            return splits
-        clips = scan_class_folders(folder)
+            return _speakers.split_official(folder, self.val_fraction, self.test_fraction, self.seed)
         test_ids = read_speakers(self.test_speakers, "test_speakers")
         val_ids = read_speakers(self.val_speakers, "val_speakers")
         self._held_out = {"test": test_ids, "val": val_ids}
-        if self.test_root is None:
-            return split_speech_commands(clips, self.val_fraction, self.test_fraction, self.seed, test_ids, val_ids)
-        test_root = Path(self.test_root).expanduser()
-        if not _is_class_folder(test_root):
-            raise FileNotFoundError(
-                f"test_root {test_root} is not a folder of class folders: it must hold {SILENCE}/ or {UNKNOWN}/ "
-                f"and the keyword folders, like {TEST_SET_FOLDER}/ itself"
-            )
-        test = scan_class_folders(test_root)
-        shared = {c.speaker for c in test} & {c.speaker for c in clips} - {None}
-        if shared:
-            raise ValueError(
-                f"test_root {test_root} shares {len(shared)} speakers with root {folder} ({_some(shared, 5)}): every "
-                "speaker must be in one split only. Remove their clips from one of the folders, or drop test_root "
-                "and let test_fraction or test_speakers hold speakers out of root"
-            )
-        splits = split_speech_commands(clips, self.val_fraction, 0.0, self.seed, val_speakers=val_ids)
-        splits["test"] = test
-        return splits
+        return _speakers.split_class_folders(
+            folder, self.val_fraction, self.test_fraction, self.seed, test_ids, val_ids, self.test_root
+        )
 
     def setup(self, stage: str | None = None) -> None:
         if self._splits is None:
             splits = self._make_splits()
-            found = sorted({c.word for clips in splits.values() for c in clips} - {SILENCE})
-            absent = [w for w in self.labels if w not in found]
-            if absent:
-                raise ValueError(f"labels {absent} have no clips in {self.dataset_dir}; the words found are {found}")
-            if self._silence_on() and not any(c.word == SILENCE for clips in splits.values() for c in clips):
-                where = BACKGROUND_FOLDER if self.dataset_layout == "full" else SILENCE
-                raise ValueError(
-                    f"include_silence=True but {self.dataset_dir} has no {where}/ clips; add them, or pass "
-                    "include_silence=False"
-                )
+            _scan.check_words(splits, self.labels, self._silence_on(), self.dataset_dir, self.dataset_layout)
             self._splits = splits
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")
             if self.noise_augment is not None:
-                noise = self.train_noise()
-                if not noise:
-                    raise ValueError(
-                        f"noise_augment needs noise clips, but the training split of {self.dataset_dir} has no "
-                        f"{SILENCE} clips (or {BACKGROUND_FOLDER} recordings); add them or drop noise_augment"
-                    )
-                for module in _noise_takers(self.noise_augment):
-                    module.set_noise(noise)
+                set_noise_bank(self.noise_augment, self.train_noise(), f"the training split of {self.dataset_dir} "
+                               f"has no {SILENCE} clips (or {_scan.BACKGROUND_FOLDER} recordings)")
         if stage in (None, "test", "predict") and self.test_set is None:
             self.test_set = self._clips("test")
 
@@ -737,7 +331,7 @@ class SpeechCommandsDataModule(AudioDataModule):
     def split_speakers(self) -> dict[str, list[str]]:
         r"""The speakers of each split's clips (of the classes kept), sorted (after :meth:`setup`)."""
         return {
-            split: sorted({c.speaker for c, _ in self._kept(split) if c.speaker is not None}) for split in _SPLITS
+            split: sorted({c.speaker for c, _ in self._kept(split) if c.speaker is not None}) for split in _scan.SPLITS
         }
 
     # ------------------------------------------------------------------ reports
@@ -745,7 +339,7 @@ class SpeechCommandsDataModule(AudioDataModule):
     def _sizes(self) -> dict[str, tuple[int, int, int]]:
         """split -> (clips, speakers, silence clips) of the classes kept."""
         sizes = {}
-        for split in _SPLITS:
+        for split in _scan.SPLITS:
             kept = self._kept(split)
             speakers = {c.speaker for c, _ in kept if c.speaker is not None}
             sizes[split] = (len(kept), len(speakers), sum(c.word == SILENCE for c, _ in kept))
@@ -754,35 +348,19 @@ class SpeechCommandsDataModule(AudioDataModule):
     def __repr__(self) -> str:
         sizes = ""
         if self._splits is not None:
-            sizes = "".join(f", {k}={n} ({_count(s, 'speaker')})" for k, (n, s, _) in self._sizes().items())
+            sizes = "".join(f", {k}={n} ({_speakers.plural(s, 'speaker')})" for k, (n, s, _) in self._sizes().items())
         return (
             f"{type(self).__name__}(root={self.dataset_dir.as_posix()!r}, layout={self.dataset_layout!r}, "
             f"classes={self.num_classes}, batch_size={self.batch_size}{sizes})"
         )
 
-    def _named(self, split: str) -> str:
-        """The named speakers of ``split`` (test or val) for the summary; a file's ids after setup."""
-        given = self.test_speakers if split == "test" else self.val_speakers
-        ids = self._held_out.get(split) or (given if isinstance(given, list) else None)
-        return f"listed in {given}" if ids is None else _some(ids, 5)
-
     def _rule(self) -> str:
-        silence = f"{SILENCE} clips: {self.val_fraction:.0%} validation"
-        if self.dataset_layout == "full":
-            return f"the official lists (speakers disjoint); {silence}, {self.test_fraction:.0%} test, seed {self.seed}"
-        if self.test_root is not None:
-            test = f"every clip of {Path(self.test_root).expanduser()} is the test set"
-        elif self.test_speakers is not None:
-            test = f"test speakers {self._named('test')}"
-        else:
-            test = f"{self.test_fraction:.0%} of speakers test"
-        val = (
-            f"{self.val_fraction:.0%} of speakers validation"
-            if self.val_speakers is None
-            else f"validation speakers {self._named('val')}"
+        named = {split: self._held_out.get(split) or (given if isinstance(given, list) else None)
+                 for split, given in (("test", self.test_speakers), ("val", self.val_speakers))}
+        return _speakers.speaker_rule(
+            self.dataset_layout == "full", self.val_fraction, self.test_fraction, self.seed, self.test_root,
+            self.test_speakers, self.val_speakers, named,
         )
-        share = "" if self.test_root is not None else f", {self.test_fraction:.0%} test"
-        return f"speakers disjoint: {test}, {val}, seed {self.seed}; {silence}{share}"
 
     def summary(self) -> str:
         r"""A few lines on the data found, the classes and the split (complete after :meth:`setup`)."""
@@ -795,7 +373,7 @@ class SpeechCommandsDataModule(AudioDataModule):
         if self._splits is not None:
             lines.insert(2, f"  {sum(n for n, _, _ in self._sizes().values())} clips of {len(self.speakers)} speakers")
             lines += [
-                f"  {split}: {_count(n, 'clip')}, {_count(s, 'speaker')}, {q} {SILENCE}"
+                f"  {split}: {_speakers.plural(n, 'clip')}, {_speakers.plural(s, 'speaker')}, {q} {SILENCE}"
                 for split, (n, s, q) in self._sizes().items()
             ]
             if self.noise_augment is not None:

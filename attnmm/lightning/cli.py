@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import difflib
 import importlib
 import inspect
@@ -27,6 +28,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from attnmm import _recipes
 from attnmm.lightning.callbacks import AttentionMapPNG
 from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
+from attnmm.lightning.transfer import Transfer
 
 #: Set to 1 for the full traceback of a recipe's error (otherwise one short message).
 DEBUG_ENV = "ATTNMM_DEBUG"
@@ -85,6 +87,28 @@ def _nested_nulls_as_json(args: list[str], roots: tuple[str, ...]) -> list[str]:
         else:
             out.append(arg)
         i += 1
+    return out
+
+
+#: Task options read at their place since the task composes its parts: ``--model.init_from`` (also
+#: ``--model.init_args.init_from``) is ``--transfer.init_from``, ``--model.weight_decay`` is
+#: ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` is ``--model.optimizer.kind=adam``.
+MOVED_OPTIONS = {"init_from": "transfer.", "freeze_encoder_epochs": "transfer.", "init_into": "transfer.",
+                 "weight_decay": "model.optimizer.", "warmup_fraction": "model.optimizer.",
+                 "min_lr_ratio": "model.optimizer.", "optimizer=adam": "model.optimizer.kind=adam",
+                 "optimizer=adamw": "model.optimizer.kind=adamw"}
+
+
+def _moved_options(args: list[str], subclass_model: bool) -> list[str]:
+    """``args`` with the :data:`MOVED_OPTIONS` at their place."""
+    out = []
+    for arg in args:
+        name = arg.removeprefix("--model.").removeprefix("init_args.") if arg.startswith("--model.") else ""
+        key = name.split("=", 1)[0]
+        place = MOVED_OPTIONS.get(name) or MOVED_OPTIONS.get(key, "")
+        if place and subclass_model:
+            place = place.replace("model.", "model.init_args.")
+        out.append(arg if not place else f"--{place}" if "=" in place else f"--{place}{name}")
     return out
 
 
@@ -368,8 +392,11 @@ class RecipeCLI(LightningCLI):
     :class:`~attnmm.lightning.RandomState` callback (resuming draws the random numbers an uninterrupted
     run would) and a ``ModelCheckpoint``, configured under the ``checkpoint:`` key (``monitor``,
     default ``val_acc``; ``mode``, default ``max``; the last checkpoint kept; the best named by
-    :func:`best_checkpoint_name` unless ``filename`` is given). So a recipe's config holds only what is
-    its own, and a variant config only what differs from it.
+    :func:`best_checkpoint_name` unless ``filename`` is given), and a :class:`~attnmm.lightning.Transfer`
+    under the ``transfer:`` key (``init_from``, ``freeze_encoder_epochs``, ``init_into``; nothing loaded by
+    default), where the task's older options are read too (:data:`MOVED_OPTIONS`: ``--model.init_from`` is
+    ``--transfer.init_from``, ``--model.weight_decay`` is ``--model.optimizer.weight_decay``). So a recipe's
+    config holds only what is its own, and a variant config only what differs from it.
 
     A smoke run (``--trainer.fast_dev_run=true``, which has no logger) gets a ``version_N`` folder of its
     own too, for its checkpoints and metrics. A progress bar is on by default, and an
@@ -431,6 +458,7 @@ class RecipeCLI(LightningCLI):
         self.run_dir: Path | None = None
         #: the command line as parsed (``None`` until then, or when given as a dict)
         self.argv: list[str] | None = None
+        self.argv_given: list[str] = []  # the command line as given (self.argv: with MOVED_OPTIONS at their place)
         if config is not None:
             defaults = {"default_config_files": [str(config)]}
             per_command = {cmd: defaults for cmd in self.subcommands()} if kwargs.get("run", True) else defaults
@@ -494,6 +522,7 @@ class RecipeCLI(LightningCLI):
                  "it instead and writes the validation metrics (for runs that choose on validation)",
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(Transfer, "transfer")  # starting from a trained model
         parser.set_defaults({"checkpoint.monitor": "val_acc", "checkpoint.mode": "max", "checkpoint.save_last": True})
         # subclass mode: the class a config without ``class_path`` gets (its keys are that class's init_args)
         for key, cls in self._default_classes.items():
@@ -501,9 +530,12 @@ class RecipeCLI(LightningCLI):
                 parser.set_defaults({key: {"class_path": f"{cls.__module__}.{cls.__qualname__}"}})
         for link in self._links:
             source = tuple(self._subclass_key(s) for s in link.sources)
+            # a computed class_path config (an objective chosen by the data) is built for the run, and
+            # recorded as the config it is (see _resolved)
+            compute = None if link.compute_fn is None else (lambda *v, link=link: _built(link.value(v)))
             parser.link_arguments(
                 source[0] if len(source) == 1 else source, self._subclass_key(link.target),
-                compute_fn=link.compute_fn, apply_on=link.apply_on,
+                compute_fn=compute, apply_on=link.apply_on,
             )
 
     def _subclass_key(self, key: str) -> str:
@@ -545,6 +577,9 @@ class RecipeCLI(LightningCLI):
         return "\n".join(lines)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        if isinstance(args, list | None):
+            self.argv_given = list(sys.argv[1:] if args is None else args)
+            args = _moved_options(self.argv_given, self.subclass_mode_model)
         if self.subclass_mode_model or self.subclass_mode_data:
             args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
         if isinstance(args, list | None):
@@ -653,8 +688,8 @@ class RecipeCLI(LightningCLI):
         """``option`` as the command line wrote it (with or without ``init_args`` after a class's key), else
         without the ``init_args`` after a subclass-mode root (``--model.adapter...``)."""
         plain = option.replace(".init_args.", ".")
-        for key in (a.split("=", 1)[0] for a in self.argv or () if a.startswith("--")):
-            if key.replace(".init_args.", ".") == plain:
+        for key in (a.split("=", 1)[0] for a in self.argv_given if a.startswith("--")):
+            if plain in {k.replace(".init_args.", ".") for k in (key, *_moved_options([key], False))}:
                 return key
         for root in self._subclass_roots():
             if option.startswith(f"--{root}.init_args."):
@@ -665,9 +700,13 @@ class RecipeCLI(LightningCLI):
         """``(dotted key, its arguments)`` of every place in the config ``tree`` that builds ``cls``."""
         found: list[tuple[str, dict[str, Any]]] = []
 
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else None
+
         def walk(node: Any, path: str, default: Any = None) -> None:
             if not isinstance(node, dict):
                 return
+            if fields is not None and set(node) == fields:  # a dataclass's fields (model.optimizer)
+                found.append((path, node))
             if "class_path" in node:
                 try:
                     built = _class(node, None)
@@ -685,7 +724,8 @@ class RecipeCLI(LightningCLI):
                 walk(value, f"{path}.{key}")
 
         for root, default in (("model", self.model_class), ("data", self.datamodule_class),
-                              ("trainer", self.trainer_class), ("checkpoint", ModelCheckpoint)):
+                              ("trainer", self.trainer_class), ("checkpoint", ModelCheckpoint),
+                              ("transfer", Transfer)):
             walk(tree.get(root), root, default)
         return found
 

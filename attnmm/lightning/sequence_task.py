@@ -13,6 +13,7 @@ from torchmetrics.text import WordErrorRate
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.lightning.schedule import Optimization
 from attnmm.lightning.task import IGNORE_INDEX, EncoderTask, Stage
 from attnmm.nn.ctc import CTCHead, ctc_greedy_decode, ctc_prefix_beam_search, nbest_labels
 from attnmm.nn.decoder import AttentionDecoder
@@ -59,19 +60,12 @@ class SequenceTask(EncoderTask):
             (default: :obj:`"greedy"`)
         beam_width (int, optional): prefixes kept by the beam search. (default: :obj:`8`)
         lr (float, optional): peak learning rate. (default: :obj:`1e-3`)
-        weight_decay (float, optional): weight decay. (default: :obj:`0.01`)
-        warmup_fraction (float, optional): share of the steps spent warming up. (default: :obj:`0.05`)
-        min_lr_ratio (float, optional): final learning rate as a share of ``lr``. (default: :obj:`0.0`)
+        optimizer (Optimization, optional): weight decay, warm-up, final rate, Adam or AdamW.
+            (default: :obj:`None`, ``Optimization()``)
         label_smoothing (float, optional): label smoothing of the decoder's cross-entropy.
             (default: :obj:`0.0`)
-        optimizer (str, optional): ``"adamw"`` or ``"adam"``. (default: :obj:`"adamw"`)
         target_key (str, optional): batch key of the targets. (default: :obj:`"targets"`)
         length_key (str, optional): batch key of the target lengths. (default: :obj:`"target_lengths"`)
-        init_from (str, optional): a checkpoint, backbone file or shipped backbone name whose adapter
-            and encoder weights ``fit`` starts from; the CTC head and the decoder stay new (see
-            :class:`~attnmm.lightning.EncoderTask`). (default: :obj:`None`)
-        freeze_encoder_epochs (int, optional): epochs during which the loaded adapter and encoder are
-            frozen, at the start of training. (default: :obj:`0`)
 
     Examples:
         >>> import torch
@@ -100,17 +94,12 @@ class SequenceTask(EncoderTask):
         decoding: Decoding = "greedy",
         beam_width: int = 8,
         lr: float = 1e-3,
-        weight_decay: float = 0.01,
-        warmup_fraction: float = 0.05,
-        min_lr_ratio: float = 0.0,
+        optimizer: Optimization | None = None,
         label_smoothing: float = 0.0,
-        optimizer: Literal["adamw", "adam"] = "adamw",
         target_key: str = "targets",
         length_key: str = "target_lengths",
-        init_from: str | None = None,
-        freeze_encoder_epochs: int = 0,
     ) -> None:
-        super().__init__(lr, weight_decay, warmup_fraction, min_lr_ratio, optimizer, init_from, freeze_encoder_epochs)
+        super().__init__(lr, optimizer)
         self._save_config()
         self.adapter, self.encoder, self.ctc_head, self.decoder = adapter, encoder, ctc_head, decoder
         if not isinstance(ctc_head, CTCHead):

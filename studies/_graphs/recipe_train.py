@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnmm.lightning import MultiLabel
 from attnmm.lightning.schedule import WarmupCosine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,14 +95,8 @@ def build(task: RealTask, split: int | None, args: list[str] = ()) -> tuple[Any,
 
 def optimiser(model: nn.Module, total_steps: int) -> tuple[torch.optim.Optimizer, Any]:
     """The recipe's optimiser over ``model`` (a ClassificationTask) and its warm-up cosine schedule, started."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
-    cls = torch.optim.AdamW if model.optimizer_name == "adamw" else torch.optim.Adam
-    opt = cls([{"params": decay, "weight_decay": model.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-              lr=model.lr)
-    schedule = WarmupCosine(model.warmup_fraction, model.min_lr_ratio)
+    opt = model.optimization.build(model, model.lr, fused_ok=False)["optimizer"]
+    schedule = WarmupCosine(model.optimization.warmup_fraction, model.optimization.min_lr_ratio)
     schedule.start(total_steps)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
 
@@ -116,10 +111,10 @@ def _score(logits: Tensor, y: Tensor, metric: str) -> float:
 
 
 def _loss(model: Any, logits: Tensor, y: Tensor) -> Tensor:
-    if model.task == "multilabel":
+    if isinstance(model.objective, MultiLabel):
         known = ~torch.isnan(y)
         return F.binary_cross_entropy_with_logits(logits[known], y[known].float())
-    return F.cross_entropy(logits, y, label_smoothing=model.label_smoothing)
+    return F.cross_entropy(logits, y, label_smoothing=model.objective.label_smoothing)
 
 
 def train(

@@ -13,7 +13,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from attnmm.adapters import GraphAdapter
 from attnmm.data.neighbors import UniformNeighborSampler, neighbor_loader
-from attnmm.lightning import ClassificationTask
+from attnmm.lightning import ClassificationTask, MultiClass, Optimization
 from attnmm.nn import GraphAttentionEncoder
 
 
@@ -74,7 +74,7 @@ def make_task(seed: int = 0) -> ClassificationTask:
     return ClassificationTask(
         GraphAdapter(in_channels=2, d_model=None, self_loops=True, dropout=0.0),
         GraphAttentionEncoder(in_channels=2, hidden_channels=8, out_channels=2, heads=2, dropout=0.0),
-        None, num_classes=2, lr=1e-2, target_key="y", warmup_fraction=0.0,
+        None, num_classes=2, objective=MultiClass(target_key="y"), lr=1e-2, optimizer=Optimization(warmup_fraction=0.0),
     )
 
 

@@ -7,7 +7,7 @@ import torch
 
 from attnmm._checks import refuse_encoder_options
 from attnmm.adapters import TextAdapter
-from attnmm.lightning import ClassificationTask
+from attnmm.lightning import ClassificationTask, MultiClass
 from attnmm.lightning.generate import generate
 from attnmm.masks import Causal, Window
 from attnmm.nn import Encoder, Ensemble, RecurrentEncoder, RotaryPE, TokenClassifier
@@ -58,7 +58,8 @@ def _lm(positional: str, mask, encoder: str = "attention", ensemble: int = 1) ->
     rotary = RotaryPE(D // 4) if positional == "rotary" else None
     enc = Encoder(D, 4, 2, 32, dropout=0.0, rotary=rotary) if encoder == "attention" else RecurrentEncoder(D, 2)
     members = None if ensemble == 1 else Ensemble(ensemble)
-    task = ClassificationTask(adapter, enc, TokenClassifier(D, V), V, target_key="targets", ensemble=members)
+    objective = MultiClass(target_key="targets")
+    task = ClassificationTask(adapter, enc, TokenClassifier(D, V), V, objective, ensemble=members)
     return task.eval().double()
 
 

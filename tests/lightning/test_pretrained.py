@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 import attnmm.lightning.pretrained as pretrained
 from attnmm.adapters import SpeechAdapter
-from attnmm.lightning import ClassificationTask
+from attnmm.lightning import ClassificationTask, Transfer
 from attnmm.lightning.pretrained import backbone_state, export_backbone, load_backbone, resolve_backbone
 from attnmm.nn import Encoder, Ensemble, PoolingClassifier
 
@@ -111,9 +111,9 @@ def test_export_keeps_the_backbone_only(tmp_path: Path) -> None:
 
 def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="freeze_encoder_epochs=2 freezes loaded weights, but init_from is None"):
-        task(10, freeze_encoder_epochs=2)
+        Transfer(freeze_encoder_epochs=2)
     with pytest.raises(ValueError, match="init_from loads one backbone"):
-        task(10, init_from="x.ckpt", ensemble=Ensemble(2))
+        Transfer(init_from="x.ckpt").setup(None, task(10, ensemble=Ensemble(2)), "fit")  # type: ignore[arg-type]
 
 
 class _Record(L.Callback):
@@ -138,9 +138,9 @@ def test_fit_starts_from_the_backbone_and_freezes_it_first(tmp_path: Path) -> No
     path = save(source, tmp_path / "source.ckpt")
     batches = [dict(SpeechAdapter.example_batch(4), label=torch.tensor([0, 1, 2, 3])) for _ in range(3)]
     loader = DataLoader(batches, batch_size=None)
-    model = task(10, init_from=str(path), freeze_encoder_epochs=1, lr=1e-2)
-    record = _Record()
-    trainer = L.Trainer(max_epochs=2, callbacks=[record], logger=False, enable_checkpointing=False,
+    model = task(10, lr=1e-2)
+    record, transfer = _Record(), Transfer(init_from=str(path), freeze_encoder_epochs=1)
+    trainer = L.Trainer(max_epochs=2, callbacks=[transfer, record], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(model, loader)
     loaded = {part: getattr(source, part).state_dict() for part in ("adapter", "encoder")}
@@ -151,16 +151,18 @@ def test_fit_starts_from_the_backbone_and_freezes_it_first(tmp_path: Path) -> No
     # epoch 1: everything learns
     assert _changed(second["encoder"], first["encoder"]) and _changed(second["adapter"], first["adapter"])
     # a second fit (or a resume, whose checkpoint is restored after setup) does not load the file again
-    assert model._backbone_loaded
+    assert transfer.loaded
 
 
 def test_only_fit_reads_init_from(tmp_path: Path) -> None:
-    model = task(10, init_from=str(tmp_path / "gone.ckpt"))  # e.g. a checkpoint rebuilt where the file is not
+    model = task(10)
+    transfer = Transfer(init_from=str(tmp_path / "gone.ckpt"))  # e.g. a config run where the file is not
     batches = [dict(SpeechAdapter.example_batch(2), label=torch.tensor([0, 1]))]
-    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                        callbacks=[transfer])
     trainer.validate(model, DataLoader(batches, batch_size=None), verbose=False)
     trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=tmp_path)
+                        enable_model_summary=False, default_root_dir=tmp_path, callbacks=[transfer])
     with pytest.raises(FileNotFoundError, match="gone.ckpt"):
         trainer.fit(model, DataLoader(batches, batch_size=None))
 
@@ -182,13 +184,14 @@ def _tower_task(**kwargs) -> ClassificationTask:
 def test_init_into_loads_a_backbone_into_one_modalitys_tower(tmp_path: Path) -> None:
     source = task(12)  # a speech task: SpeechAdapter(16, channels=4) + Encoder(16, 2, 1, 32)
     path = save(source, tmp_path / "speech.ckpt")
-    model = _tower_task(init_from=str(path), init_into="adapter.adapters.audio", freeze_encoder_epochs=1, lr=1e-2)
+    model = _tower_task(lr=1e-2)
+    transfer = Transfer(init_from=str(path), init_into="adapter.adapters.audio", freeze_encoder_epochs=1)
     before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("adapter.adapters.audio.")}
     batches = [dict(SpeechAdapter.example_batch(4), image=torch.rand(4, 1, 28, 28), label=torch.tensor([0, 1, 2, 3]))]
     record = _Record()
-    trainer = L.Trainer(max_epochs=1, callbacks=[record], logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(max_epochs=1, callbacks=[transfer, record], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
-    model.setup("fit")
+    transfer.setup(trainer, model, "fit")
     tower = model.adapter.adapters["audio"]
     assert _equal(tower.adapter, source.adapter) and _equal(tower.encoder, source.encoder)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # nothing else loaded
@@ -197,6 +200,6 @@ def test_init_into_loads_a_backbone_into_one_modalitys_tower(tmp_path: Path) -> 
     assert _equal(tower.encoder, source.encoder) and _equal(tower.adapter, source.adapter)
     assert not torch.equal(model.encoder.layers[0].attn.q_proj.weight, before["encoder.layers.0.attn.q_proj.weight"])
     with pytest.raises(ValueError, match="init_into='adapter.adapters.speech' is not a part of the model"):
-        _tower_task(init_from=str(path), init_into="adapter.adapters.speech").setup("fit")
+        Transfer(init_from=str(path), init_into="adapter.adapters.speech").setup(trainer, _tower_task(), "fit")
     with pytest.raises(ValueError, match="init_from is None"):
-        _tower_task(init_into="adapter.adapters.audio")
+        Transfer(init_into="adapter.adapters.audio")

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from attnmm.adapters import Adapter, SpeechAdapter, Tokens
-from attnmm.lightning import ClassificationTask, warmup_cosine
+from attnmm.lightning import ClassificationTask, MultiClass, MultiLabel, PerSegment, warmup_cosine
 from attnmm.masks import Window
 from attnmm.nn import Encoder, Ensemble, PoolingClassifier, TokenClassifier
 from attnmm.nn.heads import masked_mean
@@ -165,10 +165,8 @@ def make_tagger(ensemble: int = 1, aux_weight: float = 0.5) -> ClassificationTas
         Encoder(16, 2, 1, 32, dropout=0.0),
         TokenClassifier(16, 17),
         num_classes=17,
-        target_key="tags",
+        objective=MultiClass(target_key="tags", aux_heads={"xpos": TokenClassifier(16, 40)}, aux_weight=aux_weight),
         ensemble=None if ensemble == 1 else Ensemble(ensemble),
-        aux_heads={"xpos": TokenClassifier(16, 40)},
-        aux_weight=aux_weight,
     )
 
 
@@ -189,18 +187,18 @@ def test_aux_heads_add_their_weighted_loss_and_leave_predictions_alone(ensemble:
     for i in range(ensemble):
         h, tokens, _ = task.encode(batch, member=i)
         head = task.members[i][2]
-        aux_head = task.aux_heads["xpos"] if i == 0 else task.ensemble.members[i - 1]["aux_heads"]["xpos"]
+        aux_head = task.members[i][3].aux_heads["xpos"]
         main.append(ce(head(h, tokens).reshape(-1, 17), batch["tags"].reshape(-1)))
         aux.append(ce(aux_head(h, tokens).reshape(-1, 40), batch["xpos"].reshape(-1)))
     expected = torch.stack(main).mean() + 0.3 * torch.stack(aux).mean()
     loss = task.training_step(batch, 0)
     torch.testing.assert_close(loss, expected)
     loss.backward()
-    heads = [task.aux_heads] + [m["aux_heads"] for m in (task.ensemble.members if task.ensemble else [])]
+    heads = [objective.aux_heads for _, _, _, objective in task.members]
     assert all(h["xpos"].linear.weight.grad.abs().sum() > 0 for h in heads)  # every member's head trains
     if ensemble == 2:  # each member has its own, freshly drawn head
         assert not torch.equal(heads[0]["xpos"].linear.weight, heads[1]["xpos"].linear.weight)
-    plain = ClassificationTask(task.adapter, task.encoder, task.head, 17, target_key="tags")
+    plain = ClassificationTask(task.adapter, task.encoder, task.head, 17, MultiClass(target_key="tags"))
     torch.testing.assert_close(task.member_logits(batch), plain(batch))  # prediction ignores the aux heads
     task.eval()
     val_loss = ce(task(batch).reshape(-1, 17), batch["tags"].reshape(-1))
@@ -210,8 +208,8 @@ def test_aux_heads_add_their_weighted_loss_and_leave_predictions_alone(ensemble:
 def test_aux_heads_refuse_bad_settings() -> None:
     with pytest.raises(ValueError, match="keyed by the main target 'tags'"):
         ClassificationTask(
-            SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17), 17, target_key="tags",
-            aux_heads={"tags": TokenClassifier(16, 17)},
+            SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17), 17,
+            MultiClass(target_key="tags", aux_heads={"tags": TokenClassifier(16, 17)}),
         )
     with pytest.raises(ValueError, match="aux_weight must be a finite weight >= 0"):
         make_tagger(aux_weight=-1.0)
@@ -249,11 +247,12 @@ def test_token_heads_are_the_aux_heads_dict_in_one_module() -> None:
 
     torch.manual_seed(0)
     parts = (TextAdapter(vocab_size=256, d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17))
-    task = ClassificationTask(*parts, 17, target_key="tags", aux_heads=TokenHeads(16, ["xpos", "deprel"], 40))
+    heads = TokenHeads(16, ["xpos", "deprel"], 40)
+    task = ClassificationTask(*parts, 17, MultiClass(target_key="tags", aux_heads=heads))
     torch.manual_seed(0)
     parts = (TextAdapter(vocab_size=256, d_model=16), Encoder(16, 2, 1, 32), TokenClassifier(16, 17))
     as_dict = {"xpos": TokenClassifier(16, 40), "deprel": TokenClassifier(16, 40)}
-    same = ClassificationTask(*parts, 17, target_key="tags", aux_heads=as_dict)
+    same = ClassificationTask(*parts, 17, MultiClass(target_key="tags", aux_heads=as_dict))
     for (k1, v1), (k2, v2) in zip(task.state_dict().items(), same.state_dict().items(), strict=True):
         assert k1 == k2 and torch.equal(v1, v2), k1
     with pytest.raises(ValueError, match="keys must be distinct"):
@@ -283,8 +282,7 @@ class ToyPooled(Adapter):
 
 def make_multilabel(labels: int = 3, **kwargs) -> ClassificationTask:
     return ClassificationTask(
-        ToyPooled(), Encoder(4, 1, 1, 8, dropout=0.0), PoolingClassifier(4, labels), labels, task="multilabel",
-        **kwargs,
+        ToyPooled(), Encoder(4, 1, 1, 8, dropout=0.0), PoolingClassifier(4, labels), labels, MultiLabel(), **kwargs
     )
 
 
@@ -340,12 +338,12 @@ def test_multilabel_average_precision_is_computed_over_the_whole_epoch(tmp_path)
 
 
 def test_multilabel_refuses_what_does_not_fit() -> None:
-    with pytest.raises(ValueError, match="task must be 'multiclass' or 'multilabel'"):
-        ClassificationTask(ToyPooled(), Encoder(4, 1, 1, 8), PoolingClassifier(4, 3), 3, task="binary")
+    with pytest.raises(TypeError, match="objective must be an attnmm.lightning Objective"):
+        ClassificationTask(ToyPooled(), Encoder(4, 1, 1, 8), PoolingClassifier(4, 3), 3, "binary")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Ensemble averages the members' class probabilities"):
         make_multilabel(ensemble=Ensemble(2))
-    with pytest.raises(ValueError, match="set label_smoothing=0.0"):
-        make_multilabel(label_smoothing=0.1)
+    with pytest.raises(TypeError, match="label_smoothing"):  # binary cross-entropy takes no label smoothing
+        MultiLabel(label_smoothing=0.1)  # type: ignore[call-arg]
     (batch,) = _multilabel_batches(1)
     with pytest.raises(ValueError, match=r"holds one value per class \(6, 3\).*set task='multilabel'"):
         ClassificationTask(ToyPooled(), Encoder(4, 1, 1, 8), PoolingClassifier(4, 3), 3).validation_step(batch, 0)
@@ -366,8 +364,7 @@ def _fusion_task(weight: float) -> ClassificationTask:
         {"audio": SpeechAdapter(d_model=16, mask=Window(4, 1), dropout=0.0, freq_mask=0, time_mask=0),
          "image": ImageAdapter(d_model=16, mask=Grid(7, 7, kernel=3))}, d_model=16, fusion="late")
     head = SegmentPoolingClassifier(16, 4, num_segments=2, gate=True)
-    return ClassificationTask(adapter, Encoder(16, 2, 1, 32, dropout=0.0), head, 4, segment_loss_weight=weight,
-                              label_smoothing=0.1)
+    return ClassificationTask(adapter, Encoder(16, 2, 1, 32, dropout=0.0), head, 4, PerSegment(weight, 0.1))
 
 
 def test_segment_loss_trains_each_modality_beside_the_fused_prediction() -> None:
@@ -422,6 +419,16 @@ def test_gate_only_items_leave_the_segment_losses_and_reach_the_gate_alone() -> 
 def test_segment_loss_needs_a_head_that_predicts_per_segment() -> None:
     with pytest.raises(ValueError, match="has no segment_logits"):
         ClassificationTask(SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), PoolingClassifier(16, 4), 4,
-                           segment_loss_weight=1.0)
+                           PerSegment(1.0))
     with pytest.raises(ValueError, match="segment_loss_weight must be a finite weight"):
         _fusion_task(-1.0)
+
+
+def test_a_checkpoint_of_the_task_held_aux_heads_loads_into_the_objective() -> None:
+    task = make_tagger(ensemble=2)
+    state = task.state_dict()
+    old = {k.replace("objective.aux_heads.", "aux_heads."): v for k, v in state.items()}  # the former names
+    assert "aux_heads.xpos.linear.weight" in old and "ensemble.members.0.aux_heads.xpos.linear.weight" in old
+    checkpoint = {"state_dict": old}
+    task.on_load_checkpoint(checkpoint)
+    assert checkpoint["state_dict"].keys() == state.keys()

@@ -31,7 +31,8 @@ def test_a_tu_set_is_one_flag_away(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     write_tu(tmp_path / "data", graphs=40, classes=3, node_labels=4, edge_labels=2)
     args = [f"--data.root={tmp_path / 'data'}", "--data.name=TOY", "--data.fold=1", "--data.batch_size=8"]
     hp = _hparams(tmp_path, monkeypatch, *args)
-    assert (hp["adapter"]["init_args"]["in_channels"], hp["num_classes"], hp["task"]) == (4, 3, "multiclass")
+    objective = hp["objective"]["class_path"].rpartition(".")[2]
+    assert (hp["adapter"]["init_args"]["in_channels"], hp["num_classes"], objective) == (4, 3, "MultiClass")
     run = tmp_path / "run"
     run.mkdir()
     run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)
@@ -63,7 +64,8 @@ def test_peptides_make_the_task_multilabel(tmp_path: Path, monkeypatch: pytest.M
     write_peptides(tmp_path / "data")
     args = [f"--data.root={tmp_path / 'data'}", "--data.name=peptides-func", "--data.batch_size=3"]
     hp = _hparams(tmp_path, monkeypatch, *args)
-    assert (hp["adapter"]["init_args"]["in_channels"], hp["num_classes"], hp["task"]) == (9, 10, "multilabel")
+    objective = hp["objective"]["class_path"].rpartition(".")[2]
+    assert (hp["adapter"]["init_args"]["in_channels"], hp["num_classes"], objective) == (9, 10, "MultiLabel")
     run = tmp_path / "run"
     run.mkdir()
     run_recipe("graph_graph", ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", *args], run)

@@ -40,7 +40,7 @@ def test_actor_is_one_flag_away(tmp_path: Path) -> None:
     assert "metrics written to" in proc.stdout
     (ckpt,) = tmp_path.glob("runs/**/last.ckpt")
     task = ClassificationTask.load_from_checkpoint(ckpt, weights_only=True)
-    assert (task.num_classes, task.adapter.in_channels, task.task) == (4, 6, "multiclass")
+    assert (task.num_classes, task.adapter.in_channels, type(task.objective).__name__) == (4, 6, "MultiClass")
 
 
 def test_the_actor_config_keeps_the_ego_apart(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import soundfile
 import torch
 from _recipes import RECIPES, run_recipe, write_speech_commands
 
+from attnmm.lightning import Transfer
 from attnmm.masks import Segments
 
 SMALL = ["--data.image_val_size=100", "--data.batch_size=8"]
@@ -118,11 +119,12 @@ def test_the_default_builds_the_chosen_model(tmp_path: Path, monkeypatch: pytest
     model = cli.model
     assert cli.datamodule.gate_voices == "speech_commands_test_v0.02" and cli.datamodule.gate_conflicts == 0.3
     assert model.adapter.fusion == "late" and model.adapter.segment_names == ["audio", "image"]
-    assert model.head.num_segments == 2 and model.head.gate is not None and model.segment_loss_weight == 1.0
-    assert model.init_from == "speech_commands_8k"
+    assert model.head.num_segments == 2 and model.head.gate is not None and model.objective.weight == 1.0
+    (transfer,) = [c for c in cli.trainer.callbacks if isinstance(c, Transfer)]
+    assert transfer.init_from == "speech_commands_8k"
     tower = model.adapter.adapters["audio"]  # the tower takes the shipped backbone, entry for entry
     assert isinstance(tower, EncodedAdapter) and tower.adapter.sample_rate == 8000  # linked to the data
-    model.setup("fit")
+    transfer.setup(cli.trainer, model, "fit")
     state = backbone_state("speech_commands_8k")
     assert torch.equal(tower.encoder.layers[3].ffn[0].weight, state["encoder.layers.3.ffn.0.weight"])
     # written once: the fused width and the data's classes reach the encoder, the head and the task

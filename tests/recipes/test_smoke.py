@@ -160,4 +160,4 @@ def test_graph_node_default_learns_attention(
         0.1,
         0.5,
     )
-    assert cli.model.hparams["lr"] == 0.01 and cli.model.hparams["weight_decay"] == 5e-4
+    assert cli.model.hparams["lr"] == 0.01 and cli.model.hparams["optimizer"]["weight_decay"] == 5e-4

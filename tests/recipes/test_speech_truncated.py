@@ -14,6 +14,8 @@ import soundfile
 import torch
 from _recipes import RECIPES, data_root, recipe_main, run_recipe, write_fsdd, write_speech_commands
 
+from attnmm.lightning import Transfer
+
 ROOT = RECIPES.parent
 PAGE = ROOT / "docs" / "recipes" / "speech.md"
 CONFIGS = RECIPES / "configs"
@@ -192,9 +194,10 @@ def test_pretrain_then_fine_tune(commands_root: Path, tmp_path: Path, monkeypatc
     fine = main(["fit", f"--model.init_from={tmp_path / 'backbone.pt'}", "--model.freeze_encoder_epochs=1",
                  "--trainer.max_epochs=2", *short])
     model = fine.model
-    assert model._backbone_loaded and model.num_classes == 10 and model.head.linear.out_features == 10
+    (transfer,) = [c for c in fine.trainer.callbacks if isinstance(c, Transfer)]
+    assert transfer.loaded and model.num_classes == 10 and model.head.linear.out_features == 10
     assert all(p.requires_grad for p in model.parameters())  # unfrozen after the first epoch
-    assert fine.model.hparams["init_from"] == str(tmp_path / "backbone.pt")
+    assert transfer.init_from == str(tmp_path / "backbone.pt")
     metrics = json.loads(next((tmp_path / "runs" / "speech_truncated").glob("version_*/metrics.json")).read_text())
     assert set(metrics) == {"test_acc", "test_loss"}
 

@@ -28,6 +28,6 @@ def test_documented_aux_columns_command_gives_one_head_per_column() -> None:
     import text_pos
 
     cli = text_pos.main(["--data.aux_columns=[xpos,deprel,feats]", "--data.max_aux_classes=256"], run=False)
-    heads = cli.model.aux_heads
+    heads = cli.model.objective.aux_heads
     assert list(heads) == ["xpos", "deprel", "feats"]
     assert all(h.linear.in_features == 192 and h.linear.out_features == 256 for h in heads.values())

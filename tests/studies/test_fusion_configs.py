@@ -18,6 +18,7 @@ import torch
 from _recipes import RECIPES, write_fsdd, write_mnist, write_speech_commands
 
 from attnmm.adapters import MultimodalAdapter
+from attnmm.lightning import Transfer
 from attnmm.masks import Segments
 
 STUDY = RECIPES.parent / "studies" / "fusion"
@@ -137,7 +138,8 @@ def test_robust_configs_build(
     model = cli.model
     assert cli.datamodule.gate_voices == voices and cli.datamodule.gate_conflicts == conflicts
     assert model.adapter.segment_names == names and model.head.num_segments == num_segments
-    assert (model.head.gate is not None) == gate and model.segment_loss_weight == weight
-    assert model.init_from == init_from
+    assert (model.head.gate is not None) == gate and model.objective.weight == weight
+    (transfer,) = [c for c in cli.trainer.callbacks if isinstance(c, Transfer)]
+    assert transfer.init_from == init_from
     if "audio" in names:
         assert model.adapter.adapters["audio"].adapter.sample_rate == 8000  # linked to the data
