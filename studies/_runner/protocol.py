@@ -14,7 +14,8 @@ A protocol is ``studies/<name>/protocol.json``::
                                             # "per": "split": each split picks on its own "inner" sets
      "retest": {"protocols": ["<hash>"], "why": "..."},  # earlier protocols whose test items are scored again
      "test_candidates": "selected",         # "selected per split", or a list of candidate names
-     "moved": {"recipes/configs/a.yaml": {"to": "studies/x/configs/a.yaml", "content": "<content_hash>"}}}
+     "moved": {"recipes/configs/a.yaml": {"to": "studies/x/configs/a.yaml", "content": "<content_hash>",
+                                          "rewritten": "..."}}}  # optional: why the content was rewritten
 
 A split of a nested selection holds ``"inner": {"train": ..., "validation": [...]}``: its selection runs
 train on the inner training set and score the inner validation sets, and the disjointness check holds per

@@ -234,6 +234,7 @@ def readme_block(view: View) -> list[str]:
     for old, m in p.data.get("moved", {}).items():
         lines.append(f"- Amended: `{old}` moved to `{m['to']}`; the hash counts it under its old path, and its "
                      + ("content changed since the move." if m["to"] in view.edited
+                        else f"content was rewritten, the runs' settings kept: {m['rewritten']}." if m.get("rewritten")
                         else "content (comments aside) is the one the runs used."))
     stale = sum(view.stale(r) for r in view.records("test"))
     if stale:
