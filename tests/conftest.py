@@ -4,7 +4,9 @@
 (``tests/recipes``: subprocesses, DDP, precision, reproducibility), the benchmarks, the studies (all but
 the runner's own rules), the examples, the docs' executed pages and tutorials (``test_docs.py``), the
 long backend fuzzing (``test_fuzz.py``) and every test on the real datasets (``@pytest.mark.data``);
-the kill-and-resume tests and the few tests that train for a while carry the marker themselves."""
+the kill-and-resume tests, the few tests that train for a while and the checks that start a new
+interpreter (the CLI's messages as a person sees them, ``python -m attnmm``, imports without warnings)
+carry the marker themselves."""
 
 from __future__ import annotations
 
