@@ -5,6 +5,7 @@ DataModules read (:func:`write_data`), so that every recipe runs on any machine.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import gzip
 import importlib.util
@@ -16,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -251,14 +253,95 @@ def recipe_main(name: str) -> Callable[..., object]:
     return module.main
 
 
-def run_recipe(name: str, args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    """Run ``recipes/<name>.py`` in a subprocess from ``cwd``; fail with its output on error. Writable
-    copies of the data (Planetoid's processed files) go to ``cwd/cache``, never to the user's cache."""
+def run_recipe(
+    name: str, args: list[str], cwd: Path, timeout: int = 600, fresh: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``recipes/<name>.py`` in a process of its own from ``cwd``; fail with its output on error. Writable
+    copies of the data (Planetoid's processed files) go to ``cwd/cache``, never to the user's cache.
+
+    The process is forked from a server that has imported torch, Lightning, PyG and attnmm once
+    (``_recipe_server.py``: the script runs as ``__main__`` with its own arguments, folder, environment and
+    output, and exits as the interpreter would), which saves each run the interpreter's start and those
+    imports; ``fresh=True`` starts a new interpreter instead (a new hash seed: for runs compared with
+    each other, as two separate runs of a user's would be)."""
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", "ATTNMM_CACHE": str(cwd / "cache")}
-    proc = subprocess.run(
-        [sys.executable, str(RECIPES / f"{name}.py"), *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-    )
+    argv = [str(RECIPES / f"{name}.py"), *args]
+    if fresh:
+        proc = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    else:
+        proc = run_forked(argv, cwd, env, timeout)
     if proc.returncode != 0:
         pytest.fail(f"recipe {name} {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
+
+
+@functools.cache
+def _server() -> subprocess.Popen[str]:
+    """The recipe server of this test process (started on first use, ended at exit)."""
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_recipe_server.py"))], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    atexit.register(server.kill)
+    return server
+
+
+def run_forked(argv: list[str], cwd: Path, env: dict[str, str], timeout: int) -> subprocess.CompletedProcess[str]:
+    """``python *argv`` run by the recipe server, with the output captured as ``subprocess.run`` would."""
+    import json
+    import signal
+    import threading
+
+    server = _server()
+    assert server.stdin is not None and server.stdout is not None
+    out = Path(tempfile.mkdtemp(prefix="attnmm-run-"))
+    try:
+        request = {"argv": argv, "cwd": str(Path(cwd).resolve()), "env": env, "stdout": str(out / "stdout"),
+                   "stderr": str(out / "stderr")}
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        pid = json.loads(server.stdout.readline())["pid"]
+        killed = threading.Event()
+
+        def kill() -> None:  # the run and whatever it started (its own process group)
+            killed.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        code = json.loads(server.stdout.readline())["returncode"]
+        timer.cancel()
+        stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+        if killed.is_set():
+            raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+        return subprocess.CompletedProcess([sys.executable, *argv], code, stdout, stderr)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def fork_python_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``subprocess.run([sys.executable, "<script>.py", ...], ...)`` in the code under test a run of the
+    recipe server (:func:`run_recipe`'s): the same script, arguments, folder and environment in a process of
+    its own, its output where the call sends it, ``check`` raising as it would. Any other call (``git``,
+    ``python -m``, a ``nice`` prefix, other options) is the real ``subprocess.run``."""
+    real = subprocess.run
+
+    def run(args: Any, *rest: Any, **kw: Any) -> subprocess.CompletedProcess[Any]:
+        out, err = kw.get("stdout"), kw.get("stderr")
+        script = (not rest and set(kw) <= {"cwd", "env", "check", "stdout", "stderr", "timeout"}
+                  and isinstance(args, list | tuple) and len(args) > 1 and args[0] == sys.executable
+                  and str(args[1]).endswith(".py"))
+        files = (out is None or hasattr(out, "write")) and (err in (None, subprocess.STDOUT) or hasattr(err, "write"))
+        if not (script and files):
+            return real(args, *rest, **kw)
+        argv = [str(a) for a in args[1:]]
+        proc = run_forked(argv, Path(kw.get("cwd") or os.getcwd()).resolve(), dict(kw.get("env") or os.environ),
+                       kw.get("timeout") or 24 * 3600)
+        (out or sys.stdout).write(proc.stdout)
+        ((out or sys.stdout) if err is subprocess.STDOUT else (err or sys.stderr)).write(proc.stderr)
+        if kw.get("check") and proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, args, proc.stdout, proc.stderr)
+        return subprocess.CompletedProcess(args, proc.returncode)
+
+    monkeypatch.setattr(subprocess, "run", run)

@@ -4,7 +4,9 @@
 (``tests/recipes``: subprocesses, DDP, precision, reproducibility), the benchmarks, the studies (all but
 the runner's own rules), the examples, the docs' executed pages and tutorials (``test_docs.py``), the
 long backend fuzzing (``test_fuzz.py``) and every test on the real datasets (``@pytest.mark.data``);
-the kill-and-resume tests and the few tests that train for a while carry the marker themselves."""
+the kill-and-resume tests, the few tests that train for a while and the checks that start a new
+interpreter (the CLI's messages as a person sees them, ``python -m attnmm``, imports without warnings)
+carry the marker themselves."""
 
 from __future__ import annotations
 
@@ -17,6 +19,15 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("MPLBACKEND", "Agg")  # figures render off-screen
+# The suite spread over processes (pytest-xdist, ``make test``): each takes its share of the cores, it and the
+# recipe runs it starts (unless OMP_NUM_THREADS says otherwise). torch's default, a thread per core in every
+# process, would put twice as many threads as cores to work on two workers, and the waiting ones burn CPU.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 settings.register_profile(
     "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

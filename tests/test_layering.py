@@ -132,6 +132,7 @@ def test_an_old_name_in_the_core_warns_and_is_the_layer(name: str) -> None:
         attnmm.attention.NoSuchName  # noqa: B018
 
 
+@pytest.mark.slow  # a new interpreter per path; in the quick loop: the old paths' warnings, above
 def test_the_new_paths_import_without_warnings() -> None:
     code = (
         "import warnings; warnings.simplefilter('error')\n"

@@ -17,6 +17,7 @@ from attnmm import _recipes
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a new interpreter; in the quick loop: cli_main.main in-process, below
 def test_python_m_attnmm_lists_recipes_configs_and_data(tmp_path: Path) -> None:
     """Before: "attnmm is a package and cannot be directly executed"."""
     data = tmp_path / "data"

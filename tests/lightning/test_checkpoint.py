@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _recipes import run_forked
 
 from attnmm.lightning import AtomicCheckpointIO, RandomState, find_last_checkpoint
 
@@ -61,8 +62,7 @@ def _run(args: list[str], cwd: Path, check: bool = True) -> subprocess.Completed
     path = os.pathsep.join(filter(None, [str(cwd), os.environ.get("PYTHONPATH")]))  # the killer, then the package
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
     script = Path(__file__).resolve().parents[2] / "recipes" / "graph_graph.py"
-    proc = subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = run_forked([str(script), *args], cwd, env, timeout=300)  # a process of its own (see _recipes.run_recipe)
     if check and proc.returncode != 0:
         pytest.fail(f"graph_graph {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc

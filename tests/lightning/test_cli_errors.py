@@ -38,6 +38,7 @@ def _shown(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return (proc.stdout + proc.stderr).splitlines()
 
 
+@pytest.mark.slow  # a new interpreter; in the quick loop: the in-process tests below
 def test_a_refused_value_is_one_short_message(tmp_path: Path) -> None:
     """Before: 126 lines, 3 chained tracebacks, the reason in the middle and a Namespace dump last."""
     proc = _run("speech_truncated", BAD_LEFT, tmp_path)
@@ -57,6 +58,7 @@ def test_attnmm_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert "left must be an int >= 0, got -3" in proc.stderr
 
 
+@pytest.mark.slow  # a new interpreter; in the quick loop: the in-process tests below
 def test_a_misspelled_option_gets_did_you_mean(tmp_path: Path) -> None:
     """Before: 79 lines of usage, then a nested Union error."""
     proc = _run("speech_truncated", ["fit", "--model.lrr", "0.1"], tmp_path)

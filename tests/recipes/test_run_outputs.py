@@ -58,17 +58,7 @@ def test_each_run_has_its_own_folder_with_its_attention_maps(tmp_path: Path) -> 
     assert _files(run / "version_2") == [*pictures, "metrics.json"]
 
 
-def test_a_graph_encoder_draws_its_layers(tmp_path: Path) -> None:
-    """GPS layers give their weights over the first graph's nodes (they once gave no picture)."""
-    proc = run_recipe("graph_graph", ["fit", *SMOKE, *smoke_args("graph_graph")], tmp_path)
-    run = tmp_path / "runs" / "graph_graph" / "version_0"
-    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    layers = ckpt["hyper_parameters"]["encoder"]["init_args"].get("num_layers", 2)
-    pictures = [f"attention_layer{i}.png" for i in range(layers)]
-    assert _files(run) == [*pictures, "checkpoints/last.ckpt", "metrics.json"]
-    assert all(_is_png(run / name) for name in pictures)
-    assert "attention maps written to" in proc.stdout
-    _no_noise(proc)
+# graph_graph's GPS layers draw their maps too: tests/recipes/test_smoke.py::test_fast_dev_run (the same run)
 
 
 def test_an_encoder_without_weights_gets_no_pictures(tmp_path: Path) -> None:

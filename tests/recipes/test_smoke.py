@@ -15,6 +15,7 @@ from _recipes import (
     SMOKE,
     config_path,
     generated_args,
+    real_root,
     recipe_main,
     run_recipe,
     smoke_args,
@@ -27,12 +28,26 @@ from attnmm.lightning import ClassificationTask
 
 @pytest.mark.parametrize("recipe", smoke_params())
 def test_fast_dev_run(recipe: str, tmp_path: Path) -> None:
+    """Also, from the same run: what text_pos says of the real UD English-EWT (no test file), and the
+    attention maps of graph_graph's GPS layers (once, they gave no picture)."""
     args = ["fit", "--trainer.fast_dev_run=true", "--torch_threads=1", "--trainer.enable_model_summary=false"]
     proc = run_recipe(recipe, [*args, *smoke_args(recipe)], tmp_path)
     (path,) = tmp_path.glob("runs/**/metrics.json")
     metrics = json.loads(path.read_text())
     assert {"test_acc", "test_loss"} <= set(metrics) and all(v == v for v in metrics.values())  # no NaN
     assert "metrics written to" in proc.stdout
+    if recipe == "text_pos" and real_root("ud_english_ewt") is not None:
+        assert set(metrics) == {"test_acc", "test_loss"} and 0.0 <= metrics["test_acc"] <= 1.0
+        assert "test en_ewt-ud-dev.conllu (en_ewt-ud-test.conllu not found: testing on dev)" in proc.stdout
+    if recipe == "graph_graph":
+        run = tmp_path / "runs" / "graph_graph" / "version_0"
+        ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        layers = ckpt["hyper_parameters"]["encoder"]["init_args"].get("num_layers", 2)
+        pictures = [f"attention_layer{i}.png" for i in range(layers)]
+        assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file()) == [
+            *pictures, "checkpoints/last.ckpt", "metrics.json"]
+        assert all((run / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in pictures)
+        assert "attention maps written to" in proc.stdout
 
 
 def _hparams(recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> dict:

@@ -178,6 +178,9 @@ def test_summary_targets_and_render(tmp_path: Path) -> None:
 def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny runs on generated data: every run trains without a test, select reads validation pairs only and
     stores a choice, evaluate classifies every condition and renders the section."""
+    from _recipes import fork_python_scripts
+
+    fork_python_scripts(monkeypatch)  # each run a process of its own, without the interpreter's start each time
     repo = fc.ROOT
     (tmp_path / "recipes").symlink_to(repo / "recipes")
     (tmp_path / "studies").symlink_to(repo / "studies")

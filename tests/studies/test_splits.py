@@ -54,6 +54,9 @@ def test_summary_paired_differences_and_table() -> None:
 @pytest.mark.parametrize("recipe,name,writer", [("graph_node", "Actor", write_actor), ("graph_graph", "TOY", write_tu)])
 def test_runs_every_split_and_resumes(recipe: str, name: str, writer: object, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from _recipes import fork_python_scripts
+
+    fork_python_scripts(monkeypatch)  # each run a process of its own, without the interpreter's start each time
     writer(tmp_path / "data")  # type: ignore[operator]
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     extra = [f"--data.root={tmp_path / 'data'}", "--trainer.max_epochs=2"]
