@@ -46,6 +46,8 @@ from studies._graphs import recipe_train as _recipe_sweep
 from studies._graphs.node_models import DEFAULTS as NODE_DEFAULTS
 from studies._graphs.node_models import build_encoder
 from studies._graphs.recipe_train import REAL_TASKS
+from studies._runner import stats
+from studies._runner.stats import spread
 
 #: The motif task's config: GraphAdapter (random-walk encodings) -> attention layers -> mean pooling. Two
 #: random-walk steps, not the recipe's 8: the return probability after 3 steps marks the house's triangle
@@ -329,26 +331,13 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "test") -> dict[str, float] | None:
-    """``mask``'s score minus ``reference``'s on the same replicates (split, seed), in points: mean, sample std,
-    standard error and how many replicates ``mask`` wins (one shared replicate: the difference alone, with no
-    spread); ``None`` without a shared replicate."""
+def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "test") -> dict[str, Any] | None:
+    """``mask``'s score minus ``reference``'s on the same replicates (split, seed), in points
+    (:func:`studies._runner.stats.paired`); ``None`` without a shared replicate."""
     def by(name: str) -> dict[tuple[Any, Any], float]:
         return {(r.get("split"), r["seed"]): 100 * r[key] for r in runs if r["mask"] == name}
 
-    a, b = by(mask), by(reference)
-    common = sorted(set(a) & set(b), key=str)
-    if not common:
-        return None
-    diffs = [a[c] - b[c] for c in common]
-    std = statistics.stdev(diffs) if len(diffs) > 1 else None
-    return {"mean": statistics.fmean(diffs), "std": std, "sem": None if std is None else std / len(diffs) ** 0.5,
-            "wins": sum(d > 0 for d in diffs), "n": len(diffs)}
-
-
-def _spread(mean: float, std: float, n: int, fmt: str = ".2f", unit: str = "") -> str:
-    """``mean ± std`` over ``n`` replicates; one replicate has no spread to show."""
-    return f"{mean:{fmt}}{unit}" if n == 1 else f"{mean:{fmt}} ± {std:{fmt}}{unit}"
+    return stats.paired(by(mask), by(reference))
 
 
 def _paired_cell(d: dict[str, Any]) -> str:
@@ -368,8 +357,8 @@ def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", referen
     for r in summarize(runs):
         shown = r["mask"].replace("|", "\\|")  # a union's bar would split the table's cell
         n = r["seeds"]
-        line = (f"| `{shown}` | {r['pairs']:,.0f} | {_spread(r['val'], r['val_std'], n)} | "
-                f"{_spread(r['test'], r['test_std'], n)} | {_spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
+        line = (f"| `{shown}` | {r['pairs']:,.0f} | {spread(r['val'], r['val_std'], n)} | "
+                f"{spread(r['test'], r['test_std'], n)} | {spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
         if extra:
             d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
             line += f" {_paired_cell(d)} |" if d else " |"
@@ -582,5 +571,5 @@ def summary(view: Any) -> list[dict[str, Any]]:
     anchors = ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) if spec else "—"
     return [{"task": view.protocol.data["task"], "dataset": view.protocol.data["dataset"],
              "split": view.protocol.data["split_protocol"], "metric": f"test {what}, best mask of a sweep",
-             "result": f"`{best['mask']}` {_spread(best['test'], best['test_std'], n)} ({_replicates(store)}); "
+             "result": f"`{best['mask']}` {spread(best['test'], best['test_std'], n)} ({_replicates(store)}); "
                        f"{len(rows)} masks", "anchors": anchors, "order": view.protocol.data.get("order", 50)}]

@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from studies._runner.stats import bootstrap_difference, commit, machine
+
 ROOT = Path(__file__).resolve().parents[2]
 STORES = Path(__file__).with_name("stores")
 RUNS_DIR = Path("runs") / "fusion_conditions"
@@ -187,7 +189,7 @@ def train(name: str, runs_dir: Path = RUNS_DIR, extra: Sequence[str] = ()) -> di
     (metrics,) = (ROOT / out).glob("**/metrics.json")
     record = {"name": name, "command": " ".join(["python", *cmd]), "seconds": round(time.time() - started, 1),
               "checkpoint": str(ckpt.relative_to(ROOT / out)), "validation": json.loads(metrics.read_text()),
-              "machine": _machine(), "commit": _commit()}
+              "machine": machine(), "commit": commit()}
     (ROOT / out / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -196,19 +198,6 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
-
-
-def _machine() -> str:
-    import os
-    import platform
-
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {stamp}"
-
-
-def _commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip()
 
 
 # --------------------------------------------------------------------------------------------- evaluation
@@ -302,48 +291,6 @@ def unbits(text: str) -> np.ndarray:
     return np.frombuffer(text.encode(), dtype=np.uint8) == ord("1")
 
 
-def bootstrap_difference(
-    a: Sequence[np.ndarray], b: Sequence[np.ndarray], groups: Sequence[int], resamples: int = BOOTSTRAP, seed: int = 0,
-    level: float = 0.95,
-) -> dict[str, float]:
-    """Paired bootstrap over test pairs of the difference in mean accuracy between two models.
-
-    ``a[r]`` and ``b[r]`` are the per-pair correctness (0/1) of the two models in replicate ``r`` (a
-    training seed, or a held-out-speaker fold) on the same pairs; the statistic is the mean over the
-    replicates of ``acc(a[r]) - acc(b[r])``. Each resample draws the pairs with replacement, the same draw
-    for every replicate of one ``groups`` value (replicates on the same test pairs: the seeds) and an
-    independent draw per group (folds on different speakers' pairs). Returns the difference, the interval
-    at ``level`` (percentiles) and the share of resamples <= 0, in accuracy points (x 100).
-
-    Examples:
-        >>> import numpy as np
-        >>> a = [np.array([1, 1, 1, 0] * 50)]; b = [np.array([1, 0, 1, 0] * 50)]
-        >>> r = bootstrap_difference(a, b, [0], resamples=500)
-        >>> r["diff"], r["low"] > 0
-        (25.0, True)
-    """
-    if not (len(a) == len(b) == len(groups)) or not a:
-        raise ValueError(f"need one group per replicate of both models, got {len(a)}, {len(b)}, {len(groups)}")
-    rng = np.random.default_rng(seed)
-    diffs = [np.asarray(x, dtype=float) - np.asarray(y, dtype=float) for x, y in zip(a, b)]
-    stat = float(np.mean([d.mean() for d in diffs]))
-    draws = np.zeros(resamples)
-    for g in sorted(set(groups)):
-        members = [d for d, gg in zip(diffs, groups) if gg == g]
-        n = len(members[0])
-        if any(len(d) != n for d in members):
-            sizes = [len(d) for d in members]
-            raise ValueError(f"the replicates of group {g} classify the same pairs, so one size each; got {sizes}")
-        idx = rng.integers(0, n, size=(resamples, n))
-        for d in members:
-            draws += d[idx].mean(1)
-    draws /= len(diffs)
-    tail = (1 - level) / 2
-    low, high = np.quantile(draws, [tail, 1 - tail])
-    return {"diff": round(100 * stat, 2), "low": round(100 * float(low), 2), "high": round(100 * float(high), 2),
-            "p_le_0": round(float((draws <= 0).mean()), 4)}
-
-
 def _evaluate_runs(
     names: Sequence[str], split: str, root: str | None, runs_dir: Path, combine: dict[str, str] | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -413,7 +360,7 @@ def select(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]
               "conditions": list(VALIDATION_CONDITIONS), "scores": scores, "choice": choice,
               "stored": {c: f"protocol {earlier}" for c in CANDIDATES if c not in at_hand},
               "rule": "highest mean validation accuracy over the conditions; a tie: the earlier candidate",
-              "machine": _machine(), "commit": _commit()}
+              "machine": machine(), "commit": commit()}
     SELECTION.parent.mkdir(exist_ok=True)
     if SELECTION.exists():  # an earlier protocol's record is kept as it was
         earlier = json.loads(SELECTION.read_text()).get("protocol", 2)
@@ -443,7 +390,7 @@ def select_combine(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[s
     choice = max(COMBINES, key=lambda c: (scores[c]["mean"], -COMBINES.index(c)))
     record["combine"] = {"run": name, "split": "val", "scores": scores, "choice": choice,
                          "rule": "highest mean validation accuracy over the conditions; a tie: the earlier",
-                         "machine": _machine(), "commit": _commit()}
+                         "machine": machine(), "commit": commit()}
     SELECTION.write_text(json.dumps(record, indent=1) + "\n")
     return record["combine"]
 
@@ -490,7 +437,7 @@ def evaluate_run(name: str, root: str | None = None, runs_dir: Path = RUNS_DIR) 
             arrays[f"alpha_{i}"] = np.asarray(cell["alpha"], dtype=np.float64)
     meta = {"name": name, "run": json.loads(record.read_text()), "test_seed": TEST_SEED, "combine": combine,
             "conditions": list(cells), "classes": int(next(iter(cells.values()))["probs"].shape[1]),
-            "machine": _machine(), "commit": _commit()}
+            "machine": machine(), "commit": commit()}
     path = cells_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
@@ -562,7 +509,7 @@ def evaluate(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, An
              "combine": combine,
              "selection": json.loads(SELECTION.read_text()) if SELECTION.exists() else None,
              "runs": records,
-             "cells": table, "machine": _machine(), "commit": _commit()}
+             "cells": table, "machine": machine(), "commit": commit()}
     store["summary"] = summarize(store)
     STORE.parent.mkdir(exist_ok=True)
     STORE.write_text(json.dumps(store, indent=1) + "\n")
@@ -588,7 +535,7 @@ def summarize(store: dict[str, Any]) -> dict[str, Any]:
         for peer in ("audio", "image", "ensemble"):
             if cond in cells[peer]:
                 other = [unbits(c) for c in cells[peer][cond]["correct"]]
-                versus[cond][peer] = bootstrap_difference(fused, other, groups)
+                versus[cond][peer] = bootstrap_difference(fused, other, groups, BOOTSTRAP)
     return {"accuracy": acc, "fused_minus": versus, "targets": targets(acc, versus, store)}
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from studies._runner.stats import machine
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).with_name("stores")
 
@@ -94,15 +96,6 @@ def figure(stores: dict[str, dict[str, Any]]) -> Any:
     return fig
 
 
-def _machine() -> str:
-    import os
-    import platform
-    import time
-
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {stamp}"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--name", required=True, help="results file kws_<name>.json, e.g. transformer or res8")
@@ -111,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = evaluate(args.ckpt, args.config_args)
     record = {"name": args.name, "checkpoint": args.ckpt, "config_args": args.config_args, **result,
-              "machine": _machine()}
+              "machine": machine()}
     store_path(args.name).write_text(json.dumps(record, indent=1) + "\n")
     print(f"{args.name}: test accuracy {100 * result['test_acc']:.2f}% on {result['clips']} clips")
     for c, acc in result["per_class"].items():

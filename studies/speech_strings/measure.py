@@ -25,7 +25,7 @@ Training seeds: ``--seed N`` trains (or evaluates) the models of seed N, stored 
 0 under the mask's name); the page reports each mask's DER as the mean over its seeds. Each decoding
 keeps the errors charged to every test recording (:func:`aligned_errors`), so that whether a mask's DER
 differs from Full's is decided by resampling the recordings (the strings reuse them), each recording's
-errors averaged over the seeds (:func:`studies.speech_strings.page.recording_bootstrap`).
+errors averaged over the seeds (:func:`studies._runner.stats.ratio_bootstrap`).
 
 Results go to the ``speech_strings`` study's store (its ``detail``: each part and each trained model with
 the command, machine and time of its run); ``python -m studies speech_strings render`` writes the
@@ -193,7 +193,7 @@ def decode_der(task: Any, strings: Any, batch_size: int = 16, decoding: str = "g
     """Digit error rate (edits / reference digits) and exact strings of ``task`` on ``strings``, decoded by
     ``decoding`` (``SequenceTask.transcribe``; default greedy CTC), and ``per_take``: the edits charged to
     each test recording (:func:`aligned_errors`, summed over the strings that reuse it) and its digits, so
-    that a comparison can resample recordings (:func:`studies.speech_strings.page.recording_bootstrap`)."""
+    that a comparison can resample recordings (:func:`studies._runner.stats.ratio_bootstrap`)."""
     from attnmm.data import collate_digit_strings
 
     task.eval()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from studies._runner.stats import bootstrap_difference
 from studies.fusion import conditions as fc
 
 
@@ -18,14 +19,14 @@ def test_bootstrap_of_a_known_difference() -> None:
     a = rng.random(1000) < 0.9
     b = a.copy()
     b[:100] = ~b[:100]  # the second model differs on 100 pairs
-    r = fc.bootstrap_difference([a], [b], [0], resamples=1000)
+    r = bootstrap_difference([a], [b], [0], resamples=1000)
     assert r["diff"] == pytest.approx(100 * (a.mean() - b.mean()))
     assert r["low"] < r["diff"] < r["high"]
-    same = fc.bootstrap_difference([a], [a], [0], resamples=200)
+    same = bootstrap_difference([a], [a], [0], resamples=200)
     assert same == {"diff": 0.0, "low": 0.0, "high": 0.0, "p_le_0": 1.0}
     # a clear gain: the interval excludes 0
     worse = a & (rng.random(1000) < 0.8)
-    assert fc.bootstrap_difference([a], [worse], [0], resamples=500)["low"] > 0
+    assert bootstrap_difference([a], [worse], [0], resamples=500)["low"] > 0
 
 
 def test_bootstrap_pairs_the_seeds_and_resamples_folds_apart() -> None:
@@ -34,17 +35,17 @@ def test_bootstrap_pairs_the_seeds_and_resamples_folds_apart() -> None:
     seeds_b = [x.copy() for x in seeds_a]
     # a mean over replicates: each replicate's difference counts once
     seeds_b[0][:40] = False
-    r = fc.bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
+    r = bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
     expected = np.mean([100 * (x.mean() - y.mean()) for x, y in zip(seeds_a, seeds_b)])
     assert r["diff"] == pytest.approx(expected, abs=0.01)
-    folds = fc.bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 1],
+    folds = bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 1],
                                     resamples=300)
     assert folds["low"] <= folds["diff"] <= folds["high"]
-    with pytest.raises(ValueError, match="same pairs"):
-        fc.bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 0])
+    with pytest.raises(ValueError, match="same items"):
+        bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 0])
     with pytest.raises(ValueError, match="one group per replicate"):
-        fc.bootstrap_difference(seeds_a, seeds_b, [0])
-    again = fc.bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
+        bootstrap_difference(seeds_a, seeds_b, [0])
+    again = bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
     assert again == r  # a fixed generator: the same interval every time
 
 

@@ -12,6 +12,7 @@ import soundfile
 import torch
 
 from studies._runner.render import splice
+from studies._runner.stats import ratio_bootstrap
 from studies.speech_strings import measure as bench
 from studies.speech_strings import page as rendering
 
@@ -157,15 +158,15 @@ def test_the_recording_bootstrap() -> None:
     a = {"ids": list(range(40)), "errors": [1] * 40, "digits": [10] * 40}
     worse = {**a, "errors": [3] * 40}
     noisy = {**a, "errors": [0, 2] * 20}
-    diff, lo, hi = rendering.recording_bootstrap([a], [worse])
+    diff, lo, hi = ratio_bootstrap([a], [worse])
     assert abs(diff + 0.2) < 1e-12 and lo == pytest.approx(-0.2) and hi == pytest.approx(-0.2)
-    diff, lo, hi = rendering.recording_bootstrap([a], [noisy])  # the same mean, spread over recordings
+    diff, lo, hi = ratio_bootstrap([a], [noisy])  # the same mean, spread over recordings
     assert diff == 0 and lo < 0 < hi
     # two seeds: each recording's errors averaged over them; recordings only one run saw are left out
-    diff, _, _ = rendering.recording_bootstrap([a, worse], [a])
+    diff, _, _ = ratio_bootstrap([a, worse], [a])
     assert abs(diff - 0.1) < 1e-12
     partial = {"ids": [0, 1], "errors": [5, 5], "digits": [10, 10]}
-    assert rendering.recording_bootstrap([partial], [a])[0] == pytest.approx(0.4)
+    assert ratio_bootstrap([partial], [a])[0] == pytest.approx(0.4)
 
 
 def test_seeds_are_stored_apart_and_averaged() -> None:
