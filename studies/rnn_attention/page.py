@@ -315,9 +315,9 @@ def render_page(store: dict[str, Any]) -> str:
             lines += section(store[name])
         elif name == "parallel_cuda":
             lines += ["## Parallel training on a GPU", "", "Not measured yet (no GPU was available): "
-                      "`python -m studies.rnn_attention.measure --parts parallel --device cuda`.", ""]
+                      "`python -m studies rnn_attention measure parallel device=cuda`.", ""]
         else:
-            command = f"python -m studies.rnn_attention.measure --parts {name}"
+            command = f"python -m studies rnn_attention measure {name}"
             lines += [f"## {name}", "", f"Not measured yet: `{command}`.", ""]
     lines += _summary_section(store)
     return "\n".join(lines).rstrip() + "\n"

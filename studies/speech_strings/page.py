@@ -177,8 +177,8 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
     untrained = [m for m in masks if not models.get(m, {}).get("der")]
     if untrained:
         names = ",".join(untrained)
-        lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m studies.speech_strings.measure "
-                  f"--parts train --masks '{names}'`)."]
+        lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m studies speech_strings measure "
+                  f"train 'masks={names}'`)."]
     lines += [
         "",
         "#### Step time and memory by string length", "",
@@ -219,7 +219,7 @@ def _models_section(models: dict[str, Any]) -> list[str]:
         "### The models", "",
         f"The recipe's config with only the mask and the budget changed (the recipe's budget is "
         f"{_recipe_budget()}), trained by the recipe or by the same config, seed and data in a Lightning "
-        "Trainer of this module (`--parts train`); validation picks the checkpoint with the lowest "
+        "Trainer of this module (its `train` part); validation picks the checkpoint with the lowest "
         "validation DER under the decoding of the table, which also decodes the test DER (the recipe's "
         f"1,000 test strings). {per_mask}; wall times are of a shared machine and include validation.", "",
     ]
@@ -312,14 +312,14 @@ def render_section(store: dict[str, Any]) -> str:
     lines = [
         "",
         "## Connected digits: latency and cost by mask", "",
-        "The connected-digits model under other masks, measured by `python -m studies.speech_strings.measure` "
-        "(its docstring says how).", "",
+        "The connected-digits model under other masks, measured by `python -m studies speech_strings measure` "
+        "(`studies/speech_strings/measure.py` says how).", "",
     ]
     lines += _latency_section(models, store.get("reference"))
     if "cost" in store:
         lines += _cost_section(store["cost"], models)
     else:
-        command = "python -m studies.speech_strings.measure --parts cost"
+        command = "python -m studies speech_strings measure cost"
         lines += [f"Step time and memory: not measured yet (`{command}`).", ""]
     if models:
         lines += _models_section(models)

@@ -11,6 +11,8 @@ import pytest
 import soundfile
 import torch
 
+from studies._runner import Study
+from studies._runner.cli import _value, measure
 from studies._runner.render import splice
 from studies._runner.stats import ratio_bootstrap
 from studies.speech_strings import measure as bench
@@ -51,7 +53,8 @@ def test_streamed_digits_equal_the_full_greedy_decode(root: Path) -> None:
 
 def test_edits_and_names() -> None:
     assert bench._edits([1, 2, 3], [1, 3]) == 1 and bench._edits([], [4, 4]) == 2
-    assert bench._names("Full,Chunk(8, 2), Window(16, 4)") == ["Full", "Chunk(8, 2)", "Window(16, 4)"]
+    names = _value(["Full"], "Full,Chunk(8, 2), Window(16, 4)")  # the runner's reading of a list option
+    assert names == ["Full", "Chunk(8, 2)", "Window(16, 4)"]
     assert repr(bench.build_task("Window(16, 4)").adapter.mask) == "Window(left=16, right=4)"
 
 
@@ -193,7 +196,7 @@ def test_seeds_are_stored_apart_and_averaged() -> None:
 
 
 def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The documented ``--parts train`` command with a tiny budget: the recipe's data options (not its data
+    """The documented ``measure train`` command with a tiny budget: the recipe's data options (not its data
     root or download switch, which are the run's), a model stored under its seed's key with its DER per
     recording."""
     import json
@@ -210,8 +213,9 @@ def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(bench, "STORE", tmp_path / "store.json")
     monkeypatch.setattr(bench, "CKPT_DIR", tmp_path / "ckpt")
-    bench.main(["--parts", "train", "--masks", "Chunk(4, 4)", "--seed", "1", "--num-train", "8", "--epochs", "1",
-                "--lengths", "1", "--digits-per-length", "4", "--stream-strings", "2", "--root", str(root)])
+    study = Study.load("speech_strings", tmp_path / "store.json")
+    measure(study, "train", ["masks=Chunk(4, 4)", "seed=1", "num_train=8", "epochs=1", "lengths=1",
+                             "digits_per_length=4", "stream_strings=2", f"root={root}"], "test")
     models = bench.load_store()["models"]
     packed = json.loads((tmp_path / "store.json").read_text())["detail"]
     assert "ids" not in packed["models"]["Chunk(4, 4) (seed 1)"]["der"][0]["per_take"]  # kept once, in "takes"
