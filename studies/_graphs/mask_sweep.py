@@ -30,7 +30,7 @@ import functools
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -131,10 +131,6 @@ def build_mask(name: str, data: Any, loops: bool = True) -> tuple[Mask, int]:
             edge_index = torch.cat([edge_index, extra], 1)
         mask = Graph(edge_index, N)
     return (mask | own if loops else mask), 0
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
 
 
 def _merge(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -256,65 +252,24 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[
             "wall_s": time.perf_counter() - started, "epochs": c["epochs"]}
 
 
-def sweep(kind: str, data: Any, masks: list[str], seeds: list[int], config: dict[str, Any] | None = None,
-          log: Callable[[str], None] | None = _say,
-          after_run: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
-    """One run per mask and seed (``run_node`` for ``kind="node"``, ``run_graphs`` for ``"graph"``), with progress
-    lines to ``log``; ``after_run`` gets the runs so far after each one (to store them as they come)."""
-    for name in masks:
-        parse_mask(name)  # refuse a bad name before training anything
-    if kind not in ("node", "graph"):
-        raise ValueError(f"kind must be 'node' or 'graph', got {kind!r}")
-    run = run_node if kind == "node" else run_graphs
-    runs, total = [], len(masks) * len(seeds)
-    for name in masks:
-        for seed in seeds:
-            r = {"mask": name, "seed": seed, **run(data, name, seed, config, log)}
-            runs.append(r)
-            if log is not None:
-                log(f"[{kind} {len(runs)}/{total}] {name} seed {seed}: val {100 * r['val']:.1f}, "
-                    f"test {100 * r['test']:.1f}, {r['pairs']:,.0f} pairs, train {r['train_s']:.1f} s")
-            if after_run is not None:
-                after_run(runs)
-    return runs
-
-
-def sweep_real(task: str, masks: list[str], splits: list[int | None], seed: int, epochs: int,
-               log: Callable[[str], None] | None = _say,
-               after_run: Callable[[list[dict[str, Any]]], None] | None = None,
-               args: list[str] = (), done: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
-    """One run per mask and split of a real-data task (:data:`REAL_TASKS`): its recipe config's model and
-    training (:func:`studies._graphs.recipe_train.train`), ``epochs`` epochs, the mask swapped; ``args`` are
-    recipe options given to every run. For a task with one official split, ``splits`` is ``[None]`` and
-    ``seed`` varies between calls. ``done`` are runs stored by an earlier, stopped sweep: they are kept and
-    not trained again (each run's data and draws depend only on its mask, split and seed)."""
-    for name in masks:
-        parse_mask(name)
+def run_real(task: str, name: str, split: int | None, seed: int, epochs: int, args: Sequence[str] = (),
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One run of mask ``name`` on a real-data task (:data:`REAL_TASKS`) and split (None: its one official
+    split): its recipe config's model and training (:func:`studies._graphs.recipe_train.train`), ``epochs``
+    epochs, the mask swapped; ``args`` are recipe options. Its data and draws depend only on its mask, split and
+    seed."""
+    parse_mask(name)
     spec = REAL_TASKS[task]
-    runs = [r for r in done if r["mask"] in masks and r["split"] in splits and r["seed"] == seed]
-    have = {(r["mask"], r["split"]) for r in runs}
-    total = len(masks) * len(splits)
-    for name in masks:
-        for split in splits:
-            if (name, split) in have:
-                continue
-            model, data = _recipe_sweep.build(spec, split, list(args))
-            generator = torch.Generator().manual_seed(seed)
-            if spec.kind == "node":
-                data.data = add_expander(data.data, name, generator)
-            else:
-                data.splits = {k: [add_expander(g, name, generator) for g in gs] for k, gs in data.splits.items()}
-            loops = getattr(model.adapter, "self_loops", True)
-            result = _recipe_sweep.train(model, data, functools.partial(build_mask, name, loops=loops), spec.kind,
-                                         spec.metric, epochs, seed, log)
-            r = {"mask": name, "seed": seed, "split": split, **result}
-            runs.append(r)
-            if log is not None:
-                log(f"[{task} {len(runs)}/{total}] {name} split {split} seed {seed}: val {100 * r['val']:.1f}, "
-                    f"test {100 * r['test']:.1f}, {r['pairs']:,.0f} pairs, train {r['train_s']:.1f} s")
-            if after_run is not None:
-                after_run(runs)
-    return runs
+    model, data = _recipe_sweep.build(spec, split, list(args))
+    generator = torch.Generator().manual_seed(seed)
+    if spec.kind == "node":
+        data.data = add_expander(data.data, name, generator)
+    else:
+        data.splits = {k: [add_expander(g, name, generator) for g in gs] for k, gs in data.splits.items()}
+    loops = getattr(model.adapter, "self_loops", True)
+    result = _recipe_sweep.train(model, data, functools.partial(build_mask, name, loops=loops), spec.kind,
+                                 spec.metric, epochs, seed, log)
+    return {"mask": name, "seed": seed, "split": split, **result}
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -523,7 +478,7 @@ def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget:
     """One mask (``candidate["mask"]``) trained on the train set's split with ``seed``; scored on the test set."""
     task, split, mask = budget["task"], train.payload.get("split"), candidate["mask"]
     if task in REAL_TASKS:
-        r = sweep_real(task, [mask], [split], seed, budget["epochs"], log=None)[0]
+        r = run_real(task, mask, split, seed, budget["epochs"])
     else:
         config = budget.get("config", {})
         data = load_task(task, config)

@@ -82,7 +82,7 @@ def measure(study: Study, parts: str, overrides: list[str], command: str) -> Non
     store's ``detail`` with the run (command, machine, minutes); a module's ``unpack``/``pack`` read and write
     that detail."""
     try:
-        module = importlib.import_module(f"studies.{study.name}.measure")
+        module = importlib.import_module(f"studies.{study.name}.{getattr(study.module, 'MEASURE_MODULE', 'measure')}")
     except ModuleNotFoundError:
         raise SystemExit(f"{study.name} has no measurements (studies/{study.name}/measure.py)") from None
     opts = dict(getattr(module, "OPTIONS", {}))
@@ -106,7 +106,8 @@ def measure(study: Study, parts: str, overrides: list[str], command: str) -> Non
             for k in outer:
                 node = node.setdefault(k, {})
             node[last] = {**value, "run": run}
-        study.store.data["detail"] = getattr(module, "pack", dict)(detail)
-        study.store.save()
-        print(f"{study.name}: {', '.join(result)} stored in {study.store.path}; "
-              f"write the pages with python -m studies {study.name} render")
+        if result:  # else the part kept what it made itself
+            study.store.data["detail"] = getattr(module, "pack", dict)(detail)
+            study.store.save()
+            print(f"{study.name}: {', '.join(result)} stored in {study.store.path}; "
+                  f"write the pages with python -m studies {study.name} render")

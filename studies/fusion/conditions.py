@@ -1,13 +1,13 @@
 """Fusion you can trust: the audio-visual digits models under every condition of one fixed test draw.
 
-Parts, each a subcommand::
+Parts (:data:`MEASURE`, options :data:`OPTIONS`)::
 
-    python -m studies.fusion.conditions train RUN     # one training run of :data:`RUNS` (``fit``, no test)
-    python -m studies.fusion.conditions select        # the selection runs on the validation conditions
-    python -m studies.fusion.conditions select-combine  # what the chosen model's head averages, on them too
-    python -m studies.fusion.conditions evaluate-run RUN  # one final run on the test conditions, kept
-    python -m studies.fusion.conditions evaluate      # every final run on the test conditions, stored
-    python -m studies.fusion.conditions render        # the table of docs/recipes/multimodal.md
+    python -m studies fusion measure train run=RUN      # one training run of :data:`RUNS` (``fit``, no test)
+    python -m studies fusion measure select             # the selection runs on the validation conditions
+    python -m studies fusion measure select-combine     # what the chosen model's head averages, on them too
+    python -m studies fusion measure evaluate-run run=RUN  # one final run on the test conditions, kept
+    python -m studies fusion measure evaluate           # every final run on the test conditions, stored
+    python -m studies fusion measure render             # the table of docs/recipes/multimodal.md
 
 ``train`` runs the candidate's recipe (``recipes/multimodal_digits.py``, or the study's
 ``legacy_recipe.py`` for the first default) ``fit --test_after_fit false`` (the best checkpoint is
@@ -145,7 +145,7 @@ RUNS = _runs()
 def chosen_config() -> tuple[str, str | None]:
     """The recipe and config the selection chose (``select`` must have run)."""
     if not SELECTION.exists():
-        raise FileNotFoundError(f"{SELECTION} is missing: run python -m studies.fusion.conditions select first")
+        raise FileNotFoundError(f"{SELECTION} is missing: run python -m studies fusion measure select first")
     return CANDIDATES[json.loads(SELECTION.read_text())["choice"]]
 
 
@@ -597,7 +597,7 @@ def render_section(store: dict[str, Any]) -> str:
     conds = [*store["conditions"], store["held_out"]]
     lines = [
         START,
-        "<!-- Written by `python -m studies.fusion.conditions render` from "
+        "<!-- Written by `python -m studies fusion measure render` from "
         "studies/fusion/stores/fusion_conditions.json; edit the module, not this section. -->", "",
         "## Fusion under every condition", "",
         f"The fused model chosen on validation (`{choice}`: {_shown(choice)}, its head averaging the "
@@ -687,41 +687,42 @@ def load_store(path: Path = STORE) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m studies.fusion.conditions", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["train", "select", "select-combine", "evaluate-run", "evaluate", "render",
-                                         "command"])
-    parser.add_argument("run", nargs="?", help=f"train/command/evaluate-run: one of {list(RUNS)}")
-    parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
-    parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where the runs are (under the repository)")
-    opts = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    if opts.part in ("train", "command"):
-        if opts.run not in RUNS:
-            parser.error(f"give a run: one of {list(RUNS)}")
-        if opts.part == "command":
-            print(" ".join(["python", *fit_command(opts.run, opts.runs_dir)]))
-        else:
-            record = train(opts.run, opts.runs_dir)
-            print(json.dumps({k: record[k] for k in ("name", "seconds", "checkpoint", "validation")}))
-    elif opts.part == "select":
-        record = select(opts.root, opts.runs_dir)
-        print(json.dumps({"scores": record["scores"], "choice": record["choice"]}, indent=1))
-    elif opts.part == "select-combine":
-        record = select_combine(opts.root, opts.runs_dir)
-        print(json.dumps({"scores": record["scores"], "choice": record["choice"]}, indent=1))
-    elif opts.part == "evaluate-run":
-        if opts.run not in RUNS:
-            parser.error(f"give a run: one of {list(RUNS)}")
-        print(f"kept {evaluate_run(opts.run, opts.root, opts.runs_dir)}")
-    elif opts.part == "evaluate":
-        store = evaluate(opts.root, opts.runs_dir)
-        PAGE.write_text(render_page(PAGE.read_text(), store))
-        print(json.dumps(store["summary"]["targets"], indent=1))
-    else:
-        PAGE.write_text(render_page(PAGE.read_text(), load_store()))
+def _named(opts: argparse.Namespace) -> str:
+    if opts.run not in RUNS:
+        raise SystemExit(f"give a run: run=NAME, one of {list(RUNS)}")
+    return str(opts.run)
 
 
-if __name__ == "__main__":
-    main()
+def _keys(record: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: record[k] for k in keys}
+
+
+def _part(do: Any) -> Any:
+    """A part of ``python -m studies fusion measure``: one thread, its own stores (nothing in the study's)."""
+    def run(opts: argparse.Namespace) -> dict[str, Any]:
+        torch.set_num_threads(1)
+        out = do(opts, Path(opts.runs_dir))
+        if out is not None:
+            print(out if isinstance(out, str) else json.dumps(out, indent=1))
+        return {}
+
+    return run
+
+
+def _evaluate(opts: argparse.Namespace, runs_dir: Path) -> Any:
+    store = evaluate(opts.root, runs_dir)
+    PAGE.write_text(render_page(PAGE.read_text(), store))
+    return store["summary"]["targets"]
+
+
+#: The options of the parts: the run (train, command, evaluate-run), the data root and where the runs are.
+OPTIONS = {"run": None, "root": None, "runs_dir": str(RUNS_DIR)}
+MEASURE = {
+    "command": _part(lambda o, d: " ".join(["python", *fit_command(_named(o), d)])),
+    "train": _part(lambda o, d: _keys(train(_named(o), d), "name", "seconds", "checkpoint", "validation")),
+    "select": _part(lambda o, d: _keys(select(o.root, d), "scores", "choice")),
+    "select-combine": _part(lambda o, d: _keys(select_combine(o.root, d), "scores", "choice")),
+    "evaluate-run": _part(lambda o, d: f"kept {evaluate_run(_named(o), o.root, d)}"),
+    "evaluate": _part(_evaluate),
+    "render": _part(lambda o, d: PAGE.write_text(render_page(PAGE.read_text(), load_store())) and f"wrote {PAGE}"),
+}

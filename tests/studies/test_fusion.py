@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from studies._runner import Study
+from studies._runner.cli import measure
 from studies._runner.stats import bootstrap_difference
 from studies.fusion import conditions as fc
 
@@ -214,7 +216,7 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     # what the chosen model's head averages, chosen on the same validation conditions (the robust model here,
     # whichever tiny run won)
     fc.SELECTION.write_text(json.dumps({**json.loads(fc.SELECTION.read_text()), "choice": "robust_late"}))
-    fc.main(["select-combine", "--runs-dir", str(runs)])  # the documented command
+    measure(Study.load("fusion"), "select-combine", [f"runs_dir={runs}"], "test")  # the documented command
     combine = json.loads(fc.SELECTION.read_text())["combine"]
     assert combine["choice"] in fc.COMBINES and combine["split"] == "val" and combine["run"] == "sel_robust_late"
     assert set(combine["scores"]) == set(fc.COMBINES)
@@ -224,7 +226,7 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
         if not name.startswith("sel_"):
             fc.train(name, runs, tiny)
     # a run kept by evaluate-run is read from its cells at evaluate, its checkpoint gone (another session)
-    fc.main(["evaluate-run", "audio_s0", "--runs-dir", str(runs)])
+    measure(Study.load("fusion"), "evaluate-run", ["run=audio_s0", f"runs_dir={runs}"], "test")
     meta, kept = fc.load_cells("audio_s0")
     assert meta["name"] == "audio_s0" and meta["combine"] is None and "audio missing" not in kept
     assert kept["clean"]["probs"].shape == (2 * 150, 10) and kept["clean"]["probs"].dtype == np.float32
@@ -238,7 +240,7 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     earlier = tmp_path / "draw1.json"
     monkeypatch.setattr(fc, "EARLIER", {1: earlier})
     (tmp_path / "store.json").write_text(json.dumps({"test_seed": 1, "cells": "the first draw's"}))
-    fc.main(["evaluate", "--runs-dir", str(runs)])
+    measure(Study.load("fusion"), "evaluate", [f"runs_dir={runs}"], "test")
     assert json.loads(earlier.read_text()) == {"test_seed": 1, "cells": "the first draw's"}  # kept as it was
     store = fc.load_store(tmp_path / "store.json")
     assert store["test_seed"] == fc.TEST_SEED and store["combine"] == combine["choice"]
