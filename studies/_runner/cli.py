@@ -81,9 +81,12 @@ def measure(study: Study, parts: str, overrides: list[str], command: str) -> Non
     (``key=value`` overrides) and keep what each returns, ``{detail key: value}`` (a key "a/b" nests), in the
     store's ``detail`` with the run (command, machine, minutes); a module's ``unpack``/``pack`` read and write
     that detail."""
+    name = f"studies.{study.name}.{getattr(study.module, 'MEASURE_MODULE', 'measure')}"
     try:
-        module = importlib.import_module(f"studies.{study.name}.{getattr(study.module, 'MEASURE_MODULE', 'measure')}")
-    except ModuleNotFoundError:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name:
+            raise
         raise SystemExit(f"{study.name} has no measurements (studies/{study.name}/measure.py)") from None
     opts = dict(getattr(module, "OPTIONS", {}))
     for kv in overrides:
