@@ -280,8 +280,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rs = [r for r in runs if r["mask"] == name]
         row: dict[str, Any] = {"mask": name, "seeds": len(rs), "pairs": statistics.fmean(r["pairs"] for r in rs)}
         for key, scale in (("val", 100.0), ("test", 100.0), ("train_s", 1.0)):
-            xs = [scale * r[key] for r in rs]
-            row[key], row[f"{key}_std"] = statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+            m = stats.moments([scale * r[key] for r in rs])
+            row[key], row[f"{key}_std"] = m["mean"], m["std"]
         out.append(row)
     return out
 

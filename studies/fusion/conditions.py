@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from studies._runner.stats import bootstrap_difference, commit, machine
+from studies._runner.stats import bootstrap_difference, commit, machine, moments
 
 ROOT = Path(__file__).resolve().parents[2]
 STORES = Path(__file__).with_name("stores")
@@ -526,8 +526,8 @@ def summarize(store: dict[str, Any]) -> dict[str, Any]:
         for m in MODELS:
             if cond in cells[m]:
                 values = [100 * float(unbits(c).mean()) for c in cells[m][cond]["correct"]]
-                acc[m][cond] = {"mean": round(statistics.fmean(values), 2),
-                                "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0,
+                spread = moments(values)
+                acc[m][cond] = {"mean": round(spread["mean"], 2), "std": round(spread["std"], 2),
                                 "values": [round(v, 2) for v in values]}
         fused = [unbits(c) for c in cells["fused"][cond]["correct"]]
         groups = [0] * len(fused) if cond != store["held_out"] else list(range(len(fused)))
