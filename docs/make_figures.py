@@ -111,7 +111,7 @@ def _rnn_figure(name: str) -> Callable[[], Figure]:
 
         figures = page.figures(measure.load_store())
         if name not in figures:
-            raise ValueError(f"{name}: no stored results to draw; run python -m studies.rnn_attention.measure first")
+            raise ValueError(f"{name}: no stored results to draw; run python -m studies rnn_attention measure first")
         return figures[name]
 
     return draw
@@ -119,15 +119,14 @@ def _rnn_figure(name: str) -> Callable[[], Figure]:
 
 def _speech_strings_cost() -> Figure:
     """Step time and memory by mask and string length (docs/recipes/speech.md), from the speech_strings
-    study's store (``python -m studies.speech_strings.measure --parts cost``)."""
+    study's store (``python -m studies speech_strings measure cost``)."""
     if str(DOCS.parent) not in sys.path:
         sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
     from studies.speech_strings import measure, page
 
     figures = page.figures(measure.load_store())
     if "speech_strings_cost" not in figures:
-        raise ValueError("speech_strings_cost: no stored results; run python -m studies.speech_strings.measure "
-                         "--parts cost")
+        raise ValueError("speech_strings_cost: no stored results; run python -m studies speech_strings measure cost")
     return figures["speech_strings_cost"]
 
 

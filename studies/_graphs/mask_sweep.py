@@ -30,7 +30,7 @@ import functools
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -46,6 +46,8 @@ from studies._graphs import recipe_train as _recipe_sweep
 from studies._graphs.node_models import DEFAULTS as NODE_DEFAULTS
 from studies._graphs.node_models import build_encoder
 from studies._graphs.recipe_train import REAL_TASKS
+from studies._runner import stats
+from studies._runner.stats import spread
 
 #: The motif task's config: GraphAdapter (random-walk encodings) -> attention layers -> mean pooling. Two
 #: random-walk steps, not the recipe's 8: the return probability after 3 steps marks the house's triangle
@@ -129,10 +131,6 @@ def build_mask(name: str, data: Any, loops: bool = True) -> tuple[Mask, int]:
             edge_index = torch.cat([edge_index, extra], 1)
         mask = Graph(edge_index, N)
     return (mask | own if loops else mask), 0
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
 
 
 def _merge(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -254,65 +252,24 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[
             "wall_s": time.perf_counter() - started, "epochs": c["epochs"]}
 
 
-def sweep(kind: str, data: Any, masks: list[str], seeds: list[int], config: dict[str, Any] | None = None,
-          log: Callable[[str], None] | None = _say,
-          after_run: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
-    """One run per mask and seed (``run_node`` for ``kind="node"``, ``run_graphs`` for ``"graph"``), with progress
-    lines to ``log``; ``after_run`` gets the runs so far after each one (to store them as they come)."""
-    for name in masks:
-        parse_mask(name)  # refuse a bad name before training anything
-    if kind not in ("node", "graph"):
-        raise ValueError(f"kind must be 'node' or 'graph', got {kind!r}")
-    run = run_node if kind == "node" else run_graphs
-    runs, total = [], len(masks) * len(seeds)
-    for name in masks:
-        for seed in seeds:
-            r = {"mask": name, "seed": seed, **run(data, name, seed, config, log)}
-            runs.append(r)
-            if log is not None:
-                log(f"[{kind} {len(runs)}/{total}] {name} seed {seed}: val {100 * r['val']:.1f}, "
-                    f"test {100 * r['test']:.1f}, {r['pairs']:,.0f} pairs, train {r['train_s']:.1f} s")
-            if after_run is not None:
-                after_run(runs)
-    return runs
-
-
-def sweep_real(task: str, masks: list[str], splits: list[int | None], seed: int, epochs: int,
-               log: Callable[[str], None] | None = _say,
-               after_run: Callable[[list[dict[str, Any]]], None] | None = None,
-               args: list[str] = (), done: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
-    """One run per mask and split of a real-data task (:data:`REAL_TASKS`): its recipe config's model and
-    training (:func:`studies._graphs.recipe_train.train`), ``epochs`` epochs, the mask swapped; ``args`` are
-    recipe options given to every run. For a task with one official split, ``splits`` is ``[None]`` and
-    ``seed`` varies between calls. ``done`` are runs stored by an earlier, stopped sweep: they are kept and
-    not trained again (each run's data and draws depend only on its mask, split and seed)."""
-    for name in masks:
-        parse_mask(name)
+def run_real(task: str, name: str, split: int | None, seed: int, epochs: int, args: Sequence[str] = (),
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One run of mask ``name`` on a real-data task (:data:`REAL_TASKS`) and split (None: its one official
+    split): its recipe config's model and training (:func:`studies._graphs.recipe_train.train`), ``epochs``
+    epochs, the mask swapped; ``args`` are recipe options. Its data and draws depend only on its mask, split and
+    seed."""
+    parse_mask(name)
     spec = REAL_TASKS[task]
-    runs = [r for r in done if r["mask"] in masks and r["split"] in splits and r["seed"] == seed]
-    have = {(r["mask"], r["split"]) for r in runs}
-    total = len(masks) * len(splits)
-    for name in masks:
-        for split in splits:
-            if (name, split) in have:
-                continue
-            model, data = _recipe_sweep.build(spec, split, list(args))
-            generator = torch.Generator().manual_seed(seed)
-            if spec.kind == "node":
-                data.data = add_expander(data.data, name, generator)
-            else:
-                data.splits = {k: [add_expander(g, name, generator) for g in gs] for k, gs in data.splits.items()}
-            loops = getattr(model.adapter, "self_loops", True)
-            result = _recipe_sweep.train(model, data, functools.partial(build_mask, name, loops=loops), spec.kind,
-                                         spec.metric, epochs, seed, log)
-            r = {"mask": name, "seed": seed, "split": split, **result}
-            runs.append(r)
-            if log is not None:
-                log(f"[{task} {len(runs)}/{total}] {name} split {split} seed {seed}: val {100 * r['val']:.1f}, "
-                    f"test {100 * r['test']:.1f}, {r['pairs']:,.0f} pairs, train {r['train_s']:.1f} s")
-            if after_run is not None:
-                after_run(runs)
-    return runs
+    model, data = _recipe_sweep.build(spec, split, list(args))
+    generator = torch.Generator().manual_seed(seed)
+    if spec.kind == "node":
+        data.data = add_expander(data.data, name, generator)
+    else:
+        data.splits = {k: [add_expander(g, name, generator) for g in gs] for k, gs in data.splits.items()}
+    loops = getattr(model.adapter, "self_loops", True)
+    result = _recipe_sweep.train(model, data, functools.partial(build_mask, name, loops=loops), spec.kind,
+                                 spec.metric, epochs, seed, log)
+    return {"mask": name, "seed": seed, "split": split, **result}
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -323,32 +280,19 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rs = [r for r in runs if r["mask"] == name]
         row: dict[str, Any] = {"mask": name, "seeds": len(rs), "pairs": statistics.fmean(r["pairs"] for r in rs)}
         for key, scale in (("val", 100.0), ("test", 100.0), ("train_s", 1.0)):
-            xs = [scale * r[key] for r in rs]
-            row[key], row[f"{key}_std"] = statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+            m = stats.moments([scale * r[key] for r in rs])
+            row[key], row[f"{key}_std"] = m["mean"], m["std"]
         out.append(row)
     return out
 
 
-def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "test") -> dict[str, float] | None:
-    """``mask``'s score minus ``reference``'s on the same replicates (split, seed), in points: mean, sample std,
-    standard error and how many replicates ``mask`` wins (one shared replicate: the difference alone, with no
-    spread); ``None`` without a shared replicate."""
+def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "test") -> dict[str, Any] | None:
+    """``mask``'s score minus ``reference``'s on the same replicates (split, seed), in points
+    (:func:`studies._runner.stats.paired`); ``None`` without a shared replicate."""
     def by(name: str) -> dict[tuple[Any, Any], float]:
         return {(r.get("split"), r["seed"]): 100 * r[key] for r in runs if r["mask"] == name}
 
-    a, b = by(mask), by(reference)
-    common = sorted(set(a) & set(b), key=str)
-    if not common:
-        return None
-    diffs = [a[c] - b[c] for c in common]
-    std = statistics.stdev(diffs) if len(diffs) > 1 else None
-    return {"mean": statistics.fmean(diffs), "std": std, "sem": None if std is None else std / len(diffs) ** 0.5,
-            "wins": sum(d > 0 for d in diffs), "n": len(diffs)}
-
-
-def _spread(mean: float, std: float, n: int, fmt: str = ".2f", unit: str = "") -> str:
-    """``mean ± std`` over ``n`` replicates; one replicate has no spread to show."""
-    return f"{mean:{fmt}}{unit}" if n == 1 else f"{mean:{fmt}} ± {std:{fmt}}{unit}"
+    return stats.paired(by(mask), by(reference))
 
 
 def _paired_cell(d: dict[str, Any]) -> str:
@@ -368,8 +312,8 @@ def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", referen
     for r in summarize(runs):
         shown = r["mask"].replace("|", "\\|")  # a union's bar would split the table's cell
         n = r["seeds"]
-        line = (f"| `{shown}` | {r['pairs']:,.0f} | {_spread(r['val'], r['val_std'], n)} | "
-                f"{_spread(r['test'], r['test_std'], n)} | {_spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
+        line = (f"| `{shown}` | {r['pairs']:,.0f} | {spread(r['val'], r['val_std'], n)} | "
+                f"{spread(r['test'], r['test_std'], n)} | {spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
         if extra:
             d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
             line += f" {_paired_cell(d)} |" if d else " |"
@@ -534,7 +478,7 @@ def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget:
     """One mask (``candidate["mask"]``) trained on the train set's split with ``seed``; scored on the test set."""
     task, split, mask = budget["task"], train.payload.get("split"), candidate["mask"]
     if task in REAL_TASKS:
-        r = sweep_real(task, [mask], [split], seed, budget["epochs"], log=None)[0]
+        r = run_real(task, mask, split, seed, budget["epochs"])
     else:
         config = budget.get("config", {})
         data = load_task(task, config)
@@ -582,5 +526,5 @@ def summary(view: Any) -> list[dict[str, Any]]:
     anchors = ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) if spec else "—"
     return [{"task": view.protocol.data["task"], "dataset": view.protocol.data["dataset"],
              "split": view.protocol.data["split_protocol"], "metric": f"test {what}, best mask of a sweep",
-             "result": f"`{best['mask']}` {_spread(best['test'], best['test_std'], n)} ({_replicates(store)}); "
+             "result": f"`{best['mask']}` {spread(best['test'], best['test_std'], n)} ({_replicates(store)}); "
                        f"{len(rows)} masks", "anchors": anchors, "order": view.protocol.data.get("order", 50)}]

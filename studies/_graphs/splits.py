@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import re
 import statistics
@@ -20,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from studies._runner import stats
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Per recipe: the option that picks a split, and how many splits its protocol has.
@@ -76,10 +77,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             values.setdefault(key, []).append(float(value))
         if "monitored" in r:
             values.setdefault(f"best_{r['monitor']}", []).append(float(r["monitored"]))
-    return {
-        key: {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
-        for key, xs in values.items()
-    }
+    return {key: stats.moments(xs) for key, xs in values.items()}
 
 
 def metric_of(store: dict[str, Any]) -> str:
@@ -91,18 +89,16 @@ def metric_of(store: dict[str, Any]) -> str:
 
 
 def paired(a: dict[str, Any], b: dict[str, Any], key: str | None = None) -> dict[str, Any]:
-    """Per split, A's ``key`` minus B's (in points), over the splits both hold; their mean, sample standard
-    deviation, standard error and the number of splits where A is higher."""
+    """Per split, A's ``key`` minus B's (in points), over the splits both hold
+    (:func:`studies._runner.stats.paired`: mean, std, standard error, wins and ties)."""
     key = key or metric_of(a)
     va = {r["split"]: 100 * r["metrics"][key] for r in a["runs"]}
     vb = {r["split"]: 100 * r["metrics"][key] for r in b["runs"]}
-    common = sorted(set(va) & set(vb))
-    if len(common) < 2:
-        raise ValueError(f"A and B share {len(common)} splits with {key!r}; paired differences need at least 2")
-    diffs = [va[s] - vb[s] for s in common]
-    std = statistics.stdev(diffs)
-    return {"metric": key, "splits": common, "diffs": diffs, "mean": statistics.fmean(diffs), "std": std,
-            "sem": std / math.sqrt(len(diffs)), "wins": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
+    d = stats.paired(va, vb, least=2)
+    if d is None:
+        common = len(set(va) & set(vb))
+        raise ValueError(f"A and B share {common} splits with {key!r}; paired differences need at least 2")
+    return {"metric": key, "splits": d["keys"], **d}
 
 
 def table(stores: list[tuple[str, dict[str, Any]]], key: str | None = None) -> str:

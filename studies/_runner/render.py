@@ -11,14 +11,13 @@ everything outside the markers is hand-written. A summary row of docs/results.md
 from __future__ import annotations
 
 import functools
-import math
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .protocol import ProtocolError, moved_edits
+from .stats import mean_std
 from .store import Record
 from .study import ROOT, STUDIES, Study
 
@@ -60,16 +59,6 @@ class View:
     def detail(self) -> dict[str, Any]:
         """The store's ``detail`` object (study data the pages need beyond the records' scores)."""
         return self.store.data.get("detail", {})
-
-
-def mean_std(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
-    """``values`` as 'mean ± std (n)', or the one value when there is one."""
-    vals = [v * scale for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not vals:
-        return "—"
-    if len(vals) == 1:
-        return f"{vals[0]:.{digits}f}"
-    return f"{statistics.fmean(vals):.{digits}f} ± {statistics.stdev(vals):.{digits}f}"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:

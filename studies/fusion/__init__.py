@@ -5,7 +5,7 @@ what the study runner reads: the resolved sets (FSDD recordings by speaker and t
 results block and the rows of docs/results.md are the protocol's ``tables`` and ``summary`` over
 ``store.json`` (legacy records of the four protocols, imported from ``stores/``). The multimodal recipe
 page's conditions table is rendered from the
-last draw's rich store by ``python -m studies.fusion.conditions render``.
+last draw's rich store by ``python -m studies fusion measure render``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 
 from studies._runner import Items
 from studies._runner.protocol import ProtocolError
+
+MEASURE_MODULE = "conditions"  # python -m studies fusion measure PART: the legacy runs' parts
 
 
 def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
@@ -32,4 +34,4 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
 def run(candidate: Any, seed: int, train: Items | None, evaluate: Any, budget: dict[str, Any]) -> Any:
     raise ProtocolError(
         "every FSDD test recording of this study is scored (store.json's 'scored'): a new protocol needs "
-        "recordings FSDD does not have. The legacy runs are reproduced by python -m studies.fusion.conditions.")
+        "recordings FSDD does not have. The legacy runs are reproduced by python -m studies fusion measure.")

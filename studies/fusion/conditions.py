@@ -1,13 +1,13 @@
 """Fusion you can trust: the audio-visual digits models under every condition of one fixed test draw.
 
-Parts, each a subcommand::
+Parts (:data:`MEASURE`, options :data:`OPTIONS`)::
 
-    python -m studies.fusion.conditions train RUN     # one training run of :data:`RUNS` (``fit``, no test)
-    python -m studies.fusion.conditions select        # the selection runs on the validation conditions
-    python -m studies.fusion.conditions select-combine  # what the chosen model's head averages, on them too
-    python -m studies.fusion.conditions evaluate-run RUN  # one final run on the test conditions, kept
-    python -m studies.fusion.conditions evaluate      # every final run on the test conditions, stored
-    python -m studies.fusion.conditions render        # the table of docs/recipes/multimodal.md
+    python -m studies fusion measure train run=RUN      # one training run of :data:`RUNS` (``fit``, no test)
+    python -m studies fusion measure select             # the selection runs on the validation conditions
+    python -m studies fusion measure select-combine     # what the chosen model's head averages, on them too
+    python -m studies fusion measure evaluate-run run=RUN  # one final run on the test conditions, kept
+    python -m studies fusion measure evaluate           # every final run on the test conditions, stored
+    python -m studies fusion measure render             # the table of docs/recipes/multimodal.md
 
 ``train`` runs the candidate's recipe (``recipes/multimodal_digits.py``, or the study's
 ``legacy_recipe.py`` for the first default) ``fit --test_after_fit false`` (the best checkpoint is
@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from studies._runner.stats import bootstrap_difference, commit, machine, moments
 
 ROOT = Path(__file__).resolve().parents[2]
 STORES = Path(__file__).with_name("stores")
@@ -143,7 +145,7 @@ RUNS = _runs()
 def chosen_config() -> tuple[str, str | None]:
     """The recipe and config the selection chose (``select`` must have run)."""
     if not SELECTION.exists():
-        raise FileNotFoundError(f"{SELECTION} is missing: run python -m studies.fusion.conditions select first")
+        raise FileNotFoundError(f"{SELECTION} is missing: run python -m studies fusion measure select first")
     return CANDIDATES[json.loads(SELECTION.read_text())["choice"]]
 
 
@@ -187,7 +189,7 @@ def train(name: str, runs_dir: Path = RUNS_DIR, extra: Sequence[str] = ()) -> di
     (metrics,) = (ROOT / out).glob("**/metrics.json")
     record = {"name": name, "command": " ".join(["python", *cmd]), "seconds": round(time.time() - started, 1),
               "checkpoint": str(ckpt.relative_to(ROOT / out)), "validation": json.loads(metrics.read_text()),
-              "machine": _machine(), "commit": _commit()}
+              "machine": machine(), "commit": commit()}
     (ROOT / out / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -196,19 +198,6 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
-
-
-def _machine() -> str:
-    import os
-    import platform
-
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {stamp}"
-
-
-def _commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip()
 
 
 # --------------------------------------------------------------------------------------------- evaluation
@@ -302,48 +291,6 @@ def unbits(text: str) -> np.ndarray:
     return np.frombuffer(text.encode(), dtype=np.uint8) == ord("1")
 
 
-def bootstrap_difference(
-    a: Sequence[np.ndarray], b: Sequence[np.ndarray], groups: Sequence[int], resamples: int = BOOTSTRAP, seed: int = 0,
-    level: float = 0.95,
-) -> dict[str, float]:
-    """Paired bootstrap over test pairs of the difference in mean accuracy between two models.
-
-    ``a[r]`` and ``b[r]`` are the per-pair correctness (0/1) of the two models in replicate ``r`` (a
-    training seed, or a held-out-speaker fold) on the same pairs; the statistic is the mean over the
-    replicates of ``acc(a[r]) - acc(b[r])``. Each resample draws the pairs with replacement, the same draw
-    for every replicate of one ``groups`` value (replicates on the same test pairs: the seeds) and an
-    independent draw per group (folds on different speakers' pairs). Returns the difference, the interval
-    at ``level`` (percentiles) and the share of resamples <= 0, in accuracy points (x 100).
-
-    Examples:
-        >>> import numpy as np
-        >>> a = [np.array([1, 1, 1, 0] * 50)]; b = [np.array([1, 0, 1, 0] * 50)]
-        >>> r = bootstrap_difference(a, b, [0], resamples=500)
-        >>> r["diff"], r["low"] > 0
-        (25.0, True)
-    """
-    if not (len(a) == len(b) == len(groups)) or not a:
-        raise ValueError(f"need one group per replicate of both models, got {len(a)}, {len(b)}, {len(groups)}")
-    rng = np.random.default_rng(seed)
-    diffs = [np.asarray(x, dtype=float) - np.asarray(y, dtype=float) for x, y in zip(a, b)]
-    stat = float(np.mean([d.mean() for d in diffs]))
-    draws = np.zeros(resamples)
-    for g in sorted(set(groups)):
-        members = [d for d, gg in zip(diffs, groups) if gg == g]
-        n = len(members[0])
-        if any(len(d) != n for d in members):
-            sizes = [len(d) for d in members]
-            raise ValueError(f"the replicates of group {g} classify the same pairs, so one size each; got {sizes}")
-        idx = rng.integers(0, n, size=(resamples, n))
-        for d in members:
-            draws += d[idx].mean(1)
-    draws /= len(diffs)
-    tail = (1 - level) / 2
-    low, high = np.quantile(draws, [tail, 1 - tail])
-    return {"diff": round(100 * stat, 2), "low": round(100 * float(low), 2), "high": round(100 * float(high), 2),
-            "p_le_0": round(float((draws <= 0).mean()), 4)}
-
-
 def _evaluate_runs(
     names: Sequence[str], split: str, root: str | None, runs_dir: Path, combine: dict[str, str] | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -413,7 +360,7 @@ def select(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, Any]
               "conditions": list(VALIDATION_CONDITIONS), "scores": scores, "choice": choice,
               "stored": {c: f"protocol {earlier}" for c in CANDIDATES if c not in at_hand},
               "rule": "highest mean validation accuracy over the conditions; a tie: the earlier candidate",
-              "machine": _machine(), "commit": _commit()}
+              "machine": machine(), "commit": commit()}
     SELECTION.parent.mkdir(exist_ok=True)
     if SELECTION.exists():  # an earlier protocol's record is kept as it was
         earlier = json.loads(SELECTION.read_text()).get("protocol", 2)
@@ -443,7 +390,7 @@ def select_combine(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[s
     choice = max(COMBINES, key=lambda c: (scores[c]["mean"], -COMBINES.index(c)))
     record["combine"] = {"run": name, "split": "val", "scores": scores, "choice": choice,
                          "rule": "highest mean validation accuracy over the conditions; a tie: the earlier",
-                         "machine": _machine(), "commit": _commit()}
+                         "machine": machine(), "commit": commit()}
     SELECTION.write_text(json.dumps(record, indent=1) + "\n")
     return record["combine"]
 
@@ -490,7 +437,7 @@ def evaluate_run(name: str, root: str | None = None, runs_dir: Path = RUNS_DIR) 
             arrays[f"alpha_{i}"] = np.asarray(cell["alpha"], dtype=np.float64)
     meta = {"name": name, "run": json.loads(record.read_text()), "test_seed": TEST_SEED, "combine": combine,
             "conditions": list(cells), "classes": int(next(iter(cells.values()))["probs"].shape[1]),
-            "machine": _machine(), "commit": _commit()}
+            "machine": machine(), "commit": commit()}
     path = cells_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
@@ -562,7 +509,7 @@ def evaluate(root: str | None = None, runs_dir: Path = RUNS_DIR) -> dict[str, An
              "combine": combine,
              "selection": json.loads(SELECTION.read_text()) if SELECTION.exists() else None,
              "runs": records,
-             "cells": table, "machine": _machine(), "commit": _commit()}
+             "cells": table, "machine": machine(), "commit": commit()}
     store["summary"] = summarize(store)
     STORE.parent.mkdir(exist_ok=True)
     STORE.write_text(json.dumps(store, indent=1) + "\n")
@@ -579,8 +526,8 @@ def summarize(store: dict[str, Any]) -> dict[str, Any]:
         for m in MODELS:
             if cond in cells[m]:
                 values = [100 * float(unbits(c).mean()) for c in cells[m][cond]["correct"]]
-                acc[m][cond] = {"mean": round(statistics.fmean(values), 2),
-                                "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0,
+                spread = moments(values)
+                acc[m][cond] = {"mean": round(spread["mean"], 2), "std": round(spread["std"], 2),
                                 "values": [round(v, 2) for v in values]}
         fused = [unbits(c) for c in cells["fused"][cond]["correct"]]
         groups = [0] * len(fused) if cond != store["held_out"] else list(range(len(fused)))
@@ -588,7 +535,7 @@ def summarize(store: dict[str, Any]) -> dict[str, Any]:
         for peer in ("audio", "image", "ensemble"):
             if cond in cells[peer]:
                 other = [unbits(c) for c in cells[peer][cond]["correct"]]
-                versus[cond][peer] = bootstrap_difference(fused, other, groups)
+                versus[cond][peer] = bootstrap_difference(fused, other, groups, BOOTSTRAP)
     return {"accuracy": acc, "fused_minus": versus, "targets": targets(acc, versus, store)}
 
 
@@ -650,7 +597,7 @@ def render_section(store: dict[str, Any]) -> str:
     conds = [*store["conditions"], store["held_out"]]
     lines = [
         START,
-        "<!-- Written by `python -m studies.fusion.conditions render` from "
+        "<!-- Written by `python -m studies fusion measure render` from "
         "studies/fusion/stores/fusion_conditions.json; edit the module, not this section. -->", "",
         "## Fusion under every condition", "",
         f"The fused model chosen on validation (`{choice}`: {_shown(choice)}, its head averaging the "
@@ -740,41 +687,42 @@ def load_store(path: Path = STORE) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m studies.fusion.conditions", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["train", "select", "select-combine", "evaluate-run", "evaluate", "render",
-                                         "command"])
-    parser.add_argument("run", nargs="?", help=f"train/command/evaluate-run: one of {list(RUNS)}")
-    parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
-    parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where the runs are (under the repository)")
-    opts = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    if opts.part in ("train", "command"):
-        if opts.run not in RUNS:
-            parser.error(f"give a run: one of {list(RUNS)}")
-        if opts.part == "command":
-            print(" ".join(["python", *fit_command(opts.run, opts.runs_dir)]))
-        else:
-            record = train(opts.run, opts.runs_dir)
-            print(json.dumps({k: record[k] for k in ("name", "seconds", "checkpoint", "validation")}))
-    elif opts.part == "select":
-        record = select(opts.root, opts.runs_dir)
-        print(json.dumps({"scores": record["scores"], "choice": record["choice"]}, indent=1))
-    elif opts.part == "select-combine":
-        record = select_combine(opts.root, opts.runs_dir)
-        print(json.dumps({"scores": record["scores"], "choice": record["choice"]}, indent=1))
-    elif opts.part == "evaluate-run":
-        if opts.run not in RUNS:
-            parser.error(f"give a run: one of {list(RUNS)}")
-        print(f"kept {evaluate_run(opts.run, opts.root, opts.runs_dir)}")
-    elif opts.part == "evaluate":
-        store = evaluate(opts.root, opts.runs_dir)
-        PAGE.write_text(render_page(PAGE.read_text(), store))
-        print(json.dumps(store["summary"]["targets"], indent=1))
-    else:
-        PAGE.write_text(render_page(PAGE.read_text(), load_store()))
+def _named(opts: argparse.Namespace) -> str:
+    if opts.run not in RUNS:
+        raise SystemExit(f"give a run: run=NAME, one of {list(RUNS)}")
+    return str(opts.run)
 
 
-if __name__ == "__main__":
-    main()
+def _keys(record: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: record[k] for k in keys}
+
+
+def _part(do: Any) -> Any:
+    """A part of ``python -m studies fusion measure``: one thread, its own stores (nothing in the study's)."""
+    def run(opts: argparse.Namespace) -> dict[str, Any]:
+        torch.set_num_threads(1)
+        out = do(opts, Path(opts.runs_dir))
+        if out is not None:
+            print(out if isinstance(out, str) else json.dumps(out, indent=1))
+        return {}
+
+    return run
+
+
+def _evaluate(opts: argparse.Namespace, runs_dir: Path) -> Any:
+    store = evaluate(opts.root, runs_dir)
+    PAGE.write_text(render_page(PAGE.read_text(), store))
+    return store["summary"]["targets"]
+
+
+#: The options of the parts: the run (train, command, evaluate-run), the data root and where the runs are.
+OPTIONS = {"run": None, "root": None, "runs_dir": str(RUNS_DIR)}
+MEASURE = {
+    "command": _part(lambda o, d: " ".join(["python", *fit_command(_named(o), d)])),
+    "train": _part(lambda o, d: _keys(train(_named(o), d), "name", "seconds", "checkpoint", "validation")),
+    "select": _part(lambda o, d: _keys(select(o.root, d), "scores", "choice")),
+    "select-combine": _part(lambda o, d: _keys(select_combine(o.root, d), "scores", "choice")),
+    "evaluate-run": _part(lambda o, d: f"kept {evaluate_run(_named(o), o.root, d)}"),
+    "evaluate": _part(_evaluate),
+    "render": _part(lambda o, d: PAGE.write_text(render_page(PAGE.read_text(), load_store())) and f"wrote {PAGE}"),
+}

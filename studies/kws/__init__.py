@@ -15,6 +15,8 @@ from typing import Any
 from studies._runner import Items
 from studies._runner.protocol import ProtocolError
 
+MEASURE_MODULE = "evaluate"  # python -m studies kws measure evaluate: a checkpoint's confusion matrix
+
 
 @cache
 def _split(folder: str, seed: int, val: float, test: float) -> dict[str, tuple[str, ...]]:
@@ -36,4 +38,4 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
 def run(candidate: Any, seed: int, train: Items | None, evaluate: Any, budget: dict[str, Any]) -> Any:
     raise ProtocolError(
         "the runs of this study were made before the runner (python recipes/speech_truncated.py fit ... and "
-        "python -m studies.kws.evaluate); a new protocol needs test speakers neither split has scored")
+        "python -m studies kws measure evaluate); a new protocol needs test speakers neither split has scored")

@@ -1,4 +1,4 @@
-"""Keyword spotting on speakers never heard, class by class: ``python -m studies.kws.evaluate``.
+"""Keyword spotting on speakers never heard, class by class: ``python -m studies kws measure evaluate``.
 
 Rebuilds a model of the speech recipe from its config arguments, loads a checkpoint (the one ``fit``
 selected), predicts its test split (Speech Commands' 20 test speakers at seed 0) and stores the
@@ -6,10 +6,10 @@ confusion matrix, the accuracy and the accuracy of each class in
 ``studies/kws/stores/kws_<name>.json``; ``figure()`` draws the stored matrices side by side
 (``python docs/make_figures.py kws_confusion``)::
 
-    ATTNMM_DATA=/path/to/data python -m studies.kws.evaluate --name transformer --ckpt runs/.../averaged-best5.ckpt \\
-        -- --config recipes/configs/speech_truncated_commands.yaml
-    ATTNMM_DATA=/path/to/data python -m studies.kws.evaluate --name res8 --ckpt runs/.../best.ckpt \\
-        -- --config recipes/configs/speech_truncated_commands.yaml --config studies/kws/configs/kws_res8.yaml
+    ATTNMM_DATA=/path/to/data python -m studies kws measure evaluate name=transformer \\
+        ckpt=runs/.../averaged-best5.ckpt
+    ATTNMM_DATA=/path/to/data python -m studies kws measure evaluate name=res8 ckpt=runs/.../best.ckpt \\
+        config_args=--config=recipes/configs/speech_truncated_commands.yaml,--config=studies/kws/configs/kws_res8.yaml
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from studies._runner.stats import machine
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).with_name("stores")
@@ -72,7 +74,7 @@ def figure(stores: dict[str, dict[str, Any]]) -> Any:
     import matplotlib.pyplot as plt
 
     if not stores:
-        raise ValueError("no stored keyword-spotting results; run python -m studies.kws.evaluate first")
+        raise ValueError("no stored keyword-spotting results; run python -m studies kws measure evaluate first")
     fig, axes = plt.subplots(1, len(stores), figsize=(6.2 * len(stores), 5.6), squeeze=False)
     for ax, (name, result) in zip(axes[0], stores.items()):
         confusion = torch.tensor(result["confusion"], dtype=torch.float64)
@@ -94,29 +96,18 @@ def figure(stores: dict[str, dict[str, Any]]) -> Any:
     return fig
 
 
-def _machine() -> str:
-    import os
-    import platform
-    import time
-
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {stamp}"
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--name", required=True, help="results file kws_<name>.json, e.g. transformer or res8")
-    parser.add_argument("--ckpt", required=True, help="the checkpoint fit selected")
-    parser.add_argument("config_args", nargs="*", help="the recipe's config arguments (after --)")
-    args = parser.parse_args(argv)
-    result = evaluate(args.ckpt, args.config_args)
-    record = {"name": args.name, "checkpoint": args.ckpt, "config_args": args.config_args, **result,
-              "machine": _machine()}
-    store_path(args.name).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"{args.name}: test accuracy {100 * result['test_acc']:.2f}% on {result['clips']} clips")
-    for c, acc in result["per_class"].items():
-        print(f"  {c:10s} {100 * acc:6.2f}%")
+def _evaluate(opts: argparse.Namespace) -> dict[str, Any]:
+    """``python -m studies kws measure evaluate name=NAME ckpt=CKPT [config_args=ARG,ARG]``: kept in its own store."""
+    if not (opts.name and opts.ckpt):
+        raise SystemExit("give name=NAME (the store kws_NAME.json) and ckpt=CKPT (the checkpoint fit selected)")
+    result = evaluate(opts.ckpt, opts.config_args)
+    record = {"name": opts.name, "checkpoint": opts.ckpt, "config_args": opts.config_args, **result,
+              "machine": machine()}
+    store_path(opts.name).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"{opts.name}: test accuracy {100 * result['test_acc']:.2f}% on {result['clips']} clips")
+    return {}
 
 
-if __name__ == "__main__":
-    main()
+#: The options of ``evaluate``: the store's name, the checkpoint and the recipe's config arguments.
+OPTIONS = {"name": None, "ckpt": None, "config_args": ["--config=recipes/configs/speech_truncated_commands.yaml"]}
+MEASURE = {"evaluate": _evaluate}

@@ -1,6 +1,6 @@
-"""Self-attention against recurrent networks, measured: ``python -m studies.rnn_attention.measure``.
+"""Self-attention against recurrent networks, measured: ``python -m studies rnn_attention measure PART``.
 
-Parts (``--parts``, default all but ``quality``):
+Parts (``python -m studies rnn_attention measure PART[,PART...] [key=value ...]``, :data:`OPTIONS`):
 
 - ``parallel``: training throughput and time per step against sequence length, LSTM vs causal
   attention encoder of about the same parameter count.
@@ -10,12 +10,12 @@ Parts (``--parts``, default all but ``quality``):
   state, causal attention's growing key/value cache, ``Window``'s bounded one.
 - ``generation``: tokens per second of the character LM sampled with and without the key/value cache.
 - ``quality``: the character LM and POS recipes, attention default and LSTM config, trained side by
-  side (one core each) under the same wall-clock budget (``--quality lm,pos``; about 20 and 30 min).
+  side (one core each) under the same wall-clock budget (``quality=lm,pos``; about 20 and 30 min).
 
 Each part stores its results in the ``rnn_attention`` study's store (its ``detail``, with the command,
 machine and time of its run); ``python -m studies rnn_attention render`` then writes ``docs/rnn.md`` from
-the stored results, so every table and plot on it comes from one run of its part. ``--no-write`` only
-prints. The quality part's runs are also the study's test records (attention and LSTM, per recipe).
+the stored results, so every table and plot on it comes from one run of its part.
+The quality part's runs are also the study's test records (attention and LSTM, per recipe).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -32,8 +31,8 @@ from typing import Any
 
 import torch
 
-from benchmarks._measure import machine_line
 from benchmarks._recipe_runs import RECIPES, run_fits_side_by_side
+from studies._runner.stats import machine
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = Path(__file__).with_name("store.json")
@@ -85,7 +84,7 @@ def quality(opts: argparse.Namespace) -> dict[str, Any]:
         lift = ["--trainer.max_time=null"]
         jobs = [(recipe, lift), (recipe, [f"--config={STUDY_CONFIGS / config}", *lift])]
         attn, lstm = run_fits_side_by_side(jobs, seed=opts.seed, collect=_run_summary)
-        when = f"{machine_line()}, {opts.command}"
+        when = f"{machine()}, {opts.command}"
         for label, r in (("attention (default)", attn), (f"LSTM ({config})", lstm)):
             row = {"recipe": recipe, "encoder": label, "metric": metric, "lower_is_better": lower, **r, "run": when}
             rows.append(row)
@@ -358,52 +357,22 @@ def load_store() -> dict[str, Any]:
     return json.loads(STORE.read_text()).get("detail", {}) if STORE.exists() else {}
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",")]
+#: The parts' options (``python -m studies rnn_attention measure PART key=value ...``).
+OPTIONS: dict[str, Any] = {
+    "quality": "lm,pos", "seed": 0, "lengths": [64, 128, 256, 512, 1024, 2048, 4096],
+    "tokens_per_step": 8192, "rounds": 3, "recall_length": 512, "recall_window": 32, "recall_steps": 1500,
+    "recall_test": 512, "stream_positions": [64, 256, 1024, 4096, 16384], "stream_window": 256, "stream_steps": 21,
+    "generate_tokens": 500, "threads": 2, "device": "cpu",
+}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m studies.rnn_attention.measure", description=__doc__)
-    parser.add_argument("--parts", default="parallel,longrange,streaming,generation", help="comma-separated parts")
-    parser.add_argument("--quality", default="lm,pos", help="recipes of the quality part: lm, pos")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lengths", type=_ints, default=[64, 128, 256, 512, 1024, 2048, 4096])
-    parser.add_argument("--tokens-per-step", type=int, default=8192, help="batch size x length of a parallel step")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per length")
-    parser.add_argument("--recall-length", type=int, default=512)
-    parser.add_argument("--recall-window", type=int, default=32)
-    parser.add_argument("--recall-steps", type=int, default=1500)
-    parser.add_argument("--recall-test", type=int, default=512, help="test sequences of the recall task")
-    parser.add_argument("--stream-positions", type=_ints, default=[64, 256, 1024, 4096, 16384])
-    parser.add_argument("--stream-window", type=int, default=256)
-    parser.add_argument("--stream-steps", type=int, default=21)
-    parser.add_argument("--generate-tokens", type=int, default=500)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of the in-process parts")
-    parser.add_argument("--device", default="cpu", help="device of the parallel part (cuda: stored apart)")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    opts = parser.parse_args(argv)
-    from studies._runner import Store
-    from studies.rnn_attention.page import render_page
+def _stored(name: str, part: Part) -> Callable[[argparse.Namespace], dict[str, Any]]:
+    """``part`` at ``threads`` torch threads, stored under its name (a device's other than the CPU apart)."""
+    def run(opts: argparse.Namespace) -> dict[str, Any]:
+        torch.set_num_threads(opts.threads)
+        return {name if opts.device == "cpu" else f"{name}_{opts.device}": part(opts)}
 
-    whole = Store(STORE, "rnn_attention")
-    store = whole.data.setdefault("detail", {})
-    torch.set_num_threads(opts.threads)
-    for name in opts.parts.split(","):
-        if name not in PARTS:
-            parser.error(f"unknown part {name!r}; choose from {sorted(PARTS)}")
-        started = time.perf_counter()
-        opts.command = " ".join(["python -m studies.rnn_attention.measure", *(sys.argv[1:] if argv is None else argv)])
-        result = PARTS[name](opts)
-        result["run"] = {"command": opts.command, "machine": machine_line(),
-                         "minutes": round((time.perf_counter() - started) / 60, 1)}
-        store[name if opts.device == "cpu" else f"{name}_{opts.device}"] = result
-        if not opts.no_write:
-            whole.save()
-    if opts.no_write:
-        print(render_page(store))
-    else:
-        print(f"stored in {STORE}; write the page with python -m studies rnn_attention render")
+    return run
 
 
-if __name__ == "__main__":
-    main()
+MEASURE = {name: _stored(name, part) for name, part in PARTS.items()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from studies._runner.stats import nbytes, run_line, seconds
 from studies.rnn_attention.measure import LAYERS, LSTM_HIDDEN, LSTM_LAYERS, RECALL_KEYS, RECALL_VALUES, WIDTH
 
 #: Recipes whose "test" score is their dev set, the set that also chose the checkpoint: not a held-out test.
@@ -22,15 +23,6 @@ def _scored_on(recipe: str) -> str:
 
 
 
-def _run_line(part: dict[str, Any]) -> str:
-    run = part["run"]
-    return f"`{run['command']}` ({run['machine']}, {run['minutes']} min)."
-
-
-def _fmt_s(t: float) -> str:
-    return f"{1e3 * t:.0f} ms" if t < 10 else f"{t:.1f} s"
-
-
 def _parallel_section(part: dict[str, Any]) -> list[str]:
     rows = part["rows"]
     threads = sorted({r["threads"] for r in rows})
@@ -43,7 +35,7 @@ def _parallel_section(part: dict[str, Any]) -> list[str]:
         f"attention ({params['attention']:,} parameters: {LAYERS} pre-norm layers of width {WIDTH}, rotary "
         f"positions, fused SDPA) against a {LSTM_LAYERS}-layer LSTM ({params['lstm']:,} parameters, "
         f"{LSTM_HIDDEN} state channels), on {part['tokens_per_step']:,} tokens per step "
-        "(batch x length), fp32, fastest of alternated rounds. Run: " + _run_line(part),
+        "(batch x length), fp32, fastest of alternated rounds. Run: " + run_line(part["run"]) + ".",
         "",
         "| threads | length L | batch | LSTM step | attention step | LSTM tokens/s | attention tokens/s "
         "| LSTM time / attention time |",
@@ -52,7 +44,7 @@ def _parallel_section(part: dict[str, Any]) -> list[str]:
     for r in rows:
         n = r["batch"] * r["length"]
         out.append(
-            f"| {r['threads']} | {r['length']:,} | {r['batch']} | {_fmt_s(r['lstm_s'])} | {_fmt_s(r['attention_s'])} "
+            f"| {r['threads']} | {r['length']:,} | {r['batch']} | {seconds(r['lstm_s'])} | {seconds(r['attention_s'])} "
             f"| {n / r['lstm_s']:,.0f} | {n / r['attention_s']:,.0f} | {r['lstm_s'] / r['attention_s']:.2f}x |"
         )
     if on_gpu:
@@ -162,7 +154,8 @@ def _longrange_section(part: dict[str, Any]) -> list[str]:
         "every bin below holds about as many training queries. Each model (2 layers of width 64, "
         f"about the same parameter count) is trained once on all distances for {part['steps']:,} steps of 32 "
         f"sequences; the table gives its test accuracy per distance (chance: {100 * part['chance']:.1f}%). "
-        f"Two `Window({part['window']}, 0)` layers reach at most {horizon} tokens back. Run: " + _run_line(part),
+        f"Two `Window({part['window']}, 0)` layers reach at most {horizon} tokens back. Run: "
+        + run_line(part["run"]) + ".",
         "",
         "| distance d | " + " | ".join(f"{n} ({models[n]['parameters']:,} parameters)" for n in names) + " |",
         "|---|" + "---:|" * len(names),
@@ -208,14 +201,14 @@ def _streaming_section(part: dict[str, Any]) -> list[str]:
         "The cost of reading one more token after t tokens, and the state kept for it, with the character LM's "
         "encoders (width 192, batch 1, fp32, inference): the LSTM carries its hidden and cell states, causal "
         f"attention a key/value cache of every earlier token, `Window({part['window']}, 0)` one of the last "
-        f"{part['window']}. Median of consecutive steps. Run: " + _run_line(part),
+        f"{part['window']}. Median of consecutive steps. Run: " + run_line(part["run"]) + ".",
         "",
         "| t | " + " | ".join([*(f"{n}: ms/token" for n in names), *(f"{n}: state" for n in names)]) + " |",
         "|---:|" + "---:|" * (2 * len(names)),
     ]
     for t in positions:
         ms = " | ".join(f"{at[(n, t)]['step_ms']:.2f}" for n in names)
-        mb = " | ".join(_bytes(at[(n, t)]["state_bytes"]) for n in names)
+        mb = " | ".join(nbytes(at[(n, t)]["state_bytes"]) for n in names)
         out.append(f"| {t:,} | {ms} | {mb} |")
     out += ["", "![per-token cost and state against position](figures/rnn_streaming.png)", ""]
     first, last = positions[0], positions[-1]
@@ -223,14 +216,10 @@ def _streaming_section(part: dict[str, Any]) -> list[str]:
     for n in names:
         a, b = at[(n, first)], at[(n, last)]
         lines.append(
-            f"{n}: {a['step_ms']:.2f} ms and {_bytes(a['state_bytes'])} at t = {first:,}, "
-            f"{b['step_ms']:.2f} ms and {_bytes(b['state_bytes'])} at t = {last:,}."
+            f"{n}: {a['step_ms']:.2f} ms and {nbytes(a['state_bytes'])} at t = {first:,}, "
+            f"{b['step_ms']:.2f} ms and {nbytes(b['state_bytes'])} at t = {last:,}."
         )
     return [*out, " ".join(lines), ""]
-
-
-def _bytes(n: float) -> str:
-    return f"{n / 2**20:.2f} MB" if n >= 2**20 else f"{n / 2**10:.1f} KB"
 
 
 def _generation_section(part: dict[str, Any]) -> list[str]:
@@ -241,7 +230,7 @@ def _generation_section(part: dict[str, Any]) -> list[str]:
         f"prompt, greedy, context {part['context']}). Without the cache every step re-reads the last "
         f"{part['context']} tokens; with it (the default) the prompt is read once and each step reads one token, "
         "the attention layers keeping their keys and values (the LSTM its state). Weights as initialised "
-        "(speed does not depend on them). Run: " + _run_line(part),
+        "(speed does not depend on them). Run: " + run_line(part["run"]) + ".",
         "",
         "| model | cache | tokens | tokens/s | same output within the context |",
         "|---|---|---:|---:|---|",
@@ -311,7 +300,7 @@ def _summary_section(store: dict[str, Any]) -> list[str]:
         bullets.append(
             f"**Streaming** one more token after {last:,}: cheapest {cheapest} "
             f"({at_last[cheapest]['step_ms']:.2f} ms), smallest state {smallest} "
-            f"({_bytes(at_last[smallest]['state_bytes'])})."
+            f"({nbytes(at_last[smallest]['state_bytes'])})."
         )
     if not bullets:
         return []
@@ -326,9 +315,9 @@ def render_page(store: dict[str, Any]) -> str:
             lines += section(store[name])
         elif name == "parallel_cuda":
             lines += ["## Parallel training on a GPU", "", "Not measured yet (no GPU was available): "
-                      "`python -m studies.rnn_attention.measure --parts parallel --device cuda`.", ""]
+                      "`python -m studies rnn_attention measure parallel device=cuda`.", ""]
         else:
-            command = f"python -m studies.rnn_attention.measure --parts {name}"
+            command = f"python -m studies rnn_attention measure {name}"
             lines += [f"## {name}", "", f"Not measured yet: `{command}`.", ""]
     lines += _summary_section(store)
     return "\n".join(lines).rstrip() + "\n"

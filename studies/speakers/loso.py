@@ -15,9 +15,10 @@ test speaker, so these protocols are not run again: the study's current protocol
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
+
+from studies._runner.stats import mean_std
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEAKERS = ("george", "jackson", "lucas", "theo", "yweweler")
@@ -96,9 +97,7 @@ def command(task: str, candidate: str, fold: int, extra: list[str], val_speaker:
 
 
 def _mean_std(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.2f}" if values else "-"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+    return mean_std(values, digits=2) if values else "-"
 
 
 def _pct(value: float | None) -> str:

@@ -1,36 +1,36 @@
-"""Connected digits under Full, Window and Chunk masks, measured: ``python -m studies.speech_strings.measure``.
+"""Connected digits under Full, Window and Chunk masks, measured: ``python -m studies speech_strings measure``.
 
 The model is the connected-digits recipe's (``recipes/configs/speech_truncated_strings.yaml``:
 SpeechAdapter + 4-layer Encoder + CTC head + attention decoder, hybrid CTC/attention), with only its
-mask changed. Parts (``--parts``, default ``cost,train``):
+mask changed. Parts (``python -m studies speech_strings measure PART[,PART...] key=value ...``, :data:`OPTIONS`):
 
-- ``cost``: one training step (forward, hybrid loss, backward, AdamW) on a batch of ``--batch`` real
-  test strings of exactly n digits, for every mask and n in ``--cost-lengths``, each (mask, n) in a fresh
-  process (one thread): the fastest of ``--steps`` timed steps after a warm-up, scaled to an epoch of
+- ``cost``: one training step (forward, hybrid loss, backward, AdamW) on a batch of ``batch`` real
+  test strings of exactly n digits, for every mask and n in ``cost_lengths``, each (mask, n) in a fresh
+  process (one thread): the fastest of ``steps`` timed steps after a warm-up, scaled to an epoch of
   the recipe's ``num_train`` strings, and the step's peak memory above its inputs
   (:func:`benchmarks._measure.peak_of`).
-- ``train``: the recipe trained (``--num-train`` strings, ``--epochs`` epochs; default the recipe's
-  budget; validation and test by the recipe's decoding) under each mask of ``--masks``, one run at a
+- ``train``: the recipe trained (``num_train`` strings, ``epochs`` epochs; default the recipe's
+  budget; validation and test by the recipe's decoding) under each mask of ``masks``, one run at a
   time (one thread). Each model is then decoded, greedily and by the recipe's decoding, on test
-  strings of exactly n digits for n in ``--lengths`` (``--digits-per-length`` digits per n), and, for
-  a Chunk mask, its first ``--stream-strings``
+  strings of exactly n digits for n in ``lengths`` (``digits_per_length`` digits per n), and, for
+  a Chunk mask, its first ``stream_strings``
   recipe test strings are streamed through :class:`~attnmm.adapters.StreamingRecognizer`: the
   streamed digits (checked against the whole-utterance greedy decode) and each correctly emitted
   digit's latency, from the end of its recording in the string to the sample at which the stream
   emits it (:func:`~attnmm.adapters.emission_latency`; compute time excluded).
-- ``reference``: the streaming measurement of a checkpoint trained elsewhere (``--checkpoint``, e.g.
-  the recipe's own run at its full budget; ``--budget`` says how it was trained).
+- ``reference``: the streaming measurement of a checkpoint trained elsewhere (``checkpoint``, e.g.
+  the recipe's own run at its full budget; ``budget`` says how it was trained).
 
-Training seeds: ``--seed N`` trains (or evaluates) the models of seed N, stored as ``MASK (seed N)`` (seed
+Training seeds: ``seed=N`` trains (or evaluates) the models of seed N, stored as ``MASK (seed N)`` (seed
 0 under the mask's name); the page reports each mask's DER as the mean over its seeds. Each decoding
 keeps the errors charged to every test recording (:func:`aligned_errors`), so that whether a mask's DER
 differs from Full's is decided by resampling the recordings (the strings reuse them), each recording's
-errors averaged over the seeds (:func:`studies.speech_strings.page.recording_bootstrap`).
+errors averaged over the seeds (:func:`studies._runner.stats.ratio_bootstrap`).
 
 Results go to the ``speech_strings`` study's store (its ``detail``: each part and each trained model with
 the command, machine and time of its run); ``python -m studies speech_strings render`` writes the
 study's block of ``docs/recipes/speech.md`` from them. The checkpoints
-are kept in ``runs/speech_strings/`` (``--parts eval`` decodes them again without training).
+are kept in ``runs/speech_strings/`` (the ``eval`` part decodes them again without training).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import functools
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -53,8 +52,6 @@ from typing import Any
 
 import torch
 import yaml
-
-from benchmarks._measure import machine_line
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "recipes" / "configs" / "speech_truncated_strings.yaml"
@@ -193,7 +190,7 @@ def decode_der(task: Any, strings: Any, batch_size: int = 16, decoding: str = "g
     """Digit error rate (edits / reference digits) and exact strings of ``task`` on ``strings``, decoded by
     ``decoding`` (``SequenceTask.transcribe``; default greedy CTC), and ``per_take``: the edits charged to
     each test recording (:func:`aligned_errors`, summed over the strings that reuse it) and its digits, so
-    that a comparison can resample recordings (:func:`studies.speech_strings.page.recording_bootstrap`)."""
+    that a comparison can resample recordings (:func:`studies._runner.stats.ratio_bootstrap`)."""
     from attnmm.data import collate_digit_strings
 
     task.eval()
@@ -333,7 +330,7 @@ def evaluate(mask: str, ckpt: Path, opts: argparse.Namespace) -> dict[str, Any]:
 
 
 def reference(opts: argparse.Namespace) -> dict[str, Any]:
-    """Stream a checkpoint trained elsewhere (``--checkpoint``, e.g. the recipe's own full-budget run)."""
+    """Stream a checkpoint trained elsewhere (``checkpoint``, e.g. the recipe's own full-budget run)."""
     from attnmm.lightning import SequenceTask
 
     task = SequenceTask.load_from_checkpoint(opts.checkpoint, map_location="cpu", weights_only=True).eval()
@@ -429,88 +426,44 @@ def load_store() -> dict[str, Any]:
     return unpack(json.loads(STORE.read_text()).get("detail", {})) if STORE.exists() else {}
 
 
-def _names(text: str) -> list[str]:
-    """Comma-separated mask names (commas inside parentheses belong to the name)."""
-    return [m.strip() for m in re.split(r",(?![^()]*\))", text) if m.strip()]
+#: The parts' options (``python -m studies speech_strings measure PART key=value ...``); the training budget is the
+#: recipe's.
+OPTIONS: dict[str, Any] = {
+    "masks": list(MASKS), "cost_masks": list(COST_MASKS), "lengths": [1, 5, 10, 20],
+    "cost_lengths": [1, 2, 5, 10, 20, 40], "batch": 16, "steps": 7,
+    "num_train": _recipe()["data"]["init_args"]["num_train"], "epochs": _recipe()["trainer"]["max_epochs"],
+    "digits_per_length": 1000, "stream_strings": 200, "checkpoint": None, "budget": "recipe budget", "seed": 0,
+    "root": None,
+}
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",")]
+def _models(part: str) -> Any:
+    """The ``train`` (or ``eval``: decode the kept checkpoints again) part, one model per mask of ``masks``."""
+    def run(opts: argparse.Namespace) -> dict[str, Any]:
+        torch.set_num_threads(1)
+        out = {}
+        for mask in opts.masks:
+            if mask not in MASKS:
+                raise SystemExit(f"unknown mask {mask!r}; choose from {list(MASKS)}")
+            key = model_key(mask, opts.seed)
+            out[f"models/{key}"] = ({"seed": opts.seed, **train(opts, mask)} if part == "train" else {
+                **opts.detail["models"][key], **evaluate(mask, _checkpoint(mask, opts.seed), opts)})
+        return out
+
+    return run
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--cost-worker"]:
-        _cost_worker(argv[1], argv[2], int(argv[3]))
-        return
-    parser = argparse.ArgumentParser(prog="python -m studies.speech_strings.measure", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="cost,train", help="comma-separated: cost, train, eval, reference")
-    parser.add_argument("--masks", type=_names, default=list(MASKS), help="masks to train (train, eval)")
-    parser.add_argument("--cost-masks", type=_names, default=list(COST_MASKS))
-    parser.add_argument("--lengths", type=_ints, default=[1, 5, 10, 20], help="digits per test string (DER)")
-    parser.add_argument("--cost-lengths", type=_ints, default=[1, 2, 5, 10, 20, 40], help="digits per string (cost)")
-    parser.add_argument("--batch", type=int, default=16, help="strings per step of the cost part")
-    parser.add_argument("--steps", type=int, default=7, help="timed steps per setting of the cost part")
-    budget = _recipe()
-    parser.add_argument("--num-train", type=int, default=budget["data"]["init_args"]["num_train"],
-                        help="training strings (train; default: the recipe's)")
-    parser.add_argument("--epochs", type=int, default=budget["trainer"]["max_epochs"],
-                        help="epochs (train; default: the recipe's)")
-    parser.add_argument("--digits-per-length", type=int, default=1000, help="test digits per length (DER)")
-    parser.add_argument("--stream-strings", type=int, default=200)
-    parser.add_argument("--checkpoint", help="checkpoint of the reference part")
-    parser.add_argument("--budget", default="recipe budget", help="how the reference checkpoint was trained")
-    parser.add_argument("--seed", type=int, default=0, help="training seed (train, eval); seed 0's model is stored "
-                        "under the mask's name, another's as 'MASK (seed N)'")
-    parser.add_argument("--root", default=None, help="data root (default: $ATTNMM_DATA)")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    opts = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    store = load_store()
-    command = " ".join(["python -m studies.speech_strings.measure", *argv])
+def _one(name: str, part: Any) -> Any:
+    def run(opts: argparse.Namespace) -> dict[str, Any]:
+        torch.set_num_threads(1)
+        return {name: part(opts)}
 
-    def save(key: str, value: dict[str, Any], started: float, sub: str | None = None) -> None:
-        value["run"] = {"command": command, "machine": machine_line(),
-                        "minutes": round((time.perf_counter() - started) / 60, 1)}
-        if not opts.no_write:
-            store.clear()
-            store.update(load_store())  # what other runs stored meanwhile
-        (store.setdefault("models", {}) if sub else store)[sub or key] = value
-        if not opts.no_write:
-            from studies._runner import Store
-
-            whole = Store(STORE, "speech_strings")
-            whole.data["detail"] = pack(store)
-            whole.save()
-
-    for part in opts.parts.split(","):
-        if part == "cost":
-            started = time.perf_counter()
-            save("cost", cost(opts), started)
-        elif part == "reference":
-            started = time.perf_counter()
-            save("reference", reference(opts), started)
-        elif part in ("train", "eval"):
-            for mask in opts.masks:
-                if mask not in MASKS:
-                    parser.error(f"unknown mask {mask!r}; choose from {list(MASKS)}")
-                started = time.perf_counter()
-                key = model_key(mask, opts.seed)
-                if part == "train":
-                    result = {"seed": opts.seed, **train(opts, mask)}
-                else:
-                    result = {**store["models"][key], **evaluate(mask, _checkpoint(mask, opts.seed), opts)}
-                save("models", result, started, sub=key)
-        else:
-            parser.error(f"unknown part {part!r}; choose from cost, train, eval, reference")
-    from studies.speech_strings.page import render_section
-
-    if opts.no_write:
-        print(render_section(store))
-    else:
-        print(f"stored in {STORE}; write the pages with python -m studies speech_strings render")
+    return run
 
 
-if __name__ == "__main__":
-    main()
+MEASURE = {"cost": _one("cost", cost), "reference": _one("reference", reference), "train": _models("train"),
+           "eval": _models("eval")}
+
+
+if __name__ == "__main__":  # one setting of the cost part, in its own process (see :func:`cost`)
+    _cost_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -6,12 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from studies._runner import stats
+from studies._runner.stats import ratio_bootstrap, run_line
 from studies.speech_strings.measure import FRAME_MS, _recipe, mask_of
-
-
-def _run_line(run: dict[str, Any]) -> str:
-    return f"`{run['command']}` ({run['machine']}, {run['minutes']} min)"
-
 
 #: "Pays": at least this much below Full (0.9: 10% less), so that noise does not decide it.
 PAYS = 0.9
@@ -19,52 +16,12 @@ PAYS = 0.9
 #: the difference (binomial, digits taken as independent), besides :data:`PAYS`.
 DER_SE = 2.0
 
-#: Resamples of the test recordings in :func:`recording_bootstrap`, and its interval (95%).
-RESAMPLES, LEVEL = 2000, 0.95
-
-
-def recording_bootstrap(
-    a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], resamples: int = RESAMPLES, seed: int = 0
-) -> tuple[float, float, float]:
-    """The difference of DER between two models, ``a`` minus ``b``, and its :data:`LEVEL` interval from
-    resampling the test recordings. Each run is a ``per_take`` record (:func:`studies.speech_strings.measure.
-    decode_der`: the edits charged to each recording over the strings that reuse it, and its digits), one
-    per training seed, all on the same strings; each recording's edits are averaged over the seeds.
-    The strings reuse recordings, so the recordings, not the digits, are the units resampled.
-
-    Examples:
-        >>> a = [{"ids": [0, 1, 2, 3], "errors": [2, 0, 1, 1], "digits": [10, 10, 10, 10]}]
-        >>> b = [{"ids": [0, 1, 2, 3], "errors": [4, 2, 3, 3], "digits": [10, 10, 10, 10]}]
-        >>> diff, lo, hi = recording_bootstrap(a, b)
-        >>> round(diff, 3), lo < diff < hi < 0
-        (-0.05, True)
-    """
-    import torch
-
-    ids = sorted(set.intersection(*(set(r["ids"]) for r in [*a_runs, *b_runs])))
-
-    def mean_errors(runs: list[dict[str, Any]]) -> tuple[Any, Any]:
-        per = [dict(zip(r["ids"], zip(r["errors"], r["digits"], strict=True), strict=True)) for r in runs]
-        errors = torch.tensor([[p[i][0] for i in ids] for p in per], dtype=torch.float64).mean(0)
-        return errors, torch.tensor([per[0][i][1] for i in ids], dtype=torch.float64)
-
-    (ea, digits), (eb, _) = mean_errors(a_runs), mean_errors(b_runs)
-    g = torch.Generator().manual_seed(seed)
-    draws = torch.randint(len(ids), (resamples, len(ids)), generator=g)
-    ones = torch.ones_like(draws, dtype=torch.float64)
-    counts = torch.zeros(resamples, len(ids), dtype=torch.float64).scatter_add_(1, draws, ones)  # of each recording
-    diffs = (counts @ ea - counts @ eb) / (counts @ digits)
-    tail = (1 - LEVEL) / 2
-    lo, hi = torch.quantile(diffs, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
-    return float((ea.sum() - eb.sum()) / digits.sum()), lo, hi
-
-
 def _significant(a: dict[str, Any], b: dict[str, Any], key: str, se: str | None) -> float:
     """How ``a`` differs from ``b`` in ``key`` beyond noise: -1 below, +1 above, 0 within it. By the
     recording bootstrap where both rows carry per-recording errors (``runs``), else by :data:`DER_SE`
     binomial standard errors (``se``), else any difference counts."""
     if a.get("runs") and b.get("runs"):
-        _, lo, hi = recording_bootstrap(a["runs"], b["runs"])
+        _, lo, hi = ratio_bootstrap(a["runs"], b["runs"])
         return -1.0 if hi < 0 else 1.0 if lo > 0 else 0.0
     if se is None:
         return float(math.copysign(1.0, a[key] - b[key])) if a[key] != b[key] else 0.0
@@ -73,27 +30,17 @@ def _significant(a: dict[str, Any], b: dict[str, Any], key: str, se: str | None)
 
 
 def crossover(rows: list[dict[str, Any]], key: str, mask: str, full: str = "Full", se: str | None = None) -> int | None:
-    """The fewest digits from which ``mask`` needs at most :data:`PAYS` times Full's ``key`` at every
-    longer length measured (``None``: not even at the longest). With ``se`` (the key of each row's
-    standard error), the difference must also be beyond noise (:func:`_significant`: the recording
-    bootstrap's interval below 0 where the rows carry per-recording errors, else :data:`DER_SE`
-    standard errors)."""
-    by = {(r["mask"], r["digits"]): r for r in rows}
-    best = None
-    for n in sorted({r["digits"] for r in rows}, reverse=True):
-        if (mask, n) not in by or (full, n) not in by:
-            break
-        a, b = by[(mask, n)], by[(full, n)]
-        if a[key] > PAYS * b[key] or (se is not None and _significant(a, b, key, se) >= 0):
-            break
-        best = n
-    return best
+    """The fewest digits from which ``mask`` needs at most :data:`PAYS` times Full's ``key`` at every longer
+    length measured (``None``: not even at the longest); with ``se`` (the key of each row's standard error),
+    the difference must also be beyond noise (:func:`_significant`)."""
+    beyond = None if se is None else (lambda a, b: _significant(a, b, key, se) < 0)
+    return stats.crossover(rows, key, mask, full, "digits", PAYS, beyond)
 
 
 def _noise(rows: list[dict[str, Any]]) -> str:
     """What decides that a DER difference is beyond noise, for these rows."""
     if all(r.get("runs") for r in rows):
-        return f"its {round(100 * LEVEL)}% recording-bootstrap interval"
+        return "its 95% recording-bootstrap interval"
     return f"{DER_SE:g} standard errors"
 
 
@@ -217,8 +164,8 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
         "Where each truncated mask starts to pay against Full, measured: the fewest digits from which it "
         f"pays at every longer length measured (at least {round(100 * (1 - PAYS))}% below Full's; for DER, "
         "the mean over the training seeds, also beyond noise: where each model kept its errors per test "
-        f"recording, the {round(100 * LEVEL)}% interval of the difference from resampling the test recordings "
-        f"({RESAMPLES} resamples; the strings reuse recordings, so digits are not independent), each "
+        "recording, the 95% interval of the difference from resampling the test recordings "
+        "(2000 resamples; the strings reuse recordings, so digits are not independent), each "
         f"recording's errors averaged over the seeds, lies below 0; for older runs without them, by more than "
         f"{DER_SE:g} binomial standard errors of one training run):", "",
     ]
@@ -230,8 +177,8 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
     untrained = [m for m in masks if not models.get(m, {}).get("der")]
     if untrained:
         names = ",".join(untrained)
-        lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m studies.speech_strings.measure "
-                  f"--parts train --masks '{names}'`)."]
+        lines += ["", f"DER of {', '.join(untrained)}: not measured yet (`python -m studies speech_strings measure "
+                  f"train 'masks={names}'`)."]
     lines += [
         "",
         "#### Step time and memory by string length", "",
@@ -239,7 +186,7 @@ def _cost_section(part: dict[str, Any], models: dict[str, Any]) -> list[str]:
         f"{rows[0]['batch']} test strings of exactly n digits, each mask in a fresh process on one thread; "
         f"time is the fastest of {part['steps']} steps after a warm-up, scaled to an epoch of "
         f"{part['steps_per_epoch']} steps (the recipe's {_recipe()['data']['init_args']['num_train']:,} "
-        "strings), memory the step's peak above its inputs. Measured by " + _run_line(part["run"])
+        "strings), memory the step's peak above its inputs. Measured by " + run_line(part["run"])
         + (f"; load average {part['load_avg']:.1f} (5 min; other jobs)" if "load_avg" in part else "")
         + ".", "",
         "![training step time and peak memory against string length, by mask]"
@@ -272,7 +219,7 @@ def _models_section(models: dict[str, Any]) -> list[str]:
         "### The models", "",
         f"The recipe's config with only the mask and the budget changed (the recipe's budget is "
         f"{_recipe_budget()}), trained by the recipe or by the same config, seed and data in a Lightning "
-        "Trainer of this module (`--parts train`); validation picks the checkpoint with the lowest "
+        "Trainer of this module (its `train` part); validation picks the checkpoint with the lowest "
         "validation DER under the decoding of the table, which also decodes the test DER (the recipe's "
         f"1,000 test strings). {per_mask}; wall times are of a shared machine and include validation.", "",
     ]
@@ -365,14 +312,14 @@ def render_section(store: dict[str, Any]) -> str:
     lines = [
         "",
         "## Connected digits: latency and cost by mask", "",
-        "The connected-digits model under other masks, measured by `python -m studies.speech_strings.measure` "
-        "(its docstring says how).", "",
+        "The connected-digits model under other masks, measured by `python -m studies speech_strings measure` "
+        "(`studies/speech_strings/measure.py` says how).", "",
     ]
     lines += _latency_section(models, store.get("reference"))
     if "cost" in store:
         lines += _cost_section(store["cost"], models)
     else:
-        command = "python -m studies.speech_strings.measure --parts cost"
+        command = "python -m studies speech_strings measure cost"
         lines += [f"Step time and memory: not measured yet (`{command}`).", ""]
     if models:
         lines += _models_section(models)

@@ -10,6 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from studies._runner import Study
+from studies._runner.cli import measure
+from studies._runner.stats import bootstrap_difference
 from studies.fusion import conditions as fc
 
 
@@ -18,14 +21,14 @@ def test_bootstrap_of_a_known_difference() -> None:
     a = rng.random(1000) < 0.9
     b = a.copy()
     b[:100] = ~b[:100]  # the second model differs on 100 pairs
-    r = fc.bootstrap_difference([a], [b], [0], resamples=1000)
+    r = bootstrap_difference([a], [b], [0], resamples=1000)
     assert r["diff"] == pytest.approx(100 * (a.mean() - b.mean()))
     assert r["low"] < r["diff"] < r["high"]
-    same = fc.bootstrap_difference([a], [a], [0], resamples=200)
+    same = bootstrap_difference([a], [a], [0], resamples=200)
     assert same == {"diff": 0.0, "low": 0.0, "high": 0.0, "p_le_0": 1.0}
     # a clear gain: the interval excludes 0
     worse = a & (rng.random(1000) < 0.8)
-    assert fc.bootstrap_difference([a], [worse], [0], resamples=500)["low"] > 0
+    assert bootstrap_difference([a], [worse], [0], resamples=500)["low"] > 0
 
 
 def test_bootstrap_pairs_the_seeds_and_resamples_folds_apart() -> None:
@@ -34,17 +37,17 @@ def test_bootstrap_pairs_the_seeds_and_resamples_folds_apart() -> None:
     seeds_b = [x.copy() for x in seeds_a]
     # a mean over replicates: each replicate's difference counts once
     seeds_b[0][:40] = False
-    r = fc.bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
+    r = bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
     expected = np.mean([100 * (x.mean() - y.mean()) for x, y in zip(seeds_a, seeds_b)])
     assert r["diff"] == pytest.approx(expected, abs=0.01)
-    folds = fc.bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 1],
+    folds = bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 1],
                                     resamples=300)
     assert folds["low"] <= folds["diff"] <= folds["high"]
-    with pytest.raises(ValueError, match="same pairs"):
-        fc.bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 0])
+    with pytest.raises(ValueError, match="same items"):
+        bootstrap_difference([seeds_a[0], seeds_a[1][:300]], [seeds_b[0], seeds_b[1][:300]], [0, 0])
     with pytest.raises(ValueError, match="one group per replicate"):
-        fc.bootstrap_difference(seeds_a, seeds_b, [0])
-    again = fc.bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
+        bootstrap_difference(seeds_a, seeds_b, [0])
+    again = bootstrap_difference(seeds_a, seeds_b, [0, 0, 0], resamples=500)
     assert again == r  # a fixed generator: the same interval every time
 
 
@@ -216,7 +219,7 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     # what the chosen model's head averages, chosen on the same validation conditions (the robust model here,
     # whichever tiny run won)
     fc.SELECTION.write_text(json.dumps({**json.loads(fc.SELECTION.read_text()), "choice": "robust_late"}))
-    fc.main(["select-combine", "--runs-dir", str(runs)])  # the documented command
+    measure(Study.load("fusion"), "select-combine", [f"runs_dir={runs}"], "test")  # the documented command
     combine = json.loads(fc.SELECTION.read_text())["combine"]
     assert combine["choice"] in fc.COMBINES and combine["split"] == "val" and combine["run"] == "sel_robust_late"
     assert set(combine["scores"]) == set(fc.COMBINES)
@@ -226,7 +229,7 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
         if not name.startswith("sel_"):
             fc.train(name, runs, tiny)
     # a run kept by evaluate-run is read from its cells at evaluate, its checkpoint gone (another session)
-    fc.main(["evaluate-run", "audio_s0", "--runs-dir", str(runs)])
+    measure(Study.load("fusion"), "evaluate-run", ["run=audio_s0", f"runs_dir={runs}"], "test")
     meta, kept = fc.load_cells("audio_s0")
     assert meta["name"] == "audio_s0" and meta["combine"] is None and "audio missing" not in kept
     assert kept["clean"]["probs"].shape == (2 * 150, 10) and kept["clean"]["probs"].dtype == np.float32
@@ -240,7 +243,7 @@ def test_train_select_and_evaluate_end_to_end(root: Path, tmp_path: Path, monkey
     earlier = tmp_path / "draw1.json"
     monkeypatch.setattr(fc, "EARLIER", {1: earlier})
     (tmp_path / "store.json").write_text(json.dumps({"test_seed": 1, "cells": "the first draw's"}))
-    fc.main(["evaluate", "--runs-dir", str(runs)])
+    measure(Study.load("fusion"), "evaluate", [f"runs_dir={runs}"], "test")
     assert json.loads(earlier.read_text()) == {"test_seed": 1, "cells": "the first draw's"}  # kept as it was
     store = fc.load_store(tmp_path / "store.json")
     assert store["test_seed"] == fc.TEST_SEED and store["combine"] == combine["choice"]

@@ -64,10 +64,7 @@ def test_masks_of_a_batch() -> None:
 
 
 def test_node_sweep_same_model_and_seeds(tmp_path: Path) -> None:
-    logged: list[str] = []
-    runs = gms.sweep("node", _graph(), MASKS, [0, 1], FAST, log=logged.append)
-    assert [(r["mask"], r["seed"]) for r in runs] == [(m, s) for m in MASKS for s in (0, 1)]
-    assert sum(line.startswith("[node") for line in logged) == 10  # a progress line per run
+    runs = [{"mask": m, "seed": s, **gms.run_node(_graph(), m, s, FAST)} for m in MASKS for s in (0, 1)]
     by_mask = {r["mask"]: r for r in runs if r["seed"] == 0}
     assert by_mask["graph"]["val"] >= 0.9  # the graph mask separates the classes
     assert by_mask["full"]["pairs"] == 30 * 30 and by_mask["graph"]["pairs"] == 60 + 30
@@ -87,7 +84,7 @@ def test_graph_sweep_on_motifs() -> None:
     graphs = motif_graphs(16, num_nodes=6)
     splits = gms.prepare_graphs({"train": graphs[:8], "val": graphs[8:12], "test": graphs[12:]}, pe_dim=2)
     config = dict(epochs=2, batch_size=4, d_model=8, hidden=4, heads=2)
-    runs = gms.sweep("graph", splits, ["graph", "virtual", "full"], [0], config, log=None)
+    runs = [{"mask": m, **gms.run_graphs(splits, m, 0, config)} for m in ("graph", "virtual", "full")]
     pairs = {r["mask"]: r["pairs"] for r in runs}
     assert pairs["graph"] < pairs["virtual"] < pairs["full"] == 11 * 11  # per graph: 6 + 5 motif nodes
     with pytest.raises(ValueError, match="prepare_graphs"):
@@ -151,22 +148,15 @@ def test_sweep_on_a_generated_actor_graph(tmp_path: Path, monkeypatch: pytest.Mo
     write_actor(tmp_path / "data")
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     args = [f"--data.root={tmp_path / 'data'}"]
-    runs = gms.sweep_real("actor", ["self", "graph", "graph|knn2", "virtual", "expander"], [0, 1], 0, 2, log=None,
-                          args=args)
+    runs = [gms.run_real("actor", m, split, 0, 2, args)
+            for m in ("self", "graph", "graph|knn2", "virtual", "expander") for split in (0, 1)]
     assert [(r["mask"], r["split"]) for r in runs][:2] == [("self", 0), ("self", 1)]
     pairs = {r["mask"]: r["pairs"] for r in runs}
     assert pairs["self"] == 30 and pairs["graph"] < pairs["graph|knn2"]  # no self loops: the ego is apart
     assert all(0 <= r["test"] <= 1 and 1 <= r["best_epoch"] <= 2 for r in runs)
-    again = gms.sweep_real("actor", ["graph"], [1], 0, 2, log=None, args=args)[0]
+    again = gms.run_real("actor", "graph", 1, 0, 2, args)
     assert (again["val"], again["test"]) == next((r["val"], r["test"]) for r in runs if r["mask"] == "graph"
                                                  and r["split"] == 1)  # seeded: the same run again
-    trained = []
-    scores = {k: v for k, v in runs[0].items() if k not in ("mask", "seed", "split")}
-    monkeypatch.setattr(gms._recipe_sweep, "train", lambda *a, **k: trained.append(a) or scores)
-    kept = gms.sweep_real("actor", ["self", "graph"], [0, 1], 0, 2, log=None, args=args, done=runs[1:3])
-    assert kept[:2] == runs[1:3] and len(trained) == 2  # a stopped sweep's runs are kept, the rest trained
-    assert [(r["mask"], r["split"]) for r in kept[2:]] == [("self", 0), ("graph", 1)]
-    monkeypatch.undo()
     store = _real_store("actor", runs)
     table = gms.markdown(runs, "node", reference="self")
     assert "test − `self`, paired" in table.splitlines()[0] and table.count("/2 higher)") == 4
@@ -181,8 +171,7 @@ def test_sweep_on_generated_tu_folds(tmp_path: Path, monkeypatch: pytest.MonkeyP
     write_tu(tmp_path / "data", "PROTEINS", graphs=40)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     args = [f"--data.root={tmp_path / 'data'}", "--data.batch_size=8"]
-    runs = gms.sweep_real("proteins", ["self", "graph", "virtual", "expander", "full"], [3], 0, 1, log=None,
-                          args=args)
+    runs = [gms.run_real("proteins", m, 3, 0, 1, args) for m in ("self", "graph", "virtual", "expander", "full")]
     pairs = {r["mask"]: r["pairs"] for r in runs}
     assert pairs["self"] < pairs["graph"] < pairs["virtual"] and pairs["graph"] <= pairs["full"]
     assert all(r["split"] == 3 and 0 <= r["val"] <= 1 for r in runs)
@@ -195,7 +184,7 @@ def test_sweep_on_generated_peptides_scores_average_precision(tmp_path: Path, mo
     write_peptides(tmp_path / "data")
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     args = [f"--data.root={tmp_path / 'data'}", "--data.batch_size=3"]
-    runs = gms.sweep_real("peptides", ["graph", "virtual", "full"], [None], 0, 1, log=None, args=args)
+    runs = [gms.run_real("peptides", m, None, 0, 1, args) for m in ("graph", "virtual", "full")]
     assert [r["split"] for r in runs] == [None] * 3
     assert all(0 <= r["val"] <= 1 and 0 <= r["test"] <= 1 for r in runs)  # average precision over the labels
 

@@ -14,7 +14,7 @@ def _opts(**kw: object) -> argparse.Namespace:
     defaults = dict(
         seed=0, threads=1, lengths=[16, 32], tokens_per_step=64, rounds=1, recall_length=48, recall_window=4,
         recall_steps=3, recall_test=8, stream_positions=[8, 40], stream_window=16, stream_steps=3, generate_tokens=6,
-        command="python -m studies.rnn_attention.measure (test)", device="cpu",
+        command="python -m studies rnn_attention measure (test)", device="cpu",
     )
     return argparse.Namespace(**{**defaults, **kw})
 
@@ -49,7 +49,7 @@ def test_every_in_process_part_runs_and_renders() -> None:
     page = rendering.render_page(store)
     for title in ("## Parallel training", "## Long-range dependence", "## Streaming cost", "## Generation with"):
         assert title in page
-    assert "Not measured yet: `python -m studies.rnn_attention.measure --parts quality`" in page
+    assert "Not measured yet: `python -m studies rnn_attention measure quality`" in page
     assert set(rendering.figures(store)) == {"rnn_parallel", "rnn_longrange", "rnn_streaming"}
 
 

@@ -294,3 +294,18 @@ def test_a_moved_config_keeps_the_hash_until_its_content_changes(tmp_path: Path)
     assert all(View(study).stale(r) for r in study.store.records)
     with pytest.raises(ProtocolError, match="content changed since the move"):
         study.check()
+
+
+def test_measure_reads_the_study_options_and_refuses_unknown_ones(tmp_path: Path) -> None:
+    from studies._runner.cli import _value, measure
+
+    assert _value([0], "1,2, 3") == [1, 2, 3] and _value(0, "7") == 7 and _value(None, "x") == "x"
+    assert _value(["Full"], "Full,Chunk(8, 2)") == ["Full", "Chunk(8, 2)"] and _value(False, "true") is True
+    study = Study.load("speech_strings", tmp_path / "store.json")
+    with pytest.raises(SystemExit, match="unknown option 'nope'"):
+        measure(study, "cost", ["nope=1"], "test")
+    with pytest.raises(SystemExit, match="unknown part 'nope'"):
+        measure(study, "nope", [], "test")
+    with pytest.raises(SystemExit, match="has no measurements"):
+        measure(Study.load("tu_splits", tmp_path / "tu.json"), "x", [], "test")
+    assert not (tmp_path / "store.json").exists()  # nothing ran, nothing stored

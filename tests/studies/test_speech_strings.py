@@ -11,7 +11,10 @@ import pytest
 import soundfile
 import torch
 
+from studies._runner import Study
+from studies._runner.cli import _value, measure
 from studies._runner.render import splice
+from studies._runner.stats import ratio_bootstrap
 from studies.speech_strings import measure as bench
 from studies.speech_strings import page as rendering
 
@@ -50,7 +53,8 @@ def test_streamed_digits_equal_the_full_greedy_decode(root: Path) -> None:
 
 def test_edits_and_names() -> None:
     assert bench._edits([1, 2, 3], [1, 3]) == 1 and bench._edits([], [4, 4]) == 2
-    assert bench._names("Full,Chunk(8, 2), Window(16, 4)") == ["Full", "Chunk(8, 2)", "Window(16, 4)"]
+    names = _value(["Full"], "Full,Chunk(8, 2), Window(16, 4)")  # the runner's reading of a list option
+    assert names == ["Full", "Chunk(8, 2)", "Window(16, 4)"]
     assert repr(bench.build_task("Window(16, 4)").adapter.mask) == "Window(left=16, right=4)"
 
 
@@ -157,15 +161,15 @@ def test_the_recording_bootstrap() -> None:
     a = {"ids": list(range(40)), "errors": [1] * 40, "digits": [10] * 40}
     worse = {**a, "errors": [3] * 40}
     noisy = {**a, "errors": [0, 2] * 20}
-    diff, lo, hi = rendering.recording_bootstrap([a], [worse])
+    diff, lo, hi = ratio_bootstrap([a], [worse])
     assert abs(diff + 0.2) < 1e-12 and lo == pytest.approx(-0.2) and hi == pytest.approx(-0.2)
-    diff, lo, hi = rendering.recording_bootstrap([a], [noisy])  # the same mean, spread over recordings
+    diff, lo, hi = ratio_bootstrap([a], [noisy])  # the same mean, spread over recordings
     assert diff == 0 and lo < 0 < hi
     # two seeds: each recording's errors averaged over them; recordings only one run saw are left out
-    diff, _, _ = rendering.recording_bootstrap([a, worse], [a])
+    diff, _, _ = ratio_bootstrap([a, worse], [a])
     assert abs(diff - 0.1) < 1e-12
     partial = {"ids": [0, 1], "errors": [5, 5], "digits": [10, 10]}
-    assert rendering.recording_bootstrap([partial], [a])[0] == pytest.approx(0.4)
+    assert ratio_bootstrap([partial], [a])[0] == pytest.approx(0.4)
 
 
 def test_seeds_are_stored_apart_and_averaged() -> None:
@@ -192,7 +196,7 @@ def test_seeds_are_stored_apart_and_averaged() -> None:
 
 
 def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The documented ``--parts train`` command with a tiny budget: the recipe's data options (not its data
+    """The documented ``measure train`` command with a tiny budget: the recipe's data options (not its data
     root or download switch, which are the run's), a model stored under its seed's key with its DER per
     recording."""
     import json
@@ -209,8 +213,9 @@ def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(bench, "STORE", tmp_path / "store.json")
     monkeypatch.setattr(bench, "CKPT_DIR", tmp_path / "ckpt")
-    bench.main(["--parts", "train", "--masks", "Chunk(4, 4)", "--seed", "1", "--num-train", "8", "--epochs", "1",
-                "--lengths", "1", "--digits-per-length", "4", "--stream-strings", "2", "--root", str(root)])
+    study = Study.load("speech_strings", tmp_path / "store.json")
+    measure(study, "train", ["masks=Chunk(4, 4)", "seed=1", "num_train=8", "epochs=1", "lengths=1",
+                             "digits_per_length=4", "stream_strings=2", f"root={root}"], "test")
     models = bench.load_store()["models"]
     packed = json.loads((tmp_path / "store.json").read_text())["detail"]
     assert "ids" not in packed["models"]["Chunk(4, 4) (seed 1)"]["der"][0]["per_take"]  # kept once, in "takes"
