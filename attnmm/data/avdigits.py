@@ -66,21 +66,10 @@ class AVDigitsDataModule(LightningDataModule):
     a removed image is all zeros, and the batch flags them. ``train_corruption`` (a
     :class:`~attnmm.data.RandomCorruption`) corrupts training pairs at random, each modality on its own.
 
-    ``gate_voices`` (a Speech Commands folder, either layout, see :func:`digit_voices`) brings voices the
-    model never learns from: its spoken digits (resampled to 8 kHz) join the training pairs
-    ``gate_voices_repeats`` times per epoch, each marked ``gate_only``, so that a gated head
-    (``SegmentPoolingClassifier(gate=True)``) fits its gate on them while the towers and the classifiers
-    learn from FSDD alone (the task detaches everything but the gate for those pairs). The gate thus sees
-    how the model's own audio fares on unfamiliar voices, which the training speakers cannot show it.
-    ``gate_voices_val`` of its speakers (seeded by ``seed``) stay out of training and form
-    :attr:`gate_val_set` (paired with validation images, corrupted like the validation split), a
-    validation condition of unfamiliar voices (its pairs, like the validation split's, carry no flag).
-
-    ``gate_conflicts`` adds, per epoch, that share of the training recordings' number of gate-only
-    :class:`ConflictPairs`: a training recording beside a clean image of another digit, labelled by the
-    image. The gate then meets misread voices beside clean images, which the training speakers, whose
-    audio the towers learn to read, never show it (a voice never heard can be misread with confidence;
-    the images come from thousands of writers and hold up on new ones).
+    ``gate_voices`` (a Speech Commands folder, see :func:`digit_voices`) adds gate-only training pairs of
+    voices the model never learns from, and ``gate_conflicts`` gate-only :class:`ConflictPairs` (a
+    training recording beside a clean image of another digit); ``gate_voices_val`` of those speakers
+    form :attr:`gate_val_set`. Why and how: the multimodal recipe page (docs/recipes/multimodal.md).
 
     Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
     (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
