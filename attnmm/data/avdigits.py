@@ -55,16 +55,12 @@ class AVDigitsDataModule(LightningDataModule):
     (a fixed test set whatever the training seed). With ``fresh_train_images`` a training recording
     meets a new image of its digit at every access, drawn from all the training images.
 
-    Corruptions (:class:`AVDigits`: audio noise at ``audio_snr_db``, ``image_noise``, a zeroed square of
-    ``image_occlusion`` pixels) apply to every split: drawn afresh in training, the same for each
-    validation and test example in every epoch and run. They touch both modalities of every example,
-    or with ``corrupt="one"`` one of the two per example (audio or image, equal chance, drawn like the
-    corruptions), as when one sensor fails at a time. For a clean model tested on corrupted data,
-    test with a second DataModule that differs only in the corruptions: its pairs are the same.
-    ``drop_modality`` removes one modality from every **test** example; ``modality_dropout`` removes
-    one of the two from a training example with that probability. A removed recording has length 0,
-    a removed image is all zeros, and the batch flags them. ``train_corruption`` (a
-    :class:`~attnmm.data.RandomCorruption`) corrupts training pairs at random, each modality on its own.
+    The corruptions (``audio_snr_db``, ``image_noise``, ``image_occlusion``, ``corrupt``, described at
+    :class:`AVDigits`) apply to every split: drawn afresh in training, the same for each validation and
+    test example in every epoch and run, so a second DataModule that differs only in the corruptions has
+    the same pairs. ``drop_modality`` removes one modality from every **test** example and
+    ``modality_dropout`` one from a training example with that probability (the batch flags them);
+    ``train_corruption`` (a :class:`~attnmm.data.RandomCorruption`) corrupts training pairs at random.
 
     ``gate_voices`` (a Speech Commands folder, see :func:`digit_voices`) adds gate-only training pairs of
     voices the model never learns from, and ``gate_conflicts`` gate-only :class:`ConflictPairs` (a
