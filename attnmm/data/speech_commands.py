@@ -137,11 +137,7 @@ class SpeechCommandsDataModule(AudioDataModule):
             )
         if layout not in ("auto", "full", "classes"):
             raise ValueError(f"layout must be 'auto', 'full' or 'classes', got {layout!r}")
-        if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
-            raise ValueError(
-                "need val_fraction >= 0, test_fraction >= 0 and val_fraction + test_fraction < 1, got "
-                f"{val_fraction} and {test_fraction}"
-            )
+        _speakers.check_fractions(val_fraction, test_fraction)
         if test_root is not None and test_speakers is not None:
             raise ValueError(
                 "pass test_root or test_speakers, not both: with test_root every clip under it is the test set"
