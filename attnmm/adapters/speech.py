@@ -70,13 +70,11 @@ class SpeechAdapter(Adapter):
     and sets the padding frames to 0, so an item's features do not depend on the batch it is in. It
     needs the whole utterance: a stream's features, computed chunk by chunk, cannot use it.
 
-    ``residual_blocks`` = R adds R residual blocks of two 3 x 3 convolutions each (padded, stride 1,
-    pre-activation: :math:`\mathbf{H} + \mathrm{Conv}(\mathrm{ReLU}(\mathrm{Conv}(\mathrm{ReLU}(\mathbf{H}))))`,
-    the second convolution starting at zero, so each block starts as the identity) on the subsampled
-    time-frequency map, before it is flattened into tokens: a convolutional front end in the manner of
-    keyword-spotting CNNs (res8), which keeps the map's local time-frequency patterns longer than the
-    two subsampling convolutions do. Their padding in time reads frames across a chunk's edge, so a
-    model with them cannot be streamed (:class:`~attnmm.adapters.SpeechStream` refuses it).
+    ``residual_blocks`` = R adds R pre-activation residual blocks of two 3 x 3 convolutions,
+    :math:`\mathbf{H} + \mathrm{Conv}(\mathrm{ReLU}(\mathrm{Conv}(\mathrm{ReLU}(\mathbf{H}))))`, each
+    starting as the identity, on the subsampled map before it becomes tokens (as in keyword-spotting
+    CNNs; the speech recipe page tells why). They read across a chunk's edge, so
+    :class:`~attnmm.adapters.SpeechStream` refuses a model with them.
 
     Args:
         d_model (int, optional): token width D. (default: :obj:`144`)

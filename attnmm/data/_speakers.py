@@ -28,7 +28,7 @@ from attnmm.data._scan import (
     speaker_of,
 )
 
-__all__ = ["check_disjoint", "read_speakers", "split_fsdd", "split_speech_commands"]
+__all__ = ["check_disjoint", "check_fractions", "read_speakers", "split_fsdd", "split_speech_commands"]
 
 
 def read_speakers(speakers: Sequence[str] | str | os.PathLike | None, name: str = "speakers") -> list[str] | None:
@@ -163,6 +163,15 @@ def split_fsdd(
     return train, val, test
 
 
+def check_fractions(val_fraction: float, test_fraction: float) -> None:
+    r"""Refuse validation and test shares of speakers that leave none to train on."""
+    if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
+        raise ValueError(
+            f"need val_fraction >= 0, test_fraction >= 0 and val_fraction + test_fraction < 1 (some speakers must be "
+            f"left to train on), got {val_fraction} and {test_fraction}"
+        )
+
+
 def split_speech_commands(
     clips: Sequence[SpeechClip],
     val_fraction: float = 0.1,
@@ -202,11 +211,7 @@ def split_speech_commands(
         >>> {k: (len({c.speaker for c in v} - {None}), sum(c.speaker is None for c in v)) for k, v in splits.items()}
         {'train': (6, 6), 'val': (2, 2), 'test': (2, 2)}
     """
-    if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
-        raise ValueError(
-            f"need val_fraction >= 0, test_fraction >= 0 and val_fraction + test_fraction < 1 (some speakers must be "
-            f"left to train on), got {val_fraction} and {test_fraction}"
-        )
+    check_fractions(val_fraction, test_fraction)
     found = sorted({c.speaker for c in clips if c.speaker is not None})
     for name, named in (("test_speakers", test_speakers), ("val_speakers", val_speakers)):
         unknown = sorted(set(named or ()).difference(found))

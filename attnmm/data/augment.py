@@ -5,16 +5,8 @@ Each is an :class:`~torch.nn.Module` called as ``augment(waveform, lengths) -> (
 on a zero-padded batch, waveform (B, T) and real samples per item lengths (B,). They act only in
 training mode (``eval()`` makes them the identity), update ``lengths`` and leave the padding at zero,
 so they can be handed to :class:`~attnmm.adapters.SpeechAdapter` as ``waveform_augment`` (or chained
-with :class:`ChainAugment`) and picked in a config by ``class_path``::
-
-    waveform_augment:
-      class_path: attnmm.data.ChainAugment
-      init_args:
-        steps:
-          - class_path: attnmm.data.SpeedPerturb
-            init_args: {factors: [0.9, 1.0, 1.1]}
-          - class_path: attnmm.data.AddNoise
-            init_args: {min_snr_db: 10.0, max_snr_db: 30.0, p: 0.5}
+with :class:`ChainAugment`) and picked in a config by ``class_path``, as the speech recipe page
+(docs/recipes/speech.md) shows.
 """
 
 from __future__ import annotations

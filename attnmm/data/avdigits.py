@@ -55,32 +55,17 @@ class AVDigitsDataModule(LightningDataModule):
     (a fixed test set whatever the training seed). With ``fresh_train_images`` a training recording
     meets a new image of its digit at every access, drawn from all the training images.
 
-    Corruptions (:class:`AVDigits`: audio noise at ``audio_snr_db``, ``image_noise``, a zeroed square of
-    ``image_occlusion`` pixels) apply to every split: drawn afresh in training, the same for each
-    validation and test example in every epoch and run. They touch both modalities of every example,
-    or with ``corrupt="one"`` one of the two per example (audio or image, equal chance, drawn like the
-    corruptions), as when one sensor fails at a time. For a clean model tested on corrupted data,
-    test with a second DataModule that differs only in the corruptions: its pairs are the same.
-    ``drop_modality`` removes one modality from every **test** example; ``modality_dropout`` removes
-    one of the two from a training example with that probability. A removed recording has length 0,
-    a removed image is all zeros, and the batch flags them. ``train_corruption`` (a
-    :class:`~attnmm.data.RandomCorruption`) corrupts training pairs at random, each modality on its own.
+    The corruptions (``audio_snr_db``, ``image_noise``, ``image_occlusion``, ``corrupt``, described at
+    :class:`AVDigits`) apply to every split: drawn afresh in training, the same for each validation and
+    test example in every epoch and run, so a second DataModule that differs only in the corruptions has
+    the same pairs. ``drop_modality`` removes one modality from every **test** example and
+    ``modality_dropout`` one from a training example with that probability (the batch flags them);
+    ``train_corruption`` (a :class:`~attnmm.data.RandomCorruption`) corrupts training pairs at random.
 
-    ``gate_voices`` (a Speech Commands folder, either layout, see :func:`digit_voices`) brings voices the
-    model never learns from: its spoken digits (resampled to 8 kHz) join the training pairs
-    ``gate_voices_repeats`` times per epoch, each marked ``gate_only``, so that a gated head
-    (``SegmentPoolingClassifier(gate=True)``) fits its gate on them while the towers and the classifiers
-    learn from FSDD alone (the task detaches everything but the gate for those pairs). The gate thus sees
-    how the model's own audio fares on unfamiliar voices, which the training speakers cannot show it.
-    ``gate_voices_val`` of its speakers (seeded by ``seed``) stay out of training and form
-    :attr:`gate_val_set` (paired with validation images, corrupted like the validation split), a
-    validation condition of unfamiliar voices (its pairs, like the validation split's, carry no flag).
-
-    ``gate_conflicts`` adds, per epoch, that share of the training recordings' number of gate-only
-    :class:`ConflictPairs`: a training recording beside a clean image of another digit, labelled by the
-    image. The gate then meets misread voices beside clean images, which the training speakers, whose
-    audio the towers learn to read, never show it (a voice never heard can be misread with confidence;
-    the images come from thousands of writers and hold up on new ones).
+    ``gate_voices`` (a Speech Commands folder, see :func:`digit_voices`) adds gate-only training pairs of
+    voices the model never learns from, and ``gate_conflicts`` gate-only :class:`ConflictPairs` (a
+    training recording beside a clean image of another digit); ``gate_voices_val`` of those speakers
+    form :attr:`gate_val_set`. Why and how: the multimodal recipe page (docs/recipes/multimodal.md).
 
     Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
     (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).

@@ -39,30 +39,12 @@ __all__ = ["CORE_COMMANDS", "DIGIT_WORDS", "SILENCE", "SpeechClip", "SpeechComma
 class SpeechCommandsDataModule(AudioDataModule):
     r"""Google Speech Commands v0.02 (Warden, 2018): keyword spotting on one-second 16 kHz clips.
 
-    Two layouts (``layout``; ``"auto"`` picks the one it finds):
-
-    - ``"full"``, the dataset as released, read from
-      ``<root>/SpeechCommands/speech_commands_v0.02/<word>/<speaker>_nohash_<n>.wav`` (torchaudio's
-      ``SPEECHCOMMANDS`` layout, ``--data.download=true`` fetches it). The splits are the dataset's own:
-      ``validation_list.txt``, ``testing_list.txt``, all other clips for training
-      (:func:`scan_speech_commands`); they keep speakers apart. ``_background_noise_`` recordings are cut
-      into one-second ``_silence_`` clips (:func:`slice_background`), split by ``val_fraction`` and
-      ``test_fraction``.
-    - ``"classes"``, the 12 class folders of the standard task, ``yes ... go``, ``_unknown_`` (other
-      words, ``<word>_<speaker>_nohash_<n>.wav``) and ``_silence_`` (noise, ``<n>.wav``), as in the
-      v0.02 test companion set (``speech_commands_test_v0.02``). ``root`` is the folder that holds the
-      class folders (or a base folder holding ``speech_commands_test_v0.02/``). The splits are made here,
-      with every speaker in one split only (:func:`split_speech_commands`): ``test_fraction`` of the
-      speakers (drawn with ``seed``) or ``test_speakers`` are the test set, ``val_fraction`` of them
-      (or ``val_speakers``) validation, the rest train; ``_silence_`` clips, which have no speaker, are
-      split by the same fractions. With ``test_root`` (a second folder in this layout, none of whose
-      speakers is in ``root``) every clip under ``test_root`` is the test set and every clip under
-      ``root`` is train or validation.
-
-    ``"auto"`` resolves ``root`` (``None``: ``$ATTNMM_DATA``, then ``~/.cache/attnmm``) in this order:
-    ``root`` itself holds class folders (``_silence_/`` or ``_unknown_/``, no ``testing_list.txt``);
-    ``<root>/SpeechCommands/speech_commands_v0.02`` with its lists; ``<root>/speech_commands_test_v0.02``;
-    else the full dataset is downloaded (``download=True``) or an error says where to put it.
+    Two layouts (``layout``): ``"full"``, the release as torchaudio lays it out, split by its own lists
+    (:func:`scan_speech_commands`), and ``"classes"``, the 12 class folders of the test companion set,
+    split here with every speaker in one split (:func:`split_speech_commands`, or ``test_root`` as the
+    test set). ``"auto"`` picks the one it finds under ``root`` (``None``: ``$ATTNMM_DATA``, then
+    ``~/.cache/attnmm``), else downloads (``download=True``) or says where to put it. The layouts, the
+    speaker-disjoint protocol and the search order: the speech recipe page (docs/recipes/speech.md).
 
     Classes, in this order: ``labels`` (default: the ten core commands yes, no, up, down, left, right,
     on, off, stop, go), then ``_unknown_`` (``include_unknown``: every other word) and ``_silence_``
@@ -70,11 +52,8 @@ class SpeechCommandsDataModule(AudioDataModule):
     the ``"full"`` layout (the ten commands). Clips of a class left out are dropped. In YAML configs
     quote the words: unquoted ``yes``, ``no``, ``on`` and ``off`` are read as booleans.
 
-    Noise augmentation: ``noise_augment`` (e.g. :class:`~attnmm.data.BackgroundNoise`) is applied to
-    the training batches only, and its noise bank is the training split's ``_silence_`` clips
-    (:meth:`train_noise`), so no noise used in training is in a validation or test clip and no path is
-    given twice. Clips are read with :mod:`soundfile` when a batch needs them and are not padded to one
-    second: batches are padded to their longest clip.
+    ``noise_augment`` applies to training batches only; its noise bank is the training split's
+    ``_silence_`` clips (:meth:`train_noise`). Clips are read when a batch needs them, padded per batch.
 
     Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
     ``label`` (B,); :attr:`sample_rate` is the files' 16000 Hz unless ``sample_rate`` asks for another rate,
@@ -158,11 +137,7 @@ class SpeechCommandsDataModule(AudioDataModule):
             )
         if layout not in ("auto", "full", "classes"):
             raise ValueError(f"layout must be 'auto', 'full' or 'classes', got {layout!r}")
-        if not (0.0 <= val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
-            raise ValueError(
-                "need val_fraction >= 0, test_fraction >= 0 and val_fraction + test_fraction < 1, got "
-                f"{val_fraction} and {test_fraction}"
-            )
+        _speakers.check_fractions(val_fraction, test_fraction)
         if test_root is not None and test_speakers is not None:
             raise ValueError(
                 "pass test_root or test_speakers, not both: with test_root every clip under it is the test set"

@@ -384,63 +384,37 @@ class RecipeCLI(LightningCLI):
     """LightningCLI for the recipes (subcommands fit, validate, test, predict), with the trainer
     defaults that every recipe shares said here once.
 
-    **Trainer defaults** (a config or the command line overrides any of them): the CPU, one device;
-    a run directory ``runs/<name>``, where ``<name>`` is the stem of the last ``--config`` file given
-    (else of the recipe's default config), holding the TensorBoard logs (``version_N/``: checkpoints,
-    ``metrics.json``) and the CSV logs (``csv/version_N/``); checkpoints written atomically
-    (:class:`~attnmm.lightning.AtomicCheckpointIO`); ``seed_everything: 0``. Always present: a
-    :class:`~attnmm.lightning.RandomState` callback (resuming draws the random numbers an uninterrupted
-    run would) and a ``ModelCheckpoint``, configured under the ``checkpoint:`` key (``monitor``,
-    default ``val_acc``; ``mode``, default ``max``; the last checkpoint kept; the best named by
-    :func:`best_checkpoint_name` unless ``filename`` is given), and a :class:`~attnmm.lightning.Transfer`
-    under the ``transfer:`` key (``init_from``, ``freeze_encoder_epochs``, ``init_into``; nothing loaded by
-    default), where the task's older options are read too (:data:`MOVED_OPTIONS`: ``--model.init_from`` is
-    ``--transfer.init_from``, ``--model.weight_decay`` is ``--model.optimizer.weight_decay``). So a recipe's
-    config holds only what is its own, and a variant config only what differs from it.
+    Its trainer defaults, run directories, error messages and links are described on the recipes page
+    (docs/recipes/index.md); in short:
 
-    A smoke run (``--trainer.fast_dev_run=true``, which has no logger) gets a ``version_N`` folder of its
-    own too, for its checkpoints and metrics. A progress bar is on by default, and an
-    :class:`~attnmm.lightning.AttentionMapPNG` callback saves one example's attention map per encoder
-    layer beside ``metrics.json`` when ``fit`` or ``test`` ends.
-
-    From the command line (``args`` not given) an error is one short message: a refused value names its
-    option (``--model.adapter.init_args.mask.init_args.left: left must be an int >= 0, got -3``), a
-    misspelled option or command gets "did you mean", missing data says where it is looked for; with
-    ``ATTNMM_DEBUG=1`` (or ``args`` given, from Python) the exception propagates. ``--help`` starts with the
-    recipe's one-line description and its configs, and shows docstrings as plain text.
-
-    It adds ``--torch_threads N`` to every subcommand, which sets PyTorch's intra-op threads before
-    anything is built (small models on a busy CPU run far faster on one thread than on threads that
-    wait for each other), and ``--test_after_fit`` (fit only, default true): after ``fit`` it tests the
-    best checkpoint (the last weights when no checkpoint was written, e.g. under
-    ``--trainer.fast_dev_run=true``) and writes the test metrics (``test_acc``, ``test_loss``, ...) as
-    ``metrics.json`` in the run's log directory; with ``--test_after_fit false``, for runs that choose
-    something on validation, it validates the best checkpoint instead and writes only the validation
-    metrics, so that no test number is computed, printed or logged. ``test`` writes them too.
-
-    ``fit --ckpt_path last`` resumes from the newest ``last*.ckpt`` of any earlier run in the run
-    directory and goes on checkpointing next to it (Lightning alone looks only in the new run's
-    ``version_N`` directory, and would forget the best checkpoint so far). Checkpoints are loaded with
-    ``weights_only=True`` unless ``--weights_only=false`` is given.
-
-    In subclass mode (``subclass_mode_model=True`` / ``subclass_mode_data=True``) a config picks the
-    task module and the DataModule by ``class_path`` (``--model attnmm.lightning.SequenceTask``,
-    ``--data attnmm.data.SpeechCommandsDataModule``); ``default_model`` and ``default_data`` are the
-    classes used where no ``class_path`` is given, so a config written for one fixed class (a plain
-    ``model:`` block of its arguments) keeps working.
+    - **trainer defaults** (a config or the command line overrides any of them): the CPU, one device; a
+      run directory ``runs/<name>`` named after the last ``--config`` file given (else the recipe's
+      default config) with TensorBoard (``version_N/``) and CSV (``csv/version_N/``) logs, a smoke run
+      included; checkpoints written atomically (:class:`~attnmm.lightning.AtomicCheckpointIO`);
+      ``seed_everything: 0``; a progress bar; always a :class:`~attnmm.lightning.RandomState` callback,
+      a ``ModelCheckpoint`` under the ``checkpoint:`` key (``monitor`` default ``val_acc``, ``mode``
+      default ``max``, the best named by :func:`best_checkpoint_name` unless ``filename`` is given), a
+      :class:`~attnmm.lightning.Transfer` under the ``transfer:`` key (older task options are read
+      too, :data:`MOVED_OPTIONS`) and an :class:`~attnmm.lightning.AttentionMapPNG` callback;
+    - **errors** from the command line (``args`` not given) are one short message naming the option;
+      with ``ATTNMM_DEBUG=1`` (or ``args`` given) the exception propagates;
+    - **options** added to every subcommand: ``--torch_threads N`` (PyTorch's intra-op threads, set
+      before anything is built) and, for ``fit``, ``--test_after_fit`` (default true: test the best
+      checkpoint, else the last weights, and write ``metrics.json``; false: validate it instead, so no
+      test number is computed); ``fit --ckpt_path last`` resumes from the newest ``last*.ckpt`` under
+      the run directory; checkpoints load with ``weights_only=True`` unless ``--weights_only=false``;
+    - **subclass mode** (``subclass_mode_model`` / ``subclass_mode_data``): a config picks the classes
+      by ``class_path``; ``default_model`` and ``default_data`` serve where none is given.
 
     A recipe is its task module, its DataModule, its default config and its links::
 
         RecipeCLI(ClassificationTask, MNISTDataModule, config="configs/image_patches.yaml",
                   links=WIDTH_LINKS + CLASS_LINKS)
 
-    ``config`` is the default config file of every subcommand (``--config`` files are applied on top),
-    and the config saved in the run directory is overwritten by a new run. ``links`` (:class:`Link`) say
-    where a value that several arguments share comes from, so a config writes a width or a class
-    count once; their keys are written as for a fixed class (``model.head.init_args.d_model``) and
-    get ``init_args`` inserted in subclass mode (``model.init_args.head.init_args.d_model``).
-    ``--print_config`` shows the linked values too (jsonargparse's alone leaves them out), those
-    read from the DataModule included.
+    ``config`` is the default config file of every subcommand (``--config`` files apply on top).
+    ``links`` (:class:`Link`) say where a value that several arguments share comes from; their keys are
+    written as for a fixed class and get ``init_args`` inserted in subclass mode. ``--print_config``
+    shows the linked values too.
     """
 
     def __init__(
