@@ -210,7 +210,7 @@ def test_the_pattern_is_shared_by_the_heads_and_the_batch(monkeypatch: pytest.Mo
         plan = Plan()
         attend(q, q, q, mask, backend="sparse", plan=plan)
         forms = plan.forms(mask, 64, 64, None, q.device)
-        problem = Problem(q, q, q, mask, 1.0, 0.0, "softmax", None, False, False, forms=forms)
+        problem = Problem.of(q, q, q, mask, 1.0, 0.0, "softmax", None, False, False, forms=forms)
         pattern = sparse_pattern(problem)  # the one kept for the call
         sizes[B, H] = pattern.nbytes
         assert pattern.nbytes <= 3 * 4 * pattern.nnz + 2 * 4 * (64 + 1)  # three int32 per pair, two pointers

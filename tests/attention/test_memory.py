@@ -66,9 +66,9 @@ def test_band_inference_holds_pieces_only() -> None:
 
     q = huge(2**20)
     band = get_backend("band")
-    wide = Problem(q, q, q, Window(2**19, 2**19), 1.0, 0.0, "softmax", None, False, False)
+    wide = Problem.of(q, q, q, Window(2**19, 2**19), 1.0, 0.0, "softmax", None, False, False)
     assert band.memory_bytes(wide) < 2**31  # a block's window of 2**20 scores: not the (L, w) band
-    narrow = Problem(q, q, q, Window(64, 64), 1.0, 0.0, "softmax", None, False, False)
+    narrow = Problem.of(q, q, q, Window(64, 64), 1.0, 0.0, "softmax", None, False, False)
     assert band.memory_bytes(narrow) - 2**20 * 8 * 4 < 2**24  # beyond the output: under 16 MB
 
 
@@ -145,7 +145,7 @@ def test_the_quick_ceiling_bounds_every_estimate(data: st.DataObject, B: int, H:
     E, Ev = data.draw(st.integers(0, 64)), data.draw(st.integers(0, 64))
     dtype = data.draw(st.sampled_from([torch.float64, torch.float16]))
     q, k, v = huge(L, B, H, E).to(dtype), huge(S, B, H, E).to(dtype), huge(S, B, H, Ev).to(dtype)
-    problem = Problem(q, k, v, mask, scale=1.0, dropout_p=data.draw(st.sampled_from([0.0, 0.5])), score="softmax",
+    problem = Problem.of(q, k, v, mask, scale=1.0, dropout_p=data.draw(st.sampled_from([0.0, 0.5])), score="softmax",
                       bias=None, return_weights=data.draw(st.booleans()), packed=False)
     block = data.draw(st.sampled_from([None, 1, 3, 64]))
     ceiling = memory.ceiling_bytes(problem)

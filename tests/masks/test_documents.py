@@ -113,7 +113,7 @@ def test_long_packing_runs_on_the_band_kernel() -> None:
     lengths = torch.randint(1, 64, (64,), generator=torch.Generator().manual_seed(1))
     mask = Documents(lengths) & Causal()
     q = torch.randn(1, 2, 4096, 16)
-    problem = Problem(q, q, q, mask, 0.25, 0.0, "softmax", None, False, False)
+    problem = Problem.of(q, q, q, mask, 0.25, 0.0, "softmax", None, False, False)
     assert get_backend("band").unsupported(problem) is None
     assert problem.structure.left == int(lengths.max()) - 1
     assert int(problem.row_counts.sum()) == mask.nnz(4096)

@@ -185,7 +185,7 @@ def test_gradient_sinks(monkeypatch: pytest.MonkeyPatch, fused: bool, dropout_p:
 
     def run(sinks: GradSinks | None) -> tuple[Tensor, list[Tensor | None]]:
         q, k, v = (randn(2, 3, 7, 4, seed=s).requires_grad_(True) for s in range(3))
-        problem = Problem(q, k, v, mask, scale=0.5, dropout_p=dropout_p, score="softmax", bias=None,
+        problem = Problem.of(q, k, v, mask, scale=0.5, dropout_p=dropout_p, score="softmax", bias=None,
                           return_weights=False, packed=False, sinks=sinks)
         torch.manual_seed(1)
         out, _ = backend.forward(problem)
