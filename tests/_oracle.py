@@ -56,7 +56,9 @@ def supporting_backends(q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, **kw
     return names
 
 
-def planned(q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, *args: object, **kwargs: object) -> tuple[Problem, Forms]:
+def planned(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, *args: object, **kwargs: object
+) -> tuple[Problem, Forms]:
     """The problem of these tensors (the rest as :meth:`Problem.of` takes it) and its mask's forms, split as
     the planner does before asking the backends: ``backend.cost(*planned(...))``."""
     problem = Problem.of(q, k, v, mask, *args, **kwargs)  # type: ignore[arg-type]
