@@ -88,13 +88,15 @@ class Problem:
     def of(
         cls, q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, scale: float, dropout_p: float = 0.0,
         score: Literal["softmax", "relu"] = "softmax", bias: Tensor | None = None, return_weights: bool = False,
-        packed: bool = False,
+        packed: bool = False, structure: Structure | None = None,
     ) -> Problem:
-        """The problem of padded tensors q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev) under ``mask``."""
+        """The problem of padded tensors q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev) under ``mask`` (its
+        ``structure`` read from it when not given)."""
         B, H, L, E = q.shape
         grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias))
         return cls(B, H, L, k.size(2), E, v.size(-1), q.dtype, q.device, grad, mask, scale, dropout_p, score,
-                   bias is not None, return_weights, packed, structure=(mask or _FULL).structure)
+                   bias is not None, return_weights, packed,
+                   structure=structure or (mask if mask is not None else _FULL).structure)
 
     @property
     def signature(self) -> tuple[Any, ...]:
