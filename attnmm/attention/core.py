@@ -158,7 +158,8 @@ def attend(
     batched = mask is not None and mask.batched
     forms = plan.forms(mask, q.size(2), k.size(2), q.size(0) if batched else None, q.device, as_packed)
     scale = (1.0 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0) if scale is None else float(scale)
-    problem = Problem.of(q, k, v, mask, scale, float(dropout_p), score, bias, return_weights, as_packed, forms.structure)
+    options = (float(dropout_p), score, bias, return_weights, as_packed, forms.structure)
+    problem = Problem.of(q, k, v, mask, scale, *options)
     check_pairs(problem, with_bias=bias is not None, reader=plan.reader)  # before anything enumerates the pairs
     if bias is not None:
         bias = _check_bias(bias, problem, forms)

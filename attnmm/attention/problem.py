@@ -96,7 +96,7 @@ class Problem:
         grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias))
         return cls(B, H, L, k.size(2), E, v.size(-1), q.dtype, q.device, grad, mask, scale, dropout_p, score,
                    bias is not None, return_weights, packed,
-                   structure=structure or (mask if mask is not None else _FULL).structure)
+                   structure=(mask if mask is not None else _FULL).structure if structure is None else structure)
 
     @property
     def signature(self) -> tuple[Any, ...]:
