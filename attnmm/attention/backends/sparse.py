@@ -118,7 +118,7 @@ class SparseBackend(Backend):
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         blocks = Blocks(pattern(forms, self.store), B, H)
         bias = None
-        if problem.has_bias:
+        if inputs.bias is not None:
             bias = inputs.bias.to(compute).t()  # (H, P), a view
             if not blocks.pattern.batched and B > 1:
                 bias = bias.repeat(1, B)  # (H, B * P), shared over the batch
