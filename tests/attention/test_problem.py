@@ -55,3 +55,35 @@ def test_the_plan_keys_its_choices_by_the_problem() -> None:
     assert (plan.made, plan.reused) == (1, 1)
     problem = _made(0, mask)
     assert forms_of(problem).weight_pairs(problem.B).nnz == mask.nnz(10, 10) * 2
+
+
+def test_a_backend_of_the_older_one_argument_form_still_runs() -> None:
+    import pytest
+
+    from attnmm.attention.backends import Backend, Supports, register_backend, unregister_backend
+    from attnmm.masks import Full
+
+    with pytest.warns(FutureWarning) as caught:
+
+        class OldEinsum(Backend):
+            name = "old_einsum"
+            supports = Supports(structures=frozenset({"full"}), layouts=frozenset({"padded"}), bias=False, relu=False,
+                                weights=False, dropout=False, empty=False)
+            preference = 90
+
+            def check(self, problem):  # type: ignore[no-untyped-def, override]
+                return None if problem.structure.kind == "full" and problem.pairs().nnz > 0 else "no"
+
+            def forward(self, problem):  # type: ignore[no-untyped-def, override]
+                scores = torch.einsum("bhle,bhse->bhls", problem.q, problem.k) * problem.scale
+                return torch.einsum("bhls,bhse->bhle", scores.softmax(-1), problem.v), None
+
+    assert sorted(str(w.message).split(" is ")[0] for w in caught) == ["OldEinsum.check(problem)",
+                                                                       "OldEinsum.forward(problem)"]
+    register_backend(OldEinsum())
+    try:
+        q, k, v = torch.randn(3, 2, 4, 10, 8).unbind(0)
+        out = attend(q, k, v, Full(), backend="old_einsum")
+        torch.testing.assert_close(out, attend(q, k, v, backend="reference"))
+    finally:
+        unregister_backend("old_einsum")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import get_args
+from typing import Any, get_args
 
 import torch
 from torch import Tensor
@@ -126,6 +128,17 @@ class Backend(ABC):
     #: What to change when :meth:`memory_bytes` exceeds the memory available.
     memory_hint: str = "use a sparser mask (fewer allowed pairs), a smaller batch, or fewer heads"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A backend written for the older one-argument form (``check(problem)``, ``forward(problem)`` reading
+        ``problem.q``, ``problem.pairs()``...) is adapted, with a warning that names the new form."""
+        super().__init_subclass__(**kwargs)
+        for name in ("check", "cost_terms", "memory_bytes", "forward"):
+            method = cls.__dict__.get(name)
+            if method is not None and len(inspect.signature(method).parameters) == 2:
+                warnings.warn(f"{cls.__name__}.{name}(problem) is the older backend form; take (problem, forms) and "
+                              "in forward also inputs (see docs/attention.md)", FutureWarning, stacklevel=3)
+                setattr(cls, name, lambda self, p, f, i=None, _m=method: _m(self, _OneArgument(p, f, i)))
+
     @cached_property
     def store(self) -> FormStore:
         """What this backend derived from masks (a CSR pattern, a dense mask, its choices), kept across calls
@@ -173,3 +186,19 @@ class Backend(ABC):
         The default, 0, claims nothing: override it with the backend's own working memory.
         """
         return 0
+
+
+class _OneArgument:
+    """A call as the older backend form read it: the tensors, the problem's fields and the mask's forms as one."""
+
+    def __init__(self, problem: Problem, forms: Forms, inputs: Inputs | None) -> None:
+        self._parts = (inputs, problem, forms)
+
+    def weight_pairs(self) -> Any:
+        return self._parts[2].weight_pairs(self._parts[1].B)  # type: ignore[union-attr]
+
+    def __getattr__(self, name: str) -> Any:
+        for part in self._parts:
+            if part is not None and hasattr(part, name):
+                return getattr(part, name)
+        raise AttributeError(name)
