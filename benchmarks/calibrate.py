@@ -39,6 +39,8 @@ from scipy.optimize import nnls
 
 from attnmm import attend
 from attnmm.attention.backends import _calibration, _cost, flex, get_backend, list_backends
+from attnmm.attention.forms import Forms
+from attnmm.attention.planner import forms_of
 from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Chunk, Documents, Full, Graph, Grid, Mask, Padding, Window
 
@@ -113,13 +115,14 @@ def problems() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, Mask
     return found
 
 
-def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None, how: str) -> Problem:
-    """The Problem attend builds for these inputs (padded view of packed ones)."""
+def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None, how: str) -> tuple[Problem, Forms]:
+    """The Problem attend builds for these inputs (padded view of packed ones), and its mask's forms."""
     packed = q.dim() == 3
     if packed:
         q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-    return Problem(q, k, v, mask, scale=q.size(-1) ** -0.5, dropout_p=0.1 if "dropout" in how else 0.0,
-                   score="softmax", bias=None, return_weights=False, packed=packed)
+    problem = Problem.of(q, k, v, mask, scale=q.size(-1) ** -0.5, dropout_p=0.1 if "dropout" in how else 0.0,
+                         score="softmax", bias=None, return_weights=False, packed=packed)
+    return problem, forms_of(problem)
 
 
 def _time(fn: Callable[[], object], budget: float) -> float:
@@ -143,11 +146,11 @@ def measure(name: str, how: str, budget: float) -> list[tuple[str, tuple[float, 
     for label, q, k, v, mask in problems():
         training = how.startswith("train")
         leaves = [t.detach().requires_grad_(training) for t in (q, k, v)]
-        problem = _problem(*leaves, mask, how)
+        problem, forms = _problem(*leaves, mask, how)
         with torch.set_grad_enabled(training):
-            if backend.unsupported(problem) is not None:
+            if backend.unsupported(problem, forms) is not None:
                 continue
-            terms = backend.cost_terms(problem)
+            terms = backend.cost_terms(problem, forms)
         if terms is None:
             continue
         scale = problem.B * problem.H * problem.L * problem.S
@@ -170,13 +173,13 @@ def measure(name: str, how: str, budget: float) -> list[tuple[str, tuple[float, 
         seconds = _time(call, budget)
         if name == "flex":  # its terms count what is not cached or compiled yet: after the calls, nothing
             with torch.set_grad_enabled(training):
-                terms = backend.cost_terms(problem)
+                terms = backend.cost_terms(problem, forms)
         rows.append((label, terms, seconds))
         if name == "flex" and problem.L * problem.S <= MAX_SCORES:
             # the same call with its block mask rebuilt every time (a new mask per batch)
             flex.block_masks_clear()
             with torch.set_grad_enabled(training):
-                rebuilt = backend.cost_terms(problem)
+                rebuilt = backend.cost_terms(problem, forms)
 
             def fresh(call: Callable[[], None] = call) -> None:
                 flex.block_masks_clear()

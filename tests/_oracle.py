@@ -7,7 +7,9 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.attention.backends import get_backend, list_backends
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.planner import forms_of, split_problem
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks import Full, Mask
 
 
@@ -54,6 +56,17 @@ def supporting_backends(q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, **kw
     return names
 
 
+def planned(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, *args: object, **kwargs: object
+) -> tuple[Problem, Forms]:
+    """The problem of these tensors (the rest as :meth:`Problem.of` takes it) and its mask's forms, split as
+    the planner does before asking the backends: ``backend.cost(*planned(...))``."""
+    problem = Problem.of(q, k, v, mask, *args, **kwargs)  # type: ignore[arg-type]
+    forms = forms_of(problem)
+    forms.splits[problem] = split_problem(problem, forms)
+    return problem, forms
+
+
 def grads(out: Tensor, inputs: list[Tensor], seed: int = 0) -> list[Tensor]:
     """Gradients of a random projection of ``out`` (zeros where an input gets none)."""
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
@@ -61,4 +74,4 @@ def grads(out: Tensor, inputs: list[Tensor], seed: int = 0) -> list[Tensor]:
     return [torch.zeros_like(x) if r is None else r for x, r in zip(inputs, res)]
 
 
-__all__ = ["Problem", "get_backend", "grads", "loop_attend", "supporting_backends"]
+__all__ = ["Inputs", "Problem", "get_backend", "grads", "loop_attend", "planned", "supporting_backends"]

@@ -11,7 +11,7 @@ from attnmm.attention._layout import LayoutError
 from attnmm.attention.backends._memory import AttentionMemoryError
 from attnmm.attention.core import attend
 from attnmm.attention.planner import AttentionPlan, Plan
-from attnmm.attention.problem import Problem
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.attention.weights import AttentionWeights
 
 #: Names that moved to :mod:`attnmm.nn`, and the module of each.
@@ -41,4 +41,5 @@ def __getattr__(name: str) -> Any:
 #: Shown under the public path in tracebacks, where users catch it from.
 LayoutError.__module__ = __name__
 
-__all__ = ["AttentionMemoryError", "AttentionPlan", "AttentionWeights", "LayoutError", "Plan", "Problem", "attend"]
+__all__ = ["AttentionMemoryError", "AttentionPlan", "AttentionWeights", "Inputs", "LayoutError", "Plan", "Problem",
+           "attend"]

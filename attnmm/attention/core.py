@@ -11,8 +11,9 @@ from torch import Tensor
 
 from attnmm.attention._layout import Layout, resolve_layout
 from attnmm.attention.backends._memory import check_backend, check_pairs
+from attnmm.attention.forms import Forms
 from attnmm.attention.planner import Plan, choose_backend, split_problem
-from attnmm.attention.problem import Problem
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
 
@@ -156,39 +157,29 @@ def attend(
     plan = Plan() if plan is None else plan
     batched = mask is not None and mask.batched
     forms = plan.forms(mask, q.size(2), k.size(2), q.size(0) if batched else None, q.device, as_packed)
-    problem = Problem(
-        q,
-        k,
-        v,
-        mask,
-        scale=(1.0 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0) if scale is None else float(scale),
-        dropout_p=float(dropout_p),
-        score=score,
-        bias=None,
-        return_weights=return_weights,
-        packed=as_packed,
-        forms=forms,
-    )
+    scale = (1.0 / math.sqrt(q.size(-1)) if q.size(-1) else 1.0) if scale is None else float(scale)
+    options = (float(dropout_p), score, bias, return_weights, as_packed, forms.structure)
+    problem = Problem.of(q, k, v, mask, scale, *options)
     check_pairs(problem, with_bias=bias is not None, reader=plan.reader)  # before anything enumerates the pairs
     if bias is not None:
-        problem.bias = _check_bias(bias, problem)
+        bias = _check_bias(bias, problem, forms)
     if problem.B == 0 or problem.H == 0:
         backend = "reference"  # an empty batch: nothing to compute, whichever backend was named
-    chosen = plan.take(problem) if backend == "auto" else None
+    chosen = plan.take(problem, forms) if backend == "auto" else None
     if chosen is None:
-        problem.split = split_problem(problem, plan)  # first, each query segment of a mask of blocks planned
-        chosen = choose_backend(problem, backend, plan.reader)
-        check_backend(problem, chosen, plan.reader)
+        forms.splits[problem] = split_problem(problem, forms, plan)  # first, each query segment planned
+        chosen = choose_backend(problem, forms, backend, plan.reader)
+        check_backend(problem, forms, chosen, plan.reader)
         if backend == "auto":
-            plan.keep(problem, chosen)
+            plan.keep(problem, forms, chosen)
     with torch.autocast(q.device.type, enabled=False) if autocast else contextlib.nullcontext():
-        out, values = chosen.forward(problem)
+        out, values = chosen.forward(problem, forms, Inputs(q, k, v, bias))
     if packed:
         out = out.squeeze(0).transpose(0, 1)  # (N, H, Ev)
     if not return_weights:
         return out
     assert values is not None
-    wp = problem.weight_pairs()
+    wp = forms.weight_pairs(problem.B)
     return out, AttentionWeights(wp.batch, wp.row, wp.col, values)
 
 
@@ -231,11 +222,11 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> bool:
     return packed
 
 
-def _check_bias(bias: Tensor, problem: Problem) -> Tensor:
+def _check_bias(bias: Tensor, problem: Problem, forms: Forms) -> Tensor:
     """Validate a per-pair bias and return it as (P, H)."""
     if not isinstance(bias, Tensor) or not bias.is_floating_point():
         raise TypeError(f"bias must be a floating-point Tensor of shape (P,) or (P, H), got {bias!r:.60}")
-    p = problem.pairs().nnz
+    p = forms.pairs().nnz
     if bias.dim() == 1:
         bias = bias.unsqueeze(1)
     if bias.dim() != 2 or bias.size(0) != p or bias.size(1) not in (1, problem.H):

@@ -148,6 +148,8 @@ class Forms:
         #: Times each form was built here (not found in these forms or the store), for tests and benchmarks.
         self.built: dict[Hashable, int] = {}
         self._store = store
+        #: How each problem under this mask at these sizes is split into query segments (by the planner).
+        self.splits: dict[Hashable, Any] = {}
 
     @cached_property
     def key(self) -> Hashable | None:
@@ -256,6 +258,30 @@ class Forms:
             p = self.pairs(keep=False)
             counts = torch.bincount(p.segment().cpu(), minlength=p.num_segments).view(-1, L)
         return self.put("counts", counts)
+
+    @property
+    def density(self) -> float:
+        """The allowed fraction of the (B x) L x S score matrix."""
+        counts = self.row_counts
+        total = counts.size(0) * self.L * self.S
+        return float(counts.sum()) / total if total else 0.0
+
+    def allowed_pairs(self, B: int) -> int:  # noqa: N803
+        """Allowed (query, key) pairs over all B batch items."""
+        total = int(self.row_counts.sum())
+        return total * B if self.row_counts.size(0) == 1 and self.batch_size is None else total
+
+    @property
+    def has_empty_rows(self) -> bool:
+        """Whether some query has an empty allowed set (its output and gradient are 0); never for full
+        and causal masks with keys."""
+        if self.structure.kind in ("full", "causal") and self.S > 0:
+            return False
+        return bool((self.row_counts == 0).any())
+
+    def weight_pairs(self, B: int) -> Pairs:  # noqa: N803
+        """Where returned weights live: the pairs of every batch item (no batch in packed layout)."""
+        return self.pairs() if self.packed else self.pairs().expand(B)
 
     def _block_counts(self, blocks: Segments, items: int) -> Tensor:
         """The counts of a mask made of blocks, query segment by query segment, from each segment's own mask

@@ -60,44 +60,50 @@ TIE: float = 0.1
 _SPARSE_PENALTY = 1000
 
 
-def _by_preference(problem: Problem, usable: list[Backend]) -> list[Backend]:
+def _by_preference(problem: Problem, forms: Forms, usable: list[Backend]) -> list[Backend]:
     kind = problem.structure.kind
     dense = kind in ("full", "causal")
     if not dense and any(b.materialises for b in usable):
-        dense = problem.layout == "padded" and problem.density >= DENSE_THRESHOLD
+        dense = problem.layout == "padded" and forms.density >= DENSE_THRESHOLD
     return sorted(usable, key=lambda b: b.preference + (_SPARSE_PENALTY if b.materialises and not dense else 0))
 
 
-def candidates(problem: Problem, reader: MemoryReader | None = None) -> list[Backend]:
-    """The registered backends that support ``problem``, best first."""
-    return _candidates(problem, reader)[0]
+def candidates(problem: Problem, forms: Forms | None = None, reader: MemoryReader | None = None) -> list[Backend]:
+    """The registered backends that support ``problem`` (its mask's ``forms``, made when not given), best
+    first."""
+    return _candidates(problem, forms or forms_of(problem), reader)[0]
 
 
-def _candidates(problem: Problem, reader: MemoryReader | None = None) -> tuple[list[Backend], bool]:
+def forms_of(problem: Problem) -> Forms:
+    """New derived forms of ``problem``'s mask at its sizes (those of a call are held by its :class:`Plan`)."""
+    return Forms(problem.mask, problem.L, problem.S, problem.batch_size, problem.device, problem.packed)
+
+
+def _candidates(problem: Problem, forms: Forms, reader: MemoryReader | None = None) -> tuple[list[Backend], bool]:
     """:func:`candidates`, and whether their order followed the memory free now (which may change). A
     problem whose mask is made of blocks is split first (:func:`split_problem`), when it was not yet."""
-    if problem.split is None and problem.blocks is not None:
-        problem.split = split_problem(problem)
+    if problem not in forms.splits:
+        forms.splits[problem] = split_problem(problem, forms)
     if problem.B == 0 or problem.H == 0:
         # an empty batch: nothing to compute, and the reference takes any shape
         return [get_backend("reference")], False
-    usable = [b for b in map(get_backend, list_backends()) if b.unsupported(problem) is None]
-    if problem.q.device.type not in _calibration.COSTS:
-        return _by_preference(problem, usable), False
+    usable = [b for b in map(get_backend, list_backends()) if b.unsupported(problem, forms) is None]
+    if problem.device.type not in _calibration.COSTS:
+        return _by_preference(problem, forms, usable), False
     if ceiling_bytes(problem) >= SMALL_BYTES:  # a large problem: what fits in memory comes first
-        needs = {b.name: b.memory_bytes(problem) for b in usable}
-        available = available_bytes(problem.q.device, reader) if max(needs.values()) >= SMALL_BYTES else None
+        needs = {b.name: b.memory_bytes(problem, forms) for b in usable}
+        available = available_bytes(problem.device, reader) if max(needs.values()) >= SMALL_BYTES else None
         if available is not None:
             fitting = [b for b in usable if needs[b.name] <= available]
             too_big = [b for b in usable if needs[b.name] > available]
-            return _by_cost(problem, fitting) + _by_preference(problem, too_big), bool(too_big)
-    return _by_cost(problem, usable), False
+            return _by_cost(problem, forms, fitting) + _by_preference(problem, forms, too_big), bool(too_big)
+    return _by_cost(problem, forms, usable), False
 
 
-def _by_cost(problem: Problem, usable: list[Backend]) -> list[Backend]:
+def _by_cost(problem: Problem, forms: Forms, usable: list[Backend]) -> list[Backend]:
     if not usable:
         return []
-    costs = {b.name: b.cost(problem) for b in usable}
+    costs = {b.name: b.cost(problem, forms) for b in usable}
     ranked = sorted(usable, key=lambda b: (math.inf if costs[b.name] is None else costs[b.name], b.preference))
     best = costs[ranked[0].name]
     if best is None:
@@ -107,9 +113,9 @@ def _by_cost(problem: Problem, usable: list[Backend]) -> list[Backend]:
     return tied + [b for b in ranked if b not in tied]
 
 
-def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
-    """The split of ``problem`` into its query segments, each dispatched on its own; ``None`` when its mask
-    is not made of blocks (:attr:`Problem.blocks`).
+def split_problem(problem: Problem, forms: Forms, plan: Plan | None = None) -> Split | None:
+    """The split of ``problem`` (its mask's ``forms``) into its query segments, each dispatched on its own;
+    ``None`` when its mask is not made of blocks (:attr:`Forms.blocks <attnmm.attention.forms.Forms.blocks>`).
 
     A segment linked to one key segment, or to all, reads the keys as they are. A segment linked to
     several is a choice: their keys laid one after another (a copy, which keeps a dense or banded
@@ -125,14 +131,14 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
     run and the cost constants are the same. A choice that followed the memory free at the time (a
     backend passed over because it did not fit) is not kept.
     """
-    blocks = problem.blocks
+    blocks = forms.blocks
     if blocks is None:
         return None
     # (the choice also depends on which backends are registered and can run, and on the cost constants)
     usable = tuple(n for n in list_backends() if get_backend(n).available() is None)
     name = ("split", problem.signature, BACKENDS.generation, usable, id(_calibration.COSTS))
     store = get_backend("segments").store if "segments" in BACKENDS else None  # (kept by the backend running splits)
-    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = problem.forms.get(name, store)
+    chosen: tuple[tuple[Keys, str, float | None] | None, ...] | None = forms.get(name, store)
     reader = plan.reader if plan is not None else None
     rows: list[Row | None] = []
     transient = False
@@ -143,34 +149,33 @@ def split_problem(problem: Problem, plan: Plan | None = None) -> Split | None:
             continue
         n = blocks.sizes[a]
         if len(linked) == blocks.num_segments:  # every segment, in order: the keys themselves
-            forms: list[tuple[Keys, Mask, int]] = [("all", row_mask, problem.S)]
+            row_forms: list[tuple[Keys, Mask, int]] = [("all", row_mask, problem.S)]
         elif len(linked) == 1:
-            forms = [("one", row_mask, blocks.sizes[linked[0]])]
+            row_forms = [("one", row_mask, blocks.sizes[linked[0]])]
         else:
             over_all = blocks.row_over_all(a)
             assert over_all is not None
-            forms = [("together", row_mask, sum(blocks.sizes[c] for c in linked)), ("all", over_all, problem.S)]
+            row_forms = [("together", row_mask, sum(blocks.sizes[c] for c in linked)), ("all", over_all, problem.S)]
         taken = None if chosen is None else chosen[a]
         if taken is not None:
             keys, backend, cost = taken
-            mask, width = next((m, w) for form, m, w in forms if form == keys)
-            sub = _planned(problem, n, width, mask, plan)
-            rows.append(Row(a, keys, tuple(linked), mask, get_backend(backend), cost, sub.split, sub.forms))
+            mask, width = next((m, w) for form, m, w in row_forms if form == keys)
+            sub, sub_forms = _planned(problem, n, width, mask, plan)
+            rows.append(Row(a, keys, tuple(linked), mask, get_backend(backend), cost, sub_forms))
             continue
         options = []
-        for keys, mask, width in forms:
-            sub = _planned(problem, n, width, mask, plan)
-            found, bound = _candidates(sub, reader)
+        for keys, mask, width in row_forms:
+            sub, sub_forms = _planned(problem, n, width, mask, plan)
+            found, bound = _candidates(sub, sub_forms, reader)
             transient = transient or bound
-            options.append(Row(a, keys, tuple(linked), mask, found[0], found[0].cost(sub), sub.split, sub.forms))
+            options.append(Row(a, keys, tuple(linked), mask, found[0], found[0].cost(sub, sub_forms), sub_forms))
         best = _cheapest(options)
         for option in options:  # the pairs counted for the estimates: built again if the backend needs them
-            if option.forms is not None:
-                option.forms.release("pairs")
+            option.forms.release("pairs")
         rows.append(best)
     if chosen is None and not transient:
         kept = tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows)
-        problem.forms.put(name, kept, store=store)
+        forms.put(name, kept, store=store)
     return Split(blocks, tuple(rows))
 
 
@@ -185,25 +190,27 @@ def _cheapest(options: list[Row]) -> Row:
     return over_all
 
 
-def _planned(problem: Problem, rows: int, keys: int, mask: Mask, plan: Plan | None) -> Problem:
-    """A query segment's problem on stand-ins, its forms from ``plan``, itself split when made of blocks."""
-    forms = None
-    if plan is not None:
-        forms = plan.forms(mask, rows, keys, problem.B if mask.batched else None, problem.q.device, False)
-    sub = sub_problem(problem, rows, keys, mask, forms)
-    sub.split = split_problem(sub, plan)
-    return sub
+def _planned(problem: Problem, rows: int, keys: int, mask: Mask, plan: Plan | None) -> tuple[Problem, Forms]:
+    """A query segment's problem and its forms (from ``plan``), itself split when made of blocks."""
+    sub = sub_problem(problem, rows, keys, mask)
+    forms = forms_of(sub) if plan is None else plan.forms(mask, rows, keys, sub.batch_size, sub.device, False)
+    forms.splits[sub] = split_problem(sub, forms, plan)
+    return sub, forms
 
 
-def choose_backend(problem: Problem, name: str = "auto", reader: MemoryReader | None = None) -> Backend:
-    """The backend for ``problem``: ``name``, or for ``"auto"`` the first of :func:`candidates`."""
+def choose_backend(
+    problem: Problem, forms: Forms | None = None, name: str = "auto", reader: MemoryReader | None = None
+) -> Backend:
+    """The backend for ``problem`` (its mask's ``forms``, made when not given): ``name``, or for ``"auto"``
+    the first of :func:`candidates`."""
+    forms = forms or forms_of(problem)
     if name != "auto":
         backend = get_backend(name)
-        reason = backend.unsupported(problem)
+        reason = backend.unsupported(problem, forms)
         if reason is not None:
             raise ValueError(f"backend {name!r} cannot compute this attention: {reason}; use backend='auto'")
         return backend
-    found, _ = _candidates(problem, reader)
+    found, _ = _candidates(problem, forms, reader)
     assert found, "the reference backend supports every problem"
     return found[0]
 
@@ -292,22 +299,19 @@ class Plan:
             self._forms.move_to_end(key)
         return found
 
-    def _key(self, problem: Problem) -> Hashable:
-        return (self._identity(problem.mask), *problem.signature)
-
-    def take(self, problem: Problem) -> Backend | None:
-        """The backend chosen for an equal problem earlier (its split given to ``problem``); ``None`` when
-        this is the first such problem."""
-        entry = self._entries.get(self._key(problem))
+    def take(self, problem: Problem, forms: Forms) -> Backend | None:
+        """The backend chosen for an equal problem earlier (its split given to ``forms``); ``None`` when this
+        is the first such problem."""
+        entry = self._entries.get(problem)
         if entry is None:
             return None
-        problem.split = entry.split
+        forms.splits.setdefault(problem, entry.split)
         self.reused += 1
         return entry.backend
 
-    def keep(self, problem: Problem, backend: Backend) -> None:
-        """Remember ``backend`` and the split of ``problem``, within the budget."""
-        self._entries[self._key(problem)] = _Entry(backend, problem.split)
+    def keep(self, problem: Problem, forms: Forms, backend: Backend) -> None:
+        """Remember ``backend`` and the split of ``problem`` (in ``forms``), within the budget."""
+        self._entries[problem] = _Entry(backend, forms.splits.get(problem))
         self.made += 1
 
     @property
@@ -332,4 +336,6 @@ class Plan:
 AttentionPlan = Plan
 
 
-__all__ = ["DENSE_THRESHOLD", "TIE", "AttentionPlan", "Plan", "candidates", "choose_backend", "split_problem"]
+__all__ = [
+    "DENSE_THRESHOLD", "TIE", "AttentionPlan", "Plan", "candidates", "choose_backend", "forms_of", "split_problem"
+]

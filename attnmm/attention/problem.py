@@ -1,4 +1,4 @@
-"""The validated inputs of one :func:`attnmm.attend` call, as every backend sees them."""
+"""What one :func:`attnmm.attend` call asks, as a value every backend reads, and the tensors it computes on."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from attnmm.attention.forms import Forms
-from attnmm.masks import Mask, Pairs, Segments
+from attnmm.masks import Full, Mask
 from attnmm.masks.base import Structure
+
+_FULL = Full()
 
 
 @dataclass
@@ -32,97 +33,81 @@ class GradSinks:
         self.q = self.k = self.v = None
 
 
-@dataclass
-class Problem:
-    """One attention problem in the padded layout.
-
-    Attributes:
-        q (Tensor): queries (B, H, L, E).
-        k (Tensor): keys (B, H, S, E).
-        v (Tensor): values (B, H, S, Ev).
-        mask (Mask, optional): the allowed set; ``None`` means full attention.
-        scale (float): score scale.
-        dropout_p (float): dropout probability on the attention weights.
-        score (str): ``"softmax"`` or ``"relu"``.
-        bias (Tensor, optional): additive score bias per allowed pair, (P, H), aligned with
-            :meth:`pairs`.
-        return_weights (bool): whether the backend must return the weights at :meth:`weight_pairs`.
-        packed (bool): whether the caller used the packed (N, H, E) layout (then B = 1).
-        forms (Forms): the mask's derived forms at this problem's sizes (pairs, counts, dense mask, a
-            backend's CSR pattern), built once each and shared by the calls of one
-            :class:`~attnmm.attention.Plan` (made here when not given).
-        split (Split, optional): for a mask made of blocks, how its query segments are computed, worked
-            out by the planner (:func:`~attnmm.attention.planner.split_problem`); else ``None``.
-        sinks (GradSinks, optional): where a backend that can may add its input gradients (set by
-            :class:`~attnmm.attention.backends._split.SplitAttention` for a query segment's problem).
-    """
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """The tensors of one call in the padded layout: q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev), the
+    additive per-pair score bias (P, H) aligned with the mask's pairs (or ``None``), and where a backend
+    that can may add its input gradients (:class:`GradSinks`, set for a query segment's problem)."""
 
     q: Tensor
     k: Tensor
     v: Tensor
+    bias: Tensor | None = None
+    sinks: GradSinks | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One attention problem in the padded layout: what a call asks, equal and hashable by value (the mask
+    by identity); it holds no tensor. The derived forms of its mask live on the plan
+    (:class:`~attnmm.attention.forms.Forms`), the tensors travel beside it (:class:`Inputs`).
+
+    Attributes:
+        B, H, L, S, E, Ev (int): batch items, heads, queries, keys, the head dims of q/k and of v.
+        dtype (torch.dtype), device (torch.device): the inputs'.
+        training (bool): whether a gradient can flow back through this attention.
+        mask (Mask, optional): the allowed set; ``None`` means full attention.
+        structure (Structure): the mask's :class:`~attnmm.masks.base.Structure` (read once, given by name).
+        scale (float): score scale. dropout_p (float): dropout on the weights.
+        score (str): ``"softmax"`` or ``"relu"``.
+        has_bias (bool): whether an additive per-pair score bias is given.
+        return_weights (bool): whether the backend must return the weights at
+            :meth:`Forms.weight_pairs <attnmm.attention.forms.Forms.weight_pairs>`.
+        packed (bool): whether the caller used the packed (N, H, E) layout (then B = 1).
+    """
+
+    B: int
+    H: int
+    L: int
+    S: int
+    E: int
+    Ev: int
+    dtype: torch.dtype
+    device: torch.device
+    training: bool
     mask: Mask | None
     scale: float
-    dropout_p: float
-    score: Literal["softmax", "relu"]
-    bias: Tensor | None
-    return_weights: bool
-    packed: bool
-    forms: Forms = field(default=None, repr=False)  # type: ignore[assignment]  # (made in __post_init__)
-    split: Any = field(default=None, repr=False)
-    sinks: GradSinks | None = field(default=None, repr=False)
+    dropout_p: float = 0.0
+    score: Literal["softmax", "relu"] = "softmax"
+    has_bias: bool = False
+    return_weights: bool = False
+    packed: bool = False
+    structure: Structure = field(kw_only=True, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if self.forms is None:
-            self.forms = Forms(self.mask, self.L, self.S, self.batch_size, self.q.device, self.packed)
-
-    @property
-    def B(self) -> int:  # noqa: N802 - the house letter set
-        return self.q.size(0)
-
-    @property
-    def H(self) -> int:  # noqa: N802
-        return self.q.size(1)
-
-    @property
-    def L(self) -> int:  # noqa: N802
-        return self.q.size(2)
-
-    @property
-    def S(self) -> int:  # noqa: N802
-        return self.k.size(2)
+    @classmethod
+    def of(
+        cls, q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, scale: float, dropout_p: float = 0.0,
+        score: Literal["softmax", "relu"] = "softmax", bias: Tensor | None = None, return_weights: bool = False,
+        packed: bool = False, structure: Structure | None = None,
+    ) -> Problem:
+        """The problem of padded tensors q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev) under ``mask`` (its
+        ``structure`` read from it when not given)."""
+        B, H, L, E = q.shape
+        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias))
+        return cls(B, H, L, k.size(2), E, v.size(-1), q.dtype, q.device, grad, mask, scale, dropout_p, score,
+                   bias is not None, return_weights, packed,
+                   structure=(mask if mask is not None else _FULL).structure if structure is None else structure)
 
     @property
     def signature(self) -> tuple[Any, ...]:
-        """Everything dispatch reads besides the mask: the sizes (B, H, L, S, E, Ev), the dtype and device,
-        whether a gradient flows, a bias, dropout, the score, whether weights are returned, the layout."""
-        q, v = self.q, self.v
-        return (
-            self.B, self.H, self.L, self.S, q.size(-1), v.size(-1), q.dtype, q.device, self.training,
-            self.bias is not None, self.dropout_p > 0, self.score, self.return_weights, self.packed,
-        )
+        """Everything dispatch reads besides the mask."""
+        return (self.B, self.H, self.L, self.S, self.E, self.Ev, self.dtype, self.device, self.training,
+                self.has_bias, self.dropout_p > 0, self.score, self.return_weights, self.packed)
 
     @property
     def effective_mask(self) -> Mask:
         """The mask, with ``None`` read as :class:`~attnmm.masks.Full`."""
-        return self.forms.effective_mask
-
-    @property
-    def blocks(self) -> Segments | None:
-        """The mask as blocks computed one by one (:func:`~attnmm.masks.as_blocks`: a ``Segments``
-        mask, packed documents); ``None`` for one block or the packed layout."""
-        return self.forms.blocks
-
-    @property
-    def structure(self) -> Structure:
-        """The mask's :class:`~attnmm.masks.base.Structure`."""
-        return self.forms.structure
-
-    @property
-    def training(self) -> bool:
-        """Whether a gradient can flow back through this attention (forward and backward will run)."""
-        if not torch.is_grad_enabled():
-            return False
-        return any(t is not None and t.requires_grad for t in (self.q, self.k, self.v, self.bias))
+        return self.mask if self.mask is not None else _FULL
 
     @property
     def layout(self) -> Literal["padded", "packed"]:
@@ -134,38 +119,3 @@ class Problem:
         """B for a batched mask, else ``None`` (the mask's pairs are shared by the batch)."""
         mask = self.mask
         return self.B if mask is not None and mask.batched else None
-
-    def pairs(self) -> Pairs:
-        """The mask's allowed pairs (built once per plan: :class:`~attnmm.attention.forms.Forms`)."""
-        return self.forms.pairs()
-
-    @property
-    def row_counts(self) -> Tensor:
-        r"""|A_b(i)| for every query, (B or 1, L), on the CPU."""
-        return self.forms.row_counts
-
-    @property
-    def density(self) -> float:
-        """The allowed fraction of the (B x) L x S score matrix."""
-        counts = self.row_counts
-        total = counts.size(0) * self.L * self.S
-        return float(counts.sum()) / total if total else 0.0
-
-    @property
-    def allowed_pairs(self) -> int:
-        """Allowed (query, key) pairs over all B batch items."""
-        counts = self.row_counts
-        total = int(counts.sum())
-        return total * self.B if counts.size(0) == 1 and self.batch_size is None else total
-
-    @property
-    def has_empty_rows(self) -> bool:
-        """Whether some query has an empty allowed set (its output and gradient are 0); never for full
-        and causal masks with keys."""
-        if self.structure.kind in ("full", "causal") and self.S > 0:
-            return False
-        return bool((self.row_counts == 0).any())
-
-    def weight_pairs(self) -> Pairs:
-        """Where returned weights live: the pairs of every batch item (no batch in packed layout)."""
-        return self.pairs() if self.packed else self.pairs().expand(self.B)

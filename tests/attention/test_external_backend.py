@@ -13,7 +13,8 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.attention.backends import Backend, Supports, register_backend, unregister_backend
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks import (
     Causal,
     Chunk,
@@ -60,7 +61,7 @@ class DescribedBackend(Backend):
         bias=False, relu=False, weights=False, dropout=False,
     )
 
-    def check(self, problem: Problem) -> str | None:
+    def check(self, problem: Problem, forms: Forms) -> str | None:
         s = problem.structure
         if s.kind == "sparse" and (s.grid is None or s.window is None):
             return "a sparse mask that is not a convolution's window on a grid"
@@ -69,13 +70,13 @@ class DescribedBackend(Backend):
     def __init__(self) -> None:
         self.calls = 0
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
         self.calls += 1
         allowed = _allowed(problem.structure, problem.B, problem.L, problem.S).unsqueeze(1)  # (B or 1, 1, L, S)
-        scores = problem.q @ problem.k.transpose(-1, -2) * problem.scale
+        scores = inputs.q @ inputs.k.transpose(-1, -2) * problem.scale
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
         weights = scores.softmax(-1) * allowed.any(-1, keepdim=True)  # an empty row: output 0
-        return weights @ problem.v, None
+        return weights @ inputs.v, None
 
 
 @pytest.fixture

@@ -199,7 +199,6 @@ def test_a_form_is_built_once_per_forward_for_all_layers(monkeypatch: pytest.Mon
 def test_the_pattern_is_shared_by_the_heads_and_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     from attnmm.attention.backends import _csr
     from attnmm.attention.backends.sparse import pattern as sparse_pattern
-    from attnmm.attention.problem import Problem
 
     monkeypatch.setattr(_csr, "FUSED_VALUES", 0)  # a large problem: its blocks one by one
     sizes = {}
@@ -210,8 +209,7 @@ def test_the_pattern_is_shared_by_the_heads_and_the_batch(monkeypatch: pytest.Mo
         plan = Plan()
         attend(q, q, q, mask, backend="sparse", plan=plan)
         forms = plan.forms(mask, 64, 64, None, q.device)
-        problem = Problem(q, q, q, mask, 1.0, 0.0, "softmax", None, False, False, forms=forms)
-        pattern = sparse_pattern(problem)  # the one kept for the call
+        pattern = sparse_pattern(forms)  # the one kept for the call
         sizes[B, H] = pattern.nbytes
         assert pattern.nbytes <= 3 * 4 * pattern.nnz + 2 * 4 * (64 + 1)  # three int32 per pair, two pointers
     assert sizes[1, 1] == sizes[3, 8]

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import attnmm.attention.backends._memory as memory
 from attnmm import attend
 from attnmm.attention import AttentionMemoryError
+from attnmm.attention.planner import forms_of
 from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, Window, base
 
 
@@ -66,10 +67,10 @@ def test_band_inference_holds_pieces_only() -> None:
 
     q = huge(2**20)
     band = get_backend("band")
-    wide = Problem(q, q, q, Window(2**19, 2**19), 1.0, 0.0, "softmax", None, False, False)
-    assert band.memory_bytes(wide) < 2**31  # a block's window of 2**20 scores: not the (L, w) band
-    narrow = Problem(q, q, q, Window(64, 64), 1.0, 0.0, "softmax", None, False, False)
-    assert band.memory_bytes(narrow) - 2**20 * 8 * 4 < 2**24  # beyond the output: under 16 MB
+    wide = Problem.of(q, q, q, Window(2**19, 2**19), 1.0, 0.0, "softmax", None, False, False)
+    assert band.memory_bytes(wide, forms_of(wide)) < 2**31  # a block's window of 2**20 scores: not the (L, w) band
+    narrow = Problem.of(q, q, q, Window(64, 64), 1.0, 0.0, "softmax", None, False, False)
+    assert band.memory_bytes(narrow, forms_of(narrow)) - 2**20 * 8 * 4 < 2**24  # beyond the output: under 16 MB
 
 
 def test_explicit_backend_is_checked_too() -> None:
@@ -145,17 +146,18 @@ def test_the_quick_ceiling_bounds_every_estimate(data: st.DataObject, B: int, H:
     E, Ev = data.draw(st.integers(0, 64)), data.draw(st.integers(0, 64))
     dtype = data.draw(st.sampled_from([torch.float64, torch.float16]))
     q, k, v = huge(L, B, H, E).to(dtype), huge(S, B, H, E).to(dtype), huge(S, B, H, Ev).to(dtype)
-    problem = Problem(q, k, v, mask, scale=1.0, dropout_p=data.draw(st.sampled_from([0.0, 0.5])), score="softmax",
+    problem = Problem.of(q, k, v, mask, scale=1.0, dropout_p=data.draw(st.sampled_from([0.0, 0.5])), score="softmax",
                       bias=None, return_weights=data.draw(st.booleans()), packed=False)
+    forms = forms_of(problem)
     block = data.draw(st.sampled_from([None, 1, 3, 64]))
     ceiling = memory.ceiling_bytes(problem)
     for name in list_backends():
         backend = get_backend(name)
-        if name == "band" and (mask is None or backend.unsupported(problem) is not None):
+        if name == "band" and (mask is None or backend.unsupported(problem, forms) is not None):
             continue
         backend.block = block if name == "band" else getattr(backend, "block", None)  # type: ignore[attr-defined]
         try:
-            assert backend.memory_bytes(problem) <= ceiling, name
+            assert backend.memory_bytes(problem, forms) <= ceiling, name
         finally:
             if name == "band":
                 backend.block = None  # type: ignore[attr-defined]

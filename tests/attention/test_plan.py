@@ -18,9 +18,9 @@ def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     ranked = dispatch._candidates
 
-    def counting(problem, reader=None):  # type: ignore[no-untyped-def]
+    def counting(problem, forms, reader=None):  # type: ignore[no-untyped-def]
         calls.append(problem.L)
-        return ranked(problem, reader)
+        return ranked(problem, forms, reader)
 
     monkeypatch.setattr(dispatch, "_candidates", counting)
     return calls

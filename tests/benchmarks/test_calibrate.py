@@ -18,7 +18,7 @@ def _sparse_rows() -> list[tuple[str, tuple[float, ...], float]]:
     for label, q, k, v, mask in calibrate.problems():
         leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
         problem = calibrate._problem(*leaves, mask, "train")
-        terms = sparse.cost_terms(problem)
+        terms = sparse.cost_terms(*problem)
         if terms[1] <= 4 * calibrate.MAX_SCORES:
             rows.append((label, terms, 0.0))
     return rows

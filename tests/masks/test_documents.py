@@ -108,15 +108,17 @@ def test_band_kernel_trains_on_packed_documents(mask) -> None:
 
 def test_long_packing_runs_on_the_band_kernel() -> None:
     # 64 documents in 4096 tokens: the band is one document wide, not the whole sequence
+    from attnmm.attention.planner import forms_of
     from attnmm.attention.problem import Problem
 
     lengths = torch.randint(1, 64, (64,), generator=torch.Generator().manual_seed(1))
     mask = Documents(lengths) & Causal()
     q = torch.randn(1, 2, 4096, 16)
-    problem = Problem(q, q, q, mask, 0.25, 0.0, "softmax", None, False, False)
-    assert get_backend("band").unsupported(problem) is None
+    problem = Problem.of(q, q, q, mask, 0.25, 0.0, "softmax", None, False, False)
+    forms = forms_of(problem)
+    assert get_backend("band").unsupported(problem, forms) is None
     assert problem.structure.left == int(lengths.max()) - 1
-    assert int(problem.row_counts.sum()) == mask.nnz(4096)
+    assert int(forms.row_counts.sum()) == mask.nnz(4096)
 
 
 def test_lengths_that_are_not_whole_numbers_are_refused() -> None:

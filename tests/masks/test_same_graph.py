@@ -47,7 +47,7 @@ def test_large_graphs_run_one_graph_at_a_time(monkeypatch: pytest.MonkeyPatch) -
     segments = get_backend("segments")
     calls = []
     real = segments.forward
-    monkeypatch.setattr(segments, "forward", lambda problem: calls.append(problem) or real(problem))
+    monkeypatch.setattr(segments, "forward", lambda *call: calls.append(call) or real(*call))
     batch = _batch([150, 120, 180, 160])
     N = batch.numel()
     q = k = v = torch.randn(N, 4, 16)

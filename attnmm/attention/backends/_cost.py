@@ -49,7 +49,7 @@ def estimate(name: str, problem: Problem, terms: Sequence[float]) -> float | Non
     A backend adds new terms at the end of its :meth:`~attnmm.attention.backends.Backend.cost_terms`,
     so constants calibrated before a term existed still apply: the terms they lack count with
     constant 0 until ``python -m benchmarks.calibrate`` fits them."""
-    c = constants(name, problem.q.device.type, mode(problem))
+    c = constants(name, problem.device.type, mode(problem))
     if c is None or not 1 <= len(c) <= len(terms) + 1:
         return None
     return c[0] + sum(ck * xk * UNIT for ck, xk in zip(c[1:], terms))

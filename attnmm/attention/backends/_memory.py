@@ -26,6 +26,7 @@ import torch
 
 from attnmm.attention.backends._sizes import PAIR_BYTES, SMALL_BYTES, max_pairs
 from attnmm.attention.backends.base import Backend
+from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Problem
 from attnmm.masks import Mask
 
@@ -150,7 +151,7 @@ def _refuse(
 def _problem_refuse(problem: Problem, needed: int, purpose: str, hint: str, reader: MemoryReader | None) -> None:
     sizes = f"B={problem.B}, H={problem.H}, L={problem.L}, S={problem.S}"
     subject = f"attention with mask {problem.effective_mask!r} ({sizes})"
-    _refuse(subject, needed, purpose, problem.q.device, hint, reader)
+    _refuse(subject, needed, purpose, problem.device, hint, reader)
 
 
 def check_mask_pairs(
@@ -177,8 +178,7 @@ def check_pairs(problem: Problem, with_bias: bool = False, reader: MemoryReader 
     Nothing is checked when the pairs will not be enumerated (an interval mask without bias or
     returned weights) or the mask cannot bound its pair count.
     """
-    B, _, L, _ = problem.q.shape
-    if max(B, 1) * L * problem.k.shape[2] * PAIR_BYTES < SMALL_BYTES:  # B bounds the mask's batch items
+    if max(problem.B, 1) * problem.L * problem.S * PAIR_BYTES < SMALL_BYTES:  # B bounds the mask's batch items
         return
     if problem.structure.interval is not None and not with_bias and not problem.return_weights:
         return
@@ -193,16 +193,15 @@ def ceiling_bytes(problem: Problem) -> int:
     """A bound on every built-in backend's estimate from the sizes alone: 1 KiB for each of
     B * H * (L + S + 1)^2 scores and 512 bytes for each of B * H * (L + S + 1) rows of width
     max(E, Ev). Below :data:`SMALL_BYTES`, :func:`check_backend` does not ask the backend."""
-    B, H, L, E = problem.q.shape
-    n = L + problem.k.shape[2] + 1
-    return max(B, 1) * max(H, 1) * n * (1024 * n + 512 * max(E, problem.v.shape[3]))
+    n = problem.L + problem.S + 1
+    return max(problem.B, 1) * max(problem.H, 1) * n * (1024 * n + 512 * max(problem.E, problem.Ev))
 
 
-def check_backend(problem: Problem, backend: Backend, reader: MemoryReader | None = None) -> None:
-    """Raise :class:`AttentionMemoryError` when ``backend``'s working memory cannot fit."""
+def check_backend(problem: Problem, forms: Forms, backend: Backend, reader: MemoryReader | None = None) -> None:
+    """Raise :class:`AttentionMemoryError` when ``backend``'s working memory for ``problem`` cannot fit."""
     if ceiling_bytes(problem) < SMALL_BYTES:
         return
-    needed = backend.memory_bytes(problem)
+    needed = backend.memory_bytes(problem, forms)
     if needed < SMALL_BYTES:
         return
     _problem_refuse(problem, needed, f"backend {backend.name!r}", backend.memory_hint, reader)

@@ -24,7 +24,7 @@ def compute_bytes(dtype: torch.dtype) -> int:
 
 def output_bytes(problem: Problem) -> int:
     """Bytes of the output (B, H, L, Ev)."""
-    return problem.B * problem.H * problem.L * problem.v.size(-1) * problem.v.element_size()
+    return problem.B * problem.H * problem.L * problem.Ev * problem.dtype.itemsize
 
 
 def dense_bytes(problem: Problem, per_score: int, per_mask: int) -> int:

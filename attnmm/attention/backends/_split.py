@@ -18,7 +18,7 @@ gradients into one buffer per input, so no more than one segment's gradients are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
@@ -28,7 +28,7 @@ from torch.autograd.graph import get_gradient_edge
 from attnmm.attention.backends._memory import MemoryReader, check_backend, check_pairs
 from attnmm.attention.backends.base import Backend
 from attnmm.attention.forms import Forms
-from attnmm.attention.problem import GradSinks, Problem
+from attnmm.attention.problem import GradSinks, Inputs, Problem
 from attnmm.masks import Mask, Segments
 
 #: How a query segment reads its keys: those of one segment, all the keys in their places, or the keys of
@@ -47,8 +47,8 @@ class Row:
         mask (Mask): the mask of its queries over those keys.
         backend (Backend): the backend dispatch chose for it.
         cost (float, optional): that backend's estimate.
-        split (Split, optional): its own split, when its mask is made of blocks too.
-        forms (Forms, optional): the derived forms of its mask, shared by every run of the row.
+        forms (Forms): the derived forms of its mask (with its own split, when its mask is made of blocks
+            too), shared by every run of the row.
     """
 
     segment: int
@@ -57,8 +57,7 @@ class Row:
     mask: Mask
     backend: Backend
     cost: float | None
-    split: Split | None = None
-    forms: Forms | None = None
+    forms: Forms
 
 
 @dataclass(frozen=True)
@@ -75,62 +74,23 @@ class Split:
         return None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
 
 
-def _stand_in(like: Tensor, *shape: int) -> Tensor:
-    """A tensor of ``like``'s dtype, device and need of a gradient, of ``shape``, holding no memory."""
-    base = torch.zeros((), dtype=like.dtype, device=like.device, requires_grad=like.requires_grad)
-    return base.expand(*shape)
+def sub_problem(problem: Problem, rows: int, keys: int, mask: Mask) -> Problem:
+    """A problem of ``rows`` of ``problem``'s queries over ``keys`` keys under ``mask``, with ``problem``'s
+    options (no bias, no weights returned, the padded layout)."""
+    return replace(problem, L=rows, S=keys, mask=mask, structure=mask.structure, has_bias=False,
+                   return_weights=False, packed=False)
 
 
-def _like(
-    problem: Problem, q: Tensor, k: Tensor, v: Tensor, mask: Mask, sinks: GradSinks | None = None,
-    forms: Forms | None = None,
-) -> Problem:
-    """A problem of ``q``, ``k``, ``v`` under ``mask`` with ``problem``'s options (no bias, no weights
-    returned, the padded layout), its backend's gradients going to ``sinks`` where it can."""
-    return Problem(q, k, v, mask, scale=problem.scale, dropout_p=problem.dropout_p, score=problem.score, bias=None,
-                   return_weights=False, packed=False, forms=forms, sinks=sinks)  # type: ignore[arg-type]
+def row_problem(problem: Problem, split: Split, row: Row) -> Problem:
+    """``row``'s problem: its queries over the keys it reads."""
+    sizes = split.blocks.sizes
+    width = problem.S if row.keys == "all" else sum(sizes[c] for c in row.linked)
+    return sub_problem(problem, sizes[row.segment], width, row.mask)
 
 
-def sub_problem(problem: Problem, rows: int, keys: int, mask: Mask, forms: Forms | None = None) -> Problem:
-    """A problem of ``rows`` of ``problem``'s queries over ``keys`` keys under ``mask``, on stand-ins
-    (itself split when its mask is made of blocks)."""
-    q, k, v = problem.q, problem.k, problem.v
-    B, H = problem.B, problem.H
-    return _like(
-        problem,
-        _stand_in(q, B, H, rows, q.size(-1)),  # (B, H, n_a, E)
-        _stand_in(k, B, H, keys, k.size(-1)),
-        _stand_in(v, B, H, keys, v.size(-1)),
-        mask,
-        forms=forms,
-    )
-
-
-def row_memory(problem: Problem, row: Row) -> int:
-    """``row``'s working memory on its backend (worked out on stand-ins)."""
-    sub = sub_problem(problem, _segment_size(problem, row), _width(problem, row), row.mask, row.forms)
-    return row.backend.memory_bytes(sub)
-
-
-def _segment_size(problem: Problem, row: Row) -> int:
-    assert problem.split is not None
-    return problem.split.blocks.sizes[row.segment]
-
-
-def _width(problem: Problem, row: Row) -> int:
-    assert problem.split is not None
-    sizes = problem.split.blocks.sizes
-    return problem.S if row.keys == "all" else sum(sizes[c] for c in row.linked)
-
-
-def row_problem(
-    problem: Problem, row: Row, q: Tensor, k: Tensor, v: Tensor, sinks: GradSinks | None = None
-) -> Problem:
-    """``row``'s problem on the tensors ``q`` (its queries) and ``k``, ``v`` (its keys), its backend's
-    gradients going to ``sinks`` where it can."""
-    sub = _like(problem, q, k, v, row.mask, sinks, row.forms)
-    sub.split = row.split  # (worked out with the row)
-    return sub
+def row_memory(problem: Problem, split: Split, row: Row) -> int:
+    """``row``'s working memory on its backend."""
+    return row.backend.memory_bytes(row_problem(problem, split, row), row.forms)
 
 
 def _keys(split: Split, row: Row, t: Tensor) -> Tensor:
@@ -171,11 +131,11 @@ def _run_row(
     """``row``'s output (B, H, n_a, Ev) from its queries ``q`` and its keys and values ``k``, ``v``
     (:func:`_keys`), its padded queries 0."""
     blocks = split.blocks
-    sub = row_problem(problem, row, q, k, v, sinks)
+    sub = row_problem(problem, split, row)
     reader = MemoryReader()
     check_pairs(sub, with_bias=False, reader=reader)
-    check_backend(sub, row.backend, reader=reader)
-    out, _ = row.backend.forward(sub)  # (B, H, n_a, Ev)
+    check_backend(sub, row.forms, row.backend, reader=reader)
+    out, _ = row.backend.forward(sub, row.forms, Inputs(q, k, v, sinks=sinks))  # (B, H, n_a, Ev)
     if blocks.lengths is not None:  # the segment's padded queries attend nothing
         n = blocks.sizes[row.segment]
         real = torch.arange(n, device=q.device) < blocks.lengths[:, row.segment].to(q.device).view(-1, 1)  # (B, n_a)
@@ -183,10 +143,10 @@ def _run_row(
     return out
 
 
-def run_split(problem: Problem, split: Split) -> Tensor:
-    """The output (B, H, L, Ev) of ``problem`` computed by its query segments: one after another without
-    a gradient, as one autograd node (:class:`SplitAttention`) with one."""
-    q, k, v = problem.q, problem.k, problem.v
+def run_split(problem: Problem, inputs: Inputs, split: Split) -> Tensor:
+    """The output (B, H, L, Ev) of ``problem`` on ``inputs`` computed by its query segments: one after another
+    without a gradient, as one autograd node (:class:`SplitAttention`) with one."""
+    q, k, v = inputs.q, inputs.k, inputs.v
     if problem.training:
         return SplitAttention.apply(q, k, v, problem, split)
     offsets, outs = split.blocks.offsets, []

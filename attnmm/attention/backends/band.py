@@ -13,7 +13,8 @@ from torch.autograd.function import once_differentiable
 from attnmm.attention.backends._blocks import BandGeometry
 from attnmm.attention.backends._sizes import compute_bytes, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks._pairs import broadcast_shape
 from attnmm.masks.base import Interval
 
@@ -71,20 +72,20 @@ class BandBackend(Backend):
     def __init__(self, block: int | None = None) -> None:
         self.block = block
 
-    def memory_bytes(self, problem: Problem) -> int:
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
         left, right = problem.structure.left, problem.structure.right
         if left is None or right is None:
             return 0
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
-        if not problem.training and not problem.return_weights and problem.bias is None:
+        if not problem.training and not problem.return_weights and not problem.has_bias:
             return _piece_bytes(problem, geo) + output_bytes(problem)
         slots = geo.B * geo.H * geo.nbp * geo.T * geo.W  # scores of every block's window
-        padded = geo.B * geo.H * (geo.nbp + geo.c) * geo.T * max(problem.q.size(-1), problem.v.size(-1))
+        padded = geo.B * geo.H * (geo.nbp + geo.c) * geo.T * max(problem.E, problem.Ev)
         # weights kept for backward, their gradient, returned weights; padded q, k, v and their gradients
         copies = 2 + problem.return_weights
-        return (slots * copies + 6 * padded) * compute_bytes(problem.q.dtype) + output_bytes(problem)
+        return (slots * copies + 6 * padded) * compute_bytes(problem.dtype) + output_bytes(problem)
 
-    def cost_terms(self, problem: Problem) -> tuple[float, ...] | None:
+    def cost_terms(self, problem: Problem, forms: Forms) -> tuple[float, ...] | None:
         # multiply-adds over every block's window of W slots, the slots themselves, and the chunks the
         # blocks are processed in (a few kernel calls each)
         structure = problem.structure
@@ -94,28 +95,28 @@ class BandBackend(Backend):
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
         slots = geo.B * geo.H * geo.nbp * geo.T * geo.W
         chunks = len(geo.chunks())
-        return float(slots * (problem.q.size(-1) + problem.v.size(-1))), float(slots), float(chunks)
+        return float(slots * (problem.E + problem.Ev)), float(slots), float(chunks)
 
-    def check(self, problem: Problem) -> str | None:
+    def check(self, problem: Problem, forms: Forms) -> str | None:
         if problem.structure.interval is None:
             return f"the mask {problem.effective_mask!r} has a band but no per-query interval"
         if problem.B == 0 or problem.H == 0:
             return f"the batch is empty (B = {problem.B}, H = {problem.H})"
         return None
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
         interval = problem.structure.interval
-        q, k, v = problem.q, problem.k, problem.v
+        q, k, v = inputs.q, inputs.k, inputs.v
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         left, right = problem.structure.left, problem.structure.right
         assert interval is not None and left is not None and right is not None
         geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
-        if not problem.training and not problem.return_weights and problem.bias is None:
+        if not problem.training and not problem.return_weights and not problem.has_bias:
             out = _infer(q.to(compute), k.to(compute), v.to(compute), interval, geo, problem)
             return out.to(v.dtype), None
         batch = None if problem.batch_size is None else torch.arange(problem.batch_size, device=q.device)
         start, end = _ranges(interval, geo, batch, q.device)  # (B or 1, nbp, T)
-        bias = _band_bias(problem, geo, compute) if problem.bias is not None else None
+        bias = _band_bias(forms, inputs, geo, compute) if problem.has_bias else None
         out, weights = _BandAttention.apply(
             q.to(compute),
             k.to(compute),
@@ -132,7 +133,7 @@ class BandBackend(Backend):
         out = out.to(v.dtype)
         if not problem.return_weights:
             return out, None
-        wp = problem.weight_pairs()
+        wp = forms.weight_pairs(problem.B)
         b = wp.batch if wp.batch is not None else torch.zeros_like(wp.row)
         n, t, w = geo.slot(wp.row, wp.col)
         weights = weights.view(geo.B, geo.H, geo.nbp, geo.T, geo.W)
@@ -172,7 +173,7 @@ def _piece_layout(L: int, E: int, Ev: int, T: int) -> tuple[int, int]:  # noqa: 
 def _piece_bytes(problem: Problem, full: BandGeometry) -> int:
     """Working memory of :func:`_infer`: one piece's padded queries, keys, values and output, and
     its scores."""
-    E, Ev = problem.q.size(-1), problem.v.size(-1)
+    E, Ev = problem.E, problem.Ev
     rows, seqs = _piece_layout(problem.L, E, Ev, full.T)
     rows, seqs = min(rows, problem.L), min(seqs, problem.B * problem.H)
     padded_rows = rows + (full.c + 1) * full.T
@@ -180,7 +181,7 @@ def _piece_bytes(problem: Problem, full: BandGeometry) -> int:
     blocks = seqs * (-(-rows // full.T) + full.c)  # the blocks of a piece
     chunk = min(max(2 * _PIECE, full.T * full.W), blocks * full.T * full.W)  # at least one block, at most all
     elements = seqs * (padded_rows * (E + Ev) + keys * (E + Ev)) + chunk
-    return elements * compute_bytes(problem.q.dtype)
+    return elements * compute_bytes(problem.dtype)
 
 
 def _infer(q: Tensor, k: Tensor, v: Tensor, interval: Interval, full: BandGeometry, problem: Problem) -> Tensor:
@@ -227,15 +228,15 @@ def _infer(q: Tensor, k: Tensor, v: Tensor, interval: Interval, full: BandGeomet
     return out if not whole else q.new_zeros(B, H, L, Ev)  # one piece and no key in reach
 
 
-def _band_bias(problem: Problem, geo: BandGeometry, dtype: torch.dtype) -> Tensor:
+def _band_bias(forms: Forms, inputs: Inputs, geo: BandGeometry, dtype: torch.dtype) -> Tensor:
     """Scatter the per-pair bias (P, H) into the band layout (B*H*nbp, T, W), zero elsewhere."""
-    pairs = problem.pairs()
-    assert problem.bias is not None
+    pairs = forms.pairs()
+    assert inputs.bias is not None
     nbat = pairs.batch_size or 1 if pairs.batch is not None else 1
     b = pairs.batch if pairs.batch is not None else torch.zeros_like(pairs.row)
     n, t, w = geo.slot(pairs.row, pairs.col)
-    dense = problem.bias.new_zeros(nbat, geo.nbp, geo.T, geo.W, geo.H, dtype=dtype)
-    dense = dense.index_put((b, n, t, w), problem.bias.to(dtype))
+    dense = inputs.bias.new_zeros(nbat, geo.nbp, geo.T, geo.W, geo.H, dtype=dtype)
+    dense = dense.index_put((b, n, t, w), inputs.bias.to(dtype))
     dense = dense.permute(0, 4, 1, 2, 3).expand(geo.B, geo.H, geo.nbp, geo.T, geo.W)
     return dense.reshape(-1, geo.T, geo.W)  # (B*H*nbp, T, W)
 

@@ -16,7 +16,8 @@ from attnmm.attention.backends._cost import UNIT
 from attnmm.attention.backends._registry import get_backend
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks import Mask
 from attnmm.masks._key import content_key
 
@@ -109,55 +110,55 @@ class FlexBackend(Backend):
         self.compiled = None
         torch._dynamo.reset()
 
-    def memory_bytes(self, problem: Problem) -> int:
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
         # create_block_mask materialises the boolean (B, L, S) mask and an int64 index grid
         return dense_bytes(problem, 0, 9)
 
     def available(self) -> str | None:
         return self.flex_available("cpu")
 
-    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+    def cost_terms(self, problem: Problem, forms: Forms) -> tuple[float, ...]:
         """Multiply-adds over the (128 x 128) tiles holding an allowed pair, the positions of the
         partial ones (where ``mask_mod`` runs), the tiles, the (L, S) positions where a block-mask
         build evaluates ``mask_mod`` (0 when this mask's block mask is cached), and 10**6 for a kernel
         not yet compiled in this process (so that its constant reads as seconds)."""
-        tiles, positions, partial = (problem.H * n for n in self.tiles(problem))
+        tiles, positions, partial = (problem.H * n for n in self.tiles(problem, forms))
         cached = block_mask_key(problem) in self.block_masks
         build = 0 if cached else (problem.batch_size or 1) * problem.L * problem.S
-        width = problem.q.size(-1) + problem.v.size(-1)
+        width = problem.E + problem.Ev
         compile_ = 0.0 if self.compiled is not None else 1 / UNIT
         return float(positions * width), float(partial), float(tiles), float(build), compile_
 
-    def cost(self, problem: Problem) -> float | None:
+    def cost(self, problem: Problem, forms: Forms) -> float | None:
         """No estimate for a per-item mask on the CPU, so dispatch ranks flex after every estimated
         backend there: it runs such masks when named, since torch's CPU code generator fails on some."""
-        if problem.q.device.type == "cpu" and problem.effective_mask.batched:
+        if problem.device.type == "cpu" and problem.effective_mask.batched:
             return None
-        return super().cost(problem)
+        return super().cost(problem, forms)
 
-    def check(self, problem: Problem) -> str | None:
-        device = problem.q.device.type
+    def check(self, problem: Problem, forms: Forms) -> str | None:
+        device = problem.device.type
         reason = self.flex_available(device)
         if reason is not None:
             return reason
         if device == "cpu" and problem.training:
             return "torch compiles no FlexAttention backward for the CPU (inference only there)"
-        if device == "cpu" and problem.q.dtype != torch.float32:
-            return f"{problem.q.dtype} on the CPU (float32 only there)"
-        if problem.q.size(-1) < 16 or problem.v.size(-1) < 16:
+        if device == "cpu" and problem.dtype != torch.float32:
+            return f"{problem.dtype} on the CPU (float32 only there)"
+        if problem.E < 16 or problem.Ev < 16:
             return "head dims below 16"
         return None
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
         from torch.nn.attention.flex_attention import flex_attention
 
         if self.compiled is None:
             self.compiled = torch.compile(flex_attention, dynamic=True)  # new lengths reuse the kernel
-        block_mask = self.block_mask(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.q.device)
+        block_mask = self.block_mask(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.device)
         try:
-            out = self.compiled(problem.q, problem.k, problem.v, block_mask=block_mask, scale=problem.scale)
+            out = self.compiled(inputs.q, inputs.k, inputs.v, block_mask=block_mask, scale=problem.scale)
         except Exception as err:
-            if problem.q.device.type != "cpu" or not problem.effective_mask.batched:
+            if problem.device.type != "cpu" or not problem.effective_mask.batched:
                 raise
             raise ValueError(
                 f"FlexAttention's CPU code generator failed to compile the kernel of the per-item mask "
@@ -165,11 +166,11 @@ class FlexBackend(Backend):
                 "that compile on the CPU include Padding alone and Padding with Window, Causal or a union of "
                 "them; compute this one on another backend (backend='auto')"
             ) from err
-        nonempty = (problem.row_counts > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
+        nonempty = (forms.row_counts > 0).to(out.device).view(-1, 1, problem.L, 1)  # (B or 1, 1, L, 1)
         return torch.where(nonempty, out, torch.zeros_like(out)), None
 
 
-    def tiles(self, problem: Problem) -> tuple[int, int, int]:
+    def tiles(self, problem: Problem, forms: Forms) -> tuple[int, int, int]:
         """The (BLOCK_SIZE x BLOCK_SIZE) tiles of the B items' score matrices (one head) that hold an
         allowed pair, as (tiles, their positions within L x S, the positions of the partial tiles, where
         the kernel evaluates ``mask_mod``). For an interval mask, a row of tiles spans from its first
@@ -204,7 +205,7 @@ class FlexBackend(Backend):
             full = ((full_hi * T).clamp(max=S) - full_lo * T).clamp_min(0) * height
             counts = (int(tiles.sum()), int(spanned.sum()), int((spanned - full).clamp_min(0).sum()))
         else:
-            pairs = problem.pairs()
+            pairs = forms.pairs()
             tile = (pairs.row // T) * cols + pairs.col // T
             if pairs.batch is not None:
                 tile = tile + pairs.batch * (rows * cols)
@@ -238,7 +239,7 @@ class FlexBackend(Backend):
 def block_mask_key(problem: Problem) -> tuple[Any, ...]:
     """The key of the problem's block mask (and tile counts): the mask's content and the shape."""
     mask = problem.effective_mask
-    return (content_key(mask), problem.batch_size, problem.L, problem.S, str(problem.q.device))
+    return (content_key(mask), problem.batch_size, problem.L, problem.S, str(problem.device))
 
 def as_mask_mod(mask: Mask) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
     """``mask.mask_mod`` as a plain 4-argument function: FlexAttention tells mask_mods from

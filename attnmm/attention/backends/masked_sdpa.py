@@ -8,7 +8,8 @@ from torch import Tensor
 
 from attnmm.attention.backends._sizes import dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 
 
 class MaskedSDPABackend(Backend):
@@ -40,19 +41,19 @@ class MaskedSDPABackend(Backend):
         "backend), a band mask (Window, Chunk), or a smaller batch"
     )
 
-    def memory_bytes(self, problem: Problem) -> int:
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
         # the boolean mask and the additive float mask the kernel makes of it
-        return dense_bytes(problem, 0, 1 + problem.q.element_size())
+        return dense_bytes(problem, 0, 1 + problem.dtype.itemsize)
 
-    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+    def cost_terms(self, problem: Problem, forms: Forms) -> tuple[float, ...]:
         # multiply-adds of the dense scores and output, the (B or 1, L, S) mask built for them, and the
         # scores (materialised by the unfused kernel PyTorch runs for dropout on CPU)
         scores = problem.B * problem.H * problem.L * problem.S
-        products = scores * (problem.q.size(-1) + problem.v.size(-1))
+        products = scores * (problem.E + problem.Ev)
         return float(products), float((problem.batch_size or 1) * problem.L * problem.S), float(scores)
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        allowed = problem.forms.dense(self.store)  # (L, S) or (B, L, S), built once for equal masks
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
+        allowed = forms.dense(self.store)  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(-1, 1, problem.L, problem.S)  # (B or 1, 1, L, S)
         nonempty = allowed.any(-1, keepdim=True)  # (B or 1, 1, L, 1)
         some_empty = not bool(nonempty.all())
@@ -60,9 +61,9 @@ class MaskedSDPABackend(Backend):
             allowed = allowed | ~nonempty
         attn_mask: Tensor = allowed
         if problem.dropout_p > 0:  # the unfused kernel of dropout on CPU runs 2-2.5x faster on an additive mask
-            attn_mask = problem.q.new_zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
+            attn_mask = inputs.q.new_zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
         out = F.scaled_dot_product_attention(
-            problem.q, problem.k, problem.v, attn_mask=attn_mask, dropout_p=problem.dropout_p, scale=problem.scale
+            inputs.q, inputs.k, inputs.v, attn_mask=attn_mask, dropout_p=problem.dropout_p, scale=problem.scale
         )
         if some_empty:
             out = torch.where(nonempty, out, out.new_zeros(()))  # zero output, zero gradients

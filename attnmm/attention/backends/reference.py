@@ -8,7 +8,8 @@ from torch import Tensor
 
 from attnmm.attention.backends._sizes import compute_bytes, dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 
 
 class ReferenceBackend(Backend):
@@ -32,24 +33,24 @@ class ReferenceBackend(Backend):
         "mask, or a smaller batch"
     )
 
-    def memory_bytes(self, problem: Problem) -> int:
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
         # scores, masked scores, weights and their product with the mask, kept for backward
-        return dense_bytes(problem, 4 * compute_bytes(problem.q.dtype), 2)
+        return dense_bytes(problem, 4 * compute_bytes(problem.dtype), 2)
 
-    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+    def cost_terms(self, problem: Problem, forms: Forms) -> tuple[float, ...]:
         # multiply-adds of the dense scores and output, and the (B, H, L, S) elementwise passes
         scores = problem.B * problem.H * problem.L * problem.S
-        return float(scores * (problem.q.size(-1) + problem.v.size(-1))), float(scores)
+        return float(scores * (problem.E + problem.Ev)), float(scores)
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        q, k, v = problem.q, problem.k, problem.v
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
+        q, k, v = inputs.q, inputs.k, inputs.v
         B, L, S = problem.B, problem.L, problem.S
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        allowed = problem.forms.dense()  # (L, S) or (B, L, S), built once for equal masks
+        allowed = forms.dense()  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(B if allowed.dim() == 3 else 1, 1, L, S)  # (B or 1, 1, L, S)
         scores = torch.matmul(q.to(compute), k.to(compute).transpose(-1, -2)) * problem.scale  # (B, H, L, S)
-        if problem.bias is not None:
-            scores = scores + _dense_bias(problem, compute)
+        if problem.has_bias:
+            scores = scores + _dense_bias(problem, forms, inputs, compute)
         if problem.score == "softmax":
             scores = scores.masked_fill(~allowed, torch.finfo(compute).min)
             weights = torch.softmax(scores, dim=-1) * allowed
@@ -61,18 +62,18 @@ class ReferenceBackend(Backend):
         out = torch.matmul(weights, v.to(compute)).to(v.dtype)  # (B, H, L, Ev)
         if not problem.return_weights:
             return out, None
-        wp = problem.weight_pairs()
+        wp = forms.weight_pairs(problem.B)
         b = wp.batch if wp.batch is not None else torch.zeros_like(wp.row)
         values = weights.permute(0, 2, 3, 1)[b, wp.row, wp.col]  # (P, H)
         return out, values.to(q.dtype)
 
 
-def _dense_bias(problem: Problem, dtype: torch.dtype) -> Tensor:
+def _dense_bias(problem: Problem, forms: Forms, inputs: Inputs, dtype: torch.dtype) -> Tensor:
     """Scatter the per-pair bias (P, H) into a dense (B or 1, H, L, S) tensor (zero elsewhere)."""
-    pairs = problem.pairs()
-    assert problem.bias is not None
+    pairs = forms.pairs()
+    assert inputs.bias is not None
     nb = pairs.batch_size if pairs.batch is not None else 1
     b = pairs.batch if pairs.batch is not None else torch.zeros_like(pairs.row)
-    dense = problem.q.new_zeros(nb or 1, problem.L, problem.S, problem.H, dtype=dtype)
-    dense = dense.index_put((b, pairs.row, pairs.col), problem.bias.to(dtype))
+    dense = inputs.q.new_zeros(nb or 1, problem.L, problem.S, problem.H, dtype=dtype)
+    dense = dense.index_put((b, pairs.row, pairs.col), inputs.bias.to(dtype))
     return dense.permute(0, 3, 1, 2)  # (B or 1, H, L, S)

@@ -8,7 +8,8 @@ from torch import Tensor
 
 from attnmm.attention.backends._sizes import dense_bytes, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 
 
 class SDPABackend(Backend):
@@ -26,28 +27,28 @@ class SDPABackend(Backend):
         "smaller batch, or a Window mask"
     )
 
-    def memory_bytes(self, problem: Problem) -> int:
-        if problem.dropout_p > 0 and not problem.q.is_cuda:  # the fused CPU kernel has no dropout
-            return dense_bytes(problem, 3 * problem.q.element_size(), 0)
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
+        if problem.dropout_p > 0 and not problem.device.type == "cuda":  # the fused CPU kernel has no dropout
+            return dense_bytes(problem, 3 * problem.dtype.itemsize, 0)
         return output_bytes(problem)
 
-    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+    def cost_terms(self, problem: Problem, forms: Forms) -> tuple[float, ...]:
         # multiply-adds of the scores and the output (half of them under a causal mask), the rows read,
         # and the scores (materialised by the unfused kernel PyTorch runs for dropout on CPU)
-        width = problem.q.size(-1) + problem.v.size(-1)
+        width = problem.E + problem.Ev
         scores = problem.B * problem.H * problem.L * problem.S
         if problem.structure.kind == "causal":
             scores //= 2
         return float(scores * width), float(problem.B * problem.H * (problem.L + problem.S) * width), float(scores)
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
         causal = problem.structure.kind == "causal"
-        q, scale = problem.q, problem.scale
+        q, scale = inputs.q, problem.scale
         if causal and not scale >= torch.finfo(q.dtype).tiny:
             # PyTorch's fused CPU kernel returns NaN for a causal mask with a scale <= 0 (or one that
             # rounds to 0 in q's dtype): it masks with -inf before scaling. Scaling q instead is exact.
             q, scale = q * scale, 1.0
         out = F.scaled_dot_product_attention(
-            q, problem.k, problem.v, dropout_p=problem.dropout_p, is_causal=causal, scale=scale
+            q, inputs.k, inputs.v, dropout_p=problem.dropout_p, is_causal=causal, scale=scale
         )
         return out, None

@@ -8,7 +8,8 @@ from torch import Tensor
 from attnmm.attention.backends._sizes import output_bytes
 from attnmm.attention.backends._split import row_memory, run_split
 from attnmm.attention.backends.base import Backend, Supports
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 
 
 class SegmentsBackend(Backend):
@@ -30,7 +31,7 @@ class SegmentsBackend(Backend):
     over its linked keys laid one after another or, where that is not estimated cheaper (a sparse
     row, whose cost follows its pairs), over all the keys in place, so nothing is copied.
     The queries of a segment past an item's length get output 0 (and gradient 0). The split is made
-    before dispatch (:attr:`Problem.split <attnmm.attention.problem.Problem.split>`, each segment
+    before dispatch (:attr:`Forms.splits <attnmm.attention.forms.Forms.splits>`, each segment
     dispatched like any problem, once per call and shared by the layers of a forward); this backend
     runs it as one autograd node whose backward takes the segments one at a time and adds their
     gradients into one buffer per input (:class:`~attnmm.attention.backends._split.SplitAttention`). Its cost
@@ -65,31 +66,31 @@ class SegmentsBackend(Backend):
     )
     preference = 15
 
-    def check(self, problem: Problem) -> str | None:
-        if problem.split is None:
+    def check(self, problem: Problem, forms: Forms) -> str | None:
+        if forms.splits.get(problem) is None:
             return "the mask is not made of blocks (a Segments mask, packed Documents, their intersections)"
         return None
 
-    def cost(self, problem: Problem) -> float | None:
+    def cost(self, problem: Problem, forms: Forms) -> float | None:
         """The sum of the estimated costs of every query segment on its chosen backend (``None`` when
         one of them has no estimate)."""
-        split = problem.split
+        split = forms.splits.get(problem)
         return None if split is None else split.cost
 
-    def memory_bytes(self, problem: Problem) -> int:
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
         """The query segments' working memory on their chosen backends and the output: in training every
         segment's (each keeps what its backward needs) and one gradient buffer per input (what the one
         backward adds into); without a gradient the largest segment's (they run one after another)."""
-        split = problem.split
+        split = forms.splits.get(problem)
         if split is None:
             return 0
-        rows = [row_memory(problem, row) for row in split.rows if row is not None] or [0]
+        rows = [row_memory(problem, split, row) for row in split.rows if row is not None] or [0]
         if not problem.training:
             return max(rows) + output_bytes(problem)
-        inputs = sum(t.numel() * t.element_size() for t in (problem.q, problem.k, problem.v))
-        return sum(rows) + output_bytes(problem) + inputs
+        inputs = problem.B * problem.H * (problem.L * problem.E + problem.S * (problem.E + problem.Ev))
+        return sum(rows) + output_bytes(problem) + inputs * problem.dtype.itemsize
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        split = problem.split
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
+        split = forms.splits[problem]
         assert split is not None
-        return run_split(problem, split), None  # (B, H, L, Ev)
+        return run_split(problem, inputs, split), None  # (B, H, L, Ev)

@@ -24,7 +24,7 @@ from attnmm.attention.backends._csr import (
 from attnmm.attention.backends._sizes import PAIR_BYTES, compute_bytes, max_pairs, output_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.forms import Forms, FormStore
-from attnmm.attention.problem import GradSinks, Problem
+from attnmm.attention.problem import GradSinks, Inputs, Problem
 
 #: Bytes of the CSR pattern per pair: the columns, the rows of the transpose and the permutation between
 #: them (int64 when a problem needs it), and the pointers' share.
@@ -36,10 +36,12 @@ def _pattern(forms: Forms) -> CSRPattern:
     return CSRPattern.from_pairs(forms.pairs(keep=False))
 
 
-def pattern(problem: Problem, store: FormStore | None = None) -> CSRPattern:
-    """The CSR pattern of the problem's pairs, shared by the heads (and by the batch items of a mask shared by
-    the batch); kept instead of the pairs, which it holds (across calls in ``store`` when the plan has none)."""
-    return problem.forms.form("pattern", _pattern, drop="pairs", store=store)
+def pattern(forms: Forms, store: FormStore | None = None) -> CSRPattern:
+    """The CSR pattern of the mask's pairs (its ``forms``), shared by the heads (and by the batch items of a
+    mask shared by the batch); kept instead of the pairs, which it holds (across calls in ``store`` when the
+    plan has none)."""
+    return forms.form("pattern", _pattern, drop="pairs", store=store)
+
 
 class SparseBackend(Backend):
     r"""Attention over an arbitrary mask, costing O(nnz) time and memory.
@@ -79,7 +81,7 @@ class SparseBackend(Backend):
     accumulates = True  # (its backward adds into a problem's gradient sinks, head by head)
     preference = 60  # after the reference for dense masks (the reference ranks last for sparse ones)
 
-    def memory_bytes(self, problem: Problem) -> int:
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
         """O(nnz * H): the mask's allowed pairs and their CSR pattern (five indices per pair, shared by
         the heads), and about eight values per pair, head and batch item (scores, weights and their
         gradients); 0 when the mask cannot bound its pair count."""
@@ -87,10 +89,10 @@ class SparseBackend(Backend):
         if pairs is None:
             return 0
         values = pairs * problem.B if problem.batch_size is None else pairs  # a shared mask's pairs per item
-        per_value = problem.H * 8 * compute_bytes(problem.q.dtype)
+        per_value = problem.H * 8 * compute_bytes(problem.dtype)
         return pairs * (PAIR_BYTES + PATTERN_BYTES) + values * per_value + output_bytes(problem)
 
-    def cost_terms(self, problem: Problem) -> tuple[float, ...]:
+    def cost_terms(self, problem: Problem, forms: Forms) -> tuple[float, ...]:
         """Multiply-adds per allowed pair and head, the pairs' per-head values, the query rows, and
         the pairs times the mean keys per query row.
 
@@ -99,37 +101,37 @@ class SparseBackend(Backend):
         keys per row: about 89 ns at n = 128, 145 ns at n = 512 and 460 ns at n = 2,048 (the
         calibration fits its constant with long-row problems).
         """
-        problem.forms.form("counts", lambda forms: forms.row_counts, store=self.store)  # (kept for equal masks)
-        pairs = problem.allowed_pairs * problem.H
+        forms.form("counts", lambda forms: forms.row_counts, store=self.store)  # (kept for equal masks)
+        pairs = forms.allowed_pairs(problem.B) * problem.H
         rows = problem.B * problem.H * problem.L
         per_row = pairs / rows if rows else 0.0
         return (
-            float(pairs * (problem.q.size(-1) + problem.v.size(-1))),
+            float(pairs * (problem.E + problem.Ev)),
             float(pairs),
             float(rows),
             float(pairs * per_row),
         )
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        q, k, v = problem.q, problem.k, problem.v
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
+        q, k, v = inputs.q, inputs.k, inputs.v
         B, H = problem.B, problem.H
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        blocks = Blocks(pattern(problem, self.store), B, H)
+        blocks = Blocks(pattern(forms, self.store), B, H)
         bias = None
-        if problem.bias is not None:
-            bias = problem.bias.to(compute).t()  # (H, P), a view
+        if inputs.bias is not None:
+            bias = inputs.bias.to(compute).t()  # (H, P), a view
             if not blocks.pattern.batched and B > 1:
                 bias = bias.repeat(1, B)  # (H, B * P), shared over the batch
         # the operands are used as they lie in memory; the output comes back (B, H, L, Ev) or (H, B, L, Ev)
-        sinks = problem.sinks if q.dtype == compute else None  # (a gradient computed in float32 is returned)
+        sinks = inputs.sinks if q.dtype == compute else None  # (a gradient computed in float32 is returned)
         q, k, v = (t.to(compute) for t in (q, k, v))
         out, weights = _SegmentAttention.apply(
             q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p, sinks
         )
-        out = as_heads_second(out, result_order(blocks, v)).to(problem.v.dtype)  # (B, H, L, Ev)
+        out = as_heads_second(out, result_order(blocks, v)).to(inputs.v.dtype)  # (B, H, L, Ev)
         if not problem.return_weights:
             return out, None
-        return out, weights.t().to(problem.q.dtype)  # (V, H) at problem.weight_pairs()
+        return out, weights.t().to(problem.dtype)  # (V, H) at forms.weight_pairs(problem.B)
 
 
 class _SegmentAttention(torch.autograd.Function):

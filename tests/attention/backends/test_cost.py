@@ -5,25 +5,26 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _oracle import planned
 
 from attnmm import attend
 from attnmm.attention import planner as _dispatch
 from attnmm.attention.backends import _calibration, _cost, get_backend
+from attnmm.attention.forms import Forms
 from attnmm.attention.planner import candidates, choose_backend
 from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Documents, Grid, Mask, Segments, Window
 
 
-def _problem(mask: Mask, L: int, H: int = 2, E: int = 64, Ev: int | None = None, training: bool = True) -> Problem:
+def _problem(
+    mask: Mask, L: int, H: int = 2, E: int = 64, Ev: int | None = None, training: bool = True
+) -> tuple[Problem, Forms]:
     q, k = (torch.zeros(1, H, L, E, requires_grad=training) for _ in range(2))
     v = torch.zeros(1, H, L, E if Ev is None else Ev, requires_grad=training)
-    made = Problem(q, k, v, mask, scale=E**-0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
-                   packed=False)
-    made.split = _dispatch.split_problem(made)  # (as the planner does before asking the backends)
-    return made
+    return planned(q, k, v, mask, scale=E**-0.5)  # (split as the planner does before asking the backends)
 
 
-def _documents(count: int, n: int) -> Problem:
+def _documents(count: int, n: int) -> tuple[Problem, Forms]:
     return _problem(Documents([n] * count) & Causal(), count * n)
 
 
@@ -31,15 +32,15 @@ def test_sparse_terms_grow_with_keys_per_query() -> None:
     # two causal documents of 4: 2 * (1 + 2 + 3 + 4) = 20 pairs per head, 16 query rows over H = 2
     problem = _problem(Documents([4, 4]) & Causal(), 8, H=2, E=3, Ev=5)
     pairs, rows = 20 * 2, 8 * 2
-    assert get_backend("sparse").cost_terms(problem) == (pairs * (3 + 5), pairs, rows, pairs * pairs / rows)
+    assert get_backend("sparse").cost_terms(*problem) == (pairs * (3 + 5), pairs, rows, pairs * pairs / rows)
     # the same pairs in longer rows cost more per pair
-    short, long = (get_backend("sparse").cost_terms(_documents(c, n)) for c, n in ((64, 128), (16, 512)))
+    short, long = (get_backend("sparse").cost_terms(*_documents(c, n)) for c, n in ((64, 128), (16, 512)))
     assert short[3] / short[1] == pytest.approx(64.5) and long[3] / long[1] == pytest.approx(256.5)
 
 
 def test_constants_without_the_last_terms_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
     problem = _documents(4, 64)
-    terms = get_backend("sparse").cost_terms(problem)
+    terms = get_backend("sparse").cost_terms(*problem)
     full = (1e-4, 3e-4, 0.03, 0.02, 2e-4)
     for constants, expected in [
         (full, full[0] + sum(c * x * _cost.UNIT for c, x in zip(full[1:], terms))),
@@ -47,7 +48,7 @@ def test_constants_without_the_last_terms_still_apply(monkeypatch: pytest.Monkey
         ((*full, 1.0), None),  # more constants than terms: not this backend's model
     ]:
         monkeypatch.setattr(_calibration, "COSTS", {"cpu": {"sparse": {"train": constants}}})
-        estimate = get_backend("sparse").cost(problem)
+        estimate = get_backend("sparse").cost(*problem)
         assert estimate == (None if expected is None else pytest.approx(expected))
 
 
@@ -58,28 +59,28 @@ def test_the_stored_calibration_has_the_row_length_term() -> None:
 def test_long_packed_documents_go_to_segments() -> None:
     # causal documents, one fused SDPA call each, forward + backward (1 thread, H = 2, E = 64, a loaded
     # machine): 64 x 512 segments 0.49 s, band 0.66 s, sparse 1.79 s; 16 x 2048 1.05, 2.57, 10.1 s
-    costs = {b.name: b.cost(_documents(64, 512)) for b in candidates(_documents(64, 512))}
+    costs = {b.name: b.cost(*_documents(64, 512)) for b in candidates(*_documents(64, 512))}
     assert costs["segments"] < costs["band"] < costs["sparse"]
-    assert choose_backend(_documents(64, 512)).name == "segments"
-    assert choose_backend(_documents(16, 2048)).name == "segments"
+    assert choose_backend(*_documents(64, 512)).name == "segments"
+    assert choose_backend(*_documents(16, 2048)).name == "segments"
 
 
 def test_short_packed_documents_keep_their_order() -> None:
     # 256 x 128: segments measured 0.17 s, band 0.23 s, sparse 0.33 s, and estimated in that order
     problem = _documents(256, 128)
-    costs = {b.name: b.cost(problem) for b in candidates(problem)}
+    costs = {b.name: b.cost(*problem) for b in candidates(*problem)}
     assert costs["segments"] < costs["band"] < costs["sparse"]
-    assert choose_backend(problem).name == "segments"
+    assert choose_backend(*problem).name == "segments"
 
 
 def test_the_sparse_estimate_grows_faster_than_its_pairs() -> None:
     # doubling the row length at the same L doubles the pairs and more than doubles the estimate
     sparse = get_backend("sparse")
-    a, b = sparse.cost(_documents(64, 512)), sparse.cost(_documents(32, 1024))
+    a, b = sparse.cost(*_documents(64, 512)), sparse.cost(*_documents(32, 1024))
     assert a is not None and b is not None and b > 2 * a
 
 
-def _mixed_sequence() -> Problem:
+def _mixed_sequence() -> tuple[Problem, Forms]:
     # benchmarks/mixed_sequence.py: audio under Window(32, 32), a 64 x 64 patch grid, causal text and 16
     # bottleneck tokens; each modality attends itself and the bottleneck, the bottleneck everything
     sizes = [4096, 64 * 64, 512, 16]
@@ -91,8 +92,8 @@ def _mixed_sequence() -> Problem:
 def test_the_mixed_sequence_goes_to_segments() -> None:
     # measured (1 thread, forward + backward, median): segments 0.235 s, sparse 0.28 s; estimated 0.22 / 0.30
     problem = _mixed_sequence()
-    costs = {b.name: b.cost(problem) for b in candidates(problem)}
-    assert choose_backend(problem).name == "segments"
+    costs = {b.name: b.cost(*problem) for b in candidates(*problem)}
+    assert choose_backend(*problem).name == "segments"
     assert costs["segments"] < costs["sparse"]
 
 
@@ -103,10 +104,10 @@ def test_segments_choose_each_segment_once(monkeypatch: pytest.MonkeyPatch) -> N
     calls = []
     real = _dispatch._candidates
 
-    def counted(problem: Problem, reader: object = None) -> tuple:
+    def counted(problem: Problem, forms: Forms, reader: object = None) -> tuple:
         if not isinstance(problem.effective_mask, Segments):
             calls.append(problem.L)
-        return real(problem, reader)  # type: ignore[arg-type]
+        return real(problem, forms, reader)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_dispatch, "_candidates", counted)
     out = attend(q, k, v, mask)

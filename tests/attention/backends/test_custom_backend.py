@@ -11,7 +11,8 @@ from torch import Tensor
 
 from attnmm import attend
 from attnmm.attention.backends import Backend, Supports, register_backend, unregister_backend
-from attnmm.attention.problem import Problem
+from attnmm.attention.forms import Forms
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks import (
     Causal,
     Chunk,
@@ -34,10 +35,10 @@ class PairLoopBackend(Backend):
     name = "test_pair_loop"
     supports = Supports(bias=False, relu=False, weights=False, dropout=False)
 
-    def forward(self, problem: Problem) -> tuple[Tensor, Tensor | None]:
-        q, k, v = problem.q, problem.k, problem.v  # (B, H, L, E), (B, H, S, E), (B, H, S, Ev)
+    def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
+        q, k, v = inputs.q, inputs.k, inputs.v  # (B, H, L, E), (B, H, S, E), (B, H, S, Ev)
         B, H, L = problem.B, problem.H, problem.L
-        pairs = problem.pairs()  # sorted by query, (batch item only for a batched mask)
+        pairs = forms.pairs()  # sorted by query, (batch item only for a batched mask)
         b = pairs.batch if pairs.batch is not None else None
         out = []
         for item in range(B):

@@ -7,19 +7,21 @@ import dataclasses
 import pytest
 import torch
 from _compare import randn
+from _oracle import planned
 
 from attnmm import attend
 from attnmm.attention.backends import Backend, Supports, _calibration, get_backend, list_backends
+from attnmm.attention.forms import Forms
 from attnmm.attention.planner import TIE, candidates, choose_backend
-from attnmm.attention.problem import Problem
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks import Causal, Chunk, Full, Graph, Grid, Mask, Padding, SameGraph, Window
 
 
-def problem(mask: Mask | None, L: int = 16, B: int = 2, **kwargs: object) -> Problem:
+def problem(mask: Mask | None, L: int = 16, B: int = 2, **kwargs: object) -> tuple[Problem, Forms]:
     q = torch.zeros(B, 2, L, 4)
     options = dict(scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False, packed=False)
     options.update(kwargs)
-    return Problem(q, q, q, mask, **options)  # type: ignore[arg-type]
+    return planned(q, q, q, mask, **options)
 
 
 @pytest.fixture
@@ -47,24 +49,26 @@ def uncalibrated(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_uncalibrated_devices_go_by_preference(uncalibrated: None, mask: Mask | None, expected: str) -> None:
     L = 64 if isinstance(mask, Mask) and "dilation" in repr(mask) else 16
-    assert choose_backend(problem(mask, L=L)).name == expected
+    assert choose_backend(*problem(mask, L=L)).name == expected
 
 
 def test_uncalibrated_fallbacks(uncalibrated: None) -> None:
     path = Graph(torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]), 5)
-    assert choose_backend(problem(path, L=5, B=1, packed=True)).name == "sparse"
-    assert choose_backend(problem(None, score="relu")).name == "reference"
-    assert choose_backend(problem(Grid(4, 4, 5), return_weights=True)).name == "reference"
-    assert choose_backend(problem(Window(2, 2), return_weights=True, score="relu")).name == "band"
+    assert choose_backend(*problem(path, L=5, B=1, packed=True)).name == "sparse"
+    assert choose_backend(*problem(None, score="relu")).name == "reference"
+    assert choose_backend(*problem(Grid(4, 4, 5), return_weights=True)).name == "reference"
+    assert choose_backend(*problem(Window(2, 2), return_weights=True, score="relu")).name == "band"
     sparse = Grid(8, 8, 3, dilation=2) & Padding([64, 30])
-    assert choose_backend(problem(sparse, L=64, return_weights=True)).name == "sparse"
+    assert choose_backend(*problem(sparse, L=64, return_weights=True)).name == "sparse"
 
 
-def _grad_problem(mask: Mask | None, B: int, L: int, H: int = 4, E: int = 32, **kwargs: object) -> Problem:
+def _grad_problem(
+    mask: Mask | None, B: int, L: int, H: int = 4, E: int = 32, **kwargs: object
+) -> tuple[Problem, Forms]:
     q = torch.zeros(B, H, L, E, requires_grad=True)
     options = dict(scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False, packed=False)
     options.update(kwargs)
-    return Problem(q, q, q, mask, **options)  # type: ignore[arg-type]
+    return planned(q, q, q, mask, **options)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +83,7 @@ def _grad_problem(mask: Mask | None, B: int, L: int, H: int = 4, E: int = 32, **
 )
 def test_calibrated_costs_follow_orders_of_magnitude(make, B: int, L: int, expected: str) -> None:
     # choices that any sane calibration makes: orders of magnitude apart in work, not near a crossover
-    assert choose_backend(_grad_problem(make(L), B, L)).name == expected
+    assert choose_backend(*_grad_problem(make(L), B, L)).name == expected
 
 
 def test_dense_packed_graphs_go_to_a_dense_kernel() -> None:
@@ -88,19 +92,19 @@ def test_dense_packed_graphs_go_to_a_dense_kernel() -> None:
         batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         N = len(batch)
         q = torch.zeros(1, 4, N, 16, requires_grad=True)
-        p = Problem(q, q, q, SameGraph(batch), scale=0.25, dropout_p=0.0, score="softmax", bias=None,
+        p = planned(q, q, q, SameGraph(batch), scale=0.25, dropout_p=0.0, score="softmax", bias=None,
                     return_weights=False, packed=True)
-        assert (choose_backend(p).name != "sparse") == dense, sizes
+        assert (choose_backend(*p).name != "sparse") == dense, sizes
 
 
 def test_the_choice_is_the_cheapest_supported_estimate() -> None:
     for mask in (None, Window(2, 2), Window(16, 4) & Padding([20, 7]), Grid(4, 4, 3), Causal() & Padding([3, 16])):
         for options in ({}, {"score": "relu"}, {"return_weights": True}, {"dropout_p": 0.1}):
             p = _grad_problem(mask, 2, 16, **options)
-            found = candidates(p)
-            costs = [b.cost(p) for b in found]
+            found = candidates(*p)
+            costs = [b.cost(*p) for b in found]
             assert all(c is not None for c in costs), [b.name for b in found]
-            assert choose_backend(p) is found[0] and costs[0] <= min(costs) * (1 + TIE)
+            assert choose_backend(*p) is found[0] and costs[0] <= min(costs) * (1 + TIE)
             tied = [b for b, c in zip(found, costs) if c <= min(costs) * (1 + TIE)]
             assert found[0].preference == min(b.preference for b in tied)
 
@@ -112,28 +116,28 @@ def test_dispatch_reads_the_calibration(monkeypatch: pytest.MonkeyPatch) -> None
     for winner in ("band", "sdpa_mask", "sparse"):
         table = {name: {**modes, "train": slow if name != winner else modes["train"]} for name, modes in costs.items()}
         monkeypatch.setattr(_calibration, "COSTS", {"cpu": table})
-        assert choose_backend(p).name == winner
+        assert choose_backend(*p).name == winner
 
 
 def test_training_and_dropout_select_the_mode() -> None:
     from attnmm.attention.backends._cost import mode
 
-    assert mode(_grad_problem(None, 1, 4)) == "train"
-    assert mode(_grad_problem(None, 1, 4, dropout_p=0.1)) == "train+dropout"
-    assert mode(problem(None)) == "infer"
+    assert mode(_grad_problem(None, 1, 4)[0]) == "train"
+    assert mode(_grad_problem(None, 1, 4, dropout_p=0.1)[0]) == "train+dropout"
+    assert mode(problem(None)[0]) == "infer"
     with torch.no_grad():
-        assert mode(_grad_problem(None, 1, 4)) == "infer"
+        assert mode(_grad_problem(None, 1, 4)[0]) == "infer"
 
 
 def test_every_supporting_backend_is_a_candidate() -> None:
     for mask in (None, Window(2, 2), Grid(4, 4, 3), Causal() & Padding([3, 16]), Full() & Padding([16, 0])):
         for options in ({}, {"score": "relu"}, {"return_weights": True}):
             p = problem(mask, **options)
-            found = candidates(p)
-            assert found and all(b.unsupported(p) is None for b in found)
-            assert choose_backend(p) is found[0]
+            found = candidates(*p)
+            assert found and all(b.unsupported(*p) is None for b in found)
+            assert choose_backend(*p) is found[0]
             refused = [get_backend(n) for n in list_backends() if get_backend(n) not in found]
-            assert all(b.unsupported(p) is not None for b in refused)
+            assert all(b.unsupported(*p) is not None for b in refused)
 
 
 class _Toy(Backend):
@@ -145,7 +149,9 @@ class _Toy(Backend):
         dropout=False, empty=False, empty_rows=False, devices=frozenset({"meta"}), dtypes=frozenset({torch.float16}),
     )
 
-    def forward(self, problem: Problem) -> tuple[torch.Tensor, torch.Tensor | None]:  # pragma: no cover
+    def forward(
+        self, problem: Problem, forms: Forms, inputs: Inputs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -159,7 +165,7 @@ class _Toy(Backend):
 )
 def test_reasons_come_from_the_declarations(change: dict, reason: str) -> None:
     p = problem(change.pop("mask", None), **change)
-    assert _Toy().unsupported(p).startswith(reason)
+    assert _Toy().unsupported(*p).startswith(reason)
 
 
 @pytest.mark.parametrize(
@@ -178,17 +184,17 @@ def test_each_option_is_refused_only_where_undeclared(field: str, options: dict,
     toy = _Toy()
     toy.supports = everything
     p = problem(None, **options)
-    assert toy.unsupported(p) is None
+    assert toy.unsupported(*p) is None
     toy.supports = dataclasses.replace(everything, **{field: _Toy.supports.__getattribute__(field)})
-    assert toy.unsupported(p) == reason
+    assert toy.unsupported(*p) == reason
 
 
 def test_empty_sizes_and_rows() -> None:
     toy = _Toy()
     toy.supports = dataclasses.replace(_Toy.supports, devices=None, dtypes=None, structures=frozenset({"interval"}))
-    assert toy.unsupported(problem(Full() & Padding([16, 0]))) == "some query has an empty allowed set"
-    assert toy.unsupported(problem(Full() & Padding([16, 3]))) is None
-    assert toy.unsupported(problem(Full() & Padding([0, 0]), L=0)).startswith("there are no queries or keys")
+    assert toy.unsupported(*problem(Full() & Padding([16, 0]))) == "some query has an empty allowed set"
+    assert toy.unsupported(*problem(Full() & Padding([16, 3]))) is None
+    assert toy.unsupported(*problem(Full() & Padding([0, 0]), L=0)).startswith("there are no queries or keys")
 
 
 def test_declarations_are_checked() -> None:

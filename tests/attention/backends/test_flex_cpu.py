@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _oracle import planned
 
 from attnmm import attend
 from attnmm.attention.backends import flex
 from attnmm.attention.backends.flex import flex_available
+from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Problem
 from attnmm.masks import Causal, Documents, Grid, Mask, Padding, Window
 
@@ -96,21 +98,21 @@ def test_training_and_other_dtypes_are_refused_on_the_cpu() -> None:
     backend = flex.FlexBackend()
     q = torch.randn(1, 1, 32, 16, requires_grad=True)
     window = Window(4, 0)
-    training = Problem(q, q, q, window, 0.25, 0.0, "softmax", None, False, False)
-    assert "no FlexAttention backward for the CPU (inference only there)" in backend.unsupported(training)
+    training = planned(q, q, q, window, 0.25, 0.0, "softmax", None, False, False)
+    assert "no FlexAttention backward for the CPU (inference only there)" in backend.unsupported(*training)
     x = q.detach()
     half = x.bfloat16()
-    assert "float32 only there" in backend.unsupported(Problem(half, half, half, window, 0.25, 0.0, "softmax",
+    assert "float32 only there" in backend.unsupported(*planned(half, half, half, window, 0.25, 0.0, "softmax",
                                                                None, False, False))
-    padded = Problem(x, x, x, window & Padding([20]), 0.25, 0.0, "softmax", None, False, False)
-    assert backend.unsupported(padded) is None  # per-item masks run on the CPU too
+    padded = planned(x, x, x, window & Padding([20]), 0.25, 0.0, "softmax", None, False, False)
+    assert backend.unsupported(*padded) is None  # per-item masks run on the CPU too
     with pytest.raises(ValueError, match="cannot compute this attention: torch compiles no FlexAttention backward"):
         attend(q, q, q, window, backend="flex")
 
 
-def _tile_problem(mask: Mask, L: int, S: int, B: int = 2, H: int = 3) -> Problem:
+def _tile_problem(mask: Mask, L: int, S: int, B: int = 2, H: int = 3) -> tuple[Problem, Forms]:
     q, k = torch.randn(B, H, L, 16), torch.randn(B, H, S, 16)
-    return Problem(q, k, k, mask, 0.25, 0.0, "softmax", None, False, False)
+    return planned(q, k, k, mask, 0.25, 0.0, "softmax", None, False, False)
 
 
 @pytest.mark.parametrize(
@@ -132,7 +134,7 @@ def test_tiles_of_the_cost_match_the_block_mask(mask: Mask, L: int, S: int) -> N
     from torch.nn.attention.flex_attention import create_block_mask
 
     _flex().tile_counts.clear()
-    tiles, positions, partial = _flex().tiles(_tile_problem(mask, L, S))
+    tiles, positions, partial = _flex().tiles(*_tile_problem(mask, L, S))
     items = mask.structure.batch_size
     block = create_block_mask(flex.as_mask_mod(mask), items, None, L, S, device="cpu", BLOCK_SIZE=flex.BLOCK_SIZE)
     full = int(block.full_kv_num_blocks.sum()) if block.full_kv_num_blocks is not None else 0
@@ -156,14 +158,14 @@ def test_cost_counts_a_build_and_a_compile_only_until_done(monkeypatch: pytest.M
     backend = _flex()
     flex.block_masks_clear()
     x = torch.randn(1, 2, 300, 16)
-    problem = Problem(x, x, x, Window(8, 8), 0.25, 0.0, "softmax", None, False, False)
+    problem = planned(x, x, x, Window(8, 8), 0.25, 0.0, "softmax", None, False, False)
     monkeypatch.setattr(_flex(), "compiled", None)  # as in a fresh process (restored after the test)
-    terms = backend.cost_terms(problem)
+    terms = backend.cost_terms(*problem)
     assert terms[3] == 300 * 300 and terms[4] == 1e6
     with torch.no_grad():
         attend(x, x, x, Window(8, 8), backend="flex")  # an equal mask: its block mask is cached now
     assert _flex().compiled is not None
-    assert backend.cost_terms(problem)[3:] == (0.0, 0.0)
+    assert backend.cost_terms(*problem)[3:] == (0.0, 0.0)
 
 
 def test_dispatch_takes_flex_on_the_cpu_by_its_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,19 +174,19 @@ def test_dispatch_takes_flex_on_the_cpu_by_its_estimate(monkeypatch: pytest.Monk
 
     x = torch.randn(1, 2, 512, 16)
     mask = Window(32, 32)
-    problem = Problem(x, x, x, mask, 0.25, 0.0, "softmax", None, False, False)
+    problem = planned(x, x, x, mask, 0.25, 0.0, "softmax", None, False, False)
     with torch.no_grad():
         attend(x, x, x, mask, backend="flex")  # compiled, block mask cached
-        assert _dispatch.candidates(problem)[0].name != "flex"  # its estimate is above another backend's here
+        assert _dispatch.candidates(*problem)[0].name != "flex"  # its estimate is above another backend's here
         costs = {**_calibration.COSTS["cpu"], "flex": {"infer": (1e-7, 0.0, 0.0, 0.0, 0.0, 1.0)}}
         monkeypatch.setitem(_calibration.COSTS, "cpu", costs)
-        assert _dispatch.candidates(problem)[0].name == "flex"  # estimated cheapest: dispatch takes it
+        assert _dispatch.candidates(*problem)[0].name == "flex"  # estimated cheapest: dispatch takes it
         flex.block_masks_clear()  # ... unless a block-mask build is due, which the estimate counts
         costs["flex"] = {"infer": (1e-7, 0.0, 0.0, 0.0, 1.0, 1.0)}
-        assert _dispatch.candidates(problem)[0].name != "flex"
-        training = Problem(x.requires_grad_(), x, x, mask, 0.25, 0.0, "softmax", None, False, False)
+        assert _dispatch.candidates(*problem)[0].name != "flex"
         with torch.enable_grad():
-            assert "flex" not in [b.name for b in _dispatch.candidates(training)]
+            training = planned(x.requires_grad_(), x, x, mask, 0.25, 0.0, "softmax", None, False, False)
+            assert "flex" not in [b.name for b in _dispatch.candidates(*training)]
 
 
 def test_on_this_cpu_flex_is_never_the_cheapest_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,10 +201,11 @@ def test_on_this_cpu_flex_is_never_the_cheapest_estimate(monkeypatch: pytest.Mon
     with torch.no_grad():
         for label, q, k, v, mask in calibrate.problems():
             problem = calibrate._problem(q, k, v, mask, "infer")
-            if flex.FlexBackend().unsupported(problem) is not None:
+            if flex.FlexBackend().unsupported(*problem) is not None:
                 continue
-            monkeypatch.setitem(_flex().block_masks, flex.block_mask_key(problem), (problem.effective_mask, None))
-            ranked = _dispatch.candidates(problem)
+            key = flex.block_mask_key(problem[0])
+            monkeypatch.setitem(_flex().block_masks, key, (problem[0].effective_mask, None))
+            ranked = _dispatch.candidates(*problem)
             assert ranked[0].name != "flex", label
             seen += 1
     assert seen >= 10

@@ -7,27 +7,32 @@ from typing import Any
 import pytest
 import torch
 from _compare import randn
-from _oracle import grads
+from _oracle import grads, planned
 from hypothesis import given
 from hypothesis import strategies as st
 
 from attnmm import attend
 from attnmm.attention.backends import _calibration, get_backend, list_backends
 from attnmm.attention.forms import Forms, FormStore
-from attnmm.attention.planner import Plan, choose_backend, split_problem
-from attnmm.attention.problem import Problem
+from attnmm.attention.planner import Plan, choose_backend, forms_of, split_problem
+from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks import Causal, Chunk, Grid, Mask, Padding, Segments, Window, as_blocks
 
 
-def problem(mask: Mask, B: int, L: int, plan: Plan | None = None, **kwargs: Any) -> Problem:
-    """A problem of zeros under ``mask``, planned (its split worked out) with ``plan``."""
+def problem(mask: Mask, B: int, L: int, plan: Plan | None = None, **kwargs: Any) -> tuple[Problem, Forms]:
+    """A problem of zeros under ``mask`` and its mask's forms, planned (its split worked out) with ``plan``."""
     q = torch.zeros(B, 2, L, 8)
     options: dict[str, Any] = dict(scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False)
     options.update(kwargs)
-    forms = None if plan is None else plan.forms(mask, L, L, B if mask.batched else None, q.device)
-    made = Problem(q, q, q, mask, packed=False, forms=forms, **options)  # type: ignore[arg-type]
-    made.split = split_problem(made, plan)
-    return made
+    made = Problem.of(q, q, q, mask, packed=False, **options)
+    forms = forms_of(made) if plan is None else plan.forms(mask, L, L, made.batch_size, q.device)
+    forms.splits[made] = split_problem(made, forms, plan)
+    return made, forms
+
+
+def split_of(made: tuple[Problem, Forms]) -> Any:
+    """The split the planner worked out for a problem."""
+    return made[1].splits[made[0]]
 
 
 @pytest.fixture
@@ -37,9 +42,10 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
     for name in list_backends():
         backend = get_backend(name)
 
-        def spy(p: Problem, backend: Any = backend, forward: Any = backend.forward) -> Any:
+        def spy(p: Problem, forms: Forms, inputs: Inputs, backend: Any = backend, forward: Any = backend.forward
+                ) -> Any:
             calls.append((backend.name, p.L, p.S))
-            return forward(p)
+            return forward(p, forms, inputs)
 
         monkeypatch.setattr(backend, "forward", spy)
     return calls
@@ -50,7 +56,7 @@ def test_each_segment_runs_on_its_own_backend(monkeypatch: pytest.MonkeyPatch, r
     # an 8 x 8 image under a 3 x 3 neighbourhood, 300 audio frames under a window, 40 causal text tokens
     mask = Segments([64, 300, 40], within=[Grid(8, 8, kernel=3), Window(8, 2), Causal()])
     q, k, v = (randn(2, 2, 404, 8, dtype=torch.float32, seed=s) for s in range(3))
-    assert choose_backend(problem(mask, 2, 404)).name == "segments"
+    assert choose_backend(*problem(mask, 2, 404)).name == "segments"
     out = attend(q, k, v, mask)
     assert ran == [("segments", 404, 404), ("sparse", 64, 64), ("band", 300, 300), ("sdpa", 40, 40)]
     torch.testing.assert_close(out, attend(q, k, v, mask, backend="reference"), atol=3e-5, rtol=1e-4)
@@ -78,21 +84,19 @@ def test_a_row_of_several_links_takes_the_cheaper_form() -> None:
     # the audio frames attend their window and 2 shared tokens: pairs cost the same wherever the keys
     # lie, so the keys are used in place; a dense row over far fewer keys than L is laid together
     from attnmm.attention.backends._split import _keys, row_problem
-    from attnmm.attention.problem import Problem
 
     mask = Segments([64, 32, 2], within=[Window(2, 2), None, None], links=[[True, False, True], [False, True, True],
                                                                           [True, True, True]])
     q, k, v = (randn(1, 2, 98, 8, seed=s) for s in range(3))
-    problem = Problem(q, k, v, mask, scale=8**-0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
-                      packed=False)
-    split = problem.split = split_problem(problem)
+    problem, forms = planned(q, k, v, mask, scale=8**-0.5)
+    split = forms.splits[problem]
     assert split is not None
     ref = attend(q, k, v, mask, backend="reference")
     for a, row in enumerate(split.rows):
         assert row is not None
         rows = slice(mask.offsets[a], mask.offsets[a + 1])
-        sub = row_problem(problem, row, q[:, :, rows], _keys(split, row, k), _keys(split, row, v))
-        out, _ = row.backend.forward(sub)
+        inputs = Inputs(q[:, :, rows], _keys(split, row, k), _keys(split, row, v))
+        out, _ = row.backend.forward(row_problem(problem, split, row), row.forms, inputs)
         torch.testing.assert_close(out, ref[:, :, rows])
     assert split.rows[2] is not None and split.rows[2].keys == "all"  # the row linked to all: the inputs themselves
     for row in split.rows[:2]:  # pairs cost the same wherever the keys lie: the sparse kernel takes them in place
@@ -152,14 +156,14 @@ def test_no_dense_mask_of_the_whole_sequence(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_refuses_what_it_does_not_compute() -> None:
     backend = get_backend("segments")
-    assert "is not made of blocks" in backend.unsupported(problem(Window(2, 2), 1, 8))
+    assert "is not made of blocks" in backend.unsupported(*problem(Window(2, 2), 1, 8))
     composed = Segments([4, 4], lengths=[[4, 2]]) & Padding([6])  # blocks, each seen with its padding
-    assert backend.unsupported(problem(composed, 1, 8)) is None
+    assert backend.unsupported(*problem(composed, 1, 8)) is None
     q, k, v = (randn(1, 2, 8, 4, seed=s) for s in range(3))
     expected = attend(q, k, v, composed, backend="reference")
     torch.testing.assert_close(attend(q, k, v, composed, backend="segments"), expected)
-    assert backend.unsupported(problem(Segments([4, 4], within=[Causal(), None]), 1, 8, return_weights=True))
-    assert backend.memory_bytes(problem(Window(2, 2), 1, 8)) == 0
+    assert backend.unsupported(*problem(Segments([4, 4], within=[Causal(), None]), 1, 8, return_weights=True))
+    assert backend.memory_bytes(*problem(Window(2, 2), 1, 8)) == 0
 
 
 def test_dropout_runs_per_segment() -> None:
@@ -212,8 +216,7 @@ def test_other_band_masks_are_refused_by_name() -> None:
 
     q = torch.randn(2, 1, 6, 4)
     for mask in [Window(1, 1), Documents([[3, 3], [2, 4]]) & Causal(), Documents([[3, 3], [2, 4]]) & Chunk(2, 1)]:
-        problem = Problem(q, q, q, mask, 0.5, 0.0, "softmax", None, False, False)
-        reason = get_backend("segments").unsupported(problem)
+        reason = get_backend("segments").unsupported(*planned(q, q, q, mask, 0.5))
         assert reason is not None and "is not made of blocks" in reason, mask
 
 
@@ -222,8 +225,7 @@ def test_dispatch_sends_many_packed_documents_to_segments() -> None:
 
     lengths = torch.tensor([700, 30, 1200, 500, 90, 1576])  # 4,096 tokens in 6 documents
     q = torch.randn(1, 1, 4096, 16)
-    problem = Problem(q, q, q, Documents(lengths) & Causal(), 0.25, 0.0, "softmax", None, False, False)
-    assert choose_backend(problem).name == "segments"
+    assert choose_backend(*planned(q, q, q, Documents(lengths) & Causal(), 0.25)).name == "segments"
 
 
 @pytest.mark.parametrize("head_dim", [0, 3])
@@ -280,10 +282,8 @@ def test_head_by_head_into_shared_buffers(
     if not fused:
         monkeypatch.setattr(_csr, "FUSED_VALUES", 0)  # no problem is small enough for one fused call
     _segments_on_the_sparse_kernel(monkeypatch)
-    problem_ = Problem(q, k, v, mask, scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
-                       packed=False)
-    problem_.split = split_problem(problem_)
-    assert problem_.split is not None and all(r is None or r.backend.name == "sparse" for r in problem_.split.rows)
+    split = split_of(planned(q, k, v, mask, scale=0.5))
+    assert split is not None and all(r is None or r.backend.name == "sparse" for r in split.rows)
     out = attend(q, k, v, mask, backend="segments")
     torch.testing.assert_close(out, ref)
     ours = torch.autograd.grad(out, [q, k, v], torch.ones_like(out) * 0.3 + out.detach())
@@ -303,8 +303,8 @@ def test_a_split_keeps_no_value_per_pair(monkeypatch: pytest.MonkeyPatch) -> Non
     expected = grads(attend(q, k, v, mask, backend="reference"), [q, k, v])
     monkeypatch.setattr(_csr, "FUSED_VALUES", 0)
     _segments_on_the_sparse_kernel(monkeypatch)
-    pairs = Problem(q, k, v, mask, scale=0.5, dropout_p=0.0, score="softmax", bias=None, return_weights=False,
-                    packed=False).allowed_pairs
+    problem, forms = planned(q, k, v, mask, scale=0.5)
+    pairs = forms.allowed_pairs(problem.B)
     saved: list[int] = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         out = attend(q, k, v, mask, backend="segments")
@@ -322,7 +322,9 @@ def test_an_equal_mask_takes_the_split_chosen_before(monkeypatch: pytest.MonkeyP
 
     asked: list[int] = []
     candidates = dispatch._candidates
-    monkeypatch.setattr(dispatch, "_candidates", lambda p, reader=None: asked.append(p.L) or candidates(p, reader))
+    monkeypatch.setattr(
+        dispatch, "_candidates", lambda p, forms, reader=None: asked.append(p.L) or candidates(p, forms, reader)
+    )
     store = FormStore()  # what the plans of an encoder share across forwards
 
     def make() -> Segments:  # a new mask object each time, equal by value
@@ -331,7 +333,7 @@ def test_an_equal_mask_takes_the_split_chosen_before(monkeypatch: pytest.MonkeyP
 
     def segments_asked(mask: Segments, B: int = 1) -> int:
         asked.clear()
-        split = problem(mask, B, 72, Plan(store=store)).split
+        split = split_of(problem(mask, B, 72, Plan(store=store)))
         assert split is not None
         return sum(1 for L in asked if L != 72)
 
@@ -339,11 +341,11 @@ def test_an_equal_mask_takes_the_split_chosen_before(monkeypatch: pytest.MonkeyP
     assert segments_asked(make()) == 5  # two forms for each row linked to two segments, one for the last
     assert segments_asked(make()) == 0  # taken
     assert segments_asked(make(), B=2) == 5  # other sizes: chosen anew
-    first = problem(make(), 1, 72, Plan(store=store)).split
+    first = split_of(problem(make(), 1, 72, Plan(store=store)))
     assert first is not None
     monkeypatch.setattr(get_backend("reference"), "available", lambda: "off in this test")
     assert segments_asked(make()) == 5  # another set of backends that can run
-    again = problem(make(), 1, 72, Plan(store=store)).split
+    again = split_of(problem(make(), 1, 72, Plan(store=store)))
     assert again is not None and [r.backend.name for r in again.rows if r] != [r.backend.name for r in first.rows if r]
 
     store.clear()

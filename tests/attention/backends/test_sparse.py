@@ -176,7 +176,8 @@ def test_gradient_sinks(monkeypatch: pytest.MonkeyPatch, fused: bool, dropout_p:
     """Given sinks, the kernel adds its input gradients into them (what they held stays) and returns none
     for those inputs; the gradients are those it returns without sinks, dropout's draws included."""
     from attnmm.attention.backends import _csr, get_backend
-    from attnmm.attention.problem import GradSinks, Problem
+    from attnmm.attention.planner import forms_of
+    from attnmm.attention.problem import GradSinks, Inputs, Problem
 
     if not fused:
         monkeypatch.setattr(_csr, "FUSED_VALUES", 0)
@@ -185,10 +186,9 @@ def test_gradient_sinks(monkeypatch: pytest.MonkeyPatch, fused: bool, dropout_p:
 
     def run(sinks: GradSinks | None) -> tuple[Tensor, list[Tensor | None]]:
         q, k, v = (randn(2, 3, 7, 4, seed=s).requires_grad_(True) for s in range(3))
-        problem = Problem(q, k, v, mask, scale=0.5, dropout_p=dropout_p, score="softmax", bias=None,
-                          return_weights=False, packed=False, sinks=sinks)
+        problem = Problem.of(q, k, v, mask, scale=0.5, dropout_p=dropout_p)
         torch.manual_seed(1)
-        out, _ = backend.forward(problem)
+        out, _ = backend.forward(problem, forms_of(problem), Inputs(q, k, v, sinks=sinks))
         g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=out.dtype)
         return out, list(torch.autograd.grad(out, [q, k, v], g, allow_unused=True))
 
