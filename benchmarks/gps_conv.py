@@ -51,6 +51,7 @@ def _child(which: str, calls: int, threads: int) -> dict[str, float]:
     data = GraphDataModule(name="peptides-func", batch_size=64)
     data.prepare_data()
     data.setup("fit")
+    torch.manual_seed(0)  # the same shuffled batches in every process, for both layers
     loader = iter(data.train_dataloader())
     batches = [next(loader) for _ in range(calls + 1)]
     torch.manual_seed(0)

@@ -17,9 +17,9 @@ A model is ``adapter -> encoder -> head``. Each kind has one place:
   ensembles (:class:`Ensemble`) of whole models.
 - **Layers for PyG models**: :class:`AttentionConv` (a drop-in for PyG's ``TransformerConv``),
   :class:`GATConv` and :class:`GATv2Conv` (drop-ins for PyG's layers of the same names), the GPS layer
-  :class:`GPSLayer` (and :class:`GPSConv`, a drop-in for PyG's layer of that name that takes any mask) and a
-  shortest-path score bias :class:`ShortestPathBias`; categorical features
-  (atoms, bonds) as summed embeddings per column (:class:`CategoricalEncoder`).
+  :class:`GPSConv` (a drop-in for PyG's layer of that name that takes any mask) and a shortest-path
+  score bias :class:`ShortestPathBias`; categorical features (atoms, bonds) as summed embeddings per
+  column (:class:`CategoricalEncoder`).
 """
 
 from attnmm.common.categorical import CategoricalEncoder
@@ -31,7 +31,7 @@ from attnmm.nn.encoder import Encoder, EncoderLayer
 from attnmm.nn.ensemble import Ensemble
 from attnmm.nn.gat_conv import GATConv
 from attnmm.nn.gatv2_conv import GATv2Conv
-from attnmm.nn.gps import GPSEncoder, GPSLayer
+from attnmm.nn.gps import GPSEncoder
 from attnmm.nn.gps_conv import GPSConv
 from attnmm.nn.graph_encoder import GraphAttentionEncoder
 from attnmm.nn.heads import PoolingClassifier, SegmentPoolingClassifier, TokenClassifier, TokenHeads
@@ -67,7 +67,6 @@ __all__ = [
     "GATv2Conv",
     "GPSConv",
     "GPSEncoder",
-    "GPSLayer",
     "GraphAttentionEncoder",
     "PoolingClassifier",
     "PropagationEncoder",

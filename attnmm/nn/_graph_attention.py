@@ -4,12 +4,15 @@ The global attention of a graph transformer with no other mask (:class:`~attnmm.
 for the nodes of graph :math:`g`, stored contiguously from ``ptr[g]`` to ``ptr[g + 1]``,
 
 .. math::
+    [\mathbf{Q}, \mathbf{K}, \mathbf{V}] = \mathbf{X} \mathbf{W}^\top + \mathbf{b}, \qquad
     \mathbf{O}_g = \mathrm{softmax}\left(\mathbf{Q}_g \mathbf{K}_g^\top \cdot \mathrm{scale}\right) \mathbf{V}_g
 
 with each graph's block computed by fused SDPA. On CPU the forward and the backward call the fused
-kernel and its backward directly, graph by graph, writing into one output (and one gradient per input):
-one autograd node for the whole batch, no per-graph autograd graph, no padding. Elsewhere (or with
-dropout on the weights) each graph goes through ``F.scaled_dot_product_attention``.
+kernel and its backward directly, graph by graph, writing into one output (and one gradient buffer):
+one autograd node for the projection and the whole batch, no per-graph autograd graph, no padding.
+It keeps X (which the caller holds anyway), O and one log-sum-exp per graph, not Q, K and V: the
+backward recomputes them (one matrix product) and writes their gradients into one (N, 3, H, E) buffer.
+Elsewhere (or with dropout on the weights) each graph goes through ``F.scaled_dot_product_attention``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from attnmm.masks import Mask
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
@@ -31,48 +36,73 @@ def graph_sizes(batch: Tensor, num_graphs: int | None = None) -> list[int]:
     return torch.bincount(batch, minlength=num_graphs or 0).tolist()
 
 
+def within_graph_sizes(mask: Mask, n: int) -> list[int] | None:
+    """The sizes of the contiguous blocks when ``mask`` over ``n`` packed nodes allows each node exactly the
+    nodes of its own block (as :class:`~attnmm.masks.SameGraph` does), else ``None``. Asked of the mask (its
+    padded form and that form's key range per query), never of its class."""
+    padded = mask.as_padded()
+    if padded is None or padded.batched or padded.structure.kind in ("sparse", "segments"):
+        return None
+    rows = torch.arange(n)
+    start, end = padded.interval(torch.zeros_like(rows), rows)  # (N,) each
+    start, end = start.clamp(0, n), end.clamp(0, n)
+    first = rows[start == rows]  # the first node of each block
+    if n == 0 or first.numel() == 0 or int(first[0]) != 0:
+        return [] if n == 0 else None
+    sizes = torch.diff(first, append=first.new_tensor([n]))
+    last = first + sizes
+    same = torch.equal(start, first.repeat_interleave(sizes)) and torch.equal(end, last.repeat_interleave(sizes))
+    return sizes.tolist() if same else None
+
+
 def _block(t: Tensor, start: int, n: int) -> Tensor:
     return t[start : start + n].unsqueeze(0).transpose(1, 2)  # (1, H, n, E)
 
 
-class _PerGraphFlash(torch.autograd.Function):
-    """Fused CPU SDPA per graph: forward and backward by the kernel and its backward, into whole buffers."""
+class _ProjectedWithinGraphs(torch.autograd.Function):
+    """The projection and fused CPU SDPA per graph, forward and backward into whole buffers."""
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, sizes: list[int], scale: float) -> Tensor:
-        out = q.new_empty(q.size(0), q.size(1), v.size(-1))  # (N, H, Ev)
-        lse: list[Tensor | None] = []
+    def forward(  # type: ignore[override]
+        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, heads: int, sizes: list[int], scale: float
+    ) -> Tensor:
+        N = x.size(0)
+        qkv = F.linear(x, weight, bias).view(N, 3, heads, -1)  # (N, 3, H, E)
+        out = x.new_empty(N, heads, qkv.size(-1))  # (N, H, E)
+        lse: list[Tensor] = []
         start = 0
         for n in sizes:
-            if n == 0:
-                lse.append(None)
-                continue
-            o, logsumexp = _flash(_block(q, start, n), _block(k, start, n), _block(v, start, n), scale=scale)
-            out[start : start + n] = o.squeeze(0).transpose(0, 1)  # (n, H, Ev)
+            o, logsumexp = _flash(*(_block(qkv[:, i], start, n) for i in range(3)), scale=scale)
+            out[start : start + n] = o.squeeze(0).transpose(0, 1)  # (n, H, E)
             lse.append(logsumexp)
             start += n
-        ctx.save_for_backward(q, k, v, out)
-        ctx.lse, ctx.sizes, ctx.scale = lse, sizes, scale
+        ctx.save_for_backward(x, weight, bias, out)
+        ctx.lse, ctx.sizes, ctx.scale, ctx.heads = lse, sizes, scale, heads
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
-        q, k, v, out = ctx.saved_tensors
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        x, weight, bias, out = ctx.saved_tensors
+        N = x.size(0)
+        qkv = F.linear(x, weight, bias).view(N, 3, ctx.heads, -1)  # (N, 3, H, E), recomputed
+        d_qkv = torch.empty_like(qkv)
         start = 0
         for n, logsumexp in zip(ctx.sizes, ctx.lse):
-            if n == 0:
-                continue
             grads = _flash_backward(
-                _block(d_out, start, n), _block(q, start, n), _block(k, start, n), _block(v, start, n),
+                _block(d_out, start, n), *(_block(qkv[:, i], start, n) for i in range(3)),
                 _block(out, start, n), logsumexp, 0.0, False, scale=ctx.scale,
             )
-            for whole, g in zip((dq, dk, dv), grads):
-                whole[start : start + n] = g.squeeze(0).transpose(0, 1)  # (n, H, E)
+            for i, g in enumerate(grads):
+                d_qkv[start : start + n, i] = g.squeeze(0).transpose(0, 1)  # (n, H, E)
             start += n
+        del qkv
         ctx.lse = None
-        return dq, dk, dv, None, None
+        d_flat = d_qkv.view(N, -1)  # (N, 3D)
+        dx = d_flat @ weight if ctx.needs_input_grad[0] else None
+        dw = d_flat.t() @ x if ctx.needs_input_grad[1] else None
+        db = d_flat.sum(0) if bias is not None and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None, None, None
 
 
 def _fused(q: Tensor, dropout_p: float) -> bool:
@@ -84,40 +114,43 @@ def _fused(q: Tensor, dropout_p: float) -> bool:
 
 
 def graph_attention(
-    q: Tensor, k: Tensor, v: Tensor, sizes: list[int], dropout_p: float = 0.0, scale: float | None = None
+    x: Tensor, weight: Tensor, bias: Tensor | None, heads: int, sizes: list[int], dropout_p: float = 0.0
 ) -> Tensor:
-    r"""Softmax attention of every node over the nodes of its own graph, on the packed layout.
+    r"""Softmax self-attention of every node over the nodes of its own graph, on the packed layout, from the
+    stacked projection ``weight`` (3D, D) and ``bias`` (3D,) of the queries, keys and values (``torch.nn.
+    MultiheadAttention``'s ``in_proj_weight`` and ``in_proj_bias``); scale :math:`1/\sqrt{E}`, E = D / H.
 
     Args:
-        q (Tensor): queries (N, H, E), the nodes of each graph contiguous (a PyG ``Batch``'s order).
-        k (Tensor): keys (N, H, E).
-        v (Tensor): values (N, H, Ev).
+        x (Tensor): nodes (N, D), the nodes of each graph contiguous (a PyG ``Batch``'s order).
+        weight (Tensor): the stacked projections (3D, D).
+        bias (Tensor, optional): their biases (3D,).
+        heads (int): attention heads H.
         sizes (list[int]): the node count of each graph, summing to N (:func:`graph_sizes`).
         dropout_p (float, optional): dropout on the weights (pass 0 at eval time). (default: :obj:`0.0`)
-        scale (float, optional): score scale. (default: :math:`1/\sqrt{E}`)
 
     Shapes:
-        - **input:** q (N, H, E), k (N, H, E), v (N, H, Ev)
-        - **output:** (N, H, Ev)
+        - **input:** x (N, D), weight (3D, D), bias (3D,)
+        - **output:** (N, H, E)
 
     Examples:
-        >>> q = k = v = torch.randn(5, 2, 4)  # (N, H, E): a graph of 3 nodes and one of 2
-        >>> out = graph_attention(q, k, v, [3, 2])
-        >>> ref = F.scaled_dot_product_attention(q[:3].transpose(0, 1), k[:3].transpose(0, 1), v[:3].transpose(0, 1))
-        >>> torch.allclose(out[:3], ref.transpose(0, 1), atol=1e-6)
+        >>> x, weight = torch.randn(5, 8), torch.randn(24, 8)  # a graph of 3 nodes and one of 2, H = 2
+        >>> out = graph_attention(x, weight, None, 2, [3, 2])
+        >>> q, k, v = (x[:3] @ weight.T).view(3, 3, 2, 4).permute(1, 2, 0, 3)  # (H, 3, E) each
+        >>> torch.allclose(out[:3], F.scaled_dot_product_attention(q, k, v).transpose(0, 1), atol=1e-5)
         True
     """
-    if sum(sizes) != q.size(0):
-        raise ValueError(f"the graph sizes sum to {sum(sizes)} but there are N = {q.size(0)} nodes")
-    scale = q.size(-1) ** -0.5 if scale is None else float(scale)
-    if _fused(q, dropout_p):
-        return _PerGraphFlash.apply(q, k, v, sizes, scale)
+    N = x.size(0)
+    if sum(sizes) != N:
+        raise ValueError(f"the graph sizes sum to {sum(sizes)} but there are N = {N} nodes")
+    sizes = [n for n in sizes if n > 0]
+    if _fused(x, dropout_p):
+        return _ProjectedWithinGraphs.apply(x, weight, bias, heads, sizes, (weight.size(0) // (3 * heads)) ** -0.5)
+    qkv = F.linear(x, weight, bias).view(N, 3, heads, -1)  # (N, 3, H, E)
     parts = [
-        F.scaled_dot_product_attention(a.transpose(0, 1), b.transpose(0, 1), c.transpose(0, 1), dropout_p=dropout_p,
-                                       scale=scale).transpose(0, 1)  # (n, H, Ev)
-        for a, b, c in zip(q.split(sizes), k.split(sizes), v.split(sizes))
+        F.scaled_dot_product_attention(*part.permute(1, 2, 0, 3), dropout_p=dropout_p).transpose(0, 1)  # (n, H, E)
+        for part in qkv.split(sizes)
     ]
-    return torch.cat(parts) if parts else v.new_zeros(0, v.size(1), v.size(2))
+    return torch.cat(parts) if parts else qkv.new_zeros(0, heads, qkv.size(-1))
 
 
-__all__ = ["graph_attention", "graph_sizes"]
+__all__ = ["graph_attention", "graph_sizes", "within_graph_sizes"]

@@ -5,11 +5,15 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnmm.attention.core import attend
+from attnmm.attention.planner import Plan as AttentionPlan
+from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask, SameGraph
-from attnmm.nn._graph_attention import graph_attention, graph_sizes
+from attnmm.nn._graph_attention import graph_attention, graph_sizes, within_graph_sizes
 
 
 class GPSConv(nn.Module):
@@ -29,8 +33,17 @@ class GPSConv(nn.Module):
     allowed sets with any mask of the packed node layout, computed by :func:`attnmm.attend`: the graph's
     edges united with random expander edges (Exphormer, :func:`~attnmm.masks.graph_helpers.expander`),
     k-hop neighbourhoods, a virtual node, :class:`~attnmm.masks.SameGraph` composed with others, ...
-    ``attn_type="performer"`` is PyG's Performer (linear attention, on the padded batch as PyG runs it;
-    no ``mask``).
+    A mask that allows each node exactly its own graph (:class:`~attnmm.masks.SameGraph`, as the mask
+    itself reports) runs the graphs' own path too. ``bias`` adds a score per allowed pair (e.g.
+    :class:`~attnmm.nn.ShortestPathBias`), ``plan`` shares one dispatch among layers under the same mask,
+    ``return_weights`` also returns the attention weights. ``attn_type="performer"`` is PyG's Performer
+    (linear attention, on the padded batch as PyG runs it; no ``mask``); ``attn_type=None`` leaves the
+    global attention out, :math:`\mathbf{X}' = \mathrm{Norm}_3(\mathbf{X}_L + \mathrm{MLP}(\mathbf{X}_L))`:
+    the message-passing layer alone, the baseline that shows what attention adds.
+
+    On CPU the graphs' own path keeps only the attention's output and one log-sum-exp per graph for the
+    backward (the queries, keys and values are recomputed there), so its memory is that of the layer's
+    other activations.
 
     Args:
         channels (int): node width D.
@@ -43,14 +56,15 @@ class GPSConv(nn.Module):
         norm (str or Callable, optional): the normalisation (PyG's resolver), ``None`` for none.
             (default: :obj:`"batch_norm"`)
         norm_kwargs (dict, optional): arguments of the normalisation. (default: :obj:`None`)
-        attn_type (str, optional): ``"multihead"`` or ``"performer"``. (default: :obj:`"multihead"`)
+        attn_type (str, optional): ``"multihead"``, ``"performer"`` or ``None`` (no global attention; needs
+            a ``conv``). (default: :obj:`"multihead"`)
         attn_kwargs (dict, optional): arguments of the attention module (e.g. ``dropout``).
             (default: :obj:`None`)
 
     Shapes:
         - **input:** x (N, D), edge_index (2, M) or a sparse adjacency, batch (N,) optional, a packed
-          mask over N nodes optional
-        - **output:** (N, D)
+          mask over N nodes optional, bias (P,) or (P, H) per allowed pair of the mask optional
+        - **output:** (N, D); with ``return_weights`` also the weights (``None`` without attention)
 
     Examples:
         >>> import torch
@@ -77,27 +91,29 @@ class GPSConv(nn.Module):
         act_kwargs: dict[str, Any] | None = None,
         norm: Any = "batch_norm",
         norm_kwargs: dict[str, Any] | None = None,
-        attn_type: str = "multihead",
+        attn_type: str | None = "multihead",
         attn_kwargs: dict[str, Any] | None = None,
     ) -> None:
         from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
         super().__init__()
+        if conv is None and attn_type is None:
+            raise ValueError("a GPSConv needs a local conv, global attention or both: give a conv or an attn_type")
         self.channels = channels
         self.conv = conv
         self.heads = heads
         self.dropout = dropout
         self.attn_type = attn_type
         attn_kwargs = attn_kwargs or {}
-        self.attn: nn.Module
+        self.attn: nn.Module | None = None
         if attn_type == "multihead":
             self.attn = nn.MultiheadAttention(channels, heads, batch_first=True, **attn_kwargs)
         elif attn_type == "performer":
             from torch_geometric.nn.attention import PerformerAttention
 
             self.attn = PerformerAttention(channels=channels, heads=heads, **attn_kwargs)
-        else:
-            raise ValueError(f"attn_type must be 'multihead' or 'performer', got {attn_type!r}")
+        elif attn_type is not None:
+            raise ValueError(f"attn_type must be 'multihead', 'performer' or None, got {attn_type!r}")
         self.mlp = nn.Sequential(
             nn.Linear(channels, channels * 2),
             activation_resolver(act, **(act_kwargs or {})),
@@ -116,7 +132,8 @@ class GPSConv(nn.Module):
 
         if self.conv is not None:
             self.conv.reset_parameters()
-        self.attn._reset_parameters()
+        if self.attn is not None:
+            self.attn._reset_parameters()
         reset(self.mlp)
         for norm in (self.norm1, self.norm2, self.norm3):
             if norm is not None:
@@ -127,27 +144,37 @@ class GPSConv(nn.Module):
             return h
         return norm(h, batch=batch) if self.norm_with_batch else norm(h)
 
-    def forward(self, x: Tensor, edge_index: Any, batch: Tensor | None = None, mask: Mask | None = None,
-                **kwargs: Any) -> Tensor:
-        local = None
+    def forward(
+        self, x: Tensor, edge_index: Any, batch: Tensor | None = None, mask: Mask | None = None, *,
+        bias: Tensor | None = None, plan: AttentionPlan | None = None, return_weights: bool = False, **kwargs: Any,
+    ) -> Tensor | tuple[Tensor, AttentionWeights | None]:
+        out, weights = None, None
         if self.conv is not None:
             h = F.dropout(self.conv(x, edge_index, **kwargs), p=self.dropout, training=self.training)
-            local = self._norm(self.norm1, h + x, batch)
-        h = F.dropout(self.global_attention(x, batch, mask), p=self.dropout, training=self.training)
-        out = self._norm(self.norm2, h + x, batch)  # (N, D)
-        if local is not None:
-            out = local + out
-        return self._norm(self.norm3, out + self.mlp(out), batch)
+            out = self._norm(self.norm1, h + x, batch)  # (N, D)
+        if self.attn is not None:
+            h, weights = self.global_attention(x, batch, mask, bias=bias, plan=plan, return_weights=True) \
+                if return_weights else (self.global_attention(x, batch, mask, bias=bias, plan=plan), None)
+            h = self._norm(self.norm2, F.dropout(h, p=self.dropout, training=self.training) + x, batch)
+            out = h if out is None else out + h
+        assert out is not None
+        out = self._norm(self.norm3, out + self.mlp(out), batch)
+        return (out, weights) if return_weights else out
 
-    def global_attention(self, x: Tensor, batch: Tensor | None = None, mask: Mask | None = None) -> Tensor:
+    def global_attention(
+        self, x: Tensor, batch: Tensor | None = None, mask: Mask | None = None, *, bias: Tensor | None = None,
+        plan: AttentionPlan | None = None, return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights | None]:
         r"""The attention branch before its dropout and residual: ``attn`` over the nodes of each graph, or
-        under ``mask``, (N, D)."""
+        under ``mask`` (with ``bias`` (P,) or (P, H) added to the scores of its allowed pairs), (N, D); with
+        ``return_weights`` also its :class:`~attnmm.attention.AttentionWeights`."""
         if isinstance(self.attn, nn.MultiheadAttention) and _packed_form(self.attn):
-            return _multihead(self.attn, x, batch, mask)
-        if mask is not None:
+            return _multihead(self.attn, x, batch, mask, bias, plan, return_weights)
+        if mask is not None or bias is not None or return_weights:
             raise ValueError(
-                f"mask= needs attn_type='multihead' without add_bias_kv, add_zero_attn or other key widths, got "
-                f"{self.attn!r}: leave mask out for this attention (it attends each graph's nodes, as PyG's)"
+                f"mask= needs attn_type='multihead' without add_bias_kv, add_zero_attn or other key widths (so do "
+                f"bias= and return_weights), got {self.attn!r}: leave them out for this attention (it attends each "
+                "graph's nodes, as PyG's)"
             )
         from torch_geometric.utils import to_dense_batch
 
@@ -155,12 +182,13 @@ class GPSConv(nn.Module):
         if isinstance(self.attn, nn.MultiheadAttention):
             h, _ = self.attn(h, h, h, key_padding_mask=~real, need_weights=False)
         else:
+            assert self.attn is not None
             h = self.attn(h, mask=real)
         return h[real]
 
     def __repr__(self) -> str:
-        name = type(self).__name__
-        return f"{name}({self.channels}, conv={self.conv}, heads={self.heads}, attn_type={self.attn_type})"
+        name, heads = type(self).__name__, "off" if self.attn is None else self.heads
+        return f"{name}({self.channels}, conv={self.conv}, heads={heads}, attn_type={self.attn_type})"
 
 
 def _packed_form(attn: nn.MultiheadAttention) -> bool:
@@ -168,24 +196,31 @@ def _packed_form(attn: nn.MultiheadAttention) -> bool:
     return attn._qkv_same_embed_dim and attn.bias_k is None and not attn.add_zero_attn
 
 
-def _multihead(attn: nn.MultiheadAttention, x: Tensor, batch: Tensor | None, mask: Mask | None) -> Tensor:
+def _multihead(
+    attn: nn.MultiheadAttention, x: Tensor, batch: Tensor | None, mask: Mask | None, bias: Tensor | None,
+    plan: AttentionPlan | None, return_weights: bool,
+) -> Tensor | tuple[Tensor, AttentionWeights | None]:
     """``attn``'s self-attention of the packed nodes (N, D): within each graph, or under ``mask``."""
     N, H = x.size(0), attn.num_heads
-    qkv = F.linear(x, attn.in_proj_weight, attn.in_proj_bias).view(N, 3, H, -1)  # (N, 3, H, E)
-    q, k, v = qkv.unbind(1)  # (N, H, E) each
+    if batch is not None and batch.size(0) != N:
+        raise ValueError(f"batch must give the graph of each of the N = {N} nodes, got shape {tuple(batch.shape)}")
+    if mask is not None and (not isinstance(mask, Mask) or mask.layout != "packed"):
+        raise ValueError(f"mask must be an attnmm mask of the packed node layout (N = {N} nodes), got {mask!r}")
     dropout_p = attn.dropout if attn.training else 0.0
-    if mask is None or type(mask) is SameGraph:
-        graph = batch if mask is None else mask.batch
-        if graph is not None and graph.size(0) != N:
-            raise ValueError(f"batch must give the graph of each of the N = {N} nodes, got shape {tuple(graph.shape)}")
-        out = graph_attention(q, k, v, [N] if graph is None else graph_sizes(graph), dropout_p=dropout_p)
+    sizes = None
+    if bias is None and not return_weights:  # the graphs' own path, when the allowed set is each node's graph
+        sizes = ([N] if batch is None else graph_sizes(batch)) if mask is None else within_graph_sizes(mask, N)
+    weights = None
+    if sizes is not None:
+        out = graph_attention(x, attn.in_proj_weight, attn.in_proj_bias, H, sizes, dropout_p=dropout_p)  # (N, H, E)
     else:
-        if not isinstance(mask, Mask) or mask.layout != "packed":
-            raise ValueError(f"mask must be an attnmm mask of the packed node layout (N = {N} nodes), got {mask!r}")
-        from attnmm.attention.core import attend
-
-        out = attend(q, k, v, mask, dropout_p=dropout_p)  # (N, H, E)
-    return F.linear(out.reshape(N, -1), attn.out_proj.weight, attn.out_proj.bias)  # (N, D)
+        if mask is None:
+            mask = SameGraph(batch if batch is not None else x.new_zeros(N, dtype=torch.long))
+        q, k, v = F.linear(x, attn.in_proj_weight, attn.in_proj_bias).view(N, 3, H, -1).unbind(1)  # (N, H, E) each
+        got = attend(q, k, v, mask, dropout_p=dropout_p, bias=bias, plan=plan, return_weights=return_weights)
+        out, weights = got if return_weights else (got, None)
+    out = F.linear(out.reshape(N, -1), attn.out_proj.weight, attn.out_proj.bias)  # (N, D)
+    return (out, weights) if return_weights else out
 
 
 __all__ = ["GPSConv"]

@@ -1,4 +1,4 @@
-"""GPSLayer and GPSEncoder: global attention on the packed layout equals per-graph dense attention."""
+"""GPSEncoder on GPSConv layers: global attention on the packed layout equals per-graph dense attention."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import torch
 
 from attnmm.adapters import GraphAdapter
 from attnmm.masks import Graph
-from attnmm.nn import GPSEncoder, GPSLayer
+from attnmm.nn import GPSConv, GPSEncoder
 
 
 def test_packed_global_attention_equals_each_graph_alone() -> None:
     torch.manual_seed(0)
-    layer = GPSLayer(16, conv=None, heads=4, norm="layer").eval()
+    layer = GPSConv(16, None, heads=4, norm="layer_norm", norm_kwargs={"mode": "node"}).eval()
     sizes = [3, 5, 2]
     batch = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes))
     x = torch.randn(10, 16)
@@ -43,14 +43,14 @@ def test_encoder_with_a_graph_mask_only_and_errors() -> None:
     with pytest.raises(ValueError, match="local must be"):
         GPSEncoder(8, local="gcn")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="norm must be"):
-        GPSLayer(8, norm="group")  # type: ignore[arg-type]
+        GPSEncoder(8, norm="group")  # type: ignore[arg-type]
 
 
 def test_layer_inside_a_pyg_model_with_edge_features() -> None:
     from torch_geometric.nn import GINEConv
 
     conv = GINEConv(torch.nn.Linear(8, 8), edge_dim=3)
-    layer = GPSLayer(8, conv, heads=2)
+    layer = GPSConv(8, conv, heads=2)
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     out = layer(torch.randn(3, 8), edge_index, edge_attr=torch.randn(3, 3))
     assert out.shape == (3, 8)
@@ -115,15 +115,16 @@ def test_gine_reads_the_tokens_bond_embeddings_and_equals_a_reference() -> None:
     x = tokens.x
     for layer in encoder.layers:
         assert layer.attn is None
-        local = layer.norm_local(x + _gine_reference(layer.conv, x, mol.edge_index, tokens.edge_attr))
-        x = layer.norm_out(local + layer.mlp(local))
+        local = layer.norm1(x + _gine_reference(layer.conv, x, mol.edge_index, tokens.edge_attr))
+        x = layer.norm3(local + layer.mlp(local))
     torch.testing.assert_close(encoder(tokens.x, tokens.mask, tokens=tokens), x)
     # with attention: the same GINE branch, plus the global one
     gps = GPSEncoder(8, num_layers=1, heads=2, local="gine", norm="layer").eval()
     layer = gps.layers[0]
-    local = layer.norm_local(tokens.x + _gine_reference(layer.conv, tokens.x, mol.edge_index, tokens.edge_attr))
-    both = layer.norm_attn(tokens.x + layer.attn(tokens.x, mask=tokens.mask)) + local
-    torch.testing.assert_close(gps(tokens.x, tokens.mask, tokens=tokens), layer.norm_out(both + layer.mlp(both)))
+    local = layer.norm1(tokens.x + _gine_reference(layer.conv, tokens.x, mol.edge_index, tokens.edge_attr))
+    whole = tokens.x.unsqueeze(0)  # (1, N, D): one molecule, every atom attends every atom
+    both = layer.norm2(tokens.x + layer.attn(whole, whole, whole, need_weights=False)[0][0]) + local
+    torch.testing.assert_close(gps(tokens.x, tokens.mask, tokens=tokens), layer.norm3(both + layer.mlp(both)))
 
 
 def test_message_passing_alone_and_its_errors() -> None:
@@ -139,7 +140,7 @@ def test_message_passing_alone_and_its_errors() -> None:
     with pytest.raises(ValueError, match="max_distance biases the global attention"):
         GPSEncoder(16, attention=False, max_distance=3)
     with pytest.raises(ValueError, match="needs a local conv, global attention or both"):
-        GPSLayer(16, conv=None, attention=False)
+        GPSConv(16, None, attn_type=None)
     with pytest.raises(ValueError, match=r"local='gine' adds edge features of the model's width D = 16"):
         GPSEncoder(16, local="gine")(tokens.x, tokens.mask, tokens=tokens)  # example graphs have no edge_attr
 
@@ -204,17 +205,35 @@ def test_graph_attention_equals_the_dense_reference(
 
     monkeypatch.setattr(ga, "_fused", lambda q, p: fused)
     torch.manual_seed(sum(sizes))
+    N, H, E = sum(sizes), 2, 8
     for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-10)):
-        qkv = torch.randn(sum(sizes), 3, 2, 8, dtype=dtype, requires_grad=True)  # (N, 3, H, E), strided q, k, v
-        q, k, v = qkv.unbind(1)
-        out = ga.graph_attention(q, k, v, sizes)
+        x = torch.randn(N, H * E, dtype=dtype, requires_grad=True)
+        weight = (torch.randn(3 * H * E, H * E, dtype=dtype) / (H * E) ** 0.5).requires_grad_()  # (3D, D), q ~ N(0, 1)
+        bias = torch.randn(3 * H * E, dtype=dtype, requires_grad=True)
+        out = ga.graph_attention(x, weight, bias, H, sizes)
+        q, k, v = torch.nn.functional.linear(x, weight, bias).view(N, 3, H, E).unbind(1)  # (N, H, E) each
         ref = _within_graphs_reference(q, k, v, sizes)
         torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
         grad = torch.randn_like(out)
-        (got,), (want,) = torch.autograd.grad(out, qkv, grad), torch.autograd.grad(ref, qkv, grad)
-        torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+        got, want = torch.autograd.grad(out, (x, weight, bias), grad), torch.autograd.grad(ref, (x, weight, bias), grad)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=tol, rtol=tol)
     with pytest.raises(ValueError, match="sum to"):
-        ga.graph_attention(q, k, v, [*sizes, 1])
+        ga.graph_attention(x, weight, bias, H, [*sizes, 1])
+
+
+def test_the_mask_says_when_it_is_full_attention_within_each_graph() -> None:
+    """The graphs' own path is taken for a mask whose allowed sets are exactly the nodes' graphs, as the
+    mask reports it, and for no other (compositions with other masks, edges)."""
+    from attnmm.masks import Full, SameGraph
+    from attnmm.masks.graph_helpers import self_loops
+    from attnmm.nn._graph_attention import within_graph_sizes
+
+    batch = torch.tensor([0, 0, 0, 2, 2, 3])  # graph 1 has no node
+    assert within_graph_sizes(SameGraph(batch), 6) == [3, 2, 1]
+    edges = Graph(torch.tensor([[0, 1], [1, 2]]), 6)
+    for other in (SameGraph(batch) & edges, SameGraph(batch) | self_loops(6), edges, SameGraph(batch) & Full()):
+        assert within_graph_sizes(other, 6) is None
 
 
 def test_layer_within_graphs_equals_the_dispatched_path() -> None:
@@ -229,7 +248,7 @@ def test_layer_within_graphs_equals_the_dispatched_path() -> None:
     batch = torch.repeat_interleave(torch.arange(4), torch.tensor(sizes))
     edge_index = torch.tensor([[0, 1, 6, 7, 9, 18], [1, 2, 7, 8, 6, 19]])  # directed edges
     x, e = torch.randn(21, 16), torch.randn(6, 16)
-    layer = GPSLayer(16, GINEConv(torch.nn.Linear(16, 16)), heads=4).train()
+    layer = GPSConv(16, GINEConv(torch.nn.Linear(16, 16)), heads=4).train()
     same = SameGraph(batch)
     pairs = same.pairs(21, 21)
     as_graph = Graph(torch.stack([pairs.col, pairs.row]), 21)  # the same allowed set, dispatched
