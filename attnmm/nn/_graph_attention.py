@@ -40,11 +40,12 @@ def within_graph_sizes(mask: Mask, n: int) -> list[int] | None:
     """The sizes of the contiguous blocks when ``mask`` over ``n`` packed nodes allows each node exactly the
     nodes of its own block (as :class:`~attnmm.masks.SameGraph` does), else ``None``. Asked of the mask (its
     padded form and that form's key range per query), never of its class."""
-    padded = mask.as_padded()
-    if padded is None or padded.batched or padded.structure.kind in ("sparse", "segments"):
+    padded = mask.structure.padded
+    interval = None if padded is None or padded.batched else padded.structure.interval
+    if interval is None:
         return None
     rows = torch.arange(n)
-    start, end = padded.interval(torch.zeros_like(rows), rows)  # (N,) each
+    start, end = interval(torch.zeros_like(rows), rows)  # (N,) each
     start, end = start.clamp(0, n), end.clamp(0, n)
     first = rows[start == rows]  # the first node of each block
     if n == 0 or first.numel() == 0 or int(first[0]) != 0:
