@@ -118,7 +118,7 @@ class GPSEncoder(nn.Module):
     def reset_parameters(self) -> None:
         for layer in self.layers:
             layer.reset_parameters()
-            if layer.attn is not None:  # each of q, k, v, out drawn as one D x D matrix, as attnmm's attention layers do
+            if layer.attn is not None:  # q, k, v, out: four D x D xavier draws
                 for w in (*layer.attn.in_proj_weight.detach().chunk(3), layer.attn.out_proj.weight.detach()):
                     nn.init.xavier_uniform_(w)
         if self.spd is not None:
