@@ -202,7 +202,7 @@ def _multihead(
 ) -> Tensor | tuple[Tensor, AttentionWeights | None]:
     """``attn``'s self-attention of the packed nodes (N, D): within each graph, or under ``mask``."""
     N, H = x.size(0), attn.num_heads
-    if batch is not None and batch.size(0) != N:
+    if mask is None and batch is not None and batch.size(0) != N:  # a mask states the pairs itself
         raise ValueError(f"batch must give the graph of each of the N = {N} nodes, got shape {tuple(batch.shape)}")
     if mask is not None and (not isinstance(mask, Mask) or mask.layout != "packed"):
         raise ValueError(f"mask must be an attnmm mask of the packed node layout (N = {N} nodes), got {mask!r}")

@@ -11,7 +11,9 @@ from benchmarks.plan_per_forward import END, START, _encoder_step, markdown, mea
 def test_per_layer_dispatch_switches_the_sharing_off(monkeypatch) -> None:
     calls: list[int] = []
     ranked = dispatch._candidates
-    monkeypatch.setattr(dispatch, "_candidates", lambda p, reader=None: calls.append(1) or ranked(p, reader))
+    monkeypatch.setattr(
+        dispatch, "_candidates", lambda p, forms, reader=None: calls.append(1) or ranked(p, forms, reader)
+    )
     step = _encoder_step(16)
     step()
     shared = len(calls)

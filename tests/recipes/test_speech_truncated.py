@@ -67,7 +67,8 @@ def test_documented_command(args: list[str], generated_root: Path, tmp_path: Pat
     """Each documented command runs (one batch per stage) on generated data and writes metrics.json."""
     monkeypatch.chdir(tmp_path)
     main = recipe_main("speech_truncated")
-    args = [str(ROOT / a) if a.startswith("recipes/") else a.replace("=recipes/", f"={ROOT}/recipes/") for a in args]
+    args = [str(ROOT / a) if a.startswith(("recipes/", "studies/")) else a.replace("=recipes/", f"={ROOT}/recipes/")
+            for a in args]
     if "--help" in args:
         with pytest.raises(SystemExit) as exit_info:
             main(args)
