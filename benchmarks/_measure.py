@@ -266,3 +266,12 @@ def torch_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+def commit() -> str:
+    """The short hash of the checkout's HEAD, or "unknown" outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

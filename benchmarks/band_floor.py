@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -160,14 +159,6 @@ def render_page(page: str, stored: dict[str, Any]) -> str:
     return generated(page, START, END, "python -m benchmarks.band_floor", RESULTS, [markdown(stored)])
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -178,10 +169,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.render_only:
         stored = json.loads(RESULTS.read_text())
     else:
-        from benchmarks._measure import machine_line, wait_for_idle
+        from benchmarks._measure import commit, machine_line, wait_for_idle
 
         idle = wait_for_idle()  # as python -m benchmarks does: other processes only ever add time
-        stored = {"machine": machine_line(), "commit": _commit(), "idle": idle, **measure(args.threads, args.rounds)}
+        stored = {"machine": machine_line(), "commit": commit(), "idle": idle,
+                  **measure(args.threads, args.rounds)}
         print(markdown(stored))
         if args.no_write:
             return stored

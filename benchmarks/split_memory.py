@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from benchmarks import mixed_sequence
-from benchmarks._measure import machine_line, process_peak, train_runner
+from benchmarks._measure import commit, machine_line, process_peak, train_runner
 
 RESULTS = Path(__file__).with_name("results") / "split_memory.json"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "attention.md"
@@ -132,14 +132,6 @@ def _peer_line() -> str:
             "the mask) over its first three calls ([benchmarks](benchmarks.md), the mixed-sequence row).")
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--processes", type=int, default=5)
@@ -154,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if opts.render_only:
         stored = json.loads(RESULTS.read_text())
     else:
-        stored = {"machine": machine_line(), "commit": _commit(), "runs": measure(opts.processes)}
+        stored = {"machine": machine_line(), "commit": commit(), "runs": measure(opts.processes)}
         print(markdown(stored))
         if opts.no_write:
             return stored
