@@ -25,6 +25,11 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).with_name("results") / "gps_conv.json"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
+START, END = "<!-- gps_conv:start -->", "<!-- gps_conv:end -->"
 
 
 def _peak_reset() -> None:
@@ -97,34 +102,66 @@ def _measure(which: str, args: argparse.Namespace, env: dict[str, str]) -> dict[
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def markdown(stored: dict[str, Any]) -> str:
+    """The page's table: medians over the alternating rounds of a stored run, PyG's over attnmm's."""
+    lines = ["| forward + backward of one layer | PyG `GPSConv` | attnmm `GPSConv` | PyG / attnmm |",
+             "|---|---:|---:|---:|"]
+    for key, label in (("first_s", "time, first call"), ("steady_s", "time, steady state"),
+                       ("first_peak", "peak memory, first call"), ("steady_peak", "peak memory, steady state")):
+        ours = statistics.median(m[key] for m in stored["ours"])
+        pyg = statistics.median(m[key] for m in stored["pyg"])
+        ratios = sorted(p[key] / max(o[key], 1e-12) for p, o in zip(stored["pyg"], stored["ours"], strict=True))
+        unit = (lambda v: f"{v:.3f} s") if key.endswith("_s") else (lambda v: f"{v / 2**20:.1f} MiB")
+        lines.append(f"| {label} | {unit(pyg)} | {unit(ours)} | {pyg / max(ours, 1e-12):.2f}x "
+                     f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}) |")
+    nodes = statistics.mean(m["nodes"] for m in stored["ours"])
+    lines += ["", f"`GPSConv(64, GINEConv, heads=4)`, Peptides-func batches of 64 graphs (about {nodes:,.0f} nodes), "
+              f"{stored['threads']} thread(s), medians of {stored['rounds']} alternating rounds of fresh processes, "
+              f"{stored['machine']}, code at `{stored['commit']}`."]
+    return "\n".join(lines)
+
+
+def render_page(page: str, stored: dict[str, Any]) -> str:
+    from benchmarks._page import generated
+
+    return generated(page, START, END, "python benchmarks/gps_conv.py", RESULTS, [markdown(stored)])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=8, help="steady-state calls per process")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--render-only", action="store_true", help="render the page's table from the store")
     parser.add_argument("--child", choices=["ours", "pyg"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(args.child, args.calls, args.threads)))
         return
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    got: dict[str, list[dict[str, float]]] = {"ours": [], "pyg": []}
-    for r in range(args.rounds):
-        for which in (("ours", "pyg") if r % 2 == 0 else ("pyg", "ours")):
-            timed = _measure(which, args, env)
-            memory = _measure(which, args, {**env, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)})
-            got[which].append({**timed, "first_peak": memory["first_peak"], "steady_peak": memory["steady_peak"]})
-        print(f"round {r + 1}: " + ", ".join(
-            f"{w} first {got[w][-1]['first_s']:.3f} s, steady {got[w][-1]['steady_s']:.3f} s" for w in got), flush=True)
-    nodes = statistics.mean(m["nodes"] for m in got["ours"])
-    print(f"GPSConv(64, GINEConv, heads=4), forward + backward, Peptides-func batches of 64 graphs (~{nodes:.0f} "
-          f"nodes), {args.threads} thread(s), {args.rounds} alternating rounds (median):")
-    for key, label in (("first_s", "first call, time"), ("steady_s", "steady state, time"),
-                       ("first_peak", "first call, peak memory"), ("steady_peak", "steady state, peak memory")):
-        ours = statistics.median(m[key] for m in got["ours"])
-        pyg = statistics.median(m[key] for m in got["pyg"])
-        unit = (lambda v: f"{v:.3f} s") if key.endswith("_s") else (lambda v: f"{v / 2**20:.1f} MiB")
-        print(f"  {label:26s} PyG {unit(pyg)}, attnmm {unit(ours)}: PyG / attnmm = {pyg / max(ours, 1e-12):.2f}x")
+    if args.render_only:
+        stored = json.loads(RESULTS.read_text())
+    else:
+        from benchmarks._measure import commit, machine_line
+
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        got: dict[str, list[dict[str, float]]] = {"ours": [], "pyg": []}
+        for r in range(args.rounds):
+            for which in (("ours", "pyg") if r % 2 == 0 else ("pyg", "ours")):
+                timed = _measure(which, args, env)
+                memory = _measure(which, args, {**env, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)})
+                got[which].append({**timed, "first_peak": memory["first_peak"], "steady_peak": memory["steady_peak"]})
+            print(f"round {r + 1}: " + ", ".join(
+                f"{w} first {got[w][-1]['first_s']:.3f} s, steady {got[w][-1]['steady_s']:.3f} s" for w in got),
+                flush=True)
+        stored = {"machine": machine_line(), "commit": commit(), "threads": args.threads, "rounds": args.rounds,
+                  "calls": args.calls, **got}
+    print(markdown(stored))
+    if args.no_write:
+        return
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
+    PAGE.write_text(render_page(PAGE.read_text(), stored))
 
 
 if __name__ == "__main__":
