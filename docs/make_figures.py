@@ -107,9 +107,10 @@ def _rnn_figure(name: str) -> Callable[[], Figure]:
     def draw() -> Figure:
         if str(DOCS.parent) not in sys.path:
             sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
-        from studies.rnn_attention import measure, page
+        from studies._runner import View
+        from studies.rnn_attention import measure
 
-        figures = page.figures(measure.load_store())
+        figures = measure.figures(View.load("rnn_attention").detail)
         if name not in figures:
             raise ValueError(f"{name}: no stored results to draw; run python -m studies rnn_attention measure first")
         return figures[name]
@@ -122,9 +123,10 @@ def _speech_strings_cost() -> Figure:
     study's store (``python -m studies speech_strings measure cost``)."""
     if str(DOCS.parent) not in sys.path:
         sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
-    from studies.speech_strings import measure, page
+    from benchmarks import mask_costs
+    from studies._runner import View
 
-    figures = page.figures(measure.load_store())
+    figures = mask_costs.figure(View.load("speech_strings").detail)
     if "speech_strings_cost" not in figures:
         raise ValueError("speech_strings_cost: no stored results; run python -m studies speech_strings measure cost")
     return figures["speech_strings_cost"]

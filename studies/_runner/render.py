@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import template
 from .protocol import ProtocolError, moved_edits
 from .stats import mean_std
 from .store import Record
@@ -59,6 +60,16 @@ class View:
     def detail(self) -> dict[str, Any]:
         """The store's ``detail`` object (study data the pages need beyond the records' scores)."""
         return self.store.data.get("detail", {})
+
+    @functools.cached_property
+    def pages(self) -> dict[str, list[str]]:
+        """The blocks of the study's ``page.md`` (:mod:`.template`) rendered from its store's detail (read by the
+        module's ``unpack``) and the names its ``context(detail)`` adds; none without a template."""
+        path, module = self.study.folder / "page.md", self.study.module
+        if not path.exists():
+            return {}
+        detail = getattr(module, "unpack", dict)(self.detail)
+        return template.pages(path, detail, module.context(detail) if hasattr(module, "context") else None)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -231,6 +242,8 @@ def readme_block(view: View) -> list[str]:
     lines.append("")
     if hasattr(view.study.module, "render"):
         body = view.study.module.render(view)
+    elif "results" in view.pages:
+        body = view.pages["results"]
     elif "tables" in p.data:
         body = [line for spec in p.data["tables"] for line in spec_table(view, spec)]
     else:
@@ -296,7 +309,8 @@ def render(names: Sequence[str] | None = None, out: Path | None = None) -> list[
         note = f"written by python -m studies render from studies/{name}/store.json; edit the study, not this block"
         readme = Path("studies") / name / "README.md"
         pages[readme] = splice(page(readme), "results", readme_block(view), note)
-        for where, body in (view.study.module.blocks(view) if hasattr(view.study.module, "blocks") else {}).items():
+        module_blocks = view.study.module.blocks(view) if hasattr(view.study.module, "blocks") else {}
+        for where, body in {**{k: v for k, v in view.pages.items() if "/" in k}, **module_blocks}.items():
             if "#" not in where:  # a whole page
                 pages[Path(where)] = "\n".join(body).rstrip("\n") + "\n"
                 continue

@@ -1,5 +1,5 @@
-"""Self-attention against LSTMs: the quality of the text recipes at equal budget is the study's test
-(:mod:`.measure` holds the measured parts, :mod:`.page` writes docs/rnn.md from the store)."""
+"""Self-attention against LSTMs: the text recipes' quality at equal budget is the study's test (:mod:`.measure`
+holds the measured parts, ``page.md`` writes docs/rnn.md from the store)."""
 
 from __future__ import annotations
 
@@ -24,16 +24,3 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     (out,) = run_fits_side_by_side([(recipe, args)], seed=seed, collect=_run_summary)
     return {name: {k.removeprefix("test_"): out[k] for k in ("test_loss", "test_acc") if k in out}
             for name in evaluate}, out
-
-
-def render(view: Any) -> list[str]:
-    from studies.rnn_attention.page import _quality_section
-
-    part = view.detail.get("quality")
-    return _quality_section(part) if part else ["No quality runs stored yet."]
-
-
-def blocks(view: Any) -> dict[str, list[str]]:
-    from studies.rnn_attention.page import render_page
-
-    return {"docs/rnn.md#sections": render_page(view.detail).splitlines()}

@@ -1,13 +1,16 @@
-"""The self-attention vs RNN benchmark: its recall task, each part at a tiny size, and the page."""
+"""The self-attention vs RNN study: its recall task, each measured part at a tiny size, and the pages."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
+from studies._runner.template import pages
 from studies.rnn_attention import measure as bench
-from studies.rnn_attention import page as rendering
+
+PAGE = Path(bench.__file__).with_name("page.md")
 
 
 def _opts(**kw: object) -> argparse.Namespace:
@@ -29,9 +32,9 @@ def test_recall_queries_ask_values_stored_earlier() -> None:
         key = int(tokens[b, t]) - bench.QUERY0
         store = t - int(distance[b, t])
         assert 0 < distance[b, t] <= t
-        assert int(tokens[b, store]) == bench.STORE0 + key * bench.RECALL_VALUES + int(targets[b, t])
+        assert int(tokens[b, store]) == bench.STORE0 + key * bench.VALUES + int(targets[b, t])
     stores = (tokens >= bench.STORE0) & (tokens < bench.QUERY0)
-    assert (stores.sum(1) == bench.RECALL_KEYS).all()  # every key stored once per sequence
+    assert (stores.sum(1) == bench.KEYS).all()  # every key stored once per sequence
 
 
 def test_every_in_process_part_runs_and_renders() -> None:
@@ -46,17 +49,20 @@ def test_every_in_process_part_runs_and_renders() -> None:
         r["state_bytes"] for r in store["streaming"]["rows"] if r["model"] == "LSTM" and r["position"] == 8
     )  # constant
     assert all(r.get("equal_within_context", True) for r in store["generation"]["rows"])
-    page = rendering.render_page(store)
+    page = "\n".join(pages(PAGE, store)["docs/rnn.md#sections"])
     for title in ("## Parallel training", "## Long-range dependence", "## Streaming cost", "## Generation with"):
         assert title in page
     assert "Not measured yet: `python -m studies rnn_attention measure quality`" in page
-    assert set(rendering.figures(store)) == {"rnn_parallel", "rnn_longrange", "rnn_streaming"}
+    assert set(bench.figures(store)) == {"rnn_parallel", "rnn_longrange", "rnn_streaming"}
 
 
-def test_quality_section_states_the_winner() -> None:
+def test_quality_section_shows_both_encoders() -> None:
     row = dict(recipe="text_lm", metric="test_loss", lower_is_better=True, encoder_parameters=10.0, steps=5.0,
                seconds=60.0, best_val_loss=1.5, run="r")
     part = {"rows": [{**row, "encoder": "attention (default)", "test_loss": 1.6},
                      {**row, "encoder": "LSTM (x.yaml)", "test_loss": 1.7}]}
-    text = "\n".join(rendering._quality_section(part))
-    assert "text_lm: attention is better by 0.100 nats/char on the recipe's test set" in text
+    text = "\n".join(pages(PAGE, {"quality": part})["results"])
+    assert "| text_lm | attention (default) | 10 | 5 | 1.0 min | 1.500 nats/char | 1.600 nats/char |" in text
+    assert "| text_lm | LSTM (x.yaml) | 10 | 5 | 1.0 min | 1.500 nats/char | 1.700 nats/char |" in text
+    assert "text_pos scores on UD English-EWT's dev set" in text
+    assert pages(PAGE, {})["results"] == ["No quality runs stored yet."]

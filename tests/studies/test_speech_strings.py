@@ -1,5 +1,5 @@
-"""The connected-digits mask benchmark on generated recordings: decoding, streaming, the cost worker and
-the rendered section."""
+"""The connected-digits mask study on generated recordings: decoding, streaming, the cost worker and the rendered
+section."""
 
 from __future__ import annotations
 
@@ -15,10 +15,27 @@ from studies._runner import Study
 from studies._runner.cli import _value, measure
 from studies._runner.render import splice
 from studies._runner.stats import ratio_bootstrap
+from studies._runner.template import pages
+from studies.speech_strings import context, pack, unpack
 from studies.speech_strings import measure as bench
-from studies.speech_strings import page as rendering
 
 SPEAKERS = ("ann", "bob")
+PAGE = Path(bench.__file__).with_name("page.md")
+
+
+def render_section(store: dict) -> str:
+    return "\n".join(pages(PAGE, store, context(store))["docs/recipes/speech.md#section"]) + "\n"
+
+
+def _edits(ref: list[int], hyp: list[int]) -> int:
+    """The edit distance, by the textbook recurrence (an oracle for the alignment's errors)."""
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i]
+        for j, h in enumerate(hyp, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
+        prev = cur
+    return prev[-1]
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +69,18 @@ def test_streamed_digits_equal_the_full_greedy_decode(root: Path) -> None:
 
 
 def test_edits_and_names() -> None:
-    assert bench._edits([1, 2, 3], [1, 3]) == 1 and bench._edits([], [4, 4]) == 2
+    assert _edits([1, 2, 3], [1, 3]) == 1 and _edits([], [4, 4]) == 2
     names = _value(["Full"], "Full,Chunk(8, 2), Window(16, 4)")  # the runner's reading of a list option
     assert names == ["Full", "Chunk(8, 2)", "Window(16, 4)"]
     assert repr(bench.build_task("Window(16, 4)").adapter.mask) == "Window(left=16, right=4)"
 
 
 def test_cost_part_runs_each_mask_in_its_own_process(root: Path) -> None:
-    opts = argparse.Namespace(cost_lengths=[1], batch=2, steps=1, root=str(root), cost_masks=["Full", "Chunk(8, 2)"])
-    part = bench.cost(opts)
+    from benchmarks import mask_costs
+
+    opts = argparse.Namespace(cost_lengths=[1], batch=2, steps=1, root=str(root), cost_masks=["Full", "Chunk(8, 2)"],
+                              num_train=4000)
+    part = mask_costs.cost(opts)
     assert [r["mask"] for r in part["rows"]] == ["Chunk(8, 2)", "Full"]  # odd lengths run the masks reversed
     for r in part["rows"]:
         assert r["frames"] > 0 and r["step_s"] > 0 and r["peak_mb"] >= 0 and r["digits"] == 1
@@ -89,49 +109,41 @@ def _store() -> dict:
             "reference": {"mask": "Chunk(8, 2)", "budget": "the recipe's run", "stream": {**stream, "der": 0.01}}}
 
 
-def test_section_states_where_truncation_pays_and_replaces_itself() -> None:
+def test_section_shows_cost_latency_and_der_and_replaces_itself() -> None:
+    from benchmarks import mask_costs
+
     store = _store()
-    rows = store["cost"]["rows"]
-    assert rendering.crossover(rows, "step_s", "Chunk(8, 2)") == 20  # 0.52 s at 5 digits is not below Full's
-    assert rendering.crossover(rows, "peak_mb", "Chunk(8, 2)") == 5
-    text = rendering.render_section(store)
-    assert "step time is at least 10% below Full's from 20 digits (400 frames) on" in text
+    text = render_section(store)
     assert "| Chunk(8, 2) | 320 | 50 | 40 | 200 | 260 | 1 | 0.00 | 2/2 |" in text
+    assert "| Chunk(8, 2), the recipe's run | 320 | 50 | 40 | 200 | 260 | 1 | 1.00 | 2/2 |" in text
     assert "| 5 | 100 | Chunk(8, 2) | 2.08 | 1.04 | 40 | 0.67 |" in text
-    assert "| Chunk(8, 2) | 4,000 strings x 10 epochs | 1 | rescore | 2.00 ± 0.44 | 3.00 ± 0.54 | 4.00 ± 0.62 |" in text
-    assert "(each 4,000 strings x 10 epochs)" in text and "reduced budget" not in text
-    assert "Chunk(8, 2) trained here (4,000 strings x 10 epochs) and the recipe's own run (streamed DER 0.0% vs " \
-           "1.0%): mean latency 50 vs 50 ms" in text
-    assert "DER of Full: not measured yet" in text
-    assert "One seed per mask" in text
+    assert "| 20 | 400 | Chunk(8, 2) | 6.00 | 0.50 | 200 | 0.33 |" in text  # half Full's time from 20 digits
+    assert "| Chunk(8, 2) | 1 | rescore | 2.00 | 3.00 | 4.00 |" in text  # one seed: its DER, no spread
+    assert "| Chunk(8, 2) | greedy | — | — | — |" in text  # no Full model: no difference to show
+    assert "| Chunk(8, 2) | 4,000 strings x 10 epochs | the study's Trainer | rescore | 9 |" in text
     page = "# Speech\n\nintro\n"
-    body = rendering.render_section(store).splitlines()
+    body = render_section(store).splitlines()
     once = splice(page, "speech_strings:section", body, "note")
     assert once.startswith(page) and once.count("<!-- speech_strings:section:start") == 1
     again = once + "\n## After\n"
     assert splice(again, "speech_strings:section", body, "note") == again
-    assert set(rendering.figures(store)) == {"speech_strings_cost"}
+    assert set(mask_costs.figure(store)) == {"speech_strings_cost"}
+    del store["cost"]
+    assert "Step time and memory: not measured yet (`python -m studies speech_strings measure cost`)." in \
+        render_section(store)
 
 
-def test_der_crossover_needs_ten_percent_and_two_standard_errors() -> None:
+def test_der_against_full_by_the_recording_bootstrap() -> None:
     store = _store()
-    full = {**store["models"]["Chunk(8, 2)"], "der": [_der(1, 0.02, 0.01), _der(5, 0.06, 0.031), _der(20, 0.12, 0.08)]}
-    store["models"]["Full"] = full
-    rows = rendering._der_rows(store["models"], None)
-    # greedy: 1 digit worse than Full (0.04 vs 0.02, 2.6 SE), 5 digits 17% below but by 1.3 SE, 20 digits 6.9 SE below
-    assert rendering.crossover(rows, "der", "Chunk(8, 2)", se="se") == 20
-    assert rendering.crossover(rows, "der", "Chunk(8, 2)") == 5  # without the standard errors
-    text = rendering.render_section(store)
-    assert ("greedy DER is at least 10% and by 2 standard errors below Full's from 20 digits on (above Full's beyond "
-            "2 standard errors at 1 digit); rescore DER is at least 10% and by 2 standard errors below Full's from "
-            "20 digits on.") in text  # rescore at 1 digit: 0.02 vs 0.01 is 1.8 standard errors
-    assert "DER of Full: not measured yet" not in text
-    store["models"]["Chunk(4, 4)"] = store["models"]["Chunk(8, 2)"]  # trained, but not a mask of the cost part
-    assert "- **Chunk(4, 4)**: step time and memory not measured (not a mask of the cost part); greedy DER is at " \
-        "least 10% and by 2 standard errors below Full's from 20 digits on" in rendering.render_section(store)
-    store["models"]["Full"] = {**full, "num_train": 2000}
-    assert "DER not compared (Chunk(8, 2) trained 4,000 strings x 10 epochs, Full 2,000 strings x 10 epochs)" in \
-        rendering.render_section(store)
+    one = {"ids": list(range(40)), "errors": [1] * 40, "digits": [25] * 40}
+    worse = {**one, "errors": [3] * 40}
+    model = store["models"]["Chunk(8, 2)"]
+    store["models"] = {"Chunk(8, 2)": {**model, "der": [{**_der(20, 0.04, 0.02), "per_take": one}]},
+                       "Full": {**model, "der": [{**_der(20, 0.12, 0.02), "per_take": worse}]}}
+    text = render_section(store)
+    assert "| Chunk(8, 2) | greedy | -8.00 [-8.00, -8.00] |" in text  # every recording: 2 errors fewer in 25
+    assert "| Chunk(8, 2) | rescore | — |" in text  # the rescored decodings kept no errors per recording
+    assert "| Full | 1 | greedy | 12.00 |" in text
 
 
 def test_errors_are_charged_to_the_reference_digits() -> None:
@@ -140,7 +152,7 @@ def test_errors_are_charged_to_the_reference_digits() -> None:
         ref = list(g.integers(0, 4, g.integers(0, 7)))
         hyp = list(g.integers(0, 4, g.integers(0, 7)))
         errors = bench.aligned_errors(ref, hyp)
-        assert len(errors) == len(ref) and sum(errors) == (bench._edits(ref, hyp) if ref else 0)
+        assert len(errors) == len(ref) and sum(errors) == (_edits(ref, hyp) if ref else 0)
     assert bench.aligned_errors([1, 2, 3], [1, 3]) == [0, 1, 0]  # the deleted 2
     assert bench.aligned_errors([1, 2], [5, 1, 2]) == [1, 0]  # an insertion before the first digit
     assert bench.aligned_errors([1, 2], [1, 2, 7]) == [0, 1]  # an insertion after the last
@@ -173,7 +185,6 @@ def test_the_recording_bootstrap() -> None:
 
 
 def test_seeds_are_stored_apart_and_averaged() -> None:
-    assert bench.model_key("Chunk(8, 2)", 0) == "Chunk(8, 2)" and bench.mask_of(bench.model_key("Full", 2)) == "Full"
     store = _store()
     base = store["models"]["Chunk(8, 2)"]
     one = {"ids": [0, 1, 2, 3], "errors": [1, 1, 1, 1], "digits": [25, 25, 25, 25]}
@@ -185,14 +196,14 @@ def test_seeds_are_stored_apart_and_averaged() -> None:
 
     store["models"] = {"Chunk(8, 2)": model(0.04, one), "Chunk(8, 2) (seed 1)": model(0.04, one),
                        "Full": model(0.18, full_runs), "Full (seed 1)": model(0.18, full_runs)}
-    rows = {r["mask"]: r for r in rendering._der_rows(store["models"], None)}
-    assert rows["Chunk(8, 2)"]["seeds"] == 2 and rows["Chunk(8, 2)"]["se"] == 0 and len(rows["Full"]["runs"]) == 2
-    assert rendering.crossover(list(rows.values()), "der", "Chunk(8, 2)", se="se") == 20
-    text = rendering.render_section(store)
-    assert "| Chunk(8, 2) | 4,000 strings x 10 epochs | 2 | greedy | 4.00 ± 0.00 |" in text
+    rows = {r["mask"]: r for r in context(store)["der"]}
+    assert rows["Chunk(8, 2)"]["seeds"] == 2 and rows["Chunk(8, 2)"]["der"] == ["4.00 ± 0.00"]
+    text = render_section(store)
+    assert "| Chunk(8, 2) | 2 | greedy | 4.00 ± 0.00 |" in text
     assert text.count("| Chunk(8, 2) | 320 |") == 1  # the latency table: one row per mask, both seeds streamed
-    assert "2 training seeds per mask (a row each" in text and "One seed per mask" not in text
-    assert "greedy DER is at least 10% and by its 95% recording-bootstrap interval below Full's from 20 digits" in text
+    assert "| Chunk(8, 2) (seed 1) | 4,000 strings x 10 epochs |" in text  # the models table: a row per seed
+    diff = rows["Chunk(8, 2)"]["vs_full"][0]  # 14 points fewer errors, every recording's interval below 0
+    assert diff.startswith("-14.00 [-16.00, ") and diff.endswith(", -12.00]")
 
 
 def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,15 +222,14 @@ def test_train_part_on_generated_recordings(tmp_path: Path, monkeypatch: pytest.
                 clip = 0.3 * np.sin(2 * np.pi * (200 + 60 * digit + index) * t)
                 soundfile.write(recordings / f"{digit}_{speaker}_{index}.wav", clip.astype(np.float32), 8000)
 
-    monkeypatch.setattr(bench, "STORE", tmp_path / "store.json")
     monkeypatch.setattr(bench, "CKPT_DIR", tmp_path / "ckpt")
     study = Study.load("speech_strings", tmp_path / "store.json")
     measure(study, "train", ["masks=Chunk(4, 4)", "seed=1", "num_train=8", "epochs=1", "lengths=1",
                              "digits_per_length=4", "stream_strings=2", f"root={root}"], "test")
-    models = bench.load_store()["models"]
     packed = json.loads((tmp_path / "store.json").read_text())["detail"]
+    models = unpack(packed)["models"]
     assert "ids" not in packed["models"]["Chunk(4, 4) (seed 1)"]["der"][0]["per_take"]  # kept once, in "takes"
-    assert bench.unpack(packed) == bench.load_store() and bench.pack(bench.load_store()) == packed
+    assert pack(unpack(packed)) == packed
     (model,) = models.values()
     assert list(models) == ["Chunk(4, 4) (seed 1)"] and model["seed"] == 1 and model["num_train"] == 8
     assert model["der"][0]["length"] == 1 and len(model["der"][0]["per_take"]["ids"]) > 0
