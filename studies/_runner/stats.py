@@ -1,5 +1,5 @@
 """The statistics and formatting the studies share: mean ± std, paired differences and bootstrap intervals,
-where one score starts to pay against another, and the lines a page writes about a run."""
+and the lines a page writes about a run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,23 +127,6 @@ def ratio_bootstrap(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], 
     tail = (1 - level) / 2
     lo, hi = torch.quantile(diffs, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
     return float((ea.sum() - eb.sum()) / totals.sum()), lo, hi
-
-
-def crossover(rows: list[dict[str, Any]], key: str, mask: str, full: str, at: str, pays: float,
-              beyond: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None) -> Any:
-    """The smallest ``at`` value from which ``mask``'s ``key`` is at most ``pays`` times ``full``'s at every
-    larger value measured (and, with ``beyond``, the difference beyond noise there); None: not even at the
-    largest."""
-    by = {(r["mask"], r[at]): r for r in rows}
-    best = None
-    for n in sorted({r[at] for r in rows}, reverse=True):
-        if (mask, n) not in by or (full, n) not in by:
-            break
-        a, b = by[(mask, n)], by[(full, n)]
-        if a[key] > pays * b[key] or (beyond is not None and not beyond(a, b)):
-            break
-        best = n
-    return best
 
 
 # ------------------------------------------------------------------------------------------ run lines
