@@ -261,6 +261,5 @@ OPTIONS: dict[str, Any] = {
     "cost_lengths": [1, 2, 5, 10, 20, 40], "batch": 16, "steps": 7, "num_train": _budget["data"]["init_args"][
         "num_train"], "epochs": _budget["trainer"]["max_epochs"], "digits_per_length": 1000, "stream_strings": 200,
     "checkpoint": None, "budget": "recipe budget", "seed": 0, "root": None}
-MEASURE = {"cost": _cost, "reference": reference, "train": lambda o: _models(o, True),
-           "eval": lambda o: _models(o, False)}
-MEASURE = {k: _one_thread(v) for k, v in MEASURE.items()}
+MEASURE = {k: _one_thread(v) for k, v in {"cost": _cost, "reference": reference, "train": lambda o: _models(o, True),
+                                           "eval": lambda o: _models(o, False)}.items()}
