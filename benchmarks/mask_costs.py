@@ -2,8 +2,9 @@
 under each mask, on a batch of ``batch`` real test strings of exactly n digits for n in ``cost_lengths``: the
 ``cost`` part of ``python -m studies speech_strings measure`` (kept in that study's store, shown on
 docs/recipes/speech.md). Each (mask, n) runs in a fresh process on one thread (``python -m benchmarks.mask_costs
-MASK BATCH STEPS``): the fastest of ``steps`` timed steps after a warm-up, scaled to an epoch of the recipe's
-``num_train`` strings, and the step's peak memory above its inputs (:func:`benchmarks._measure.peak_of`)."""
+MASK BATCH STEPS``): the fastest of ``steps`` timed steps after a warm-up (a step other processes disturbed is
+taken again, :func:`._measure.alternate_rounds`), scaled to an epoch of the recipe's ``num_train`` strings, and the
+step's peak memory above its inputs (:func:`._measure.peak_of`)."""
 
 from __future__ import annotations
 
