@@ -10,6 +10,8 @@ memory over what the process held before the call (Linux: the peak is reset thro
 ``/proc/self/clear_refs`` before each measured call), with glibc told to map every block of 128 KiB or
 more on its own (``MALLOC_MMAP_THRESHOLD_``), so that a freed tensor leaves the resident memory at once
 and the peak is that of the live tensors, in the first call as in later ones.
+A third column measures attnmm's layer without its attention branch (``attn_type=None``): the local
+layer, the MLP and the norms alone, which bounds what any attention can save against PyG's.
 
     python benchmarks/gps_conv.py --rounds 5
 
@@ -65,7 +67,8 @@ def _child(which: str, calls: int, threads: int) -> dict[str, float]:
     else:
         from attnmm.nn import GPSConv
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
-    layer = GPSConv(64, GINEConv(mlp), heads=4).train()
+    attn_type = None if which == "local" else "multihead"  # "local": the layer less its attention, the bound
+    layer = GPSConv(64, GINEConv(mlp), heads=4, attn_type=attn_type).train()
     inputs = []
     for b in batches:
         g = torch.Generator().manual_seed(b.num_nodes)
@@ -104,8 +107,9 @@ def _measure(which: str, args: argparse.Namespace, env: dict[str, str]) -> dict[
 
 def markdown(stored: dict[str, Any]) -> str:
     """The page's table: medians over the alternating rounds of a stored run, PyG's over attnmm's."""
-    lines = ["| forward + backward of one layer | PyG `GPSConv` | attnmm `GPSConv` | PyG / attnmm |",
-             "|---|---:|---:|---:|"]
+    local = stored.get("local")
+    lines = ["| forward + backward of one layer | PyG `GPSConv` | attnmm `GPSConv` | PyG / attnmm |"
+             + (" attnmm, no attention branch |" if local else ""), "|---|---:|---:|---:|" + ("---:|" if local else "")]
     for key, label in (("first_s", "time, first call"), ("steady_s", "time, steady state"),
                        ("first_peak", "peak memory, first call"), ("steady_peak", "peak memory, steady state")):
         ours = statistics.median(m[key] for m in stored["ours"])
@@ -113,7 +117,8 @@ def markdown(stored: dict[str, Any]) -> str:
         ratios = sorted(p[key] / max(o[key], 1e-12) for p, o in zip(stored["pyg"], stored["ours"], strict=True))
         unit = (lambda v: f"{v:.3f} s") if key.endswith("_s") else (lambda v: f"{v / 2**20:.1f} MiB")
         lines.append(f"| {label} | {unit(pyg)} | {unit(ours)} | {pyg / max(ours, 1e-12):.2f}x "
-                     f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}) |")
+                     f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}) |"
+                     + (f" {unit(statistics.median(m[key] for m in local))} |" if local else ""))
     nodes = statistics.mean(m["nodes"] for m in stored["ours"])
     lines += ["", f"`GPSConv(64, GINEConv, heads=4)`, Peptides-func batches of 64 graphs (about {nodes:,.0f} nodes), "
               f"{stored['threads']} thread(s), medians of {stored['rounds']} alternating rounds of fresh processes, "
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--render-only", action="store_true", help="render the page's table from the store")
-    parser.add_argument("--child", choices=["ours", "pyg"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["ours", "pyg", "local"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(args.child, args.calls, args.threads)))
@@ -145,9 +150,9 @@ def main(argv: list[str] | None = None) -> None:
         from benchmarks._measure import commit, machine_line
 
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-        got: dict[str, list[dict[str, float]]] = {"ours": [], "pyg": []}
+        got: dict[str, list[dict[str, float]]] = {"ours": [], "pyg": [], "local": []}
         for r in range(args.rounds):
-            for which in (("ours", "pyg") if r % 2 == 0 else ("pyg", "ours")):
+            for which in (("ours", "pyg", "local") if r % 2 == 0 else ("local", "pyg", "ours")):
                 timed = _measure(which, args, env)
                 memory = _measure(which, args, {**env, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)})
                 got[which].append({**timed, "first_peak": memory["first_peak"], "steady_peak": memory["steady_peak"]})
