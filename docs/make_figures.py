@@ -185,9 +185,9 @@ def _fusion_conditions() -> Figure:
 
     if str(DOCS.parent) not in sys.path:
         sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
-    from studies.fusion import conditions
+    from studies import fusion
 
-    return conditions.figure(json.loads(conditions.STORE.read_text()))
+    return fusion.figure(json.loads(fusion.STORE.read_text()))
 
 
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the
