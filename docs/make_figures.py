@@ -154,7 +154,7 @@ def _task_sweep(task: str) -> Figure:
     return mask_sweep.figure([_sweep_store(task)], anchors=True)
 
 
-#: The real-data graph mask sweeps docs/graphs.md renders (studies/_graphs/recipe_train.py's REAL_TASKS); a
+#: The real-data graph mask sweeps docs/graphs.md renders (studies/_graphs/mask_sweep.py's REAL_TASKS); a
 #: figure for each one stored (its section links it once rendered from the same store).
 _SWEEP_TASKS = ("actor", "proteins", "peptides")
 _SWEEPS = {
