@@ -22,12 +22,12 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     """``fit`` of the recipe (a selection run with ``--test_after_fit false``: validation metrics only)."""
     from pathlib import Path
 
-    from studies._graphs.splits import ROOT, fit_split
+    from studies._runner.train import ROOT, fit_recipe
 
     select = evaluate.kind == "select"
     cmd = ["recipes/graph_graph.py", "fit", "--config", candidate.get("config", budget["config"]),
            "--seed_everything", str(seed), "--torch_threads", str(budget["threads"]), *candidate["args"]]
     cmd += ["--test_after_fit", "false"] if select else []
-    out = fit_split(cmd, Path(budget.get("workdir", ROOT / "runs" / "studies")) / f"peptides_{seed}")
+    out = fit_recipe(cmd, Path(budget.get("workdir", ROOT / "runs" / "studies")) / f"peptides_{seed}")
     stage = "val" if select else "test"
     return {name: {"ap": out["metrics"][f"{stage}_ap"]} for name in evaluate}, out

@@ -18,11 +18,11 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
 
 
 def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:
-    from studies._graphs.splits import fit_split
+    from studies._runner.train import fit_recipe
 
     recipe = train.payload["recipe"]
     cmd = [_SCRIPTS.get(recipe, f"recipes/{recipe}.py"), "fit", f"--seed_everything={seed}"]
     cmd += ["--config", candidate["config"]] if candidate["config"] else []
-    out = fit_split(cmd, ROOT / "runs" / "studies" / f"{recipe}_{seed}")
+    out = fit_recipe(cmd, ROOT / "runs" / "studies" / f"{recipe}_{seed}")
     metric = budget.get("metric", "acc")
     return {name: {metric: out["metrics"][f"test_{metric}"]} for name in evaluate}, out
