@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from studies._runner import stats
-from studies._runner.train import ROOT, fit_recipe
+from studies._runner.train import ROOT, fit_scores
 
 #: Per recipe: the option that picks a split.
 RECIPES = {"graph_node": "data.split_index", "graph_graph": "data.fold"}
@@ -111,12 +111,10 @@ def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget:
     """``fit`` of the recipe with the candidate's overrides on the train set's split; a selection run with
     ``--test_after_fit false`` (validation metrics only)."""
     spec, select = train.payload, evaluate.kind == "select"
-    cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, select, candidate["extra"])
+    cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, False, candidate["extra"])
     work = Path(budget.get("workdir", ROOT / "runs" / "studies"))
-    run_dir = work / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}"
-    out = fit_recipe(cmd, run_dir)
-    stage = "val" if select else "test"
-    scores = {name: {"acc": out["metrics"][f"{stage}_acc"]} for name in evaluate}
+    scores, out = fit_scores(cmd, work / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}",
+                             evaluate, "acc")
     return scores, {k: out[k] for k in ("metrics", "best_epoch", "monitor", "monitored", "wall_s") if k in out}
 
 

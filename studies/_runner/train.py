@@ -96,3 +96,13 @@ def best_epoch(epoch: Callable[[], None], score: Callable[[], dict[str, float]],
     best = max(range(epochs), key=lambda e: (history[e]["val"], -e))
     return {**history[best], "best_epoch": best + 1, "train_s": train_s, "wall_s": time.perf_counter() - started,
             "epochs": epochs}
+
+
+def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A study's run of a recipe's ``fit`` (:func:`fit_recipe`): a selection run (``evaluate.kind``) with
+    ``--test_after_fit false`` scores every set of ``evaluate`` by the validation ``metric``, a test run by the
+    test one; the scores and what the run left."""
+    select = evaluate.kind == "select"
+    out = fit_recipe([*cmd, *(["--test_after_fit", "false"] if select else [])], run_dir)
+    value = out["metrics"][f"{'val' if select else 'test'}_{metric}"]
+    return {name: {metric: value} for name in evaluate}, out
