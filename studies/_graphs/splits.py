@@ -1,11 +1,6 @@
-"""A recipe over every split of its protocol: Actor's ten geom-gcn splits, a TU set's ten folds.
-
-The code of the ``actor_splits`` and ``tu_splits`` studies. A run is ``recipes/graph_node.py fit`` (or
-``graph_graph.py``) on one split (``--data.split_index k``, ``--data.fold k``) with a candidate's overrides,
-in its own run directory, one thread; a selection run passes ``--test_after_fit false``, so it validates
-its best checkpoint and computes no test number. The sets resolve to the concrete node or graph indices of
-the split's part (``train``, ``val``, ``test``), which the runner compares.
-"""
+"""A recipe over every split of its protocol (the ``actor_splits`` and ``tu_splits`` studies): a run is
+``recipes/graph_node.py fit`` (or ``graph_graph.py``) on one split of Actor's ten geom-gcn splits or a TU set's
+ten folds with a candidate's overrides, its sets the split's node or graph indices, which the runner compares."""
 
 from __future__ import annotations
 
