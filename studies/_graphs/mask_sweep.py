@@ -1,20 +1,10 @@
-"""Mask sweeps: the same graph model, the same seeds, a list of attention masks (the ``graph_masks_*`` studies:
-one run per mask, their candidates, and replicate, their splits or seeds). Masks (self loops included unless the
-model keeps a node's own features apart, ``GraphAdapter(self_loops=False)``):
-
-- ``graph``: the edges (node i attends j iff the edge j -> i exists); ``khopK``: every node within K hops;
-- ``virtual``: the edges and one virtual node per graph, linked both ways to every node of its graph (its input
-  a learned vector every variant's model has);
-- ``expander`` / ``expanderD``: the edges and random expander edges of degree D (default 4) inside each graph,
-  drawn once per seed as in Exphormer; ``full``: full attention inside each graph;
-- ``self``: every node attends itself only (the ego-neighbour model of Actor is then an MLP);
-- ``knnK``: the K most similar nodes by feature cosine similarity; ``A|B``: a union (not of ``virtual``, ``full``).
-
-Tasks: ``cora`` (Planetoid Cora, public split, a GAT-style model trained full batch) and ``motifs`` (the house
-vs 5-cycle graphs, in mini-batches); ``actor``, ``proteins`` and ``peptides`` (:data:`REAL_TASKS`) train the
-model of their recipe config with its optimiser and warm-up cosine schedule for the protocol's (short) number
-of epochs, the mask the encoder attends under swapped. Every epoch is evaluated; the scores are those of the
-first epoch with the best validation score (:func:`studies._runner.train.best_epoch`).
+"""Mask sweeps (the ``graph_masks_*`` studies): the same graph model, the same seeds, one run per mask (their
+candidates, :func:`parse_mask`) and replicate (their splits or seeds); self loops are included unless the model keeps
+a node's own features apart. Tasks: ``cora`` (Planetoid Cora's public split, a GAT-style model trained full
+batch), ``motifs`` (house vs 5-cycle graphs, in mini-batches), and :data:`REAL_TASKS`, which train the model of
+their recipe config with its optimiser and schedule for the protocol's (short) number of epochs, the mask the
+encoder attends under swapped. Every epoch is evaluated; the scores are those of the first epoch with the best
+validation score (:func:`studies._runner.train.best_epoch`).
 """
 
 from __future__ import annotations
@@ -101,8 +91,12 @@ _VALID = "graph, khopK (e.g. khop2), virtual, expander[D], full, self, knnK (e.g
 
 
 def parse_mask(name: str) -> tuple[str, int]:
-    """``(kind, parameter)`` of a mask name: ``khop3`` -> ``("khop", 3)``, ``expander`` -> ``("expander", 4)``,
-    ``knn10`` -> ``("knn", 10)``; a union ``A|B`` -> ``("union", 0)`` (each part checked)."""
+    """``(kind, parameter)`` of a mask name: ``graph`` (the edges: i attends j iff j -> i), ``khopK`` (every node
+    within K hops), ``virtual`` (the edges and one virtual node per graph, linked both ways to its nodes, its input
+    a learned vector every variant's model has), ``expander[D]`` (the edges and random expander edges of degree D,
+    default 4, drawn once per seed as in Exphormer), ``full`` (inside each graph), ``self``, ``knnK`` (the K most
+    similar nodes by feature cosine) and a union ``A|B`` (not of ``virtual`` or ``full``): ``khop3`` ->
+    ``("khop", 3)``, ``expander`` -> ``("expander", 4)``, ``graph|knn3`` -> ``("union", 0)`` (each part checked)."""
     if "|" in name:
         parts = name.split("|")
         kinds = [parse_mask(part)[0] for part in parts]
