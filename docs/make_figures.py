@@ -156,7 +156,7 @@ def _task_sweep(task: str) -> Figure:
     return mask_sweep.figure([_sweep_store(task)], anchors=True)
 
 
-#: The real-data graph mask sweeps docs/graphs.md renders (studies/_graphs/recipe_train.py's REAL_TASKS); a
+#: The real-data graph mask sweeps docs/graphs.md renders (studies/_graphs/mask_sweep.py's REAL_TASKS); a
 #: figure for each one stored (its section links it once rendered from the same store).
 _SWEEP_TASKS = ("actor", "proteins", "peptides")
 _SWEEPS = {
@@ -187,9 +187,9 @@ def _fusion_conditions() -> Figure:
 
     if str(DOCS.parent) not in sys.path:
         sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
-    from studies.fusion import conditions
+    from studies import fusion
 
-    return conditions.figure(json.loads(conditions.STORE.read_text()))
+    return fusion.figure(json.loads(fusion.STORE.read_text()))
 
 
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the

@@ -98,7 +98,7 @@ def test_make_figures_writes_every_png(tmp_path: Path) -> None:
 
 def test_every_real_sweep_gets_its_figure() -> None:
     """make_figures draws each real-data mask sweep whose store exists; its list is the sweep's tasks."""
-    from studies._graphs.recipe_train import REAL_TASKS
+    from studies._graphs.mask_sweep import REAL_TASKS
 
     module = load_make_figures()
     assert set(module._SWEEP_TASKS) == set(REAL_TASKS)

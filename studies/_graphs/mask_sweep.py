@@ -1,26 +1,10 @@
-"""Mask sweeps: the same graph model, the same seeds, a list of attention masks.
-
-The code of the ``graph_masks_*`` studies (``python -m studies graph_masks_actor test``): one run per mask
-(the study's candidates) and replicate (its splits or seeds), the mask the only thing that changes. Masks
-(self loops included unless the model keeps a node's own features apart, ``GraphAdapter(self_loops=False)``):
-
-- ``graph``: the edges: node i attends j iff the edge j -> i exists;
-- ``khopK`` (e.g. ``khop2``): every node within K hops (``graph_helpers.k_hop``);
-- ``virtual``: the edges and one virtual node per graph, linked both ways to every node of its graph
-  (``graph_helpers.virtual_nodes``); its input is a learned vector that every variant's model has;
-- ``expander`` / ``expanderD``: the edges and random expander edges of degree D (default 4) inside each
-  graph, drawn once per seed as in Exphormer (``graph_helpers.expander``);
-- ``full``: full attention inside each graph (``SameGraph``);
-- ``self``: every node attends itself only (with the ego-neighbour model of Actor: an MLP);
-- ``knnK`` (e.g. ``knn10``): the K most similar nodes by feature cosine similarity (``feature_knn``);
-- ``A|B``: the union of masks (e.g. ``graph|knn10``; not with ``virtual`` or ``full``).
-
-Tasks: ``cora`` (Planetoid Cora, public split; the GAT-style model of :mod:`studies._graphs.node_models`,
-trained full batch) and ``motifs`` (the house vs 5-cycle graphs of ``recipes/graph_graph.py`` in
-mini-batches); real data (:mod:`studies._graphs.recipe_train`): ``actor``, ``proteins`` and ``peptides``
-train the model of their recipe config with its optimiser and schedule for the protocol's (short) number
-of epochs. Every epoch is evaluated; the scores reported are those of the first epoch with the best
-validation score, so nothing is chosen on test.
+"""Mask sweeps (the ``graph_masks_*`` studies): the same graph model, the same seeds, one run per mask (their
+candidates, :func:`parse_mask`) and replicate (their splits or seeds); self loops are included unless the model keeps
+a node's own features apart. Tasks: ``cora`` (Planetoid Cora's public split, a GAT-style model trained full
+batch), ``motifs`` (house vs 5-cycle graphs, in mini-batches), and :data:`REAL_TASKS`, which train the model of
+their recipe config with its optimiser and schedule for the protocol's (short) number of epochs, the mask the
+encoder attends under swapped. Every epoch is evaluated; the scores are those of the first epoch with the best
+validation score (:func:`studies._runner.train.best_epoch`).
 """
 
 from __future__ import annotations
@@ -29,8 +13,8 @@ import copy
 import functools
 import re
 import statistics
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,16 +23,60 @@ from torch import Tensor, nn
 
 from attnmm.adapters import GraphAdapter
 from attnmm.common.feature_knn import feature_knn
+from attnmm.lightning import MultiLabel
+from attnmm.lightning.schedule import WarmupCosine
 from attnmm.masks import Graph, Mask, SameGraph
 from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
 from attnmm.nn import GraphAttentionEncoder
-from studies._graphs import recipe_train as _recipe_sweep
-from studies._graphs.node_models import DEFAULTS as NODE_DEFAULTS
-from studies._graphs.node_models import build_encoder
-from studies._graphs.recipe_train import REAL_TASKS
 from studies._runner import stats
 from studies._runner.stats import spread
+from studies._runner.train import ROOT, best_epoch, recipe_cli, sgd_epoch
 
+
+@dataclass(frozen=True)
+class RealTask:
+    """A sweep task on real data: the recipe and config its model comes from, the data's name, the option
+    that picks a split (``None``: one official split, replicates are seeds), and published anchors."""
+
+    recipe: str
+    config: str
+    name: str
+    split_option: str | None
+    kind: str  # "node" or "graph"
+    metric: str  # "acc" or "ap"
+    anchors: tuple[tuple[str, float], ...]
+    protocol: str
+    #: recipe arguments that give the sweep the data's own edges (the masks under test add the rest)
+    data_args: tuple[str, ...] = ()
+
+
+#: The real-data tasks of the graph_masks_* studies (their protocol's ``budget.task``).
+REAL_TASKS: dict[str, RealTask] = {
+    "actor": RealTask(
+        "graph_node", "recipes/configs/graph_node_actor.yaml", "Actor", "data.split_index", "node", "acc",
+        (("GCN", 30.0), ("GAT", 28.0), ("MLP", 36.0), ("H2GCN", 35.7), ("GloGNN++", 37.7), ("SGFormer", 37.9)),
+        "test accuracy, mean of geom-gcn's 10 splits (GAT: 27-29; GCN and MLP about)",
+        ("--data.feature_neighbors", "0"),  # the config's feature neighbours are the sweep's knnK masks
+    ),
+    "proteins": RealTask(
+        "graph_graph", "recipes/configs/graph_graph_tu.yaml", "PROTEINS", "data.fold", "graph", "acc",
+        (("GIN (Errica et al.)", 73.3), ("structure-agnostic baseline (Errica et al.)", 75.8)),
+        "test accuracy, 10-fold stratified CV (Errica et al. choose hyperparameters per fold, 3 runs per fold)",
+    ),
+    "peptides": RealTask(
+        "graph_graph", "recipes/configs/graph_graph_peptides.yaml", "peptides-func", None, "graph", "ap",
+        (("GCN", 59.30), ("GatedGCN", 58.64), ("Transformer+LapPE", 63.26), ("GPS", 65.35), ("Exphormer", 65.27),
+         ("tuned GCN (Tönshoff et al.)", 68.60), ("GRIT", 69.88)),
+        "test AP x 100, official split, about 500k parameters, mean of 4 seeds",
+    ),
+}
+#: Cora's GAT-style model (``recipes/configs/graph_node_gat.yaml``: GraphAdapter + GraphAttentionEncoder, Adam
+#: with an L2 penalty); the other keys are those of the node models the cora protocol's config also names.
+NODE_DEFAULTS: dict[str, Any] = dict(
+    model="gat", lr=5e-3, wd=5e-4, hidden=8, heads=8, out_heads=1, dropout=0.6, in_drop=0.6, epochs=300,
+    root_weight=False, steps=10, alpha=0.1, pair_dropout=0.0, scores="uniform", score_heads=1,
+    hops=1, normalize=False, self_loops=True, knn=0, undirected=False,
+)
 #: The motif task's config: GraphAdapter (random-walk encodings) -> attention layers -> mean pooling. Two
 #: random-walk steps, not the recipe's 8: the return probability after 3 steps marks the house's triangle
 #: in each node's input, and every mask then reaches 100% (the structure must come through attention).
@@ -63,8 +91,12 @@ _VALID = "graph, khopK (e.g. khop2), virtual, expander[D], full, self, knnK (e.g
 
 
 def parse_mask(name: str) -> tuple[str, int]:
-    """``(kind, parameter)`` of a mask name: ``khop3`` -> ``("khop", 3)``, ``expander`` -> ``("expander", 4)``,
-    ``knn10`` -> ``("knn", 10)``; a union ``A|B`` -> ``("union", 0)`` (each part checked)."""
+    """``(kind, parameter)`` of a mask name: ``graph`` (the edges: i attends j iff j -> i), ``khopK`` (every node
+    within K hops), ``virtual`` (the edges and one virtual node per graph, linked both ways to its nodes, its input
+    a learned vector every variant's model has), ``expander[D]`` (the edges and random expander edges of degree D,
+    default 4, drawn once per seed as in Exphormer), ``full`` (inside each graph), ``self``, ``knnK`` (the K most
+    similar nodes by feature cosine) and a union ``A|B`` (not of ``virtual`` or ``full``): ``khop3`` ->
+    ``("khop", 3)``, ``expander`` -> ``("expander", 4)``, ``graph|knn3`` -> ``("union", 0)`` (each part checked)."""
     if "|" in name:
         parts = name.split("|")
         kinds = [parse_mask(part)[0] for part in parts]
@@ -140,48 +172,37 @@ def _merge(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **config}
 
 
-def _best(val: list[float], test: list[float]) -> dict[str, Any]:
-    epoch = max(range(len(val)), key=lambda e: (val[e], -e))  # the first epoch with the best validation
-    return {"val": val[epoch], "test": test[epoch], "best_epoch": epoch + 1}
-
-
 def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = None,
              log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Train the node classifier (:mod:`studies._graphs.node_models`' config keys) on one graph with
+    """Train Cora's GAT-style classifier (:data:`NODE_DEFAULTS`' keys) on one graph with
     ``train_mask``/``val_mask``/``test_mask`` under ``mask``; accuracies in [0, 1], times in seconds."""
     c = _merge(NODE_DEFAULTS, config or {})
+    if c["model"] != "gat":
+        raise ValueError(f"the node sweep trains the GAT-style model, not {c['model']!r}")
     data = add_expander(data, mask, torch.Generator().manual_seed(seed))
     attn_mask, extra = build_mask(mask, data)
     N, num_features, num_classes = int(data.num_nodes), data.num_features, int(data.y.max()) + 1
     torch.manual_seed(seed)
     adapter = GraphAdapter(in_channels=num_features, d_model=None, self_loops=True, dropout=c["in_drop"])
-    encoder = build_encoder(num_features, num_classes, c)
+    encoder = GraphAttentionEncoder(num_features, c["hidden"], num_classes, heads=c["heads"], out_heads=c["out_heads"],
+                                    dropout=c["dropout"], root_weight=c["root_weight"])
     virtual = nn.Parameter(torch.zeros(1, num_features))  # virtual node input, in every variant's model
-    optimizer = torch.optim.Adam([*adapter.parameters(), *encoder.parameters(), virtual], lr=c["lr"],
-                                 weight_decay=c["wd"])
+    modules = nn.ModuleList([adapter, encoder])
+    optimizer = torch.optim.Adam([*modules.parameters(), virtual], lr=c["lr"], weight_decay=c["wd"])
 
     def logits() -> Tensor:
         x = torch.cat([adapter(data).x, virtual.expand(extra, -1)])  # (N + G, F)
         return encoder(x, attn_mask)[:N]  # (N, C)
 
-    val, test, train_s, started = [], [], 0.0, time.perf_counter()
-    for epoch in range(c["epochs"]):
-        t = time.perf_counter()
-        adapter.train(), encoder.train()
-        loss = F.cross_entropy(logits()[data.train_mask], data.y[data.train_mask])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        train_s += time.perf_counter() - t
-        adapter.eval(), encoder.eval()
-        with torch.no_grad():
-            hit = logits().argmax(-1) == data.y
-        val.append(float(hit[data.val_mask].float().mean()))
-        test.append(float(hit[data.test_mask].float().mean()))
-        if log is not None and (epoch + 1) % 25 == 0:
-            log(f"    epoch {epoch + 1}/{c['epochs']}: val {100 * val[-1]:.1f} ({time.perf_counter() - started:.0f} s)")
-    return {**_best(val, test), "pairs": attn_mask.nnz(N + extra), "train_s": train_s,
-            "wall_s": time.perf_counter() - started, "epochs": c["epochs"]}
+    def score() -> dict[str, float]:
+        hit = logits().argmax(-1) == data.y
+        return {"val": float(hit[data.val_mask].float().mean()), "test": float(hit[data.test_mask].float().mean())}
+
+    def loss(d: Any) -> Tensor:
+        return F.cross_entropy(logits()[d.train_mask], d.y[d.train_mask])
+
+    result = best_epoch(lambda: sgd_epoch(modules, [data], loss, optimizer), score, c["epochs"], log, 25)
+    return {**result, "pairs": attn_mask.nnz(N + extra)}
 
 
 def prepare_graphs(splits: dict[str, list[Any]], pe_dim: int) -> dict[str, list[Any]]:
@@ -229,46 +250,104 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[
         for b in DataLoader(graphs, batch_size=c["batch_size"]):
             attn_mask, extra = build_mask(mask, b)
             pairs += attn_mask.nnz(int(b.num_nodes) + extra)
-    val, test, train_s, started = [], [], 0.0, time.perf_counter()
-    for epoch in range(c["epochs"]):
-        modules.train()
-        for batch in train:
-            t = time.perf_counter()
-            loss = F.cross_entropy(logits(batch), batch.y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            train_s += time.perf_counter() - t
-        modules.eval()
-        with torch.no_grad():
-            acc = {k: sum(int((logits(b).argmax(-1) == b.y).sum()) for b in bs) / sum(b.num_graphs for b in bs)
-                   for k, bs in fixed.items()}
-        val.append(acc["val"])
-        test.append(acc["test"])
-        if log is not None and (epoch + 1) % 10 == 0:
-            log(f"    epoch {epoch + 1}/{c['epochs']}: val {100 * val[-1]:.1f} ({time.perf_counter() - started:.0f} s)")
-    num_graphs = sum(len(graphs) for graphs in splits.values())
-    return {**_best(val, test), "pairs": pairs / num_graphs, "train_s": train_s,
-            "wall_s": time.perf_counter() - started, "epochs": c["epochs"]}
+
+    def score() -> dict[str, float]:
+        return {k: sum(int((logits(b).argmax(-1) == b.y).sum()) for b in bs) / sum(b.num_graphs for b in bs)
+                for k, bs in fixed.items()}
+
+    def loss(b: Any) -> Tensor:
+        return F.cross_entropy(logits(b), b.y)
+
+    result = best_epoch(lambda: sgd_epoch(modules, train, loss, optimizer), score, c["epochs"], log, 10)
+    return {**result, "pairs": pairs / sum(len(graphs) for graphs in splits.values())}
+
+
+def _score(logits: Tensor, y: Tensor, metric: str) -> float:
+    if metric == "ap":
+        from torchmetrics.functional.classification import multilabel_average_precision
+
+        target = torch.where(torch.isnan(y), -100, y).long()
+        return float(multilabel_average_precision(logits.sigmoid(), target, y.size(1), ignore_index=-100))
+    return float((logits.argmax(-1) == y).float().mean())
+
+
+def _loss(model: Any, logits: Tensor, y: Tensor) -> Tensor:
+    if isinstance(model.objective, MultiLabel):
+        known = ~torch.isnan(y)
+        return F.binary_cross_entropy_with_logits(logits[known], y[known].float())
+    return F.cross_entropy(logits, y, label_smoothing=model.objective.label_smoothing)
 
 
 def run_real(task: str, name: str, split: int | None, seed: int, epochs: int, args: Sequence[str] = (),
              log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One run of mask ``name`` on a real-data task (:data:`REAL_TASKS`) and split (None: its one official
-    split): its recipe config's model and training (:func:`studies._graphs.recipe_train.train`), ``epochs``
-    epochs, the mask swapped; ``args`` are recipe options. Its data and draws depend only on its mask, split and
-    seed."""
+    split): the model, data, optimiser and schedule of its recipe config (built by the recipe's CLI, not run),
+    fresh weights from ``seed``, ``epochs`` epochs, the mask the encoder attends under swapped (the adapter still
+    makes the tokens); ``args`` are recipe options. Its data and draws depend only on its mask, split and seed."""
+    from torch_geometric.loader import DataLoader
+
     parse_mask(name)
     spec = REAL_TASKS[task]
-    model, data = _recipe_sweep.build(spec, split, list(args))
+    argv = ["--config", str(ROOT / spec.config), "--data.name", spec.name, "--trainer.logger", "false", *spec.data_args]
+    if split is not None and spec.split_option is not None:
+        argv += [f"--{spec.split_option}", str(split)]
+    cli = recipe_cli(spec.recipe, [*argv, *args])
+    model, data = cli.model, cli.datamodule
+    data.setup("fit")
     generator = torch.Generator().manual_seed(seed)
     if spec.kind == "node":
         data.data = add_expander(data.data, name, generator)
     else:
         data.splits = {k: [add_expander(g, name, generator) for g in gs] for k, gs in data.splits.items()}
-    loops = getattr(model.adapter, "self_loops", True)
-    result = _recipe_sweep.train(model, data, functools.partial(build_mask, name, loops=loops), spec.kind,
-                                 spec.metric, epochs, seed, log)
+    build = functools.partial(build_mask, name, loops=getattr(model.adapter, "self_loops", True))
+    torch.manual_seed(seed)
+    for module in model.modules():  # fresh weights from the seed, whatever the build drew
+        if module is not model and hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    virtual = nn.Parameter(torch.zeros(1, getattr(model.adapter, "out_dim", None)))  # the virtual nodes' input
+    model.register_parameter("_virtual", virtual)
+
+    def logits(batch: Any) -> tuple[Tensor, int]:
+        mask, extra = build(batch)
+        tokens = model.adapter(batch)
+        x = torch.cat([tokens.x, virtual.expand(extra, -1)])  # (N + G, D)
+        h = model.encoder(x, mask, tokens=tokens)[: tokens.x.size(0)]
+        return (h if model.head is None else model.head(h, tokens)), mask.nnz(x.size(0))
+
+    if spec.kind == "node":  # one graph, seen whole: its mask is built once
+        graph = data.train_dataloader().dataset[0]
+        once = build(graph)
+        build = lambda _: once  # noqa: E731
+        batches: Any = [graph]
+    else:
+        batches = DataLoader(data.splits["train"], batch_size=data.batch_size, shuffle=True,
+                             generator=torch.Generator().manual_seed(seed))
+        fixed = {k: list(DataLoader(data.splits[k], batch_size=data.batch_size)) for k in ("val", "test")}
+    optimizer = model.optimization.build(model, model.lr, fused_ok=False)["optimizer"]
+    warmup = WarmupCosine(model.optimization.warmup_fraction, model.optimization.min_lr_ratio)
+    warmup.start(epochs * len(batches))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup)
+
+    def loss(batch: Any) -> Tensor:
+        out, _ = logits(batch)
+        keep = batch.train_mask if spec.kind == "node" else slice(None)
+        return _loss(model, out[keep], batch.y[keep])
+
+    def score() -> dict[str, float]:
+        if spec.kind == "node":  # the one graph: validation and test nodes from one forward
+            out, nnz = logits(graph)
+            return {**{s: _score(out[getattr(graph, f"{s}_mask")], graph.y[getattr(graph, f"{s}_mask")], spec.metric)
+                       for s in ("val", "test")}, "pairs": float(nnz)}
+        got = {}
+        for part, bs in fixed.items():
+            results = [logits(b) for b in bs]
+            got[part] = _score(torch.cat([o for o, _ in results]), torch.cat([b.y for b in bs]), spec.metric)
+            if part == "val":  # pairs per graph, over the validation graphs
+                got["pairs"] = sum(n for _, n in results) / sum(b.num_graphs for b in bs)
+        return got
+
+    result = best_epoch(lambda: sgd_epoch(model, batches, loss, optimizer, schedule), score, epochs, log,
+                        max(1, epochs // 4))
     return {"mask": name, "seed": seed, "split": split, **result}
 
 

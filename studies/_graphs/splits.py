@@ -1,72 +1,29 @@
-"""A recipe over every split of its protocol: Actor's ten geom-gcn splits, a TU set's ten folds.
-
-The code of the ``actor_splits`` and ``tu_splits`` studies. A run is ``recipes/graph_node.py fit`` (or
-``graph_graph.py``) on one split (``--data.split_index k``, ``--data.fold k``) with a candidate's overrides,
-in its own run directory, one thread; a selection run passes ``--test_after_fit false``, so it validates
-its best checkpoint and computes no test number. The sets resolve to the concrete node or graph indices of
-the split's part (``train``, ``val``, ``test``), which the runner compares.
-"""
+"""A recipe over every split of its protocol (the ``actor_splits`` and ``tu_splits`` studies): a run is
+``recipes/graph_node.py fit`` (or ``graph_graph.py``) on one split of Actor's ten geom-gcn splits or a TU set's
+ten folds with a candidate's overrides, its sets the split's node or graph indices, which the runner compares."""
 
 from __future__ import annotations
 
 import functools
-import json
-import os
-import re
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from studies._runner import stats
+from studies._runner.train import ROOT, fit_scores
 
-ROOT = Path(__file__).resolve().parents[2]
-#: Per recipe: the option that picks a split, and how many splits its protocol has.
-RECIPES = {"graph_node": ("data.split_index", 10), "graph_graph": ("data.fold", 10)}
-_BEST = re.compile(r"best-epoch=(\d+)-(\w+)=([0-9.]+)\.ckpt$")
-
-
-def parse_splits(text: str, count: int) -> list[int]:
-    """``"0-9"``, ``"0,3,5"`` or ``"all"`` as a sorted list of split indices below ``count``."""
-    if text == "all":
-        return list(range(count))
-    out: set[int] = set()
-    for part in text.split(","):
-        lo, dash, hi = part.partition("-")
-        if not lo.strip().isdigit() or (dash and not hi.strip().isdigit()):
-            raise ValueError(f"splits must look like 0-9, 0,3,5 or all, got {text!r}")
-        out.update(range(int(lo), int(hi) + 1) if dash else [int(lo)])
-    bad = [s for s in out if s >= count]
-    if bad:
-        raise ValueError(f"splits {bad} do not exist: the protocol has {count} (0 to {count - 1})")
-    return sorted(out)
+#: Per recipe: the option that picks a split.
+RECIPES = {"graph_node": "data.split_index", "graph_graph": "data.fold"}
 
 
 def command(recipe: str, config: str, name: str, split: int, seed: int, select: bool, extra: list[str],
             threads: int = 1) -> list[str]:
     """The recipe's ``fit`` command line for one split, paths relative to the repository."""
-    option, _ = RECIPES[recipe]
-    cmd = [f"recipes/{recipe}.py", "fit", "--config", config, "--data.name", name, f"--{option}", str(split),
+    cmd = [f"recipes/{recipe}.py", "fit", "--config", config, "--data.name", name, f"--{RECIPES[recipe]}", str(split),
            "--seed_everything", str(seed), "--torch_threads", str(threads)]
     if select:
         cmd += ["--test_after_fit", "false"]
     return cmd + extra
-
-
-def read_run(run_dir: Path) -> dict[str, Any]:
-    """What a finished run left in ``run_dir``: its ``metrics.json``, and the epoch and monitored value of
-    the best checkpoint (the one ``fit`` tested or validated)."""
-    found = sorted(run_dir.glob("**/metrics.json"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise FileNotFoundError(f"no metrics.json under {run_dir}: the run did not finish (see its log.txt)")
-    out: dict[str, Any] = {"metrics": json.loads(found[-1].read_text())}
-    best = [m for p in found[-1].parent.glob("**/best-*.ckpt") if (m := _BEST.search(p.name))]
-    if best:
-        epoch, monitor, value = best[-1].groups()
-        out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
-    return out
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -116,29 +73,17 @@ def table(stores: list[tuple[str, dict[str, Any]]], key: str | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
-def fit_split(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, Any]:
-    """Run the recipe command ``cmd`` (paths relative to the repository) in ``run_dir``; what it left."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
-    started = time.perf_counter()
-    with (run_dir / "log.txt").open("w") as log:  # the recipe's runs/<config>/ lands in run_dir
-        argv = [sys.executable, *(str(ROOT / c) if c.endswith((".py", ".yaml")) else c for c in cmd)]
-        status = subprocess.run(argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    if status:
-        tail = (run_dir / "log.txt").read_text()[-3000:]
-        raise RuntimeError(f"the run failed (exit {status}): python {' '.join(cmd)}\n{tail}")
-    wall = round(time.perf_counter() - started, 1)
-    return {"command": "python " + " ".join(cmd), **read_run(run_dir), "wall_s": wall}
-
-
 # ---------------------------------------------------------------- the hooks of the actor_splits and tu_splits studies
 @functools.cache
 def _indices(name: str, split: int) -> dict[str, list[int]]:
     """The node (Actor) or graph (TU) indices of each part of one split."""
     if name == "Actor":
-        from studies._graphs.node_models import load_graph
+        from attnmm.data import NodeDataModule
 
-        data = load_graph(name, split)
+        dm = NodeDataModule(name=name, split_index=split)
+        dm.prepare_data()
+        dm.setup("fit")
+        data = next(iter(dm.train_dataloader()))
         return {p: data[f"{p}_mask"].nonzero().view(-1).tolist() for p in ("train", "val", "test")}
     from attnmm.data import GraphDataModule
 
@@ -161,12 +106,10 @@ def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget:
     """``fit`` of the recipe with the candidate's overrides on the train set's split; a selection run with
     ``--test_after_fit false`` (validation metrics only)."""
     spec, select = train.payload, evaluate.kind == "select"
-    cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, select, candidate["extra"])
+    cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, False, candidate["extra"])
     work = Path(budget.get("workdir", ROOT / "runs" / "studies"))
-    run_dir = work / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}"
-    out = fit_split(cmd, run_dir)
-    stage = "val" if select else "test"
-    scores = {name: {"acc": out["metrics"][f"{stage}_acc"]} for name in evaluate}
+    scores, out = fit_scores(cmd, work / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}",
+                             evaluate, "acc")
     return scores, {k: out[k] for k in ("metrics", "best_epoch", "monitor", "monitored", "wall_s") if k in out}
 
 

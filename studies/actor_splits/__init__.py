@@ -1,5 +1,2 @@
-"""Actor splits: the code is the graph studies' shared split runner (:mod:`studies._graphs.splits`)."""
-
-from studies._graphs.splits import render, resolve, run
-
-__all__ = ["render", "resolve", "run"]
+"""Actor splits: the graph studies' shared split runner (:mod:`studies._graphs.splits`)."""
+from studies._graphs.splits import render, resolve, run  # noqa: F401

@@ -1,5 +1,2 @@
-"""Mask sweep on Actor: the code is the graph studies' shared mask sweep (:mod:`studies._graphs.mask_sweep`)."""
-
-from studies._graphs.mask_sweep import blocks, render, resolve, run, summary
-
-__all__ = ["blocks", "render", "resolve", "run", "summary"]
+"""Mask sweep on Actor (the graph studies' shared code: :mod:`studies._graphs.mask_sweep`)."""
+from studies._graphs.mask_sweep import blocks, render, resolve, run, summary  # noqa: F401

@@ -1,10 +1,6 @@
-"""Keyword spotting on speakers never heard (Speech Commands, 12 classes): the study of the keyword config.
-
-Its code is :mod:`studies.kws.evaluate` (a checkpoint's test confusion matrix) and :mod:`studies.kws.cnn`
-(the res8 peer); this module is what the study runner reads: the resolved speaker splits, the README's
-results block and the rows of docs/results.md come from the protocol's ``tables`` and ``summary`` (legacy
-records of both protocols).
-"""
+"""Keyword spotting on speakers never heard (Speech Commands, 12 classes): the study of the keyword config
+(legacy records of both protocols; the pages are the protocol's ``tables`` and ``summary``). The res8 peer is
+:mod:`studies.kws.cnn`, a checkpoint's test confusion matrix :mod:`studies.kws.evaluate`."""
 
 from __future__ import annotations
 

@@ -1,22 +1,8 @@
 r"""The keyword-spotting peer: a residual CNN of the res8 kind (Tang & Lin, "Deep residual learning for
-small-footprint keyword spotting", ICASSP 2018), trained by the speech recipe on the same data, split,
-augmentation and budget as the attention model. A peer, not part of the library.
-
-The CNN reads the same log-mel features as :class:`~attnmm.adapters.SpeechAdapter` (the same
-SpecAugment, per-utterance normalisation and waveform augmentation; this class is the adapter with its
-convolutional subsampling, projection and positional encoding replaced by the CNN):
-
-    conv 3x3 (C maps) -> ReLU -> average pool (4 frames x 3 bands)
-    -> ``num_blocks`` x [conv 3x3 -> ReLU -> BN -> conv 3x3 -> ReLU -> BN, + identity]
-    -> mean over the bands: one token of width C per 4 mel frames (40 ms)
-
-and the recipe's :class:`~attnmm.nn.PoolingClassifier` averages the real tokens and classifies, which is
-res8's global average pooling and softmax layer. :class:`PassThrough` stands in for the encoder. Run it
-as an overlay of the keyword-spotting config (``PYTHONPATH=.`` so that ``studies`` imports)::
-
-    PYTHONPATH=. python recipes/speech_truncated.py fit --config recipes/configs/speech_truncated_commands.yaml \
-        --config studies/kws/configs/kws_res8.yaml
-"""
+small-footprint keyword spotting", ICASSP 2018) on the speech adapter's log-mel features, trained by the speech
+recipe as an overlay of the keyword config (``studies/kws/configs/kws_res8.yaml``): conv 3x3 -> ReLU -> average
+pool (4 frames x 3 bands) -> residual blocks -> the mean over the bands, one token per 40 ms. Not part of the
+library."""
 
 from __future__ import annotations
 

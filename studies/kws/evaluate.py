@@ -15,7 +15,6 @@ confusion matrix, the accuracy and the accuracy of each class in
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -23,23 +22,15 @@ from typing import Any
 import torch
 
 from studies._runner.stats import machine
+from studies._runner.train import recipe_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).with_name("stores")
-
-
-def _recipe_main() -> Any:
-    spec = importlib.util.spec_from_file_location("speech_truncated_recipe", ROOT / "recipes" / "speech_truncated.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 def evaluate(ckpt: str | Path, config_args: list[str]) -> dict[str, Any]:
     """The test split's confusion matrix (rows: true class, columns: predicted), accuracy and accuracy per class
     of the model the recipe builds from ``config_args`` with the weights of ``ckpt``."""
-    cli = _recipe_main()(list(config_args), run=False)
+    cli = recipe_cli("speech_truncated", list(config_args))
     model, dm = cli.model, cli.datamodule
     state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     model.load_state_dict(state)

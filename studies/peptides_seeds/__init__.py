@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from studies._runner import Items
+from studies._runner.train import ROOT, fit_scores
 
 
 def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
@@ -19,15 +21,7 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
 
 
 def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:
-    """``fit`` of the recipe (a selection run with ``--test_after_fit false``: validation metrics only)."""
-    from pathlib import Path
-
-    from studies._graphs.splits import ROOT, fit_split
-
-    select = evaluate.kind == "select"
+    """``fit`` of the recipe (a selection run: validation metrics only)."""
     cmd = ["recipes/graph_graph.py", "fit", "--config", candidate.get("config", budget["config"]),
            "--seed_everything", str(seed), "--torch_threads", str(budget["threads"]), *candidate["args"]]
-    cmd += ["--test_after_fit", "false"] if select else []
-    out = fit_split(cmd, Path(budget.get("workdir", ROOT / "runs" / "studies")) / f"peptides_{seed}")
-    stage = "val" if select else "test"
-    return {name: {"ap": out["metrics"][f"{stage}_ap"]} for name in evaluate}, out
+    return fit_scores(cmd, Path(budget.get("workdir", ROOT / "runs" / "studies")) / f"peptides_{seed}", evaluate, "ap")

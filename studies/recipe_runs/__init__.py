@@ -3,12 +3,11 @@ a run is the recipe's ``fit`` in a fresh process; the pages are the protocol's `
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from studies._runner import Items
+from studies._runner.train import ROOT, fit_scores
 
-ROOT = Path(__file__).resolve().parents[2]
 _SCRIPTS = {"timeseries": "examples/timeseries/train.py"}
 
 
@@ -18,11 +17,7 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
 
 
 def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:
-    from studies._graphs.splits import fit_split
-
     recipe = train.payload["recipe"]
     cmd = [_SCRIPTS.get(recipe, f"recipes/{recipe}.py"), "fit", f"--seed_everything={seed}"]
     cmd += ["--config", candidate["config"]] if candidate["config"] else []
-    out = fit_split(cmd, ROOT / "runs" / "studies" / f"{recipe}_{seed}")
-    metric = budget.get("metric", "acc")
-    return {name: {metric: out["metrics"][f"test_{metric}"]} for name in evaluate}, out
+    return fit_scores(cmd, ROOT / "runs" / "studies" / f"{recipe}_{seed}", evaluate, budget.get("metric", "acc"))

@@ -1,6 +1,6 @@
 """Unseen speakers (FSDD, leave one speaker out): the study of the speech recipe's default on new voices.
 
-Protocols 1-3 were run by :mod:`studies.speakers.loso` (legacy records); protocol 4 (``protocol.json``) is a
+Protocols 1-3 are legacy records (each with its ``run_command``); protocol 4 (``protocol.json``) is a
 nested selection the runner runs: ``python -m studies speakers select`` trains each candidate on a fold's
 inner training speakers and scores its inner validation speaker, ``python -m studies speakers test`` trains
 each fold's winner on the fold's four training speakers and scores the held-out one.

@@ -1,5 +1,2 @@
-"""TU splits: the code is the graph studies' shared split runner (:mod:`studies._graphs.splits`)."""
-
-from studies._graphs.splits import render, resolve, run
-
-__all__ = ["render", "resolve", "run"]
+"""TU splits: the graph studies' shared split runner (:mod:`studies._graphs.splits`)."""
+from studies._graphs.splits import render, resolve, run  # noqa: F401

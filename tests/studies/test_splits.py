@@ -1,4 +1,4 @@
-"""The split studies' code: split lists, a recipe run per split on generated data under the study runner, the
+"""The split studies' code: a recipe run per split on generated data under the study runner, the
 summary, paired differences and the table."""
 
 from __future__ import annotations
@@ -11,15 +11,6 @@ from _graph_data import write_actor, write_tu
 
 from studies._graphs import splits
 from studies._runner import Items, Study
-
-
-def test_split_lists() -> None:
-    assert splits.parse_splits("all", 10) == list(range(10))
-    assert splits.parse_splits("0-2,7", 10) == [0, 1, 2, 7]
-    with pytest.raises(ValueError, match="do not exist"):
-        splits.parse_splits("9-10", 10)
-    with pytest.raises(ValueError, match="look like"):
-        splits.parse_splits("a", 10)
 
 
 def test_command_picks_the_split_option() -> None:

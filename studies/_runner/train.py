@@ -1,0 +1,108 @@
+"""Training the studies share: a recipe's ``fit`` in a run directory of its own, a recipe's model and data built
+from its config without training, and the epoch loop whose scores are those of the first epoch with the best
+validation score (so that nothing is chosen on test)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+_BEST = re.compile(r"best-epoch=(\d+)-(\w+)=([0-9.]+)\.ckpt$")
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """What a finished run left in ``run_dir``: its ``metrics.json``, and the epoch and monitored value of
+    the best checkpoint (the one ``fit`` tested or validated)."""
+    found = sorted(run_dir.glob("**/metrics.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no metrics.json under {run_dir}: the run did not finish (see its log.txt)")
+    out: dict[str, Any] = {"metrics": json.loads(found[-1].read_text())}
+    best = [m for p in found[-1].parent.glob("**/best-*.ckpt") if (m := _BEST.search(p.name))]
+    if best:
+        epoch, monitor, value = best[-1].groups()
+        out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
+    return out
+
+
+def fit_recipe(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, Any]:
+    """Run the recipe command ``cmd`` (paths relative to the repository) in ``run_dir``, one process, ``threads``
+    threads; its command line, :func:`read_run` and its wall time."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    with (run_dir / "log.txt").open("w") as log:  # the recipe's runs/<config>/ lands in run_dir
+        argv = [sys.executable, *(str(ROOT / c) if c.endswith((".py", ".yaml")) else c for c in cmd)]
+        status = subprocess.run(argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    if status:
+        tail = (run_dir / "log.txt").read_text()[-3000:]
+        raise RuntimeError(f"the run failed (exit {status}): python {' '.join(cmd)}\n{tail}")
+    wall = round(time.perf_counter() - started, 1)
+    return {"command": "python " + " ".join(cmd), **read_run(run_dir), "wall_s": wall}
+
+
+def recipe_cli(recipe: str, args: list[str]) -> Any:
+    """The ``RecipeCLI`` of ``recipes/<recipe>.py`` built from ``args`` without running (``cli.model``,
+    ``cli.datamodule``); the program's own arguments are not read."""
+    spec = importlib.util.spec_from_file_location(f"_{recipe}_recipe", ROOT / "recipes" / f"{recipe}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    program, sys.argv[1:] = sys.argv[1:], []
+    try:
+        return module.main(list(args), run=False)
+    finally:
+        sys.argv[1:] = program
+
+
+def sgd_epoch(modules: torch.nn.Module, batches: Iterable[Any], loss: Callable[[Any], torch.Tensor],
+              optimizer: torch.optim.Optimizer, schedule: Any = None) -> None:
+    """One training epoch of ``modules`` over ``batches``; evaluation mode after it."""
+    modules.train()
+    for batch in batches:
+        value = loss(batch)
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+        if schedule is not None:
+            schedule.step()
+    modules.eval()
+
+
+def best_epoch(epoch: Callable[[], None], score: Callable[[], dict[str, float]], epochs: int,
+               log: Callable[[str], None] | None = None, every: int = 10) -> dict[str, Any]:
+    """``epochs`` times ``epoch()`` (a training epoch) then ``score()`` (no gradients: ``{"val": v, "test": t, ...}``);
+    the scores of the first epoch with the best ``val``, its number, and the seconds spent training and in all."""
+    history, train_s, started = [], 0.0, time.perf_counter()
+    for e in range(epochs):
+        t = time.perf_counter()
+        epoch()
+        train_s += time.perf_counter() - t
+        with torch.no_grad():
+            history.append(score())
+        if log is not None and (e + 1) % every == 0:
+            seconds = time.perf_counter() - started
+            log(f"    epoch {e + 1}/{epochs}: val {100 * history[-1]['val']:.1f} ({seconds:.0f} s)")
+    best = max(range(epochs), key=lambda e: (history[e]["val"], -e))
+    return {**history[best], "best_epoch": best + 1, "train_s": train_s, "wall_s": time.perf_counter() - started,
+            "epochs": epochs}
+
+
+def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A study's run of a recipe's ``fit`` (:func:`fit_recipe`): a selection run (``evaluate.kind``) with
+    ``--test_after_fit false`` scores every set of ``evaluate`` by the validation ``metric``, a test run by the
+    test one; the scores and what the run left."""
+    select = evaluate.kind == "select"
+    out = fit_recipe([*cmd, *(["--test_after_fit", "false"] if select else [])], run_dir)
+    value = out["metrics"][f"{'val' if select else 'test'}_{metric}"]
+    return {name: {metric: value} for name in evaluate}, out
