@@ -31,16 +31,11 @@ from attnmm.attention.problem import GradSinks, Inputs, Problem
 PATTERN_BYTES = 32
 
 
-
-def _pattern(forms: Forms) -> CSRPattern:
-    return CSRPattern.from_pairs(forms.pairs(keep=False))
-
-
 def pattern(forms: Forms, store: FormStore | None = None) -> CSRPattern:
     """The CSR pattern of the mask's pairs (its ``forms``), shared by the heads (and by the batch items of a
     mask shared by the batch); kept instead of the pairs, which it holds (across calls in ``store`` when the
     plan has none)."""
-    return forms.form("pattern", _pattern, drop="pairs", store=store)
+    return forms.form("pattern", lambda f: CSRPattern.from_pairs(f.pairs(keep=False)), drop="pairs", store=store)
 
 
 class SparseBackend(Backend):
@@ -125,9 +120,8 @@ class SparseBackend(Backend):
         # the operands are used as they lie in memory; the output comes back (B, H, L, Ev) or (H, B, L, Ev)
         sinks = inputs.sinks if q.dtype == compute else None  # (a gradient computed in float32 is returned)
         q, k, v = (t.to(compute) for t in (q, k, v))
-        out, weights = _SegmentAttention.apply(
-            q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p, sinks
-        )
+        out, weights = _SegmentAttention.apply(q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p,
+                                               sinks)
         out = as_heads_second(out, result_order(blocks, v)).to(inputs.v.dtype)  # (B, H, L, Ev)
         if not problem.return_weights:
             return out, None
