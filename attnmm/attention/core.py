@@ -37,19 +37,9 @@ def attend(
 
 
 def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Mask | Plan | None = None,
-    *,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    score: Literal["softmax", "relu"] = "softmax",
-    bias: Tensor | None = None,
-    return_weights: bool = False,
-    backend: str = "auto",
-    plan: Plan | None = None,
-    layout: Layout | None = None,
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = None, *, scale: float | None = None,
+    dropout_p: float = 0.0, score: Literal["softmax", "relu"] = "softmax", bias: Tensor | None = None,
+    return_weights: bool = False, backend: str = "auto", plan: Plan | None = None, layout: Layout | None = None,
 ) -> Tensor | tuple[Tensor, AttentionWeights]:
     r"""Masked attention, softmax over the allowed set :math:`A(i)` of a :class:`~attnmm.masks.Mask`.
 

@@ -1,9 +1,6 @@
 """The planner: what :func:`~attnmm.attend` decides before computing, held by one :class:`Plan`.
 
-A :class:`Plan` is the single holder of everything derived from a mask for a problem: the backend chosen
-for each distinct problem, the mask's derived forms (:class:`~attnmm.attention.forms.Forms`: pairs,
-counts, dense mask, CSR pattern) and, for a mask made of blocks, how each query segment is computed
-(:func:`split_problem`). The planner sits above the backends: it imports them, they import only the
+The planner sits above the backends: it imports them, they import only the
 :class:`~attnmm.attention.problem.Problem` they compute.
 
 Choosing a backend: the cheapest registered backend that supports the problem.

@@ -374,12 +374,7 @@ def sampled(blocks: Blocks, x: Tensor, y: Tensor) -> Tensor:
 
 
 def spmm(
-    blocks: Blocks,
-    values: Tensor,
-    y: Tensor,
-    transpose: bool = False,
-    into: Tensor | None = None,
-    add: bool = False,
+    blocks: Blocks, values: Tensor, y: Tensor, transpose: bool = False, into: Tensor | None = None, add: bool = False,
     alpha: float = 1.0,
 ) -> tuple[Tensor, Order]:
     r""":math:`A y` (or :math:`A^\top y`) of every block: values (H, V), y (B, H, S, E) -> (B, H, L, E)

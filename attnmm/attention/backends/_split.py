@@ -82,11 +82,6 @@ def row_problem(problem: Problem, split: Split, row: Row) -> Problem:
     return sub_problem(problem, sizes[row.segment], width, row.mask)
 
 
-def row_memory(problem: Problem, split: Split, row: Row) -> int:
-    """``row``'s working memory on its backend."""
-    return row.backend.memory_bytes(row_problem(problem, split, row), row.forms)
-
-
 def _keys(split: Split, row: Row, t: Tensor) -> Tensor:
     """The keys (or values) ``row`` reads from ``t`` (B, H, S, E)."""
     if row.keys == "all":
@@ -250,4 +245,4 @@ class SplitAttention(torch.autograd.Function):
         return (*(buffer(i) if wanted[i] else None for i in range(3)), None, None)
 
 
-__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_memory", "row_problem", "run_split", "sub_problem"]
+__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_problem", "run_split", "sub_problem"]

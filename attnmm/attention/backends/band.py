@@ -262,14 +262,13 @@ class _Pattern:
         self.empty = empty.unsqueeze(-1)
         self.with_empty = empty.any(-1).nonzero().squeeze(1).tolist()  # blocks holding such a query
 
-    def _bias(self, lo: Tensor, hi: Tensor) -> Tensor:
-        blocked = (self.slots < lo.unsqueeze(-1)) | (self.slots >= hi.unsqueeze(-1))
-        return torch.zeros(blocked.shape, dtype=self.dtype, device=lo.device).masked_fill_(blocked, self.negative)
+    def _blocked(self, lo: Tensor, hi: Tensor) -> Tensor:
+        """The blocked slots (G, T, W) of blocks whose allowed slots are [lo, hi) (G, T)."""
+        return (self.slots < lo.unsqueeze(-1)) | (self.slots >= hi.unsqueeze(-1))
 
-    def blocked(self, g0: int, g1: int) -> Tensor:
-        """The blocked slots of the blocks g0:g1, (G, T, W)."""
-        lo, hi = self.lo[g0:g1].unsqueeze(-1), self.hi[g0:g1].unsqueeze(-1)
-        return (self.slots < lo) | (self.slots >= hi)
+    def _bias(self, lo: Tensor, hi: Tensor) -> Tensor:
+        blocked = self._blocked(lo, hi)
+        return torch.zeros(blocked.shape, dtype=self.dtype, device=lo.device).masked_fill_(blocked, self.negative)
 
     def weights(
         self, g0: int, g1: int, qs: Tensor, ks: Tensor, bias: Tensor | None, score: str, out: Tensor,
@@ -279,7 +278,7 @@ class _Pattern:
         ReLU scores the row sizes (G, T, 1): from those blocks' queries ``qs`` (G, T, E) times ``scale``,
         their key windows ``ks`` (G, W, E) and bias (G, T, W) or None."""
         if score == "relu":
-            blocked = self.blocked(g0, g1)
+            blocked = self._blocked(self.lo[g0:g1], self.hi[g0:g1])
             s = torch.baddbmm(out, qs, ks.transpose(1, 2), beta=0.0, alpha=scale, out=out)  # (G, T, W)
             if bias is not None:
                 s = s.add_(bias)
@@ -418,18 +417,8 @@ class _BandAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        bias: Tensor | None,
-        start: Tensor,
-        end: Tensor,
-        geo: BandGeometry,
-        scale: float,
-        score: str,
-        dropout_p: float,
-        need_weights: bool,
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, start: Tensor, end: Tensor, geo: BandGeometry,
+        scale: float, score: str, dropout_p: float, need_weights: bool,
     ) -> tuple[Tensor, Tensor]:
         by_sequence = _by_sequence(geo, q, k, v, bias, need_weights, dropout_p)
         pattern = _Pattern(geo, start, end, q.dtype)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm.attention.backends._sizes import output_bytes
-from attnmm.attention.backends._split import row_memory, run_split
+from attnmm.attention.backends._split import row_problem, run_split
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Inputs, Problem
@@ -71,7 +71,7 @@ class SegmentsBackend(Backend):
         split = forms.splits.get(problem)
         if split is None:
             return 0
-        rows = [row_memory(problem, split, row) for row in split.rows if row is not None] or [0]
+        rows = [r.backend.memory_bytes(row_problem(problem, split, r), r.forms) for r in split.rows if r] or [0]
         if not problem.training:
             return max(rows) + output_bytes(problem)
         inputs = problem.B * problem.H * (problem.L * problem.E + problem.S * (problem.E + problem.Ev))

@@ -100,12 +100,7 @@ class SparseBackend(Backend):
         pairs = forms.allowed_pairs(problem.B) * problem.H
         rows = problem.B * problem.H * problem.L
         per_row = pairs / rows if rows else 0.0
-        return (
-            float(pairs * (problem.E + problem.Ev)),
-            float(pairs),
-            float(rows),
-            float(pairs * per_row),
-        )
+        return float(pairs * (problem.E + problem.Ev)), float(pairs), float(rows), float(pairs * per_row)
 
     def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
         q, k, v = inputs.q, inputs.k, inputs.v
@@ -136,16 +131,8 @@ class _SegmentAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        bias: Tensor | None,
-        blocks: Blocks,
-        scale: float,
-        score: str,
-        dropout_p: float,
-        sinks: GradSinks | None = None,
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, blocks: Blocks, scale: float, score: str,
+        dropout_p: float, sinks: GradSinks | None = None,
     ) -> tuple[Tensor, Tensor]:
         # under gradient sinks (a query segment of a split problem, whose caller bounds its memory) the
         # weights are not kept: the backward recomputes them head by head from each row's log-sum-exp
