@@ -37,19 +37,9 @@ def attend(
 
 
 def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Mask | Plan | None = None,
-    *,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-    score: Literal["softmax", "relu"] = "softmax",
-    bias: Tensor | None = None,
-    return_weights: bool = False,
-    backend: str = "auto",
-    plan: Plan | None = None,
-    layout: Layout | None = None,
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = None, *, scale: float | None = None,
+    dropout_p: float = 0.0, score: Literal["softmax", "relu"] = "softmax", bias: Tensor | None = None,
+    return_weights: bool = False, backend: str = "auto", plan: Plan | None = None, layout: Layout | None = None,
 ) -> Tensor | tuple[Tensor, AttentionWeights]:
     r"""Masked attention, softmax over the allowed set :math:`A(i)` of a :class:`~attnmm.masks.Mask`.
 
@@ -183,8 +173,8 @@ def attend(
     return out, AttentionWeights(wp.batch, wp.row, wp.col, values)
 
 
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Validate q, k, v; return whether they use the packed layout."""
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Validate q, k, v (in either layout: the heads are dim 1, the keys dim 0 when packed, else 2)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a Tensor, got {type(t).__name__}")
@@ -195,31 +185,21 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> bool:
     if not q.device == k.device == v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.dim() not in (3, 4):
-        raise ValueError(
-            f"q must be (B, H, L, E) (padded) or (N, H, E) (packed), got shape {tuple(q.shape)}"
-        )
+        raise ValueError(f"q must be (B, H, L, E) (padded) or (N, H, E) (packed), got shape {tuple(q.shape)}")
     if k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(
             f"q, k, v must have the same rank, got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     packed = q.dim() == 3
-    h_dim = 1  # heads are dim 1 in both (B, H, L, E) and (N, H, E)
     if not packed and not q.size(0) == k.size(0) == v.size(0):
-        raise ValueError(
-            f"q, k, v must share the batch size B, got {q.size(0)}, {k.size(0)}, {v.size(0)}"
-        )
-    if not q.size(h_dim) == k.size(h_dim) == v.size(h_dim):
-        raise ValueError(
-            f"q, k, v must share the number of heads H, got {q.size(h_dim)}, {k.size(h_dim)}, {v.size(h_dim)}"
-        )
+        raise ValueError(f"q, k, v must share the batch size B, got {q.size(0)}, {k.size(0)}, {v.size(0)}")
+    if not q.size(1) == k.size(1) == v.size(1):
+        raise ValueError(f"q, k, v must share the number of heads H, got {q.size(1)}, {k.size(1)}, {v.size(1)}")
     if q.size(-1) != k.size(-1):
         raise ValueError(f"q and k must share the head dim E, got q E={q.size(-1)} and k E={k.size(-1)}")
     s_dim = 0 if packed else 2
     if k.size(s_dim) != v.size(s_dim):
-        raise ValueError(
-            f"k and v must have the same number of keys S, got {k.size(s_dim)} and {v.size(s_dim)}"
-        )
-    return packed
+        raise ValueError(f"k and v must have the same number of keys S, got {k.size(s_dim)} and {v.size(s_dim)}")
 
 
 def _check_bias(bias: Tensor, problem: Problem, forms: Forms) -> Tensor:

@@ -1,9 +1,6 @@
 """The planner: what :func:`~attnmm.attend` decides before computing, held by one :class:`Plan`.
 
-A :class:`Plan` is the single holder of everything derived from a mask for a problem: the backend chosen
-for each distinct problem, the mask's derived forms (:class:`~attnmm.attention.forms.Forms`: pairs,
-counts, dense mask, CSR pattern) and, for a mask made of blocks, how each query segment is computed
-(:func:`split_problem`). The planner sits above the backends: it imports them, they import only the
+The planner sits above the backends: it imports them, they import only the
 :class:`~attnmm.attention.problem.Problem` they compute.
 
 Choosing a backend: the cheapest registered backend that supports the problem.
@@ -34,7 +31,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
 
 import torch
 
@@ -215,12 +211,6 @@ def choose_backend(
     return found[0]
 
 
-@dataclass
-class _Entry:
-    backend: Backend
-    split: Split | None
-
-
 class Plan:
     r"""Everything :func:`~attnmm.attend` derives for a mask, made once and passed where a mask is taken.
 
@@ -268,17 +258,10 @@ class Plan:
         self.budget = default_budget() if budget is None else int(budget)
         #: Reads the memory available once per :data:`~attnmm.attention.backends._memory.READING_SECONDS`.
         self.reader = MemoryReader()
-        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[Backend, Split | None]] = OrderedDict()  # the backend, the split
         self._forms: OrderedDict[Hashable, Forms] = OrderedDict()
         self._held: dict[int, Mask] = {}  # masks named by identity: held, so their ids stay unique
-        self.made = 0
-        self.reused = 0
-
-    def _identity(self, mask: Mask | None) -> int | None:
-        if mask is None:
-            return None
-        self._held[id(mask)] = mask
-        return id(mask)
+        self.made = self.reused = 0
 
     def forms(
         self, mask: Mask | None, L: int, S: int, batch_size: int | None, device: torch.device,  # noqa: N803
@@ -287,7 +270,9 @@ class Plan:
         """The derived forms of ``mask`` at these sizes: shared by every call of the plan with an equal mask
         (by value, else the same object)."""
         mask_key = None if mask is None else value_key(mask)
-        name = ("value", mask_key) if mask_key is not None or mask is None else ("id", self._identity(mask))
+        if mask_key is None and mask is not None:
+            self._held[id(mask)] = mask
+        name = ("value", mask_key) if mask_key is not None or mask is None else ("id", id(mask))
         key = (name, L, S, batch_size, packed, str(device))
         found = self._forms.get(key)
         if found is None:
@@ -302,16 +287,16 @@ class Plan:
     def take(self, problem: Problem, forms: Forms) -> Backend | None:
         """The backend chosen for an equal problem earlier (its split given to ``forms``); ``None`` when this
         is the first such problem."""
-        entry = self._entries.get(problem)
-        if entry is None:
+        if problem not in self._entries:
             return None
-        forms.splits.setdefault(problem, entry.split)
+        backend, split = self._entries[problem]
+        forms.splits.setdefault(problem, split)
         self.reused += 1
-        return entry.backend
+        return backend
 
     def keep(self, problem: Problem, forms: Forms, backend: Backend) -> None:
         """Remember ``backend`` and the split of ``problem`` (in ``forms``), within the budget."""
-        self._entries[problem] = _Entry(backend, forms.splits.get(problem))
+        self._entries[problem] = (backend, forms.splits.get(problem))
         self.made += 1
 
     @property

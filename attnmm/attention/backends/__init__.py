@@ -18,27 +18,10 @@ from attnmm.attention.backends.segments import SegmentsBackend
 from attnmm.attention.backends.sparse import SparseBackend
 from attnmm.attention.problem import GradSinks
 
-register_backend(ReferenceBackend())
-register_backend(SDPABackend())
-register_backend(SparseBackend())
-register_backend(BandBackend())
-register_backend(MaskedSDPABackend())
-register_backend(FlexBackend())
-register_backend(SegmentsBackend())
+for _backend in (ReferenceBackend, SDPABackend, SparseBackend, BandBackend, MaskedSDPABackend, FlexBackend,
+                 SegmentsBackend):
+    register_backend(_backend())
 
-__all__ = [
-    "BandBackend",
-    "Backend",
-    "FlexBackend",
-    "GradSinks",
-    "MaskedSDPABackend",
-    "ReferenceBackend",
-    "SDPABackend",
-    "SegmentsBackend",
-    "SparseBackend",
-    "Supports",
-    "get_backend",
-    "list_backends",
-    "register_backend",
-    "unregister_backend",
-]
+__all__ = ["BandBackend", "Backend", "FlexBackend", "GradSinks", "MaskedSDPABackend", "ReferenceBackend", "SDPABackend",
+           "SegmentsBackend", "SparseBackend", "Supports", "get_backend", "list_backends", "register_backend",
+           "unregister_backend"]

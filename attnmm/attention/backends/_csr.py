@@ -1,27 +1,21 @@
 r"""CSR kernels of the sparse backend: sampled dense-dense products and sparse-dense products.
 
-The allowed pairs of one attention problem form the sparsity pattern of a matrix :math:`A`
-(rows = queries, columns = keys). Every head of a batch item has the same pattern, so the pattern is
-kept once, as integers shared by the heads: one CSR form (and one of its transpose) for a mask shared
-by the batch, one per batch item for a batched mask. Each (item, head) block of the problem is then
-one call of PyTorch's CSR kernels (``torch.sparse.sampled_addmm`` and CSR @ dense) on 2-D views of
-the operands, with that head's values:
+The allowed pairs of one attention problem form the sparsity pattern of a matrix :math:`A` (rows =
+queries, columns = keys), kept once as integers shared by the heads (:class:`CSRPattern`: one CSR form and
+one of its transpose for a mask shared by the batch, one per batch item for a batched mask). Each (item,
+head) block is one call of PyTorch's CSR kernels (``torch.sparse.sampled_addmm`` and CSR @ dense) on 2-D
+views of the operands where they lie (rows contiguous, any strides between them), with that head's values:
 
 .. math::
     \mathrm{sampled}(X, Y)_{b,h,p} = \mathbf{x}_{b,h,\mathrm{row}(p)}^\top \mathbf{y}_{b,h,\mathrm{col}(p)},
     \qquad \mathrm{spmm}(a, Y)_{b,h,i} = \sum_{p : \mathrm{row}(p) = i} a_{h,p}\, \mathbf{y}_{b,h,\mathrm{col}(p)}
 
-(and the transposed product :math:`A^\top Y`). No per-pair copy of the operands, an (nnz, H, E)
-tensor, is ever made, and the pattern costs O(nnz) integers whatever the number of heads (and, for a
-mask shared by the batch, whatever the batch size). The operands are read where they lie: (B, H, L, E)
-tensors of any strides whose rows are contiguous, such as the (N, H, E) node features of PyG (whose
-blocks are strided row views) or a query segment sliced from a longer sequence, are used without
-copies, and results are written in the memory order of the inputs.
+(and the transposed product :math:`A^\top Y`), results written in the memory order of the inputs.
 
 Values (one per pair, head and batch item) are kept as one (H, V) tensor: V runs over the batch
 items, each item's pairs in the pattern's order (for a mask shared by the batch, V = B * P and item
 ``b`` holds values ``b * P .. (b + 1) * P``), so ``values.t()`` is the (V, H) pair order of
-:meth:`~attnmm.attention.problem.Problem.weight_pairs`.
+:meth:`~attnmm.attention.forms.Forms.weight_pairs`.
 """
 
 from __future__ import annotations
@@ -161,10 +155,6 @@ class CSRPattern:
         else:
             crow, col, size = self.crow[item], self.col[a:b], (self.num_rows, self.num_cols)
         return _csr_tensor(crow, col, values, size)
-
-    def transposed_values(self, item: int, values: Tensor) -> Tensor:
-        """One block's values (P_item,) in the order of the transpose."""
-        return values.index_select(0, self.perm[self.offsets[item] : self.offsets[item + 1]])
 
 
 @dataclass
@@ -384,12 +374,7 @@ def sampled(blocks: Blocks, x: Tensor, y: Tensor) -> Tensor:
 
 
 def spmm(
-    blocks: Blocks,
-    values: Tensor,
-    y: Tensor,
-    transpose: bool = False,
-    into: Tensor | None = None,
-    add: bool = False,
+    blocks: Blocks, values: Tensor, y: Tensor, transpose: bool = False, into: Tensor | None = None, add: bool = False,
     alpha: float = 1.0,
 ) -> tuple[Tensor, Order]:
     r""":math:`A y` (or :math:`A^\top y`) of every block: values (H, V), y (B, H, S, E) -> (B, H, L, E)
@@ -431,8 +416,8 @@ def spmm(
             continue
         for h in range(H):
             vals = values[h, start:end]
-            if transpose:
-                vals = p.transposed_values(item, vals)
+            if transpose:  # (in the order of the transpose)
+                vals = vals.index_select(0, p.perm[p.offsets[item] : p.offsets[item + 1]])
             target = view[b, h]  # (one object as input and output: addmm then skips copying it onto itself)
             matrix = p.matrix(item, vals, transpose)
             torch.addmm(target, matrix, _block(y, b, h), beta=1.0 if add else 0.0, alpha=alpha, out=target)

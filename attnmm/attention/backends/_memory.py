@@ -30,17 +30,8 @@ from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Problem
 from attnmm.masks import Mask
 
-__all__ = [
-    "PAIR_BYTES",
-    "SMALL_BYTES",
-    "AttentionMemoryError",
-    "MemoryReader",
-    "available_bytes",
-    "ceiling_bytes",
-    "check_backend",
-    "check_mask_pairs",
-    "check_pairs",
-]
+__all__ = ["PAIR_BYTES", "SMALL_BYTES", "AttentionMemoryError", "MemoryReader", "available_bytes", "ceiling_bytes",
+           "check_backend", "check_mask_pairs", "check_pairs"]
 
 
 class AttentionMemoryError(MemoryError):

@@ -2,18 +2,12 @@ r"""Attention under a mask made of blocks, split into its query segments before 
 
 A mask that :func:`~attnmm.masks.as_blocks` reads as blocks (a :class:`~attnmm.masks.Segments` mask, packed
 documents, their intersections) confines the softmax of a query of segment :math:`a` to the key segments
-:math:`C_a` it links to. Its attention is then the K attentions of its query segments,
-
-.. math::
-    O_a = \mathrm{attend}\left(Q_a, K_{C_a}, V_{C_a}, M_a\right), \qquad O = [O_1; \dots; O_K],
-
-each an attention problem of its own, dispatched like any (:func:`~attnmm.attention.planner.split_problem`):
-a segment under
-``Window`` goes to the band kernel, under ``Causal`` to fused SDPA, under ``Grid`` to the sparse kernel.
-The split is worked out on stand-ins of the inputs (no tensor of the call is kept), so an
-:class:`~attnmm.attention.AttentionPlan` shares it among the layers of a forward. It runs as one
-autograd node (:class:`SplitAttention`): its backward takes the segments one at a time and adds their
-gradients into one buffer per input, so no more than one segment's gradients are in flight.
+:math:`C_a` it links to, so its attention is K attentions of their own,
+:math:`O_a = \mathrm{attend}(Q_a, K_{C_a}, V_{C_a}, M_a)`, each dispatched like any
+(:func:`~attnmm.attention.planner.split_problem`, worked out on the sizes alone, so a plan shares it among
+the layers of a forward). They run as one autograd node (:class:`SplitAttention`) whose backward takes the
+segments one at a time and adds their gradients into one buffer per input, so no more than one segment's
+gradients are in flight.
 """
 
 from __future__ import annotations
@@ -88,11 +82,6 @@ def row_problem(problem: Problem, split: Split, row: Row) -> Problem:
     return sub_problem(problem, sizes[row.segment], width, row.mask)
 
 
-def row_memory(problem: Problem, split: Split, row: Row) -> int:
-    """``row``'s working memory on its backend."""
-    return row.backend.memory_bytes(row_problem(problem, split, row), row.forms)
-
-
 def _keys(split: Split, row: Row, t: Tensor) -> Tensor:
     """The keys (or values) ``row`` reads from ``t`` (B, H, S, E)."""
     if row.keys == "all":
@@ -144,19 +133,9 @@ def _run_row(
 
 
 def run_split(problem: Problem, inputs: Inputs, split: Split) -> Tensor:
-    """The output (B, H, L, Ev) of ``problem`` on ``inputs`` computed by its query segments: one after another
-    without a gradient, as one autograd node (:class:`SplitAttention`) with one."""
-    q, k, v = inputs.q, inputs.k, inputs.v
-    if problem.training:
-        return SplitAttention.apply(q, k, v, problem, split)
-    offsets, outs = split.blocks.offsets, []
-    for a, row in enumerate(split.rows):
-        q_a = q[:, :, offsets[a] : offsets[a + 1]]
-        if row is None:
-            outs.append(v.new_zeros(*q_a.shape[:-1], v.size(-1)))
-        else:
-            outs.append(_run_row(problem, split, row, q_a, _keys(split, row, k), _keys(split, row, v)))
-    return torch.cat(outs, dim=2)  # (B, H, L, Ev)
+    """The output (B, H, L, Ev) of ``problem`` on ``inputs`` computed by its query segments one after another,
+    as one autograd node (:class:`SplitAttention`; without a gradient, nothing is kept)."""
+    return SplitAttention.apply(inputs.q, inputs.k, inputs.v, problem, split)
 
 
 class SplitAttention(torch.autograd.Function):
@@ -266,4 +245,4 @@ class SplitAttention(torch.autograd.Function):
         return (*(buffer(i) if wanted[i] else None for i in range(3)), None, None)
 
 
-__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_memory", "row_problem", "run_split", "sub_problem"]
+__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_problem", "run_split", "sub_problem"]

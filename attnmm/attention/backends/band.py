@@ -72,11 +72,17 @@ class BandBackend(Backend):
     def __init__(self, block: int | None = None) -> None:
         self.block = block
 
-    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
+    def geometry(self, problem: Problem) -> BandGeometry | None:
+        """The blocked layout of ``problem`` (``None`` when its mask has no band)."""
         left, right = problem.structure.left, problem.structure.right
         if left is None or right is None:
+            return None
+        return BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
+
+    def memory_bytes(self, problem: Problem, forms: Forms) -> int:
+        geo = self.geometry(problem)
+        if geo is None:
             return 0
-        geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
         if not problem.training and not problem.return_weights and not problem.has_bias:
             return _piece_bytes(problem, geo) + output_bytes(problem)
         slots = geo.B * geo.H * geo.nbp * geo.T * geo.W  # scores of every block's window
@@ -88,11 +94,9 @@ class BandBackend(Backend):
     def cost_terms(self, problem: Problem, forms: Forms) -> tuple[float, ...] | None:
         # multiply-adds over every block's window of W slots, the slots themselves, and the chunks the
         # blocks are processed in (a few kernel calls each)
-        structure = problem.structure
-        if structure.left is None or structure.right is None:
+        geo = self.geometry(problem)
+        if geo is None:
             return None
-        left, right = structure.left, structure.right
-        geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
         slots = geo.B * geo.H * geo.nbp * geo.T * geo.W
         chunks = len(geo.chunks())
         return float(slots * (problem.E + problem.Ev)), float(slots), float(chunks)
@@ -108,28 +112,16 @@ class BandBackend(Backend):
         interval = problem.structure.interval
         q, k, v = inputs.q, inputs.k, inputs.v
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        left, right = problem.structure.left, problem.structure.right
-        assert interval is not None and left is not None and right is not None
-        geo = BandGeometry.build(problem.B, problem.H, problem.L, problem.S, left, right, self.block)
+        geo = self.geometry(problem)
+        assert interval is not None and geo is not None
         if not problem.training and not problem.return_weights and not problem.has_bias:
             out = _infer(q.to(compute), k.to(compute), v.to(compute), interval, geo, problem)
             return out.to(v.dtype), None
         batch = None if problem.batch_size is None else torch.arange(problem.batch_size, device=q.device)
         start, end = _ranges(interval, geo, batch, q.device)  # (B or 1, nbp, T)
         bias = _band_bias(forms, inputs, geo, compute) if problem.has_bias else None
-        out, weights = _BandAttention.apply(
-            q.to(compute),
-            k.to(compute),
-            v.to(compute),
-            bias,
-            start,
-            end,
-            geo,
-            problem.scale,
-            problem.score,
-            problem.dropout_p,
-            problem.return_weights,
-        )
+        out, weights = _BandAttention.apply(q.to(compute), k.to(compute), v.to(compute), bias, start, end, geo,
+                                            problem.scale, problem.score, problem.dropout_p, problem.return_weights)
         out = out.to(v.dtype)
         if not problem.return_weights:
             return out, None
@@ -270,14 +262,13 @@ class _Pattern:
         self.empty = empty.unsqueeze(-1)
         self.with_empty = empty.any(-1).nonzero().squeeze(1).tolist()  # blocks holding such a query
 
-    def _bias(self, lo: Tensor, hi: Tensor) -> Tensor:
-        blocked = (self.slots < lo.unsqueeze(-1)) | (self.slots >= hi.unsqueeze(-1))
-        return torch.zeros(blocked.shape, dtype=self.dtype, device=lo.device).masked_fill_(blocked, self.negative)
+    def _blocked(self, lo: Tensor, hi: Tensor) -> Tensor:
+        """The blocked slots (G, T, W) of blocks whose allowed slots are [lo, hi) (G, T)."""
+        return (self.slots < lo.unsqueeze(-1)) | (self.slots >= hi.unsqueeze(-1))
 
-    def blocked(self, g0: int, g1: int) -> Tensor:
-        """The blocked slots of the blocks g0:g1, (G, T, W)."""
-        lo, hi = self.lo[g0:g1].unsqueeze(-1), self.hi[g0:g1].unsqueeze(-1)
-        return (self.slots < lo) | (self.slots >= hi)
+    def _bias(self, lo: Tensor, hi: Tensor) -> Tensor:
+        blocked = self._blocked(lo, hi)
+        return torch.zeros(blocked.shape, dtype=self.dtype, device=lo.device).masked_fill_(blocked, self.negative)
 
     def weights(
         self, g0: int, g1: int, qs: Tensor, ks: Tensor, bias: Tensor | None, score: str, out: Tensor,
@@ -287,7 +278,7 @@ class _Pattern:
         ReLU scores the row sizes (G, T, 1): from those blocks' queries ``qs`` (G, T, E) times ``scale``,
         their key windows ``ks`` (G, W, E) and bias (G, T, W) or None."""
         if score == "relu":
-            blocked = self.blocked(g0, g1)
+            blocked = self._blocked(self.lo[g0:g1], self.hi[g0:g1])
             s = torch.baddbmm(out, qs, ks.transpose(1, 2), beta=0.0, alpha=scale, out=out)  # (G, T, W)
             if bias is not None:
                 s = s.add_(bias)
@@ -419,30 +410,15 @@ class _SequenceKeys:
 
 
 class _BandAttention(torch.autograd.Function):
-    """Blocked band attention, computed chunk by chunk; q (B, H, L, E), k (B, H, S, E),
+    """Blocked band attention, computed chunk by chunk (on the padded layout, or sequence by sequence on the
+    inputs where they lie: :func:`_by_sequence`, :class:`_SequenceKeys`); q (B, H, L, E), k (B, H, S, E),
     v (B, H, S, Ev), bias (B*H*nbp, T, W) or None, allowed ranges start/end (B or 1, nbp, T) ->
-    out (B, H, L, Ev) and the weights after dropout (B*H*nbp, T, W) (empty unless asked for).
-
-    Queries, keys and values are copied once into the padded layout (every sequence padded to nbp
-    blocks, one batch of blocks for all sequences), unless the sequences are long
-    (:func:`_by_sequence`): then each sequence's query blocks and key windows are views of q, k and v
-    (:class:`_SequenceKeys`, a small padded copy at the sequence's ends), the output and the gradients
-    are made laid out as the inputs, and the weights are kept for the real blocks only."""
+    out (B, H, L, Ev) and the weights after dropout (B*H*nbp, T, W) (empty unless asked for)."""
 
     @staticmethod
     def forward(
-        ctx: Any,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        bias: Tensor | None,
-        start: Tensor,
-        end: Tensor,
-        geo: BandGeometry,
-        scale: float,
-        score: str,
-        dropout_p: float,
-        need_weights: bool,
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, start: Tensor, end: Tensor, geo: BandGeometry,
+        scale: float, score: str, dropout_p: float, need_weights: bool,
     ) -> tuple[Tensor, Tensor]:
         by_sequence = _by_sequence(geo, q, k, v, bias, need_weights, dropout_p)
         pattern = _Pattern(geo, start, end, q.dtype)

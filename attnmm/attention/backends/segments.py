@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm.attention.backends._sizes import output_bytes
-from attnmm.attention.backends._split import row_memory, run_split
+from attnmm.attention.backends._split import row_problem, run_split
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Inputs, Problem
@@ -15,36 +15,23 @@ from attnmm.attention.problem import Inputs, Problem
 class SegmentsBackend(Backend):
     r"""Attention under a :class:`~attnmm.masks.Segments` mask, one query segment at a time.
 
-    The allowed set of a query of segment :math:`a` lies in the key segments :math:`a` links to, so
-    its softmax involves only those keys: with :math:`Q_a` the queries of segment :math:`a` and
-    :math:`K_{C_a}, V_{C_a}` the keys and values of its linked segments :math:`C_a` laid one after
-    another,
-
-    .. math::
-        O_a = \mathrm{attend}\left(Q_a, K_{C_a}, V_{C_a}, M_a\right), \qquad
-        O = [O_1; \dots; O_K]
-
-    where :math:`M_a` is :meth:`Segments.row(a) <attnmm.masks.Segments.row>`. Each of these K
-    attentions is dispatched on its own: a segment that only attends itself under ``Window`` runs on
-    the band kernel, under ``Causal`` or full attention on fused SDPA, under ``Grid`` on the sparse
-    kernel; a segment linked to several keeps its row of blocks (sparse, or dense where dense wins),
-    over its linked keys laid one after another or, where that is not estimated cheaper (a sparse
-    row, whose cost follows its pairs), over all the keys in place, so nothing is copied.
-    The queries of a segment past an item's length get output 0 (and gradient 0). The split is made
-    before dispatch (:attr:`Forms.splits <attnmm.attention.forms.Forms.splits>`, each segment
-    dispatched like any problem, once per call and shared by the layers of a forward); this backend
-    runs it as one autograd node whose backward takes the segments one at a time and adds their
-    gradients into one buffer per input (:class:`~attnmm.attention.backends._split.SplitAttention`). Its cost
-    is the sum of the cost of every segment's chosen backend, so the dispatcher compares it with
-    computing the whole mask on one backend.
-    Softmax or ReLU scores and dropout; no bias and no returned weights (the sparse backend computes
-    those).
+    The allowed set of a query of segment :math:`a` lies in the key segments :math:`C_a` it links to,
+    so its softmax involves only those keys:
+    :math:`O_a = \mathrm{attend}(Q_a, K_{C_a}, V_{C_a}, M_a)` with :math:`M_a` its row of blocks
+    (:meth:`Segments.row(a) <attnmm.masks.Segments.row>`), and :math:`O = [O_1; \dots; O_K]`. Each of
+    these K attentions is dispatched on its own before the call runs
+    (:func:`~attnmm.attention.planner.split_problem`: under ``Window`` on the band kernel, under
+    ``Causal`` on fused SDPA, under ``Grid`` on the sparse kernel, its keys read in place or laid
+    together), and all of them run as one autograd node that adds their gradients into one buffer per
+    input (:mod:`~attnmm.attention.backends._split`). Its cost is the sum of the segments' estimates,
+    so dispatch compares it with computing the whole mask on one backend. The queries of a segment
+    past an item's length get output 0 (and gradient 0). Softmax or ReLU scores and dropout; no bias
+    and no returned weights (the sparse backend computes those).
 
     Packed documents are segments too: ``Documents(lengths)`` with one packing shared by the batch,
-    alone or intersected with other masks, is computed as the :class:`~attnmm.masks.Segments` of its
-    documents, each with the other masks seen from the document's offset
-    (:func:`~attnmm.masks.as_blocks`): each document's causal attention is one
-    fused SDPA call, with nothing compiled per set of lengths.
+    alone or intersected with other masks, is computed as the segments of its documents
+    (:func:`~attnmm.masks.as_blocks`): each document's causal attention is one fused SDPA call, with
+    nothing compiled per set of lengths.
 
     Examples:
         >>> import torch
@@ -84,7 +71,7 @@ class SegmentsBackend(Backend):
         split = forms.splits.get(problem)
         if split is None:
             return 0
-        rows = [row_memory(problem, split, row) for row in split.rows if row is not None] or [0]
+        rows = [r.backend.memory_bytes(row_problem(problem, split, r), r.forms) for r in split.rows if r] or [0]
         if not problem.training:
             return max(rows) + output_bytes(problem)
         inputs = problem.B * problem.H * (problem.L * problem.E + problem.S * (problem.E + problem.Ev))

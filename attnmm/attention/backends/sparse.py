@@ -31,16 +31,11 @@ from attnmm.attention.problem import GradSinks, Inputs, Problem
 PATTERN_BYTES = 32
 
 
-
-def _pattern(forms: Forms) -> CSRPattern:
-    return CSRPattern.from_pairs(forms.pairs(keep=False))
-
-
 def pattern(forms: Forms, store: FormStore | None = None) -> CSRPattern:
     """The CSR pattern of the mask's pairs (its ``forms``), shared by the heads (and by the batch items of a
     mask shared by the batch); kept instead of the pairs, which it holds (across calls in ``store`` when the
     plan has none)."""
-    return forms.form("pattern", _pattern, drop="pairs", store=store)
+    return forms.form("pattern", lambda f: CSRPattern.from_pairs(f.pairs(keep=False)), drop="pairs", store=store)
 
 
 class SparseBackend(Backend):
@@ -105,12 +100,7 @@ class SparseBackend(Backend):
         pairs = forms.allowed_pairs(problem.B) * problem.H
         rows = problem.B * problem.H * problem.L
         per_row = pairs / rows if rows else 0.0
-        return (
-            float(pairs * (problem.E + problem.Ev)),
-            float(pairs),
-            float(rows),
-            float(pairs * per_row),
-        )
+        return float(pairs * (problem.E + problem.Ev)), float(pairs), float(rows), float(pairs * per_row)
 
     def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
         q, k, v = inputs.q, inputs.k, inputs.v
@@ -125,9 +115,8 @@ class SparseBackend(Backend):
         # the operands are used as they lie in memory; the output comes back (B, H, L, Ev) or (H, B, L, Ev)
         sinks = inputs.sinks if q.dtype == compute else None  # (a gradient computed in float32 is returned)
         q, k, v = (t.to(compute) for t in (q, k, v))
-        out, weights = _SegmentAttention.apply(
-            q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p, sinks
-        )
+        out, weights = _SegmentAttention.apply(q, k, v, bias, blocks, problem.scale, problem.score, problem.dropout_p,
+                                               sinks)
         out = as_heads_second(out, result_order(blocks, v)).to(inputs.v.dtype)  # (B, H, L, Ev)
         if not problem.return_weights:
             return out, None
@@ -142,16 +131,8 @@ class _SegmentAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        bias: Tensor | None,
-        blocks: Blocks,
-        scale: float,
-        score: str,
-        dropout_p: float,
-        sinks: GradSinks | None = None,
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, blocks: Blocks, scale: float, score: str,
+        dropout_p: float, sinks: GradSinks | None = None,
     ) -> tuple[Tensor, Tensor]:
         # under gradient sinks (a query segment of a split problem, whose caller bounds its memory) the
         # weights are not kept: the backward recomputes them head by head from each row's log-sum-exp
