@@ -21,7 +21,7 @@ from attnmm.data._avpairs import (
     pair_images,
 )
 from attnmm.data._resumable import ResumableDataLoader
-from attnmm.data._root import data_dir
+from attnmm.data._root import data_dir, under_data
 from attnmm.data._speakers import draw_speakers
 from attnmm.data.corruptions import RandomCorruption
 from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
@@ -67,8 +67,7 @@ class AVDigitsDataModule(LightningDataModule):
     training recording beside a clean image of another digit); ``gate_voices_val`` of those speakers
     form :attr:`gate_val_set`. Why and how: the multimodal recipe page (docs/recipes/multimodal.md).
 
-    Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
-    (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
+    Batches are :class:`AVDigitsBatch` dicts.
 
     Args:
         root (str or Path, optional): the base data folder holding ``fsdd/`` and ``MNIST/``.
@@ -236,10 +235,7 @@ class AVDigitsDataModule(LightningDataModule):
 
     def _read_gate_voices(self) -> dict[str, AudioClips]:
         """The gate voices' clips by split (``train``: speakers that train the gate; ``val``: held out)."""
-        folder = Path(self.gate_voices)  # type: ignore[arg-type]
-        if not folder.is_absolute() and not folder.exists():
-            folder = data_dir(self.root) / folder
-        voices = digit_voices(folder)
+        voices = digit_voices(under_data(self.root, self.gate_voices))  # type: ignore[arg-type]
         held = draw_speakers(sorted({str(c.speaker) for c in voices}), self.gate_voices_val, [self.seed, 7],
                              "gate_voices_val")
         self.gate_speakers = {"train": sorted({str(c.speaker) for c in voices} - held), "val": sorted(held)}
@@ -256,19 +252,11 @@ class AVDigitsDataModule(LightningDataModule):
         repeats = self.test_pairs_per_recording if split == "test" else 1
         train = split == "train"
         return AVDigits(
-            clips,
-            images,
-            pair_images(clips.labels * repeats, image_labels, seed),
-            self.audio_snr_db,
-            self.image_occlusion,
-            self.image_noise,
-            drop_modality=self.drop_modality if split == "test" else None,
-            modality_dropout=self.modality_dropout if split == "train" else 0.0,
-            seed=None if train else seed,
-            corrupt=self.corrupt,
-            resample_images=self.fresh_train_images and train,
-            augment=self.train_corruption if train else None,
-            image_labels=image_labels,
+            clips, images, pair_images(clips.labels * repeats, image_labels, seed), self.audio_snr_db,
+            self.image_occlusion, self.image_noise, drop_modality=self.drop_modality if split == "test" else None,
+            modality_dropout=self.modality_dropout if train else 0.0, seed=None if train else seed,
+            corrupt=self.corrupt, resample_images=self.fresh_train_images and train,
+            augment=self.train_corruption if train else None, image_labels=image_labels,
             gate_only=True if gate else None,
         )
 
