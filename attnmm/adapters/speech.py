@@ -160,9 +160,8 @@ class SpeechAdapter(Adapter):
         self.time_masking = torchaudio.transforms.TimeMasking(time_mask, iid_masks=True) if time_mask else None
         self.num_time_masks = check_nonneg_int("num_time_masks", num_time_masks)
         channels = check_nonneg_int("channels", channels, minimum=1)
-        self.subsample = nn.Sequential(
-            nn.Conv2d(1, channels, _KERNEL, _STRIDE), nn.ReLU(), nn.Conv2d(channels, channels, _KERNEL, _STRIDE), nn.ReLU()
-        )
+        conv = nn.Conv2d(channels, channels, _KERNEL, _STRIDE)
+        self.subsample = nn.Sequential(nn.Conv2d(1, channels, _KERNEL, _STRIDE), nn.ReLU(), conv, nn.ReLU())
         self.residual_blocks = nn.ModuleList(
             _ResidualBlock(channels) for _ in range(check_nonneg_int("residual_blocks", residual_blocks))
         )
