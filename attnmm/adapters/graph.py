@@ -103,16 +103,9 @@ class GraphAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        in_channels: int = 16,
-        d_model: int | None = 64,
-        pe: PE = "none",
-        pe_dim: int = 8,
-        self_loops: bool = True,
-        dropout: float = 0.0,
-        scope: Literal["edges", "graph"] = "edges",
-        cardinalities: list[int] | None = None,
-        edge_cardinalities: list[int] | None = None,
+        self, in_channels: int = 16, d_model: int | None = 64, pe: PE = "none", pe_dim: int = 8,
+        self_loops: bool = True, dropout: float = 0.0, scope: Literal["edges", "graph"] = "edges",
+        cardinalities: list[int] | None = None, edge_cardinalities: list[int] | None = None,
     ) -> None:
         super().__init__()
         if scope not in ("edges", "graph"):

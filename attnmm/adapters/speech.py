@@ -117,20 +117,9 @@ class SpeechAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        d_model: int = 144,
-        sample_rate: int = 8000,
-        n_mels: int = 40,
-        win_ms: float = 25.0,
-        hop_ms: float = 10.0,
-        channels: int = 64,
-        mask: Mask | None = None,
-        freq_mask: int = 8,
-        time_mask: int = 10,
-        num_time_masks: int = 2,
-        dropout: float = 0.1,
-        utterance_norm: bool = False,
-        waveform_augment: nn.Module | None = None,
+        self, d_model: int = 144, sample_rate: int = 8000, n_mels: int = 40, win_ms: float = 25.0, hop_ms: float = 10.0,
+        channels: int = 64, mask: Mask | None = None, freq_mask: int = 8, time_mask: int = 10, num_time_masks: int = 2,
+        dropout: float = 0.1, utterance_norm: bool = False, waveform_augment: nn.Module | None = None,
         residual_blocks: int = 0,
     ) -> None:
         super().__init__()

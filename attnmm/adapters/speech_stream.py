@@ -100,11 +100,7 @@ class SpeechStream:
     """
 
     def __init__(
-        self,
-        adapter: SpeechAdapter,
-        encoder: nn.Module,
-        mask: Mask | None = None,
-        batch_size: int = 1,
+        self, adapter: SpeechAdapter, encoder: nn.Module, mask: Mask | None = None, batch_size: int = 1,
         max_cache: int | None = None,
     ) -> None:
         layers = getattr(encoder, "layers", None)
@@ -420,10 +416,8 @@ def _matches(reference: Sequence[int], hypothesis: Sequence[int]) -> list[tuple[
 
 
 def emission_latency(
-    emissions: Sequence[Sequence[Emission]],
-    ends: Sequence[Sequence[float]],
-    references: Sequence[Sequence[int]] | None = None,
-    sample_rate: int | None = None,
+    emissions: Sequence[Sequence[Emission]], ends: Sequence[Sequence[float]],
+    references: Sequence[Sequence[int]] | None = None, sample_rate: int | None = None,
 ) -> EmissionLatency:
     r"""Emission latency per reference label (e.g. digit): :math:`\mathrm{emitted}_k - \mathrm{end}_k`, the
     time from the end of label :math:`k`'s audio to the sample at which the stream emitted it

@@ -179,19 +179,10 @@ class TextAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        vocab_size: int = 256,
-        d_model: int = 128,
-        positional: nn.Module | Positional = "sinusoidal",
-        max_len: int = 512,
-        mask: Mask | None = None,
-        char_vocab_size: int = 0,
-        char_dim: int = 32,
-        char_channels: int = 64,
-        char_kernel: int = 3,
-        char_encoder: nn.Module | Literal["cnn", "lstm"] = "cnn",
-        word_dropout: float = 0.0,
-        dropout: float = 0.1,
+        self, vocab_size: int = 256, d_model: int = 128, positional: nn.Module | Positional = "sinusoidal",
+        max_len: int = 512, mask: Mask | None = None, char_vocab_size: int = 0, char_dim: int = 32,
+        char_channels: int = 64, char_kernel: int = 3, char_encoder: nn.Module | Literal["cnn", "lstm"] = "cnn",
+        word_dropout: float = 0.0, dropout: float = 0.1,
     ) -> None:
         super().__init__()
         self.vocab_size = check_nonneg_int("vocab_size", vocab_size, minimum=2)

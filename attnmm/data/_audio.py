@@ -116,13 +116,8 @@ class AudioClips(Dataset):
     """
 
     def __init__(
-        self,
-        paths: Sequence[Path],
-        labels: Sequence[int],
-        sample_rate: int,
-        cache: bool = False,
-        speakers: Sequence[str | None] | None = None,
-        spans: Sequence[tuple[int, int] | None] | None = None,
+        self, paths: Sequence[Path], labels: Sequence[int], sample_rate: int, cache: bool = False,
+        speakers: Sequence[str | None] | None = None, spans: Sequence[tuple[int, int] | None] | None = None,
         file_rate: int | None = None,
     ) -> None:
         if len(paths) != len(labels):
@@ -236,11 +231,7 @@ class _AugmentedCollate:
 
 
 def audio_loader(
-    dataset: Dataset | None,
-    split: str,
-    batch_size: int,
-    num_workers: int,
-    shuffle: bool,
+    dataset: Dataset | None, split: str, batch_size: int, num_workers: int, shuffle: bool,
     augment: nn.Module | None = None,
 ) -> DataLoader:
     r"""A DataLoader of :class:`AudioBatch` over ``dataset``; ``None`` means ``setup`` was not run for ``split``.

@@ -67,12 +67,8 @@ def pair_images(labels: Sequence[int], image_labels: Tensor, seed: int) -> list[
 
 
 def _check_options(
-    audio_snr_db: float | None,
-    image_occlusion: int | None,
-    image_noise: float | None,
-    drop_modality: str | None,
-    modality_dropout: float,
-    corrupt: str = "both",
+    audio_snr_db: float | None, image_occlusion: int | None, image_noise: float | None, drop_modality: str | None,
+    modality_dropout: float, corrupt: str = "both",
 ) -> None:
     side = MNISTDataModule.image_size[-1]
     if audio_snr_db is not None and (isinstance(audio_snr_db, bool) or not math.isfinite(audio_snr_db)):
@@ -172,21 +168,10 @@ class AVDigits(Dataset):
     """
 
     def __init__(
-        self,
-        clips: AudioClips,
-        images: Tensor,
-        pairs: Sequence[int],
-        audio_snr_db: float | None = None,
-        image_occlusion: int | None = None,
-        image_noise: float | None = None,
-        drop_modality: Modality | None = None,
-        modality_dropout: float = 0.0,
-        seed: int | None = 0,
-        corrupt: Corrupt = "both",
-        resample_images: bool = False,
-        augment: RandomCorruption | None = None,
-        image_labels: Tensor | None = None,
-        gate_only: bool | None = None,
+        self, clips: AudioClips, images: Tensor, pairs: Sequence[int], audio_snr_db: float | None = None,
+        image_occlusion: int | None = None, image_noise: float | None = None, drop_modality: Modality | None = None,
+        modality_dropout: float = 0.0, seed: int | None = 0, corrupt: Corrupt = "both", resample_images: bool = False,
+        augment: RandomCorruption | None = None, image_labels: Tensor | None = None, gate_only: bool | None = None,
     ) -> None:
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
         if len(clips) == 0 or len(pairs) == 0 or len(pairs) % len(clips):

@@ -126,30 +126,14 @@ class AVDigitsDataModule(LightningDataModule):
     image_size: tuple[int, int, int] = MNISTDataModule.image_size
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 32,
-        num_workers: int = 0,
-        test_speakers: list[str] | None = None,
-        val_fraction: float = 0.1,
-        image_val_size: int = 1000,
-        seed: int = 0,
-        test_seed: int = 0,
-        audio_snr_db: float | None = None,
-        image_occlusion: int | None = None,
-        image_noise: float | None = None,
-        drop_modality: Modality | None = None,
-        modality_dropout: float = 0.0,
-        corrupt: Corrupt = "both",
-        download: bool = True,
-        val_speakers: list[str] | None = None,
-        test_pairs_per_recording: int = 1,
-        fresh_train_images: bool = False,
-        train_corruption: RandomCorruption | None = None,
-        gate_voices: str | Path | None = None,
-        gate_voices_val: float = 0.5,
-        gate_voices_repeats: int = 4,
-        gate_conflicts: float = 0.0,
+        self, root: str | Path | None = None, batch_size: int = 32, num_workers: int = 0,
+        test_speakers: list[str] | None = None, val_fraction: float = 0.1, image_val_size: int = 1000, seed: int = 0,
+        test_seed: int = 0, audio_snr_db: float | None = None, image_occlusion: int | None = None,
+        image_noise: float | None = None, drop_modality: Modality | None = None, modality_dropout: float = 0.0,
+        corrupt: Corrupt = "both", download: bool = True, val_speakers: list[str] | None = None,
+        test_pairs_per_recording: int = 1, fresh_train_images: bool = False,
+        train_corruption: RandomCorruption | None = None, gate_voices: str | Path | None = None,
+        gate_voices_val: float = 0.5, gate_voices_repeats: int = 4, gate_conflicts: float = 0.0,
     ) -> None:
         super().__init__()
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)

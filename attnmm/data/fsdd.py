@@ -117,18 +117,10 @@ class FSDDDataModule(AudioDataModule):
     class_names: tuple[str, ...] = CLASS_NAMES
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 32,
-        num_workers: int = 0,
-        test_speakers: list[str] | str | None = None,
-        val_fraction: float = 0.1,
-        seed: int = 0,
-        download: bool = True,
-        val_speakers: list[str] | str | None = None,
-        extra_voices: str | Path | None = None,
-        extra_voices_repeats: int = 1,
-        require_extra_voices: bool = True,
+        self, root: str | Path | None = None, batch_size: int = 32, num_workers: int = 0,
+        test_speakers: list[str] | str | None = None, val_fraction: float = 0.1, seed: int = 0, download: bool = True,
+        val_speakers: list[str] | str | None = None, extra_voices: str | Path | None = None,
+        extra_voices_repeats: int = 1, require_extra_voices: bool = True,
     ) -> None:
         super().__init__()
         if isinstance(extra_voices_repeats, bool) or not isinstance(extra_voices_repeats, int) \

@@ -33,14 +33,8 @@ class DigitStringPlan:
 
 
 def plan_digit_strings(
-    takes: Sequence[FSDDTake],
-    num_strings: int,
-    min_digits: int,
-    max_digits: int,
-    max_gap: int,
-    max_samples: int,
-    seed: int,
-    clip_lengths: Sequence[int],
+    takes: Sequence[FSDDTake], num_strings: int, min_digits: int, max_digits: int, max_gap: int, max_samples: int,
+    seed: int, clip_lengths: Sequence[int],
 ) -> list[DigitStringPlan]:
     r"""Draw ``num_strings`` digit strings from ``takes``, deterministically given ``seed``.
 
@@ -229,23 +223,10 @@ class FSDDStringsDataModule(FSDDDataModule):
     """
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 16,
-        num_workers: int = 0,
-        test_speakers: list[str] | None = None,
-        val_fraction: float = 0.1,
-        seed: int = 0,
-        download: bool = True,
-        min_digits: int = 1,
-        max_digits: int = 7,
-        num_train: int = 4000,
-        num_val: int = 300,
-        num_test: int = 1000,
-        max_gap_ms: float = 300.0,
-        max_seconds: float = 10.0,
-        noise_std: float = 0.0,
-        test_seed: int = 0,
+        self, root: str | Path | None = None, batch_size: int = 16, num_workers: int = 0,
+        test_speakers: list[str] | None = None, val_fraction: float = 0.1, seed: int = 0, download: bool = True,
+        min_digits: int = 1, max_digits: int = 7, num_train: int = 4000, num_val: int = 300, num_test: int = 1000,
+        max_gap_ms: float = 300.0, max_seconds: float = 10.0, noise_std: float = 0.0, test_seed: int = 0,
         val_speakers: list[str] | None = None,
     ) -> None:
         super().__init__(root, batch_size, num_workers, test_speakers, val_fraction, seed, download, val_speakers)

@@ -151,23 +151,10 @@ class GraphDataModule(LightningDataModule):
     """
 
     def __init__(
-        self,
-        name: str = MOTIFS,
-        root: str | Path | None = None,
-        batch_size: int = 32,
-        num_graphs: int = 1000,
-        num_nodes: int = 20,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        seed: int = 0,
-        fold: int = 0,
-        num_folds: int = 10,
-        fold_seed: int = 0,
-        use_node_attr: bool = False,
-        max_degree: int = 64,
-        download: bool = False,
-        pe: Encoding = "none",
-        pe_dim: int = 8,
+        self, name: str = MOTIFS, root: str | Path | None = None, batch_size: int = 32, num_graphs: int = 1000,
+        num_nodes: int = 20, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0, fold: int = 0,
+        num_folds: int = 10, fold_seed: int = 0, use_node_attr: bool = False, max_degree: int = 64,
+        download: bool = False, pe: Encoding = "none", pe_dim: int = 8,
     ) -> None:
         super().__init__()
         if not isinstance(name, str) or not name:

@@ -124,11 +124,7 @@ class MNISTDataModule(LightningDataModule):
     TEST_ONLY_TRAIN = 8000
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 128,
-        val_size: int = 1000,
-        augment: bool = True,
+        self, root: str | Path | None = None, batch_size: int = 128, val_size: int = 1000, augment: bool = True,
         num_workers: int = 0,
     ) -> None:
         super().__init__()

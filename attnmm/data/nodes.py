@@ -87,17 +87,10 @@ class NodeDataModule(LightningDataModule):
     task: Literal["multiclass", "multilabel"] = "multiclass"
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        name: str = "Cora",
-        split: Literal["public", "full", "geom-gcn"] = "public",
-        normalize_features: bool = True,
-        download: bool = False,
-        num_neighbors: list[int] | None = None,
-        batch_size: int = 256,
-        split_index: int = 0,
-        to_undirected: bool = False,
-        feature_neighbors: int = 0,
+        self, root: str | Path | None = None, name: str = "Cora",
+        split: Literal["public", "full", "geom-gcn"] = "public", normalize_features: bool = True,
+        download: bool = False, num_neighbors: list[int] | None = None, batch_size: int = 256, split_index: int = 0,
+        to_undirected: bool = False, feature_neighbors: int = 0,
     ) -> None:
         super().__init__()
         if name not in self.names:

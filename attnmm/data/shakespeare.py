@@ -128,13 +128,8 @@ class ShakespeareDataModule(LightningDataModule):
     """
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        block_size: int = 256,
-        batch_size: int = 32,
-        samples_per_epoch: int = 20000,
-        train_fraction: float = 0.9,
-        num_workers: int = 0,
+        self, root: str | Path | None = None, block_size: int = 256, batch_size: int = 32,
+        samples_per_epoch: int = 20000, train_fraction: float = 0.9, num_workers: int = 0,
         eval_stride: int | None = None,
     ) -> None:
         super().__init__()

@@ -103,23 +103,12 @@ class SpeechCommandsDataModule(AudioDataModule):
     """
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 64,
-        num_workers: int = 0,
-        labels: list[str] | None = None,
-        include_unknown: bool | None = None,
-        download: bool = False,
-        layout: Literal["auto", "full", "classes"] = "auto",
-        include_silence: bool | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        seed: int = 0,
-        test_speakers: list[str] | str | None = None,
-        val_speakers: list[str] | str | None = None,
-        test_root: str | Path | None = None,
-        noise_augment: nn.Module | None = None,
-        sample_rate: int = FILE_RATE,
+        self, root: str | Path | None = None, batch_size: int = 64, num_workers: int = 0,
+        labels: list[str] | None = None, include_unknown: bool | None = None, download: bool = False,
+        layout: Literal["auto", "full", "classes"] = "auto", include_silence: bool | None = None,
+        val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
+        test_speakers: list[str] | str | None = None, val_speakers: list[str] | str | None = None,
+        test_root: str | Path | None = None, noise_augment: nn.Module | None = None, sample_rate: int = FILE_RATE,
     ) -> None:
         super().__init__()
         if not isinstance(sample_rate, int) or sample_rate < 1:

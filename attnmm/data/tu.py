@@ -83,10 +83,7 @@ def _unreadable(raw: Path, name: str, err: Exception) -> Exception:
 
 
 def tu_graphs(
-    name: str,
-    root: str | Path | None = None,
-    use_node_attr: bool = False,
-    max_degree: int = 64,
+    name: str, root: str | Path | None = None, use_node_attr: bool = False, max_degree: int = 64,
     download: bool = False,
 ) -> list[Any]:
     r"""The graphs of TU dataset ``name`` as a list of PyG ``Data`` with ``x``, ``edge_index``, ``y`` (1,) and,

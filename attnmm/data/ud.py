@@ -187,22 +187,10 @@ class UDPOSDataModule(LightningDataModule):
     class_names: tuple[str, ...] = UPOS_TAGS
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        treebank: str = "ud_english_ewt",
-        prefix: str = "en_ewt",
-        batch_size: int = 32,
-        num_workers: int = 0,
-        max_words: int = 20000,
-        min_word_freq: int = 1,
-        max_chars: int = 200,
-        max_word_len: int = 20,
-        lowercase: bool = True,
-        seed: int = 0,
-        holdout: int = 0,
-        unk_replace: float = 0.0,
-        aux_columns: Sequence[str] = (),
-        max_aux_classes: int = 64,
+        self, root: str | Path | None = None, treebank: str = "ud_english_ewt", prefix: str = "en_ewt",
+        batch_size: int = 32, num_workers: int = 0, max_words: int = 20000, min_word_freq: int = 1,
+        max_chars: int = 200, max_word_len: int = 20, lowercase: bool = True, seed: int = 0, holdout: int = 0,
+        unk_replace: float = 0.0, aux_columns: Sequence[str] = (), max_aux_classes: int = 64,
     ) -> None:
         super().__init__()
         if not (unk_replace >= 0.0 and math.isfinite(unk_replace)):

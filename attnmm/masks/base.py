@@ -169,11 +169,7 @@ class Mask(ABC):
         return num_rows, num_cols, batch_size if self.batched else None
 
     def dense(
-        self,
-        num_rows: int,
-        num_cols: int | None = None,
-        batch_size: int | None = None,
-        *,
+        self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None, *,
         device: torch.device | str | None = None,
     ) -> Tensor:
         """The reference form: a bool tensor (L, S), or (B, L, S) for a batched mask.
@@ -192,11 +188,7 @@ class Mask(ABC):
         return out.expand(batch_size, num_rows, num_cols).clone()
 
     def pairs(
-        self,
-        num_rows: int,
-        num_cols: int | None = None,
-        batch_size: int | None = None,
-        *,
+        self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None, *,
         device: torch.device | str | None = None,
     ) -> Pairs:
         """The sparse form: allowed pairs sorted by query, in O(nnz) without the dense form."""

@@ -48,11 +48,7 @@ class Grid(Mask):
     layout = "padded"
 
     def __init__(
-        self,
-        height: int,
-        width: int,
-        kernel: int,
-        dilation: int = 1,
+        self, height: int, width: int, kernel: int, dilation: int = 1,
         border: Literal["truncate", "shift"] = "truncate",
     ) -> None:
         self.height = check_nonneg_int("height", height, minimum=1)

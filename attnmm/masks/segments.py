@@ -32,12 +32,8 @@ class _Blocks(Mask):
     layout = "padded"
 
     def __init__(
-        self,
-        row_sizes: tuple[int, ...],
-        col_sizes: tuple[int, ...],
-        blocks: tuple[tuple[Mask | None, ...], ...],
-        row_lengths: Tensor | None,
-        col_lengths: Tensor | None,
+        self, row_sizes: tuple[int, ...], col_sizes: tuple[int, ...], blocks: tuple[tuple[Mask | None, ...], ...],
+        row_lengths: Tensor | None, col_lengths: Tensor | None,
     ) -> None:
         self.row_sizes, self.col_sizes, self.blocks = row_sizes, col_sizes, blocks
         self.row_lengths, self.col_lengths = row_lengths, col_lengths
@@ -204,9 +200,7 @@ class Segments(_Blocks):
     """
 
     def __init__(
-        self,
-        sizes: Sequence[int],
-        within: Sequence[Mask | None] | None = None,
+        self, sizes: Sequence[int], within: Sequence[Mask | None] | None = None,
         links: Literal["none", "full"] | Sequence[Sequence[Link]] = "none",
         lengths: Tensor | Sequence[Sequence[int]] | None = None,
     ) -> None:

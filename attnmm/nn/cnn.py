@@ -248,12 +248,7 @@ class ConvEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_layers: int,
-        kernel: int = 3,
-        dim_feedforward: int = 256,
-        dropout: float = 0.0,
+        self, d_model: int, num_layers: int, kernel: int = 3, dim_feedforward: int = 256, dropout: float = 0.0,
         grid_size: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()

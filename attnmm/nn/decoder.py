@@ -96,12 +96,7 @@ class AttentionDecoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_classes: int,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        dim_feedforward: int = 256,
+        self, d_model: int, num_classes: int, num_heads: int = 4, num_layers: int = 2, dim_feedforward: int = 256,
         dropout: float = 0.1,
     ) -> None:
         super().__init__()

@@ -75,17 +75,9 @@ class EgoNeighbourEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        out_channels: int,
-        hops: int = 1,
-        dropout: float = 0.5,
-        normalize: bool = False,
-        scores: Literal["uniform", "additive"] = "uniform",
-        heads: int = 1,
-        pair_dropout: float = 0.0,
-        negative_slope: float = 0.2,
+        self, in_channels: int, hidden_channels: int, out_channels: int, hops: int = 1, dropout: float = 0.5,
+        normalize: bool = False, scores: Literal["uniform", "additive"] = "uniform", heads: int = 1,
+        pair_dropout: float = 0.0, negative_slope: float = 0.2,
     ) -> None:
         super().__init__()
         self.hops = check_nonneg_int("hops", hops)

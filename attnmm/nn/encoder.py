@@ -73,17 +73,9 @@ class EncoderLayer(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        *,
-        activation: Literal["relu", "gelu", "silu"] = "gelu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        rotary: RotaryPE | None = None,
-        position_bias: RelativePositionBias | None = None,
+        self, d_model: int, num_heads: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
+        activation: Literal["relu", "gelu", "silu"] = "gelu", layer_norm_eps: float = 1e-5, bias: bool = True,
+        rotary: RotaryPE | None = None, position_bias: RelativePositionBias | None = None,
         score: Literal["softmax", "relu"] = "softmax",
     ) -> None:
         super().__init__()
@@ -189,18 +181,9 @@ class Encoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        num_layers: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        *,
-        activation: Literal["relu", "gelu", "silu"] = "gelu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        rotary: RotaryPE | None = None,
-        position_bias: RelativePositionBias | None = None,
+        self, d_model: int, num_heads: int, num_layers: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
+        activation: Literal["relu", "gelu", "silu"] = "gelu", layer_norm_eps: float = 1e-5, bias: bool = True,
+        rotary: RotaryPE | None = None, position_bias: RelativePositionBias | None = None,
         score: Literal["softmax", "relu"] = "softmax",
     ) -> None:
         super().__init__()

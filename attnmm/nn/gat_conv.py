@@ -81,18 +81,9 @@ class GATConv(AdditiveGraphAttention):
     """
 
     def __init__(
-        self,
-        in_channels: int | tuple[int, int],
-        out_channels: int,
-        heads: int = 1,
-        concat: bool = True,
-        negative_slope: float = 0.2,
-        dropout: float = 0.0,
-        add_self_loops: bool = True,
-        edge_dim: int | None = None,
-        fill_value: float | Tensor | str = "mean",
-        bias: bool = True,
-        residual: bool = False,
+        self, in_channels: int | tuple[int, int], out_channels: int, heads: int = 1, concat: bool = True,
+        negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim: int | None = None,
+        fill_value: float | Tensor | str = "mean", bias: bool = True, residual: bool = False,
     ) -> None:
         super().__init__(
             in_channels, out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim,
@@ -139,14 +130,8 @@ class GATConv(AdditiveGraphAttention):
         return torch.einsum("hcf,hc->fh", lin.weight.view(H, C, -1), att.view(H, C))  # (D, H)
 
     def forward(
-        self,
-        x: Tensor | tuple[Tensor, Tensor | None],
-        edge_index: Tensor | Mask,
-        edge_attr: Tensor | None = None,
-        size: tuple[int, int] | None = None,
-        return_attention_weights: bool | None = None,
-        *,
-        mask: Mask | None = None,
+        self, x: Tensor | tuple[Tensor, Tensor | None], edge_index: Tensor | Mask, edge_attr: Tensor | None = None,
+        size: tuple[int, int] | None = None, return_attention_weights: bool | None = None, *, mask: Mask | None = None,
     ) -> Tensor | tuple[Tensor, Weights]:
         """Attend along the edges (and the pairs of ``mask``); see the class docstring for shapes.
 

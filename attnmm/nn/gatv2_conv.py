@@ -87,18 +87,9 @@ class GATv2Conv(AdditiveGraphAttention):
     """
 
     def __init__(
-        self,
-        in_channels: int | tuple[int, int],
-        out_channels: int,
-        heads: int = 1,
-        concat: bool = True,
-        negative_slope: float = 0.2,
-        dropout: float = 0.0,
-        add_self_loops: bool = True,
-        edge_dim: int | None = None,
-        fill_value: float | Tensor | str = "mean",
-        bias: bool = True,
-        share_weights: bool = False,
+        self, in_channels: int | tuple[int, int], out_channels: int, heads: int = 1, concat: bool = True,
+        negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim: int | None = None,
+        fill_value: float | Tensor | str = "mean", bias: bool = True, share_weights: bool = False,
         residual: bool = False,
     ) -> None:
         super().__init__(
@@ -136,14 +127,8 @@ class GATv2Conv(AdditiveGraphAttention):
             nn.init.zeros_(self.bias)
 
     def forward(
-        self,
-        x: Tensor | tuple[Tensor, Tensor],
-        edge_index: Tensor | Mask,
-        edge_attr: Tensor | None = None,
-        return_attention_weights: bool | None = None,
-        *,
-        size: tuple[int, int] | None = None,
-        mask: Mask | None = None,
+        self, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor | Mask, edge_attr: Tensor | None = None,
+        return_attention_weights: bool | None = None, *, size: tuple[int, int] | None = None, mask: Mask | None = None,
     ) -> Tensor | tuple[Tensor, Weights]:
         """Attend along the edges (and the pairs of ``mask``); see the class docstring for shapes.
 
@@ -180,12 +165,7 @@ class GATv2Conv(AdditiveGraphAttention):
 
 
 def _pre_activation(
-    x_src: Tensor,
-    x_dst: Tensor,
-    src: Tensor,
-    dst: Tensor,
-    edge_attr: Tensor | None,
-    w_edge: Tensor | None,
+    x_src: Tensor, x_dst: Tensor, src: Tensor, dst: Tensor, edge_attr: Tensor | None, w_edge: Tensor | None,
     buffers: tuple[Tensor, Tensor],
 ) -> Tensor:
     r""":math:`\mathbf{W}_s \mathbf{x}_j + \mathbf{W}_d \mathbf{x}_i (+ \mathbf{W}_e \mathbf{e}_{ij})` of
@@ -212,15 +192,8 @@ class _PairScore(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        x_src: Tensor,
-        x_dst: Tensor,
-        att: Tensor,
-        src: Tensor,
-        dst: Tensor,
-        edge_attr: Tensor | None,
-        w_edge: Tensor | None,
-        slope: float,
+        ctx: Any, x_src: Tensor, x_dst: Tensor, att: Tensor, src: Tensor, dst: Tensor, edge_attr: Tensor | None,
+        w_edge: Tensor | None, slope: float,
     ) -> Tensor:
         H, C = att.shape
         xs, xd = x_src.reshape(-1, H * C), x_dst.reshape(-1, H * C)  # views of the projections

@@ -52,15 +52,8 @@ class GraphAttentionEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        out_channels: int,
-        num_layers: int = 2,
-        heads: int = 8,
-        out_heads: int = 1,
-        dropout: float = 0.6,
-        root_weight: bool = False,
+        self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int = 2, heads: int = 8,
+        out_heads: int = 1, dropout: float = 0.6, root_weight: bool = False,
     ) -> None:
         super().__init__()
         num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)

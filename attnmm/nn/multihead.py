@@ -75,16 +75,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        kdim: int | None = None,
-        vdim: int | None = None,
-        dropout: float = 0.0,
-        bias: bool = True,
-        rotary: RotaryPE | None = None,
-        position_bias: RelativePositionBias | None = None,
+        self, embed_dim: int, num_heads: int, *, kdim: int | None = None, vdim: int | None = None, dropout: float = 0.0,
+        bias: bool = True, rotary: RotaryPE | None = None, position_bias: RelativePositionBias | None = None,
         score: Literal["softmax", "relu"] = "softmax",
     ) -> None:
         super().__init__()
@@ -144,15 +136,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, AttentionWeights]: ...
 
     def forward(
-        self,
-        query: Tensor,
-        key: Tensor | None = None,
-        value: Tensor | None = None,
-        mask: Mask | None = None,
-        *,
-        bias: Tensor | None = None,
-        return_weights: bool = False,
-        state: IncrementalState | None = None,
+        self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, mask: Mask | None = None, *,
+        bias: Tensor | None = None, return_weights: bool = False, state: IncrementalState | None = None,
         plan: AttentionPlan | None = None,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         if state is not None and (key is not None or value is not None or query.dim() != 3):

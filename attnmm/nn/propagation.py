@@ -74,17 +74,9 @@ class PropagationEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        out_channels: int,
-        steps: int = 10,
-        alpha: float = 0.1,
-        dropout: float = 0.5,
-        pair_dropout: float = 0.0,
-        scores: Literal["uniform", "cosine", "additive"] = "uniform",
-        heads: int = 1,
-        negative_slope: float = 0.2,
+        self, in_channels: int, hidden_channels: int, out_channels: int, steps: int = 10, alpha: float = 0.1,
+        dropout: float = 0.5, pair_dropout: float = 0.0, scores: Literal["uniform", "cosine", "additive"] = "uniform",
+        heads: int = 1, negative_slope: float = 0.2,
     ) -> None:
         super().__init__()
         self.steps = check_nonneg_int("steps", steps)

@@ -67,14 +67,8 @@ class RecurrentEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_layers: int = 1,
-        *,
-        cell: Literal["lstm", "gru"] = "lstm",
-        bidirectional: bool = False,
-        hidden_size: int | None = None,
-        dropout: float = 0.0,
+        self, d_model: int, num_layers: int = 1, *, cell: Literal["lstm", "gru"] = "lstm", bidirectional: bool = False,
+        hidden_size: int | None = None, dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)

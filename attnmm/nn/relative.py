@@ -77,14 +77,8 @@ class RelativePositionBias(nn.Module):
     """
 
     def __init__(
-        self,
-        num_heads: int,
-        max_offset: int | tuple[int, int],
-        min_offset: int | tuple[int, int] | None = None,
-        *,
-        dilation: int = 1,
-        grid_size: tuple[int, int] | None = None,
-        clip: bool = False,
+        self, num_heads: int, max_offset: int | tuple[int, int], min_offset: int | tuple[int, int] | None = None, *,
+        dilation: int = 1, grid_size: tuple[int, int] | None = None, clip: bool = False,
     ) -> None:
         super().__init__()
         self.num_heads = check_nonneg_int("num_heads", num_heads, minimum=1)
@@ -130,11 +124,7 @@ class RelativePositionBias(nn.Module):
 
     @classmethod
     def for_grid(
-        cls,
-        num_heads: int,
-        kernel: int,
-        dilation: int = 1,
-        border: Literal["truncate", "shift"] = "truncate",
+        cls, num_heads: int, kernel: int, dilation: int = 1, border: Literal["truncate", "shift"] = "truncate",
     ) -> RelativePositionBias:
         """The bias of ``Grid(height, width, kernel, dilation, border)``: ``kernel**2`` offsets, or
         ``(2 * kernel - 1)**2`` with ``border="shift"``."""

@@ -79,15 +79,8 @@ class AttentionConv(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int | tuple[int, int],
-        out_channels: int,
-        heads: int = 1,
-        concat: bool = True,
-        beta: bool = False,
-        dropout: float = 0.0,
-        edge_dim: int | None = None,
-        bias: bool = True,
+        self, in_channels: int | tuple[int, int], out_channels: int, heads: int = 1, concat: bool = True,
+        beta: bool = False, dropout: float = 0.0, edge_dim: int | None = None, bias: bool = True,
         root_weight: bool = True,
     ) -> None:
         super().__init__()
@@ -123,12 +116,8 @@ class AttentionConv(nn.Module):
                 lin.reset_parameters()
 
     def forward(
-        self,
-        x: Tensor | tuple[Tensor, Tensor],
-        edge_index: Tensor | Mask,
-        edge_attr: Tensor | None = None,
-        return_attention_weights: bool | None = None,
-        mask: Mask | None = None,
+        self, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor | Mask, edge_attr: Tensor | None = None,
+        return_attention_weights: bool | None = None, mask: Mask | None = None,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attend along the edges (and the pairs of ``mask``); see the class docstring for shapes.
 
