@@ -471,10 +471,4 @@ def emission_latency(
     return EmissionLatency(values, mean, p95, len(latencies), total)
 
 
-__all__ = [
-    "Emission",
-    "EmissionLatency",
-    "SpeechStream",
-    "StreamingRecognizer",
-    "emission_latency",
-]
+__all__ = ["Emission", "EmissionLatency", "SpeechStream", "StreamingRecognizer", "emission_latency"]
