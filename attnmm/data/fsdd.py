@@ -214,7 +214,7 @@ class FSDDDataModule(AudioDataModule):
         if augment is not None:
             augment.train()
         both: ConcatDataset = ConcatDataset([self.train_set, *[self.voices_set] * self.extra_voices_repeats])
-        return audio_loader(both, "train", self.batch_size, self.num_workers, shuffle=True, augment=augment)
+        return audio_loader(both, "train", self.batch_size, self.num_workers, True, augment, self.collate)
 
     def _clips(self, split: str) -> AudioClips:
         takes = self._splits[split]
