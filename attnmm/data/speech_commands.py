@@ -32,8 +32,8 @@ from attnmm.data._speakers import read_speakers, split_speech_commands
 from attnmm.data.augment import noise_takers, set_noise_bank
 
 __all__ = ["CORE_COMMANDS", "DIGIT_WORDS", "SILENCE", "SpeechClip", "SpeechCommandsDataModule", "UNKNOWN",
-           "digit_voices", "download_speech_commands", "scan_class_folders", "scan_speech_commands",
-           "slice_background", "split_speech_commands"]
+           "digit_voices", "download_speech_commands", "scan_class_folders", "scan_speech_commands", "slice_background",
+           "split_speech_commands"]
 
 
 class SpeechCommandsDataModule(AudioDataModule):
