@@ -2,6 +2,7 @@ r"""A stack of :class:`~attnmm.nn.AttentionConv` layers: a graph attention netwo
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch.nn.functional as F
@@ -62,13 +63,9 @@ class GraphAttentionEncoder(nn.Module):
         self.dropout = float(dropout)
         self.in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
         widths = [in_channels] + [hidden_channels * heads] * (num_layers - 1)
-        self.convs = nn.ModuleList(
-            AttentionConv(w, hidden_channels, heads=heads, dropout=dropout, root_weight=root_weight)
-            for w in widths[:-1]
-        )
-        self.out = AttentionConv(
-            widths[-1], out_channels, heads=out_heads, concat=False, dropout=dropout, root_weight=root_weight
-        )
+        conv = partial(AttentionConv, dropout=dropout, root_weight=root_weight)
+        self.convs = nn.ModuleList(conv(w, hidden_channels, heads=heads) for w in widths[:-1])
+        self.out = conv(widths[-1], out_channels, heads=out_heads, concat=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
