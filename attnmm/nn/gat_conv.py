@@ -95,20 +95,12 @@ class GATConv(AdditiveGraphAttention):
         self.att_dst = nn.Parameter(torch.empty(1, H, C))
         self.att_edge: nn.Parameter | None = None if self.edge_dim is None else nn.Parameter(torch.empty(1, H, C))
         self.bias: nn.Parameter | None = nn.Parameter(torch.empty(self.total_out_channels)) if bias else None
-        self.lin: nn.Linear | None = None
-        self.lin_src: nn.Linear | None = None
-        self.lin_dst: nn.Linear | None = None
-        if isinstance(in_channels, int):
-            self.lin = nn.Linear(self.src_channels, H * C, bias=False)
-        else:
-            self.lin_src = nn.Linear(self.src_channels, H * C, bias=False)
-            self.lin_dst = nn.Linear(self.dst_channels, H * C, bias=False)
-        self.lin_edge: nn.Linear | None = None
-        if self.edge_dim is not None:
-            self.lin_edge = nn.Linear(self.edge_dim, H * C, bias=False)
-        self.res: nn.Linear | None = (
-            nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
-        )
+        shared = isinstance(in_channels, int)
+        self.lin = nn.Linear(self.src_channels, H * C, bias=False) if shared else None
+        self.lin_src = None if shared else nn.Linear(self.src_channels, H * C, bias=False)
+        self.lin_dst = None if shared else nn.Linear(self.dst_channels, H * C, bias=False)
+        self.lin_edge = None if self.edge_dim is None else nn.Linear(self.edge_dim, H * C, bias=False)
+        self.res = nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -98,21 +98,15 @@ class GATv2Conv(AdditiveGraphAttention):
         )  # fmt: skip
         H, C = self.heads, self.out_channels
         if share_weights and self.src_channels != self.dst_channels:
-            raise ValueError(
-                f"share_weights=True needs equal source and target widths, got in_channels={in_channels!r}"
-            )
+            raise ValueError(f"share_weights=True needs equal source and target widths, got in_channels={in_channels}")
         self.share_weights = share_weights
         # parameters first, then the projections: the order of PyG's state dict
         self.att = nn.Parameter(torch.empty(1, H, C))
         self.bias: nn.Parameter | None = nn.Parameter(torch.empty(self.total_out_channels)) if bias else None
         self.lin_l = nn.Linear(self.src_channels, H * C, bias=bias)
         self.lin_r = self.lin_l if share_weights else nn.Linear(self.dst_channels, H * C, bias=bias)
-        self.lin_edge: nn.Linear | None = None
-        if self.edge_dim is not None:
-            self.lin_edge = nn.Linear(self.edge_dim, H * C, bias=False)
-        self.res: nn.Linear | None = (
-            nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
-        )
+        self.lin_edge = None if self.edge_dim is None else nn.Linear(self.edge_dim, H * C, bias=False)
+        self.res = nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
