@@ -36,16 +36,10 @@ class AVDigitsDataModule(LightningDataModule):
     r"""Audio-visual digits: every recording of the Free Spoken Digit Dataset paired with an MNIST image
     of the same digit, for multimodal fusion and robustness experiments.
 
-    Both datasets are read from one data folder (``root``, else ``$ATTNMM_DATA``, else
-    ``~/.cache/attnmm``): the recordings from ``fsdd/recordings`` by :class:`~attnmm.data.FSDDDataModule`
-    and the images from ``MNIST/raw`` by :class:`~attnmm.data.MNISTDataModule`, each split its own way:
-
-    - recordings: the dataset's own split (takes 0-4 of every speaker are the test set) or, with
-      ``test_speakers``, all takes of those speakers; validation ``val_fraction`` of the rest per digit,
-      or with ``val_speakers`` all other takes of those speakers (voices never trained on);
-    - images: the image recipe's split, so the **test images are MNISTDataModule's test set** (the last
-      2,000 of the offline 10k test set, or all 10k with the full files) and training and validation
-      draw from its training and validation images (``image_val_size`` of them validate).
+    Both datasets are read from one data folder (:func:`~attnmm.data.data_dir`), each split its own way:
+    the recordings from ``fsdd/recordings`` as :class:`~attnmm.data.FSDDDataModule` splits them, the
+    images from ``MNIST/raw`` as :class:`~attnmm.data.MNISTDataModule` does, so the **test images are
+    MNISTDataModule's test set** (``image_val_size`` of its training images validate).
 
     Each recording of a split is paired with an image of the same digit from the same split
     (:func:`pair_images`): no recording and no image is in two splits. There is one example per

@@ -2,6 +2,7 @@ r"""Graph classification sets of the TU collection (Morris et al., 2020), read f
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +114,9 @@ def tu_graphs(
     base = resolve_root(root, "TUDataset")
     pyg_root = _writable_root(base, name, download)
     processed = pyg_root / name / "processed"
-
-    def build(at: Path) -> Any:
-        return TUDataset(str(at), name)
-
     if not (processed / "data.pt").is_file():
-        process_staged(pyg_root, Path(name), build, lambda err: _unreadable(pyg_root / name / "raw", name, err), name)
+        unreadable = partial(_unreadable, pyg_root / name / "raw", name)
+        process_staged(pyg_root, Path(name), lambda at: TUDataset(str(at), name), unreadable, name)
     drop_pyg_metadata(processed)
     try:
         dataset = TUDataset(str(pyg_root), name, use_node_attr=use_node_attr, use_edge_attr=True)
