@@ -150,9 +150,8 @@ class TokenHeads(nn.ModuleDict):
     multi-task tagging, keyed by the batch entries that hold their targets (e.g. XPOS tags and
     dependency relations beside UPOS), as :class:`~attnmm.lightning.ClassificationTask` takes them.
 
-    A :class:`~torch.nn.ModuleDict`, so a recipe names it by ``class_path`` and links its ``d_model``
-    to the adapter's, its ``keys`` to the data's auxiliary columns and its ``num_classes`` to their
-    class cap: each is written once.
+    A recipe names it by ``class_path`` and links ``d_model``, ``keys`` and ``num_classes`` to the
+    adapter's width and the data's auxiliary columns and class cap.
 
     Args:
         d_model (int): token width D.
@@ -213,14 +212,12 @@ class SegmentPoolingClassifier(nn.Module):
     ``AVDigitsDataModule(gate_voices=...)``, whose batches carry the flag, which
     :class:`~attnmm.lightning.ClassificationTask` passes on). A head without a gate refuses them.
 
-    ``combine`` says what the weights average. ``"logits"`` (above) lets a segment that is confidently
-    wrong outvote the others by the size of its logits; ``"probabilities"`` averages the segments'
-    class probabilities instead, :math:`\mathbf{y}_b = \log \sum_{k \in S_b} \alpha_{b,k}\,
-    \mathrm{softmax}(\mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k)` (log-probabilities, so a softmax of
-    the output is the mixture), where no segment moves more than its weight of probability; and
-    ``"average"`` does the same with equal weights over the present segments, the gate unused (the
-    late ensemble of the segments' own predictions). The choice holds no parameter, so a model trained
-    with one can be evaluated with another (set ``head.combine`` on the loaded model).
+    ``combine`` says what the weights average: ``"logits"`` (above), where a confidently wrong segment
+    can outvote the others; ``"probabilities"``, :math:`\mathbf{y}_b = \log \sum_{k \in S_b}
+    \alpha_{b,k}\, \mathrm{softmax}(\mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k)` (a softmax of the
+    output is the mixture), where no segment moves more than its weight of probability; or
+    ``"average"``, the same with equal weights, the gate unused. It holds no parameter: set
+    ``head.combine`` on a loaded model to evaluate it another way.
 
     Args:
         d_model (int): token width D.
