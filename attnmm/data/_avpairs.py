@@ -114,15 +114,10 @@ class AVDigits(Dataset):
 
     Item ``i`` is the recording ``clips[i]`` and the image ``images[pairs[i]]`` (uint8, scaled to [0, 1]),
     a dict with ``waveform`` (T,), ``image`` (1, 28, 28), ``audio_present``, ``image_present`` and
-    ``label``; batch items with :func:`collate_avdigits`. Corruptions, when set:
-
-    - audio noise: white Gaussian noise scaled so that the clip's signal-to-noise ratio is exactly
-      ``audio_snr_db`` dB, :math:`10 \log_{10}(\lVert\mathbf{w}\rVert^2 / \lVert\mathbf{n}\rVert^2)`
-      (:func:`torchaudio.functional.add_noise`);
-    - image noise: Gaussian noise of standard deviation ``image_noise`` added to the pixels, clipped
-      to [0, 1];
-    - occlusion: a square of ``image_occlusion`` pixels at a random position set to 0 (after the noise).
-
+    ``label``; batch items with :func:`collate_avdigits`. The corruptions, when set, are
+    :func:`~attnmm.data.corruptions.add_audio_noise` (at exactly ``audio_snr_db`` dB),
+    :func:`~attnmm.data.corruptions.add_image_noise` (std ``image_noise``) and then
+    :func:`~attnmm.data.corruptions.occlude` (a square of ``image_occlusion`` pixels).
     With ``corrupt="both"`` every item gets all of them; with ``corrupt="one"`` each item gets the
     corruptions of one modality only, audio or image with equal chance (one sensor failing at a time),
     the other modality left clean.
