@@ -262,7 +262,7 @@ class AudioDataModule(LightningDataModule):
     val_set: AudioClips | None = None
     test_set: AudioClips | None = None
     train_augment: nn.Module | None = None
-    collate = staticmethod(collate_audio)
+    collate: Callable[[Sequence], Any] = staticmethod(collate_audio)
 
     def train_dataloader(self) -> DataLoader:
         augment = self.train_augment

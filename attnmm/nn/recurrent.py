@@ -115,7 +115,7 @@ class RecurrentEncoder(nn.Module):
             )
         n = lengths
         if n is not None and (n.numel() != x.size(0) or (n.numel() and int(n.max()) > x.size(1))):
-            raise ValueError(f"the mask's Padding lengths {lengths.tolist()} do not fit x of shape {tuple(x.shape)}")
+            raise ValueError(f"the mask's Padding lengths {n.tolist()} do not fit x of shape {tuple(x.shape)}")
         # oneDNN computes no bfloat16 LSTM/GRU on every CPU ("unsupported datatype"): under CPU autocast
         # the recurrence runs in float32, the layers around it stay in the autocast dtype
         cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")

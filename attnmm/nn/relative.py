@@ -101,7 +101,8 @@ class RelativePositionBias(nn.Module):
         if grid_size is not None:
             if not self.two_d:
                 raise ValueError("grid_size is for a 2-D bias; pass max_offset as a (rows, cols) pair")
-            grid_size = tuple(check_nonneg_int(f"grid_size[{k}]", n, minimum=1) for k, n in enumerate(grid_size))
+            height, width = (check_nonneg_int(f"grid_size[{k}]", n, minimum=1) for k, n in enumerate(grid_size))
+            grid_size = (height, width)
         self.grid_size = grid_size
         self.table = nn.Parameter(torch.empty(math.prod(n for _, _, n in self.ranges), self.num_heads))
         self.reset_parameters()
