@@ -130,12 +130,10 @@ class TextAdapter(Adapter):
     In training, ``word_dropout`` replaces real tokens by the unknown token, so the model learns to
     tag words it has never seen from their characters and context.
 
-    ``positional`` is the encoding: a module called as ``pos(x, positions)`` (``positions`` (L,) or
-    ``None`` for 0..L-1; in YAML by ``class_path``), or a shorthand: ``"sinusoidal"``
-    (:class:`~attnmm.nn.SinusoidalPE`), ``"learned"`` (:class:`~attnmm.nn.LearnedPE`
-    with ``max_len`` positions), ``"rotary"`` (nothing is added here: give the encoder
-    ``rotary=RotaryPE(D // H)``, which rotates queries and keys in every layer) or ``"none"``. The
-    character features are likewise a module of one's own (``char_encoder``: chars (B, L, C) ->
+    ``positional`` is a module called as ``pos(x, positions)`` (``positions`` (L,) or ``None`` for
+    0..L-1) or a shorthand: ``"sinusoidal"`` (:class:`~attnmm.nn.SinusoidalPE`), ``"learned"``
+    (:class:`~attnmm.nn.LearnedPE`), ``"rotary"`` (nothing added here: give the encoder
+    ``rotary=RotaryPE(D // H)``) or ``"none"``; ``char_encoder`` likewise a module (chars (B, L, C) ->
     (B, L, ``out_dim``)) or a shorthand for :class:`CharFeatures`.
 
     Args:
