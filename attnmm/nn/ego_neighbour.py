@@ -40,12 +40,7 @@ class EgoNeighbourEncoder(nn.Module):
 
     With ``scores="uniform"`` the weights are :math:`a_{ij} = 1/|A(i)|` (the mean over the allowed set,
     the random-walk normalised adjacency); with ``scores="additive"`` they are GAT's learned attention
-    on the ego hidden layer :math:`\mathbf{g} = \mathbf{z}^{(0)}`, ``heads`` heads averaged, computed
-    once per forward and used in every round:
-
-    .. math::
-        a_{ij} = \frac{1}{H} \sum_{h=1}^{H} \mathrm{softmax}_{j \in A(i)}\, \mathrm{LeakyReLU}\big(
-        \mathbf{a}_{\mathrm{dst},h}^\top \mathbf{g}_i + \mathbf{a}_{\mathrm{src},h}^\top \mathbf{g}_j\big)
+    of :class:`~attnmm.nn.PropagationEncoder`, on the ego hidden layer :math:`\mathbf{g} = \mathbf{z}^{(0)}`.
 
     Args:
         in_channels (int): input width F.

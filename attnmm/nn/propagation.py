@@ -41,8 +41,7 @@ class PropagationEncoder(nn.Module):
 
     (each pair's score goes to :func:`~attnmm.attention.attend` as a per-pair bias, so no value
     vector is copied per pair; ``pair_dropout`` drops pairs in each head independently). Every round
-    is one
-    :func:`~attnmm.attention.attend` call under the mask, so any mask works: a
+    is one :func:`~attnmm.attention.attend` call under the mask, so any mask works: a
     :class:`~attnmm.masks.Graph`, its k-hop neighbourhoods, a union with expander edges.
 
     Args:
