@@ -15,17 +15,5 @@ from attnmm.nn import (
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AttentionWeights",
-    "Encoder",
-    "EncoderLayer",
-    "LearnedPE",
-    "MultiHeadAttention",
-    "RelativePositionBias",
-    "RotaryPE",
-    "Sinusoidal2DPE",
-    "SinusoidalPE",
-    "attend",
-    "masks",
-    "__version__",
-]
+__all__ = ["AttentionWeights", "Encoder", "EncoderLayer", "LearnedPE", "MultiHeadAttention", "RelativePositionBias",
+           "RotaryPE", "Sinusoidal2DPE", "SinusoidalPE", "attend", "masks", "__version__"]

@@ -52,10 +52,9 @@ def data_text() -> list[str]:
     ]
     present = [name for name in DATASETS if (base / name).is_dir() and any((base / name).iterdir())]
     absent = [name for name in DATASETS if name not in present]
-    lines.append("  present:" + ("" if present else " none"))
-    lines += [f"    {name:<28} {DATASETS[name]}" for name in present]
-    lines.append("  absent:" + ("" if absent else " none"))
-    lines += [f"    {name:<28} {DATASETS[name]}" for name in absent]
+    for label, names in (("present", present), ("absent", absent)):
+        lines.append(f"  {label}:" + ("" if names else " none"))
+        lines += [f"    {name:<28} {DATASETS[name]}" for name in names]
     if absent:
         lines.append(f"  Put a dataset's folder under {base}, or point ${DATA_ENV} at a folder that holds it; a "
                      "recipe without its data says which files it needs.")

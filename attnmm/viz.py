@@ -39,12 +39,7 @@ _MAX_GRIDLINES = 40
 
 
 def plot_mask(
-    mask: Mask,
-    num_rows: int,
-    num_cols: int | None = None,
-    *,
-    b: int = 0,
-    ax: Axes | None = None,
+    mask: Mask, num_rows: int, num_cols: int | None = None, *, b: int = 0, ax: Axes | None = None,
     title: str | None = None,
 ) -> Figure:
     r"""Plot the allowed matrix :math:`M_{ij} = \mathbb{1}[j \in A_b(i)]` of a mask.
@@ -58,12 +53,8 @@ def plot_mask(
         num_cols (int, optional): number of keys S. (default: :obj:`num_rows`)
         b (int, optional): batch item to draw, for a batched mask such as
             :class:`~attnmm.masks.Padding`. (default: :obj:`0`)
-        ax (matplotlib.axes.Axes, optional): axes to draw into; a new figure when ``None``.
-            (default: :obj:`None`)
+        ax (matplotlib.axes.Axes, optional): axes to draw into. (default: :obj:`None`, a new figure)
         title (str, optional): axes title. (default: the mask's ``repr``)
-
-    Returns:
-        Figure: the figure holding the plot.
 
     Examples:
         >>> from attnmm.masks import Window
@@ -86,12 +77,7 @@ def plot_mask(
 
 
 def plot_masks(
-    masks: Mapping[str, Mask],
-    num_rows: int,
-    num_cols: int | None = None,
-    *,
-    columns: int = 4,
-    panel_size: float = 2.6,
+    masks: Mapping[str, Mask], num_rows: int, num_cols: int | None = None, *, columns: int = 4, panel_size: float = 2.6
 ) -> Figure:
     """Plot several masks side by side, one panel per mask titled with its name.
 
@@ -101,9 +87,6 @@ def plot_masks(
         num_cols (int, optional): number of keys S. (default: :obj:`num_rows`)
         columns (int, optional): panels per row. (default: :obj:`4`)
         panel_size (float, optional): width and height of one panel in inches. (default: :obj:`2.6`)
-
-    Returns:
-        Figure: the gallery.
 
     Examples:
         >>> from attnmm.masks import Causal, Full, Window
@@ -130,11 +113,7 @@ def plot_masks(
 
 
 def plot_grid_neighbourhood(
-    mask: Mask,
-    patch: int | tuple[int, int],
-    *,
-    ax: Axes | None = None,
-    title: str | None = None,
+    mask: Mask, patch: int | tuple[int, int], *, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
     r"""Draw one patch's allowed set :math:`A(i)` on the ``height`` x ``width`` patch grid.
 
@@ -146,12 +125,8 @@ def plot_grid_neighbourhood(
     Args:
         mask (Mask): a mask over a patch grid (one item of a batched mask: the first).
         patch (int or (int, int)): the query patch, as a flat index i or as (row, column).
-        ax (matplotlib.axes.Axes, optional): axes to draw into; a new figure when ``None``.
-            (default: :obj:`None`)
+        ax (matplotlib.axes.Axes, optional): axes to draw into. (default: :obj:`None`, a new figure)
         title (str, optional): axes title. (default: the mask, the patch and :math:`|A(i)|`)
-
-    Returns:
-        Figure: the figure holding the plot.
 
     Examples:
         >>> from attnmm.masks import Grid
@@ -175,14 +150,8 @@ def plot_grid_neighbourhood(
     cells = allowed.to(torch.uint8).numpy().copy()
     cells[index // width, index % width] = 2
     fig, ax = _figure_and_axes(ax, cells.shape)
-    ax.imshow(
-        cells,
-        cmap=ListedColormap(NEIGHBOURHOOD_COLOURS),
-        vmin=-0.5,
-        vmax=2.5,
-        interpolation="nearest",
-        aspect="equal",
-    )
+    colours = ListedColormap(NEIGHBOURHOOD_COLOURS)
+    ax.imshow(cells, cmap=colours, vmin=-0.5, vmax=2.5, interpolation="nearest", aspect="equal")
     _matrix_axes(ax, cells.shape, always_lines=True)
     ax.set_xlabel("patch column")
     ax.set_ylabel("patch row")
@@ -194,22 +163,15 @@ def plot_grid_neighbourhood(
 
 
 def plot_attention(
-    weights: Tensor | AttentionWeights,
-    *,
-    ax: Axes | None = None,
-    head: int = 0,
-    b: int = 0,
-    num_rows: int | None = None,
-    num_cols: int | None = None,
-    title: str | None = None,
+    weights: Tensor | AttentionWeights, *, ax: Axes | None = None, head: int = 0, b: int = 0,
+    num_rows: int | None = None, num_cols: int | None = None, title: str | None = None,
 ) -> Figure:
     r"""Plot attention weights :math:`a_{ij}` of one head (and batch item) as a heat map.
 
     Args:
         weights (Tensor or AttentionWeights): dense weights (L, S), (H, L, S) or (B, H, L, S), or the
             sparse weights returned by ``attend(..., return_weights=True)``.
-        ax (matplotlib.axes.Axes, optional): axes to draw into; a new figure when ``None``.
-            (default: :obj:`None`)
+        ax (matplotlib.axes.Axes, optional): axes to draw into. (default: :obj:`None`, a new figure)
         head (int, optional): head to draw. (default: :obj:`0`)
         b (int, optional): batch item to draw. (default: :obj:`0`)
         num_rows (int, optional): number of queries L of sparse weights. (default: one past the
@@ -217,9 +179,6 @@ def plot_attention(
         num_cols (int, optional): number of keys S of sparse weights. (default: one past the largest
             key index)
         title (str, optional): axes title. (default: the head and batch item)
-
-    Returns:
-        Figure: the figure holding the heat map and its colour bar.
 
     Shapes:
         - **weights:** (L, S), (H, L, S), (B, H, L, S), or :class:`AttentionWeights` with values (P, H)

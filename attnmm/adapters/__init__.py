@@ -16,23 +16,6 @@ from attnmm.adapters.speech_stream import (
 )
 from attnmm.adapters.text import CharFeatures, TextAdapter
 
-__all__ = [
-    "Adapter",
-    "CharFeatures",
-    "Emission",
-    "EncodedAdapter",
-    "EmissionLatency",
-    "GraphAdapter",
-    "GraphTokens",
-    "ImageAdapter",
-    "MultimodalAdapter",
-    "SpeechAdapter",
-    "SpeechStream",
-    "StreamingRecognizer",
-    "TextAdapter",
-    "Tokens",
-    "emission_latency",
-    "get_adapter",
-    "list_adapters",
-    "register_adapter",
-]
+__all__ = ["Adapter", "CharFeatures", "Emission", "EncodedAdapter", "EmissionLatency", "GraphAdapter", "GraphTokens",
+           "ImageAdapter", "MultimodalAdapter", "SpeechAdapter", "SpeechStream", "StreamingRecognizer", "TextAdapter",
+           "Tokens", "emission_latency", "get_adapter", "list_adapters", "register_adapter"]

@@ -39,14 +39,11 @@ class GraphAdapter(Adapter):
         \mathbf{x}^{(0)}_i = \mathbf{W} \left[\mathbf{x}_i \,\|\, \mathbf{p}_i\right] + \mathbf{b},
         \qquad A(i) = \{j : (j \to i) \in \mathcal{E}\} \;(\cup \{i\})
 
-    where :math:`\mathbf{p}_i` is an optional positional encoding computed with PyG's transforms
-    (:func:`~attnmm.common.encodings.graph_encoding`): the ``pe_dim`` Laplacian eigenvectors of smallest
-    non-trivial eigenvalue (``"laplacian"``, ``AddLaplacianEigenvectorPE``; their signs are flipped at
-    random in training, since an eigenvector's sign is arbitrary) or the random-walk return
-    probabilities of 1 to ``pe_dim`` steps (``"random_walk"``, RWSE, ``AddRandomWalkPE``). An encoding
-    already stored on the batch under :attr:`pe_attr` (computed once per graph by the data, e.g.
-    :class:`~attnmm.data.GraphDataModule` with ``pe``) is used as is; otherwise it is computed per
-    graph of every batch.
+    where :math:`\mathbf{p}_i` is an optional positional encoding
+    (:func:`~attnmm.common.encodings.graph_encoding`; Laplacian eigenvectors get random signs in
+    training, since an eigenvector's sign is arbitrary). An encoding already stored on the batch under
+    :attr:`pe_attr` (e.g. by :class:`~attnmm.data.GraphDataModule` with ``pe``) is used as is; otherwise
+    it is computed per graph of every batch.
 
     Categorical node features (atoms of a molecule: atomic number, chirality, ...) are embedded instead,
     one table per column, summed (:class:`~attnmm.nn.CategoricalEncoder`, OGB's atom encoder), and the
@@ -103,16 +100,9 @@ class GraphAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        in_channels: int = 16,
-        d_model: int | None = 64,
-        pe: PE = "none",
-        pe_dim: int = 8,
-        self_loops: bool = True,
-        dropout: float = 0.0,
-        scope: Literal["edges", "graph"] = "edges",
-        cardinalities: list[int] | None = None,
-        edge_cardinalities: list[int] | None = None,
+        self, in_channels: int = 16, d_model: int | None = 64, pe: PE = "none", pe_dim: int = 8,
+        self_loops: bool = True, dropout: float = 0.0, scope: Literal["edges", "graph"] = "edges",
+        cardinalities: list[int] | None = None, edge_cardinalities: list[int] | None = None,
     ) -> None:
         super().__init__()
         if scope not in ("edges", "graph"):

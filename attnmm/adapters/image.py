@@ -61,15 +61,9 @@ class ImageAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        in_channels: int = 1,
-        patch_size: int = 4,
-        d_model: int = 64,
-        positional: Literal["sinusoidal", "learned", "none"] = "sinusoidal",
-        max_patches: int = 256,
-        mask: Mask | None = None,
-        normalize: tuple[float, float] = (0.0, 1.0),
-        dropout: float = 0.0,
+        self, in_channels: int = 1, patch_size: int = 4, d_model: int = 64,
+        positional: Literal["sinusoidal", "learned", "none"] = "sinusoidal", max_patches: int = 256,
+        mask: Mask | None = None, normalize: tuple[float, float] = (0.0, 1.0), dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)

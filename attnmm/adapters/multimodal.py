@@ -89,13 +89,8 @@ class MultimodalAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        adapters: dict[str, Adapter] | None = None,
-        d_model: int = 64,
-        fusion: Fusion = "joint",
-        num_fusion_tokens: int = 4,
-        cross_queries: list[str] | None = None,
-        modalities: list[str] | None = None,
+        self, adapters: dict[str, Adapter] | None = None, d_model: int = 64, fusion: Fusion = "joint",
+        num_fusion_tokens: int = 4, cross_queries: list[str] | None = None, modalities: list[str] | None = None,
     ) -> None:
         super().__init__()
         if adapters is None:  # audio-visual digits

@@ -117,20 +117,9 @@ class SpeechAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        d_model: int = 144,
-        sample_rate: int = 8000,
-        n_mels: int = 40,
-        win_ms: float = 25.0,
-        hop_ms: float = 10.0,
-        channels: int = 64,
-        mask: Mask | None = None,
-        freq_mask: int = 8,
-        time_mask: int = 10,
-        num_time_masks: int = 2,
-        dropout: float = 0.1,
-        utterance_norm: bool = False,
-        waveform_augment: nn.Module | None = None,
+        self, d_model: int = 144, sample_rate: int = 8000, n_mels: int = 40, win_ms: float = 25.0, hop_ms: float = 10.0,
+        channels: int = 64, mask: Mask | None = None, freq_mask: int = 8, time_mask: int = 10, num_time_masks: int = 2,
+        dropout: float = 0.1, utterance_norm: bool = False, waveform_augment: nn.Module | None = None,
         residual_blocks: int = 0,
     ) -> None:
         super().__init__()
@@ -152,31 +141,23 @@ class SpeechAdapter(Adapter):
         self.waveform_augment = waveform_augment
         self.utterance_norm = bool(utterance_norm)
         self.melspec = torchaudio.transforms.MelSpectrogram(
-            sample_rate=sample_rate,
-            n_fft=self.win_length,
-            win_length=self.win_length,
-            hop_length=self.hop_length,
-            n_mels=n_mels,
-            center=False,
+            sample_rate, n_fft=self.win_length, win_length=self.win_length, hop_length=self.hop_length,
+            n_mels=n_mels, center=False,
         )
         self.feature_norm = nn.LayerNorm(n_mels)
         self.freq_masking = torchaudio.transforms.FrequencyMasking(freq_mask, iid_masks=True) if freq_mask else None
         self.time_masking = torchaudio.transforms.TimeMasking(time_mask, iid_masks=True) if time_mask else None
         self.num_time_masks = check_nonneg_int("num_time_masks", num_time_masks)
         channels = check_nonneg_int("channels", channels, minimum=1)
-        self.subsample = nn.Sequential(
-            nn.Conv2d(1, channels, _KERNEL, _STRIDE),
-            nn.ReLU(),
-            nn.Conv2d(channels, channels, _KERNEL, _STRIDE),
-            nn.ReLU(),
-        )
+        conv = nn.Conv2d(channels, channels, _KERNEL, _STRIDE)
+        self.subsample = nn.Sequential(nn.Conv2d(1, channels, _KERNEL, _STRIDE), nn.ReLU(), conv, nn.ReLU())
         self.residual_blocks = nn.ModuleList(
             _ResidualBlock(channels) for _ in range(check_nonneg_int("residual_blocks", residual_blocks))
         )
-        freq_out = self._conv_len(self._conv_len(torch.tensor(n_mels)))
-        if int(freq_out) < 1:
+        freq_out = self.num_frames_from_mel(n_mels)  # the convolutions shrink the mel bands as they do time
+        if freq_out < 1:
             raise ValueError(f"n_mels must be >= 7 for two stride-2 convolutions, got {n_mels}")
-        self.proj = nn.Linear(channels * int(freq_out), self.out_dim)
+        self.proj = nn.Linear(channels * freq_out, self.out_dim)
         self.pos = SinusoidalPE(self.out_dim)
         self.drop = nn.Dropout(dropout)
         self.reset_parameters()
@@ -203,6 +184,10 @@ class SpeechAdapter(Adapter):
     def num_frames(self, num_samples: Tensor) -> Tensor:
         """Output frames (tokens) of ``num_samples`` samples."""
         return self._conv_len(self._conv_len(self.num_mel_frames(num_samples)))
+
+    def num_frames_from_mel(self, num_mel: int) -> int:
+        """Output frames of ``num_mel`` mel frames."""
+        return int(self._conv_len(self._conv_len(torch.tensor(num_mel))))
 
     # ------------------------------------------------------------------ the pipeline in pieces
 
@@ -258,8 +243,7 @@ class SpeechAdapter(Adapter):
         frames are set to 0 before each of their convolutions, so that an item's frames do not depend on
         the batch's padding (its last frames see zeros beyond its end, as they would alone)."""
         if feats.size(1) < 2 * _STRIDE + _KERNEL:
-            n = int(self.num_frames_from_mel(feats.size(1)))
-            return feats.new_zeros(feats.size(0), n, self.out_dim)
+            return feats.new_zeros(feats.size(0), self.num_frames_from_mel(feats.size(1)), self.out_dim)
         h = self.subsample(feats.unsqueeze(1))  # (B, C, L, F')
         keep = None
         if len(self.residual_blocks) and num_frames is not None:
@@ -268,10 +252,6 @@ class SpeechAdapter(Adapter):
             h = block(h, keep)
         h = self.proj(h.permute(0, 2, 1, 3).flatten(2))  # (B, L, D)
         return self.drop(self.pos(h, positions))
-
-    def num_frames_from_mel(self, num_mel: int) -> int:
-        """Output frames of ``num_mel`` mel frames."""
-        return int(self._conv_len(self._conv_len(torch.tensor(num_mel))))
 
     def forward(self, batch: dict[str, Any]) -> Tokens:
         missing = [key for key in ("waveform", "lengths") if key not in batch]
@@ -307,10 +287,8 @@ class SpeechAdapter(Adapter):
         else:  # (a subclass's frames() may make its own number of frames)
             x = self.frames(feats)
             frame_lengths = self.num_frames(lengths.to(x.device)).clamp(max=x.size(1))
-        mask: Mask = Padding(frame_lengths)
-        if self.mask is not None:
-            mask = mask & self.mask
-        return Tokens(x, mask, lengths=frame_lengths)
+        padding = Padding(frame_lengths)
+        return Tokens(x, padding if self.mask is None else padding & self.mask, lengths=frame_lengths)
 
     @classmethod
     def example_batch(cls, batch_size: int = 2) -> dict[str, Tensor]:

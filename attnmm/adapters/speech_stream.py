@@ -48,11 +48,8 @@ class SpeechStream:
     - the batch's key padding (:class:`~attnmm.masks.Padding`, as the adapter adds it) is dropped:
       every streamed frame is real.
 
-    The stream asks the mask everything it needs (its look-ahead, the first key a later frame may
-    attend, its part between a step's frames and the cache), so a new mask streams once it answers
-    these (:class:`~attnmm.masks.Mask`).
-
-    Anything else is refused with the part at fault: ``Window(left, right)`` with ``right > 0``
+    The stream asks the mask all it needs (:mod:`attnmm.masks.queries`), so a new mask streams once it
+    answers. Anything else is refused with the part at fault: ``Window(left, right)`` with ``right > 0``
     outside an intersection with a chunk (each layer looks ``right`` frames past its input, so the
     look-ahead grows to ``num_layers * right`` frames and crosses every block end), ``Full()`` or no
     mask, complements ``~m``, :class:`~attnmm.masks.Graph` and :class:`~attnmm.masks.Grid`, and
@@ -100,11 +97,7 @@ class SpeechStream:
     """
 
     def __init__(
-        self,
-        adapter: SpeechAdapter,
-        encoder: nn.Module,
-        mask: Mask | None = None,
-        batch_size: int = 1,
+        self, adapter: SpeechAdapter, encoder: nn.Module, mask: Mask | None = None, batch_size: int = 1,
         max_cache: int | None = None,
     ) -> None:
         layers = getattr(encoder, "layers", None)
@@ -230,9 +223,6 @@ def _stream_plan(mask: Mask | None) -> tuple[Mask, int]:
     """The mask a :class:`SpeechStream` evaluates (``mask`` on real frames only: its key padding
     dropped) and its ``step``: the smallest block length such that no frame attends past the end of
     its block. Raise, naming the mask and the part at fault, when the look-ahead is not bounded so.
-    Everything is read from the mask's structure (:func:`~attnmm.masks.without_padding`,
-    :func:`~attnmm.masks.block_sizes`, :func:`~attnmm.masks.lookahead_error`), which a composition
-    answers from its parts.
 
     Examples:
         >>> from attnmm.masks import Causal, Chunk, Padding, Window
@@ -305,11 +295,10 @@ class StreamingRecognizer:
     previous frame's output is carried from block to block, so a label spanning a block boundary is
     emitted once and the labels emitted up to :meth:`flush` are the whole-utterance greedy decode.
 
-    Frames are ``4 * adapter.hop_length`` samples apart (the 4x subsampling of the mel hop: 40 ms
-    at the default 10 ms hop) and a label is emitted when its frame's block of ``stream.step`` frames
-    is complete. Each :class:`Emission` records the label's frame, the end of its block and the
-    sample at which a stream fed sample by sample would emit it (compute time excluded), from which
-    :func:`emission_latency` measures latency.
+    A label is emitted when its frame's block of ``stream.step`` frames is complete; each
+    :class:`Emission` records the label's frame, the end of its block and the sample at which a stream
+    fed sample by sample would emit it (compute time excluded), from which :func:`emission_latency`
+    measures latency.
 
     Args:
         stream (SpeechStream): the streaming adapter and encoder.
@@ -420,10 +409,8 @@ def _matches(reference: Sequence[int], hypothesis: Sequence[int]) -> list[tuple[
 
 
 def emission_latency(
-    emissions: Sequence[Sequence[Emission]],
-    ends: Sequence[Sequence[float]],
-    references: Sequence[Sequence[int]] | None = None,
-    sample_rate: int | None = None,
+    emissions: Sequence[Sequence[Emission]], ends: Sequence[Sequence[float]],
+    references: Sequence[Sequence[int]] | None = None, sample_rate: int | None = None,
 ) -> EmissionLatency:
     r"""Emission latency per reference label (e.g. digit): :math:`\mathrm{emitted}_k - \mathrm{end}_k`, the
     time from the end of label :math:`k`'s audio to the sample at which the stream emitted it
@@ -477,10 +464,4 @@ def emission_latency(
     return EmissionLatency(values, mean, p95, len(latencies), total)
 
 
-__all__ = [
-    "Emission",
-    "EmissionLatency",
-    "SpeechStream",
-    "StreamingRecognizer",
-    "emission_latency",
-]
+__all__ = ["Emission", "EmissionLatency", "SpeechStream", "StreamingRecognizer", "emission_latency"]

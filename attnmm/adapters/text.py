@@ -130,12 +130,10 @@ class TextAdapter(Adapter):
     In training, ``word_dropout`` replaces real tokens by the unknown token, so the model learns to
     tag words it has never seen from their characters and context.
 
-    ``positional`` is the encoding: a module called as ``pos(x, positions)`` (``positions`` (L,) or
-    ``None`` for 0..L-1; in YAML by ``class_path``), or a shorthand: ``"sinusoidal"``
-    (:class:`~attnmm.nn.SinusoidalPE`), ``"learned"`` (:class:`~attnmm.nn.LearnedPE`
-    with ``max_len`` positions), ``"rotary"`` (nothing is added here: give the encoder
-    ``rotary=RotaryPE(D // H)``, which rotates queries and keys in every layer) or ``"none"``. The
-    character features are likewise a module of one's own (``char_encoder``: chars (B, L, C) ->
+    ``positional`` is a module called as ``pos(x, positions)`` (``positions`` (L,) or ``None`` for
+    0..L-1) or a shorthand: ``"sinusoidal"`` (:class:`~attnmm.nn.SinusoidalPE`), ``"learned"``
+    (:class:`~attnmm.nn.LearnedPE`), ``"rotary"`` (nothing added here: give the encoder
+    ``rotary=RotaryPE(D // H)``) or ``"none"``; ``char_encoder`` likewise a module (chars (B, L, C) ->
     (B, L, ``out_dim``)) or a shorthand for :class:`CharFeatures`.
 
     Args:
@@ -179,19 +177,10 @@ class TextAdapter(Adapter):
     """
 
     def __init__(
-        self,
-        vocab_size: int = 256,
-        d_model: int = 128,
-        positional: nn.Module | Positional = "sinusoidal",
-        max_len: int = 512,
-        mask: Mask | None = None,
-        char_vocab_size: int = 0,
-        char_dim: int = 32,
-        char_channels: int = 64,
-        char_kernel: int = 3,
-        char_encoder: nn.Module | Literal["cnn", "lstm"] = "cnn",
-        word_dropout: float = 0.0,
-        dropout: float = 0.1,
+        self, vocab_size: int = 256, d_model: int = 128, positional: nn.Module | Positional = "sinusoidal",
+        max_len: int = 512, mask: Mask | None = None, char_vocab_size: int = 0, char_dim: int = 32,
+        char_channels: int = 64, char_kernel: int = 3, char_encoder: nn.Module | Literal["cnn", "lstm"] = "cnn",
+        word_dropout: float = 0.0, dropout: float = 0.1,
     ) -> None:
         super().__init__()
         self.vocab_size = check_nonneg_int("vocab_size", vocab_size, minimum=2)

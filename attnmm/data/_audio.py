@@ -3,9 +3,9 @@ r"""Shared plumbing of the speech DataModules: reading WAV files, a clip dataset
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import soundfile
@@ -116,13 +116,8 @@ class AudioClips(Dataset):
     """
 
     def __init__(
-        self,
-        paths: Sequence[Path],
-        labels: Sequence[int],
-        sample_rate: int,
-        cache: bool = False,
-        speakers: Sequence[str | None] | None = None,
-        spans: Sequence[tuple[int, int] | None] | None = None,
+        self, paths: Sequence[Path], labels: Sequence[int], sample_rate: int, cache: bool = False,
+        speakers: Sequence[str | None] | None = None, spans: Sequence[tuple[int, int] | None] | None = None,
         file_rate: int | None = None,
     ) -> None:
         if len(paths) != len(labels):
@@ -236,17 +231,12 @@ class _AugmentedCollate:
 
 
 def audio_loader(
-    dataset: Dataset | None,
-    split: str,
-    batch_size: int,
-    num_workers: int,
-    shuffle: bool,
-    augment: nn.Module | None = None,
+    dataset: Dataset | None, split: str, batch_size: int, num_workers: int, shuffle: bool,
+    augment: nn.Module | None = None, collate: Callable[[Sequence], Any] = collate_audio,
 ) -> DataLoader:
-    r"""A DataLoader of :class:`AudioBatch` over ``dataset``; ``None`` means ``setup`` was not run for ``split``.
-
-    ``augment`` (a module ``(waveform, lengths) -> (waveform, lengths)``) is applied to each padded batch.
-    """
+    r"""A DataLoader of ``collate``'s batches over ``dataset``; ``None`` means ``setup`` was not run for
+    ``split``. ``augment`` (a module ``(waveform, lengths) -> (waveform, lengths)``) is applied to each
+    padded batch."""
     if dataset is None:
         stage = "fit" if split in ("train", "val") else "test"
         raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{stage}') first")
@@ -256,15 +246,15 @@ def audio_loader(
         batch_size=batch_size,
         shuffle=shuffle,
         num_workers=num_workers,
-        collate_fn=collate_audio if augment is None else _AugmentedCollate(augment),
+        collate_fn=collate if augment is None else _AugmentedCollate(augment),
         persistent_workers=num_workers > 0,
     )
 
 
 class AudioDataModule(LightningDataModule):
     """Base of the audio DataModules: the train/val/test loaders of :class:`AudioBatch` over the sets
-    a subclass's ``setup`` fills (``train_set``, ``val_set``, ``test_set``). ``train_augment``, when a
-    subclass sets it, is applied to the training batches only (in training mode)."""
+    a subclass's ``setup`` fills (``train_set``, ``val_set``, ``test_set``), batched by ``collate``.
+    ``train_augment``, when a subclass sets it, is applied to the training batches only."""
 
     batch_size: int
     num_workers: int
@@ -272,18 +262,19 @@ class AudioDataModule(LightningDataModule):
     val_set: AudioClips | None = None
     test_set: AudioClips | None = None
     train_augment: nn.Module | None = None
+    collate: Callable[[Sequence], Any] = staticmethod(collate_audio)
 
     def train_dataloader(self) -> DataLoader:
         augment = self.train_augment
         if augment is not None:
             augment.train()
-        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, shuffle=True, augment=augment)
+        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, True, augment, self.collate)
 
     def val_dataloader(self) -> DataLoader:
-        return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, shuffle=False)
+        return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, False, collate=self.collate)
 
     def test_dataloader(self) -> DataLoader:
-        return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, shuffle=False)
+        return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, False, collate=self.collate)
 
 
 def word_clips(clips: Sequence, words: Sequence[str], sample_rate: int, file_rate: int = 16000) -> AudioClips:

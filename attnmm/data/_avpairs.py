@@ -67,12 +67,8 @@ def pair_images(labels: Sequence[int], image_labels: Tensor, seed: int) -> list[
 
 
 def _check_options(
-    audio_snr_db: float | None,
-    image_occlusion: int | None,
-    image_noise: float | None,
-    drop_modality: str | None,
-    modality_dropout: float,
-    corrupt: str = "both",
+    audio_snr_db: float | None, image_occlusion: int | None, image_noise: float | None, drop_modality: str | None,
+    modality_dropout: float, corrupt: str = "both",
 ) -> None:
     side = MNISTDataModule.image_size[-1]
     if audio_snr_db is not None and (isinstance(audio_snr_db, bool) or not math.isfinite(audio_snr_db)):
@@ -118,15 +114,10 @@ class AVDigits(Dataset):
 
     Item ``i`` is the recording ``clips[i]`` and the image ``images[pairs[i]]`` (uint8, scaled to [0, 1]),
     a dict with ``waveform`` (T,), ``image`` (1, 28, 28), ``audio_present``, ``image_present`` and
-    ``label``; batch items with :func:`collate_avdigits`. Corruptions, when set:
-
-    - audio noise: white Gaussian noise scaled so that the clip's signal-to-noise ratio is exactly
-      ``audio_snr_db`` dB, :math:`10 \log_{10}(\lVert\mathbf{w}\rVert^2 / \lVert\mathbf{n}\rVert^2)`
-      (:func:`torchaudio.functional.add_noise`);
-    - image noise: Gaussian noise of standard deviation ``image_noise`` added to the pixels, clipped
-      to [0, 1];
-    - occlusion: a square of ``image_occlusion`` pixels at a random position set to 0 (after the noise).
-
+    ``label``; batch items with :func:`collate_avdigits`. The corruptions, when set, are
+    :func:`~attnmm.data.corruptions.add_audio_noise` (at exactly ``audio_snr_db`` dB),
+    :func:`~attnmm.data.corruptions.add_image_noise` (std ``image_noise``) and then
+    :func:`~attnmm.data.corruptions.occlude` (a square of ``image_occlusion`` pixels).
     With ``corrupt="both"`` every item gets all of them; with ``corrupt="one"`` each item gets the
     corruptions of one modality only, audio or image with equal chance (one sensor failing at a time),
     the other modality left clean.
@@ -172,21 +163,10 @@ class AVDigits(Dataset):
     """
 
     def __init__(
-        self,
-        clips: AudioClips,
-        images: Tensor,
-        pairs: Sequence[int],
-        audio_snr_db: float | None = None,
-        image_occlusion: int | None = None,
-        image_noise: float | None = None,
-        drop_modality: Modality | None = None,
-        modality_dropout: float = 0.0,
-        seed: int | None = 0,
-        corrupt: Corrupt = "both",
-        resample_images: bool = False,
-        augment: RandomCorruption | None = None,
-        image_labels: Tensor | None = None,
-        gate_only: bool | None = None,
+        self, clips: AudioClips, images: Tensor, pairs: Sequence[int], audio_snr_db: float | None = None,
+        image_occlusion: int | None = None, image_noise: float | None = None, drop_modality: Modality | None = None,
+        modality_dropout: float = 0.0, seed: int | None = 0, corrupt: Corrupt = "both", resample_images: bool = False,
+        augment: RandomCorruption | None = None, image_labels: Tensor | None = None, gate_only: bool | None = None,
     ) -> None:
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
         if len(clips) == 0 or len(pairs) == 0 or len(pairs) % len(clips):

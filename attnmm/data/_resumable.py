@@ -1,10 +1,4 @@
-"""A DataLoader that resumes mid-epoch.
-
-Lightning resumes a loader mid-epoch only when it has ``state_dict``/``load_state_dict``; a plain
-``DataLoader`` restarts the epoch from a fresh shuffle, so a resumed run sees other batches than an
-uninterrupted one. :class:`ResumableDataLoader` records the random state the epoch's shuffle was
-drawn from and how many batches it handed out, and on resume replays that shuffle and skips them.
-"""
+"""A DataLoader that resumes mid-epoch (a plain one restarts the epoch from a fresh shuffle)."""
 
 from __future__ import annotations
 
@@ -46,8 +40,6 @@ class ResumableDataLoader(DataLoader):
         True
     """
 
-    # DataLoader's own keyword arguments, passed through unchanged (Lightning re-creates the loader
-    # from them to insert its DistributedSampler)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._epoch_rng: dict[str, Any] | None = None
@@ -93,8 +85,7 @@ class ResumableDataLoader(DataLoader):
             yield batch
         self._exhausted = True
 
-    def _sized(self) -> bool:
-        """Whether the loader has a length (then Lightning fetches no batch ahead)."""
+    def _sized(self) -> bool:  # (with a length, Lightning fetches no batch ahead)
         try:
             len(self)
         except TypeError:

@@ -59,18 +59,12 @@ def cache_dir() -> Path:
 
 
 def resolve_root(root: str | Path | None, name: str) -> Path:
-    r"""The folder of dataset ``name``: ``<base>/<name>`` with ``base`` chosen by :func:`data_dir`.
-
-    Resolution order for ``base``: the explicit ``root``, then the ``ATTNMM_DATA`` environment variable,
-    then ``~/.cache/attnmm``. Nothing is read or created; the caller checks that the data is there.
+    r"""The folder of dataset ``name``: ``<base>/<name>`` with ``base`` chosen by :func:`data_dir` (nothing
+    is read or created; the caller checks that the data is there).
 
     Args:
-        root (str or Path, optional): the base data folder, or :obj:`None` to use the environment
-            variable or the default. (default: :obj:`None`)
+        root (str or Path, optional): the base data folder, or :obj:`None` for :func:`data_dir`'s default.
         name (str): the dataset's folder name under the base, e.g. ``"fsdd"``.
-
-    Returns:
-        Path: ``<base>/<name>``.
 
     Examples:
         >>> resolve_root("/data", "fsdd").as_posix()
@@ -79,6 +73,12 @@ def resolve_root(root: str | Path | None, name: str) -> Path:
         True
     """
     return data_dir(root) / _check_name(name)
+
+
+def under_data(root: str | Path | None, folder: str | Path) -> Path:
+    """``folder`` as given when absolute or present, else under the base data folder of ``root``."""
+    path = Path(folder)
+    return path if path.is_absolute() or path.exists() else data_dir(root) / path
 
 
 @contextmanager
@@ -118,30 +118,16 @@ def new_folder(path: str | Path) -> Iterator[Path]:
         raise
 
 
-def _make_user_writable(top: Path) -> None:
-    # Copies of a read-only tree keep its mode bits; consumers must be able to write next to them.
-    for dirpath, dirnames, filenames in os.walk(top):
-        for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-            mode = os.lstat(entry).st_mode
-            if not stat.S_ISLNK(mode):
-                os.chmod(entry, stat.S_IMODE(mode) | stat.S_IWUSR | stat.S_IRUSR)
-
-
 def writable_copy(src: str | Path, name: str) -> Path:
     r"""A writable copy of the dataset folder ``src`` at ``<cache>/<name>``, made once and re-used.
 
-    ``<cache>`` is ``$ATTNMM_CACHE`` if set, else ``~/.cache/attnmm``. The copy is atomic: the tree is
-    copied into a temporary folder next to the target and renamed into place, so an interrupted copy
-    never leaves a half-filled ``<cache>/<name>``, and concurrent callers end up sharing one copy.
-    An existing ``<cache>/<name>`` is returned as is (delete it to refresh). If ``src`` already is the
-    target, it is returned unchanged.
+    ``<cache>`` is :func:`cache_dir`. The copy is atomic (copied next to the target, then renamed into
+    place), so an interrupted copy leaves no half-filled ``<cache>/<name>`` and concurrent callers share
+    one copy. An existing ``<cache>/<name>`` (or ``src`` itself, if it is the target) is returned as is.
 
     Args:
         src (str or Path): the (possibly read-only) dataset folder to copy.
         name (str): the folder name of the copy under the cache, e.g. ``"planetoid"``.
-
-    Returns:
-        Path: the writable folder.
 
     Examples:
         >>> import os, tempfile
@@ -168,7 +154,12 @@ def writable_copy(src: str | Path, name: str) -> Path:
     try:
         staged = tmp / "tree"
         shutil.copytree(src, staged, symlinks=True)
-        _make_user_writable(staged)
+        # a copy of a read-only tree keeps its mode bits; consumers must be able to write next to them
+        for dirpath, dirnames, filenames in os.walk(staged):
+            for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                mode = os.lstat(entry).st_mode
+                if not stat.S_ISLNK(mode):
+                    os.chmod(entry, stat.S_IMODE(mode) | stat.S_IWUSR | stat.S_IRUSR)
         try:
             os.rename(staged, dst)
         except OSError:

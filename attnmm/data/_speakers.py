@@ -97,10 +97,7 @@ def plural(n: int, noun: str) -> str:
 
 
 def split_fsdd(
-    takes: Sequence[FSDDTake],
-    test_speakers: Sequence[str] | None = None,
-    val_fraction: float = 0.1,
-    seed: int = 0,
+    takes: Sequence[FSDDTake], test_speakers: Sequence[str] | None = None, val_fraction: float = 0.1, seed: int = 0,
     val_speakers: Sequence[str] | None = None,
 ) -> tuple[list[FSDDTake], list[FSDDTake], list[FSDDTake]]:
     r"""Split takes into ``(train, val, test)``.
@@ -173,12 +170,8 @@ def check_fractions(val_fraction: float, test_fraction: float) -> None:
 
 
 def split_speech_commands(
-    clips: Sequence[SpeechClip],
-    val_fraction: float = 0.1,
-    test_fraction: float = 0.1,
-    seed: int = 0,
-    test_speakers: Sequence[str] | None = None,
-    val_speakers: Sequence[str] | None = None,
+    clips: Sequence[SpeechClip], val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
+    test_speakers: Sequence[str] | None = None, val_speakers: Sequence[str] | None = None,
 ) -> dict[str, list[SpeechClip]]:
     r"""Split clips into ``train``, ``val`` and ``test`` with every speaker in one split only.
 

@@ -48,11 +48,7 @@ def download_staged(folder: Path, fetch: Callable[[Path], object], found: Path, 
 
 
 def process_staged(
-    root: Path,
-    subdir: Path,
-    build: Callable[[Path], Any],
-    unreadable: Callable[[Exception], Exception],
-    label: str,
+    root: Path, subdir: Path, build: Callable[[Path], Any], unreadable: Callable[[Exception], Exception], label: str,
     done: str = "data.pt",
 ) -> None:
     """Have ``build(staging_root)`` write ``<staging_root>/<subdir>/processed`` from the raw files (a link to

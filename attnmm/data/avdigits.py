@@ -21,7 +21,7 @@ from attnmm.data._avpairs import (
     pair_images,
 )
 from attnmm.data._resumable import ResumableDataLoader
-from attnmm.data._root import data_dir
+from attnmm.data._root import data_dir, under_data
 from attnmm.data._speakers import draw_speakers
 from attnmm.data.corruptions import RandomCorruption
 from attnmm.data.fsdd import CLASS_NAMES, FSDDDataModule
@@ -36,16 +36,10 @@ class AVDigitsDataModule(LightningDataModule):
     r"""Audio-visual digits: every recording of the Free Spoken Digit Dataset paired with an MNIST image
     of the same digit, for multimodal fusion and robustness experiments.
 
-    Both datasets are read from one data folder (``root``, else ``$ATTNMM_DATA``, else
-    ``~/.cache/attnmm``): the recordings from ``fsdd/recordings`` by :class:`~attnmm.data.FSDDDataModule`
-    and the images from ``MNIST/raw`` by :class:`~attnmm.data.MNISTDataModule`, each split its own way:
-
-    - recordings: the dataset's own split (takes 0-4 of every speaker are the test set) or, with
-      ``test_speakers``, all takes of those speakers; validation ``val_fraction`` of the rest per digit,
-      or with ``val_speakers`` all other takes of those speakers (voices never trained on);
-    - images: the image recipe's split, so the **test images are MNISTDataModule's test set** (the last
-      2,000 of the offline 10k test set, or all 10k with the full files) and training and validation
-      draw from its training and validation images (``image_val_size`` of them validate).
+    Both datasets are read from one data folder (:func:`~attnmm.data.data_dir`), each split its own way:
+    the recordings from ``fsdd/recordings`` as :class:`~attnmm.data.FSDDDataModule` splits them, the
+    images from ``MNIST/raw`` as :class:`~attnmm.data.MNISTDataModule` does, so the **test images are
+    MNISTDataModule's test set** (``image_val_size`` of its training images validate).
 
     Each recording of a split is paired with an image of the same digit from the same split
     (:func:`pair_images`): no recording and no image is in two splits. There is one example per
@@ -67,8 +61,7 @@ class AVDigitsDataModule(LightningDataModule):
     training recording beside a clean image of another digit); ``gate_voices_val`` of those speakers
     form :attr:`gate_val_set`. Why and how: the multimodal recipe page (docs/recipes/multimodal.md).
 
-    Batches are :class:`AVDigitsBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``image``
-    (B, 1, 28, 28), ``audio_present`` (B,), ``image_present`` (B,), ``label`` (B,).
+    Batches are :class:`AVDigitsBatch` dicts.
 
     Args:
         root (str or Path, optional): the base data folder holding ``fsdd/`` and ``MNIST/``.
@@ -127,30 +120,14 @@ class AVDigitsDataModule(LightningDataModule):
     image_size: tuple[int, int, int] = MNISTDataModule.image_size
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 32,
-        num_workers: int = 0,
-        test_speakers: list[str] | None = None,
-        val_fraction: float = 0.1,
-        image_val_size: int = 1000,
-        seed: int = 0,
-        test_seed: int = 0,
-        audio_snr_db: float | None = None,
-        image_occlusion: int | None = None,
-        image_noise: float | None = None,
-        drop_modality: Modality | None = None,
-        modality_dropout: float = 0.0,
-        corrupt: Corrupt = "both",
-        download: bool = True,
-        val_speakers: list[str] | None = None,
-        test_pairs_per_recording: int = 1,
-        fresh_train_images: bool = False,
-        train_corruption: RandomCorruption | None = None,
-        gate_voices: str | Path | None = None,
-        gate_voices_val: float = 0.5,
-        gate_voices_repeats: int = 4,
-        gate_conflicts: float = 0.0,
+        self, root: str | Path | None = None, batch_size: int = 32, num_workers: int = 0,
+        test_speakers: list[str] | None = None, val_fraction: float = 0.1, image_val_size: int = 1000, seed: int = 0,
+        test_seed: int = 0, audio_snr_db: float | None = None, image_occlusion: int | None = None,
+        image_noise: float | None = None, drop_modality: Modality | None = None, modality_dropout: float = 0.0,
+        corrupt: Corrupt = "both", download: bool = True, val_speakers: list[str] | None = None,
+        test_pairs_per_recording: int = 1, fresh_train_images: bool = False,
+        train_corruption: RandomCorruption | None = None, gate_voices: str | Path | None = None,
+        gate_voices_val: float = 0.5, gate_voices_repeats: int = 4, gate_conflicts: float = 0.0,
     ) -> None:
         super().__init__()
         _check_options(audio_snr_db, image_occlusion, image_noise, drop_modality, modality_dropout, corrupt)
@@ -236,10 +213,7 @@ class AVDigitsDataModule(LightningDataModule):
 
     def _read_gate_voices(self) -> dict[str, AudioClips]:
         """The gate voices' clips by split (``train``: speakers that train the gate; ``val``: held out)."""
-        folder = Path(self.gate_voices)  # type: ignore[arg-type]
-        if not folder.is_absolute() and not folder.exists():
-            folder = data_dir(self.root) / folder
-        voices = digit_voices(folder)
+        voices = digit_voices(under_data(self.root, self.gate_voices))  # type: ignore[arg-type]
         held = draw_speakers(sorted({str(c.speaker) for c in voices}), self.gate_voices_val, [self.seed, 7],
                              "gate_voices_val")
         self.gate_speakers = {"train": sorted({str(c.speaker) for c in voices} - held), "val": sorted(held)}
@@ -256,19 +230,11 @@ class AVDigitsDataModule(LightningDataModule):
         repeats = self.test_pairs_per_recording if split == "test" else 1
         train = split == "train"
         return AVDigits(
-            clips,
-            images,
-            pair_images(clips.labels * repeats, image_labels, seed),
-            self.audio_snr_db,
-            self.image_occlusion,
-            self.image_noise,
-            drop_modality=self.drop_modality if split == "test" else None,
-            modality_dropout=self.modality_dropout if split == "train" else 0.0,
-            seed=None if train else seed,
-            corrupt=self.corrupt,
-            resample_images=self.fresh_train_images and train,
-            augment=self.train_corruption if train else None,
-            image_labels=image_labels,
+            clips, images, pair_images(clips.labels * repeats, image_labels, seed), self.audio_snr_db,
+            self.image_occlusion, self.image_noise, drop_modality=self.drop_modality if split == "test" else None,
+            modality_dropout=self.modality_dropout if train else 0.0, seed=None if train else seed,
+            corrupt=self.corrupt, resample_images=self.fresh_train_images and train,
+            augment=self.train_corruption if train else None, image_labels=image_labels,
             gate_only=True if gate else None,
         )
 

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
-from torch.utils.data import TensorDataset
 
 from attnmm.data._root import DATA_ENV, resolve_root
 from attnmm.data.mnist import MNISTDataModule
@@ -85,14 +84,8 @@ class CIFAR10DataModule(MNISTDataModule):
         parts = [read_cifar_batch(self.batches_dir / n) for n in _TRAIN]
         images, labels = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         test_images, test_labels = read_cifar_batch(self.batches_dir / "test_batch")
-        k = images.size(0) - self.val_size
         self.split = "full"
-        self.datasets = {
-            "train": TensorDataset(images[:k], labels[:k]),
-            "val": TensorDataset(images[k:], labels[k:]),
-            "test": TensorDataset(test_images, test_labels),
-        }
-        self._say_split()
+        self._set_datasets(images, labels, test_images, test_labels)
 
     @rank_zero_only
     def _say_split(self) -> None:

@@ -94,12 +94,8 @@ class RandomCorruption:
     """
 
     def __init__(
-        self,
-        audio_p: float = 0.5,
-        snr_db: tuple[float, float] = (-10.0, 20.0),
-        image_p: float = 0.5,
-        image_noise: tuple[float, float] = (0.1, 0.8),
-        occlusion: tuple[int, int] = (6, 20),
+        self, audio_p: float = 0.5, snr_db: tuple[float, float] = (-10.0, 20.0), image_p: float = 0.5,
+        image_noise: tuple[float, float] = (0.1, 0.8), occlusion: tuple[int, int] = (6, 20),
         occlusion_share: float = 0.5,
     ) -> None:
         self.audio_p, self.image_p = _check_p("audio_p", audio_p), _check_p("image_p", image_p)

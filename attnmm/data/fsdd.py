@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader
 
 from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, word_clips
-from attnmm.data._root import DATA_ENV, data_dir, new_folder, resolve_root
+from attnmm.data._root import DATA_ENV, new_folder, resolve_root, under_data
 from attnmm.data._scan import DIGIT_WORDS, FILE_RATE, FSDD_FILE_NAME, OWN_TEST_TAKES, FSDDTake, digit_voices, scan_fsdd
 from attnmm.data._speakers import check_disjoint, read_speakers, split_fsdd
 
@@ -72,25 +72,15 @@ def download_fsdd(dataset_dir: str | Path, url: str = FSDD_URL, timeout: float =
 class FSDDDataModule(AudioDataModule):
     r"""The Free Spoken Digit Dataset (Jakobovski et al.): 10 spoken digits, 8 kHz mono WAV.
 
-    Recordings ``{digit}_{speaker}_{index}.wav`` are read from ``<root>/fsdd/recordings``, ``root``
-    resolved by :func:`~attnmm.data.resolve_root` (``$ATTNMM_DATA``, then ``~/.cache/attnmm``). All clips
-    are decoded into memory in :meth:`setup` (the dataset is small). The label is the digit.
-
-    Splits (:func:`split_fsdd`): with ``test_speakers=None`` the dataset's own split, takes 0-4 of every
-    speaker are the test set; with speakers named, all of their takes are the test set and none is
-    trained or validated on. Validation takes ``val_fraction`` of the training takes, per digit,
-    deterministically given ``seed``, or, with ``val_speakers``, all takes of those speakers. Speakers
+    Recordings ``{digit}_{speaker}_{index}.wav`` are read from ``<root>/fsdd/recordings``
+    (:func:`~attnmm.data.resolve_root`) and decoded into memory in :meth:`setup`; the label is the digit,
+    and batches are :class:`~attnmm.data.AudioBatch` dicts. The splits are :func:`split_fsdd`'s; speakers
     are named by a list or by the path of a text file with one id per line (blank lines and ``#``
     comments ignored; read in :meth:`setup`).
 
-    ``extra_voices`` (a Speech Commands folder, either layout, see
-    :func:`~attnmm.data.speech_commands.digit_voices`) adds the digits that its many speakers say,
-    resampled to 8 kHz, to the training batches (``extra_voices_repeats`` times per epoch): FSDD has five
-    speakers, and a model trained on four of them learns their voices along with the digits. They train
-    only; validation and test stay FSDD's, and :attr:`voices_set` holds them.
-
-    Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
-    ``label`` (B,); :attr:`sample_rate` is 8000.
+    ``extra_voices`` (a Speech Commands folder, see :func:`~attnmm.data.speech_commands.digit_voices`)
+    adds the digits its many speakers say, at 8 kHz, to the training batches only (FSDD's five voices
+    are learnt along with the digits); validation and test stay FSDD's, and :attr:`voices_set` holds them.
 
     Args:
         root (str or Path, optional): the base data folder holding ``fsdd/``. (default: :obj:`None`)
@@ -127,18 +117,10 @@ class FSDDDataModule(AudioDataModule):
     class_names: tuple[str, ...] = CLASS_NAMES
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 32,
-        num_workers: int = 0,
-        test_speakers: list[str] | str | None = None,
-        val_fraction: float = 0.1,
-        seed: int = 0,
-        download: bool = True,
-        val_speakers: list[str] | str | None = None,
-        extra_voices: str | Path | None = None,
-        extra_voices_repeats: int = 1,
-        require_extra_voices: bool = True,
+        self, root: str | Path | None = None, batch_size: int = 32, num_workers: int = 0,
+        test_speakers: list[str] | str | None = None, val_fraction: float = 0.1, seed: int = 0, download: bool = True,
+        val_speakers: list[str] | str | None = None, extra_voices: str | Path | None = None,
+        extra_voices_repeats: int = 1, require_extra_voices: bool = True,
     ) -> None:
         super().__init__()
         if isinstance(extra_voices_repeats, bool) or not isinstance(extra_voices_repeats, int) \
@@ -152,23 +134,17 @@ class FSDDDataModule(AudioDataModule):
             raise ValueError("test_speakers is empty; pass None for the dataset's own split, or name speakers")
         if isinstance(val_speakers, (list, tuple)) and len(val_speakers) == 0:
             raise ValueError("val_speakers is empty; pass None for a val_fraction draw of the training takes")
-        self.root = root
-        self.batch_size = batch_size
-        self.num_workers = num_workers
+        self.root, self.batch_size, self.num_workers = root, batch_size, num_workers
         # a list is kept as a list; a file is read in setup
         self.test_speakers = list(test_speakers) if isinstance(test_speakers, (list, tuple)) else test_speakers
         self.val_speakers = list(val_speakers) if isinstance(val_speakers, (list, tuple)) else val_speakers
         if isinstance(self.test_speakers, list) and isinstance(self.val_speakers, list):
             check_disjoint(self.test_speakers, self.val_speakers)
         self._held_out: dict[str, list[str] | None] = {}
-        self.val_fraction = val_fraction
-        self.seed = seed
-        self.download = download
+        self.val_fraction, self.seed, self.download = val_fraction, seed, download
         self._takes: list[FSDDTake] | None = None
         self._splits: dict[str, list[FSDDTake]] = {}
-        self.train_set: AudioClips | None = None
-        self.val_set: AudioClips | None = None
-        self.test_set: AudioClips | None = None
+        self.train_set = self.val_set = self.test_set = None
         self.extra_voices, self.extra_voices_repeats = extra_voices, extra_voices_repeats
         self.require_extra_voices = require_extra_voices
         self._voices_read = False
@@ -218,8 +194,7 @@ class FSDDDataModule(AudioDataModule):
             self.test_set = self._clips("test")
 
     def _voices_dir(self) -> Path:
-        folder = Path(self.extra_voices)  # type: ignore[arg-type]
-        return folder if folder.is_absolute() or folder.exists() else data_dir(self.root) / folder
+        return under_data(self.root, self.extra_voices)  # type: ignore[arg-type]
 
     def _read_voices(self) -> AudioClips | None:
         folder = self._voices_dir()
@@ -239,7 +214,7 @@ class FSDDDataModule(AudioDataModule):
         if augment is not None:
             augment.train()
         both: ConcatDataset = ConcatDataset([self.train_set, *[self.voices_set] * self.extra_voices_repeats])
-        return audio_loader(both, "train", self.batch_size, self.num_workers, shuffle=True, augment=augment)
+        return audio_loader(both, "train", self.batch_size, self.num_workers, True, augment, self.collate)
 
     def _clips(self, split: str) -> AudioClips:
         takes = self._splits[split]

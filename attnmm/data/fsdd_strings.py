@@ -9,10 +9,9 @@ from typing import TypedDict
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from attnmm.data._audio import AudioClips, collate_audio
-from attnmm.data._resumable import ResumableDataLoader
 from attnmm.data.fsdd import FSDDDataModule, FSDDTake
 
 __all__ = ["DigitStringBatch", "DigitStrings", "FSDDStringsDataModule", "collate_digit_strings", "plan_digit_strings"]
@@ -33,14 +32,8 @@ class DigitStringPlan:
 
 
 def plan_digit_strings(
-    takes: Sequence[FSDDTake],
-    num_strings: int,
-    min_digits: int,
-    max_digits: int,
-    max_gap: int,
-    max_samples: int,
-    seed: int,
-    clip_lengths: Sequence[int],
+    takes: Sequence[FSDDTake], num_strings: int, min_digits: int, max_digits: int, max_gap: int, max_samples: int,
+    seed: int, clip_lengths: Sequence[int],
 ) -> list[DigitStringPlan]:
     r"""Draw ``num_strings`` digit strings from ``takes``, deterministically given ``seed``.
 
@@ -195,8 +188,7 @@ class FSDDStringsDataModule(FSDDDataModule):
     from ``test_seed`` (a fixed test set whatever the training seed). Silences last up to ``max_gap_ms``
     before, between and after the digits; strings are cut to at most ``max_seconds``.
 
-    Batches are :class:`DigitStringBatch` dicts: ``waveform`` (B, T), ``lengths`` (B,), ``targets``
-    (B, U) padded with ``-100``, ``target_lengths`` (B,).
+    Batches are :class:`DigitStringBatch` dicts.
 
     Args:
         root (str or Path, optional): the base data folder holding ``fsdd/``. (default: :obj:`None`)
@@ -228,24 +220,13 @@ class FSDDStringsDataModule(FSDDDataModule):
         FSDDStringsDataModule(root='/data/fsdd', split=own, digits=1-5, batch_size=16)
     """
 
+    collate = staticmethod(collate_digit_strings)
+
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 16,
-        num_workers: int = 0,
-        test_speakers: list[str] | None = None,
-        val_fraction: float = 0.1,
-        seed: int = 0,
-        download: bool = True,
-        min_digits: int = 1,
-        max_digits: int = 7,
-        num_train: int = 4000,
-        num_val: int = 300,
-        num_test: int = 1000,
-        max_gap_ms: float = 300.0,
-        max_seconds: float = 10.0,
-        noise_std: float = 0.0,
-        test_seed: int = 0,
+        self, root: str | Path | None = None, batch_size: int = 16, num_workers: int = 0,
+        test_speakers: list[str] | None = None, val_fraction: float = 0.1, seed: int = 0, download: bool = True,
+        min_digits: int = 1, max_digits: int = 7, num_train: int = 4000, num_val: int = 300, num_test: int = 1000,
+        max_gap_ms: float = 300.0, max_seconds: float = 10.0, noise_std: float = 0.0, test_seed: int = 0,
         val_speakers: list[str] | None = None,
     ) -> None:
         super().__init__(root, batch_size, num_workers, test_speakers, val_fraction, seed, download, val_speakers)
@@ -269,37 +250,11 @@ class FSDDStringsDataModule(FSDDDataModule):
         clips = super()._clips(split)
         seed = (self.test_seed if split == "test" else self.seed) + _SPLIT_SEED[split]
         plans = plan_digit_strings(
-            self._splits[split],
-            self.num_strings[split],
-            self.min_digits,
-            self.max_digits,
-            max_gap=round(self.max_gap_ms * self.sample_rate / 1000),
-            max_samples=round(self.max_seconds * self.sample_rate),
-            seed=seed,
+            self._splits[split], self.num_strings[split], self.min_digits, self.max_digits,
+            round(self.max_gap_ms * self.sample_rate / 1000), round(self.max_seconds * self.sample_rate), seed,
             clip_lengths=[len(clips[i][0]) for i in range(len(clips))],
         )
         return DigitStrings(clips, plans, self.noise_std, seed)
-
-    def _loader(self, dataset: DigitStrings | None, split: str, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{'fit' if shuffle else 'test'}') first")
-        return (ResumableDataLoader if shuffle else DataLoader)(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=collate_digit_strings,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, "train", shuffle=True)  # type: ignore[arg-type]
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, "val", shuffle=False)  # type: ignore[arg-type]
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, "test", shuffle=False)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         sizes = "".join(f", {k}={len(v)}" for k, v in self._splits.items())

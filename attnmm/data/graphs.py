@@ -104,19 +104,14 @@ class GraphDataModule(LightningDataModule):
       attnmm[chem]``) and cached.
 
     ``pe`` computes a positional or structural encoding of every graph once, in :meth:`setup`
-    (:func:`~attnmm.data.encodings.add_encodings`: random-walk return probabilities of 1 to ``pe_dim``
-    steps, RWSE, or ``pe_dim`` Laplacian eigenvectors, by PyG's transforms), stored on each graph as
-    ``random_walk_pe`` or ``laplacian_pe``, so batches carry them and a
-    :class:`~attnmm.adapters.GraphAdapter` with the same ``pe`` reads them instead of computing them
-    per batch; the encodings of a TU set or Peptides-func are cached (keyed by the graphs' structure).
-    ``graph_graph.py`` links the adapter's ``pe`` and ``pe_dim`` here, so a config names them once.
+    (:func:`~attnmm.data.encodings.add_encodings`), so batches carry it and a
+    :class:`~attnmm.adapters.GraphAdapter` with the same ``pe`` reads it instead of computing it per
+    batch (``graph_graph.py`` links the two, so a config names them once).
 
-    Options of another kind of data must keep their defaults (an error names any that do not).
-    The model's sizes come from the data: :attr:`num_features`, :attr:`num_edge_features`,
-    :attr:`num_classes`, :attr:`task` and the cardinalities, read by the recipes' links before the
-    model is built (a TU set is read for them; motifs and peptides know them without data).
-    Training batches are reshuffled each epoch by a :class:`~attnmm.data._resumable.ResumableDataLoader`,
-    so a run resumed mid-epoch sees the same batches.
+    Options of another kind of data must keep their defaults (an error names any that do not). The
+    model's sizes come from the data (:attr:`num_features`, :attr:`num_edge_features`,
+    :attr:`num_classes`, :attr:`task`, the cardinalities), read by the recipes' links before the model
+    is built. Training batches are resumable mid-epoch (:class:`~attnmm.data._resumable.ResumableDataLoader`).
 
     Args:
         name (str, optional): ``"motifs"``, ``"peptides-func"`` or a TU dataset's name. (default: :obj:`"motifs"`)
@@ -156,23 +151,10 @@ class GraphDataModule(LightningDataModule):
     """
 
     def __init__(
-        self,
-        name: str = MOTIFS,
-        root: str | Path | None = None,
-        batch_size: int = 32,
-        num_graphs: int = 1000,
-        num_nodes: int = 20,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        seed: int = 0,
-        fold: int = 0,
-        num_folds: int = 10,
-        fold_seed: int = 0,
-        use_node_attr: bool = False,
-        max_degree: int = 64,
-        download: bool = False,
-        pe: Encoding = "none",
-        pe_dim: int = 8,
+        self, name: str = MOTIFS, root: str | Path | None = None, batch_size: int = 32, num_graphs: int = 1000,
+        num_nodes: int = 20, val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0, fold: int = 0,
+        num_folds: int = 10, fold_seed: int = 0, use_node_attr: bool = False, max_degree: int = 64,
+        download: bool = False, pe: Encoding = "none", pe_dim: int = 8,
     ) -> None:
         super().__init__()
         if not isinstance(name, str) or not name:
@@ -260,21 +242,20 @@ class GraphDataModule(LightningDataModule):
     def feature_cardinalities(self) -> list[int] | None:
         """Category count of each column of ``x`` where the node features are categories (long; peptides:
         atomic number, chirality, ...), for an embedding per column; ``None`` for float features."""
-        if self.kind != "peptides":
-            return None
-        from attnmm.data.peptides import molecule_cardinalities
-
-        return molecule_cardinalities()[0]
+        return self._cardinalities(0)
 
     @property
     def edge_feature_cardinalities(self) -> list[int] | None:
         """Category count of each column of ``edge_attr`` where edge features are categories (peptides:
         bond type, stereo, conjugated); ``None`` otherwise."""
+        return self._cardinalities(1)
+
+    def _cardinalities(self, i: int) -> list[int] | None:
         if self.kind != "peptides":
             return None
         from attnmm.data.peptides import molecule_cardinalities
 
-        return molecule_cardinalities()[1]
+        return molecule_cardinalities()[i]
 
     def prepare_data(self) -> None:
         if self.kind != "motifs":  # read (and process or build) once, before any setup
@@ -340,10 +321,7 @@ class GraphDataModule(LightningDataModule):
             parts.append(f"fold={self.fold}/{self.num_folds}, fold_seed={self.fold_seed}")
         if self.pe != "none":
             parts.append(f"pe={self.pe!r}, pe_dim={self.pe_dim}")
-        if self.splits:
-            parts.append(", ".join(f"{stage}={len(self.splits[stage])}" for stage in _STAGES))
-        else:
-            parts.append("not set up")
+        parts.append(", ".join(f"{k}={len(self.splits[k])}" for k in _STAGES) if self.splits else "not set up")
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
@@ -369,16 +347,6 @@ class MotifGraphsDataModule(GraphDataModule):
         (4, torch.Size([4]))
     """
 
-    def __init__(
-        self,
-        num_graphs: int = 1000,
-        num_nodes: int = 20,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        batch_size: int = 32,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(
-            MOTIFS, batch_size=batch_size, num_graphs=num_graphs, num_nodes=num_nodes, val_fraction=val_fraction,
-            test_fraction=test_fraction, seed=seed,
-        )
+    def __init__(self, num_graphs: int = 1000, num_nodes: int = 20, val_fraction: float = 0.1,
+                 test_fraction: float = 0.1, batch_size: int = 32, seed: int = 0) -> None:
+        super().__init__(MOTIFS, None, batch_size, num_graphs, num_nodes, val_fraction, test_fraction, seed)

@@ -124,11 +124,7 @@ class MNISTDataModule(LightningDataModule):
     TEST_ONLY_TRAIN = 8000
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 128,
-        val_size: int = 1000,
-        augment: bool = True,
+        self, root: str | Path | None = None, batch_size: int = 128, val_size: int = 1000, augment: bool = True,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -175,24 +171,20 @@ class MNISTDataModule(LightningDataModule):
         if self.datasets:
             return
         self.prepare_data()
-        test = self._pair("test")
-        train = self._pair("train")
+        test, train = self._pair("test"), self._pair("train")
         assert test is not None
         if train is not None:
             self.split = "full"
-            fit_images, fit_labels = train
-            test_images, test_labels = test
+            self._set_datasets(*train, *test)
         else:
-            self.split = "test-set only"
-            n = self.TEST_ONLY_TRAIN
-            fit_images, fit_labels = test[0][:n], test[1][:n]
-            test_images, test_labels = test[0][n:], test[1][n:]
-        k = fit_images.size(0) - self.val_size
-        self.datasets = {
-            "train": TensorDataset(fit_images[:k], fit_labels[:k]),
-            "val": TensorDataset(fit_images[k:], fit_labels[k:]),
-            "test": TensorDataset(test_images, test_labels),
-        }
+            self.split, n = "test-set only", self.TEST_ONLY_TRAIN
+            self._set_datasets(test[0][:n], test[1][:n], test[0][n:], test[1][n:])
+
+    def _set_datasets(self, images: Tensor, labels: Tensor, test_images: Tensor, test_labels: Tensor) -> None:
+        """The last ``val_size`` of the training images validate."""
+        k = images.size(0) - self.val_size
+        train, val = TensorDataset(images[:k], labels[:k]), TensorDataset(images[k:], labels[k:])
+        self.datasets = {"train": train, "val": val, "test": TensorDataset(test_images, test_labels)}
         self._say_split()
 
     @rank_zero_only

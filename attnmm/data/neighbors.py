@@ -128,8 +128,7 @@ class _SeedMask:
 
 
 def neighbor_loader(
-    data: Any, stage: str, num_neighbors: list[int], batch_size: int, shuffle: bool = False,
-    num_workers: int = 0,
+    data: Any, stage: str, num_neighbors: list[int], batch_size: int, shuffle: bool = False, num_workers: int = 0,
 ) -> Any:
     r"""Batches of the nodes of ``data`` in ``data[f"{stage}_mask"]`` with sampled neighbourhoods.
 

@@ -2,6 +2,7 @@ r"""Node classification on one graph: the Planetoid citation graphs (Cora, CiteS
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,10 +30,6 @@ _GEOM_GCN = f" and <name>_split_0.6_0.2_<i>.npz from {_GEOM_GCN_URL} (folder spl
 __all__ = ["NODE_NAMES", "NUM_GEOM_GCN_SPLITS", "NodeDataModule", "PLANETOID_NAMES", "RAW_PARTS"]
 
 
-def _one_graph(items: list[Any]) -> Any:
-    return items[0]
-
-
 class NodeDataModule(LightningDataModule):
     r"""Node classification on one graph, seen whole in every step: a Planetoid citation graph (Cora,
     CiteSeer, PubMed; Yang et al., 2016) or Actor (the film actors' co-occurrence graph of Geom-GCN,
@@ -54,13 +51,10 @@ class NodeDataModule(LightningDataModule):
     graph the nodes that look alike are often better company than the neighbours.
 
     Raw files are read from ``<root>/planetoid/<name>/raw`` (geom-gcn split files:
-    ``<root>/planetoid/<name>/geom-gcn/raw``) and ``<root>/actor/raw``, with ``root`` resolved by
-    :func:`~attnmm.data.resolve_root` (``$ATTNMM_DATA``, then ``~/.cache/attnmm``). PyG writes processed
-    files next to them, so a read-only folder is first copied to the writable cache
-    (:func:`~attnmm.data.writable_copy`, ``$ATTNMM_CACHE``). Missing data is downloaded by PyG when
-    ``download=True``. Bad data fails early and leaves the cache clean: a missing or empty raw file is
-    named before anything is copied, PyG processes into a staging folder that is renamed into
-    ``processed/`` only when complete, and a raw file PyG cannot read is named in the error.
+    ``<root>/planetoid/<name>/geom-gcn/raw``) and ``<root>/actor/raw`` (:func:`~attnmm.data.resolve_root`),
+    a read-only folder first copied to the writable cache (:func:`~attnmm.data.writable_copy`) since PyG
+    writes ``processed/`` next to them; ``download=True`` lets PyG fetch missing files. A missing, empty
+    or unreadable raw file is named in the error, and nothing half-processed is left in the cache.
 
     Args:
         root (str or Path, optional): the base data folder holding ``planetoid/`` or ``actor/``.
@@ -93,17 +87,10 @@ class NodeDataModule(LightningDataModule):
     task: Literal["multiclass", "multilabel"] = "multiclass"
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        name: str = "Cora",
-        split: Literal["public", "full", "geom-gcn"] = "public",
-        normalize_features: bool = True,
-        download: bool = False,
-        num_neighbors: list[int] | None = None,
-        batch_size: int = 256,
-        split_index: int = 0,
-        to_undirected: bool = False,
-        feature_neighbors: int = 0,
+        self, root: str | Path | None = None, name: str = "Cora",
+        split: Literal["public", "full", "geom-gcn"] = "public", normalize_features: bool = True,
+        download: bool = False, num_neighbors: list[int] | None = None, batch_size: int = 256, split_index: int = 0,
+        to_undirected: bool = False, feature_neighbors: int = 0,
     ) -> None:
         super().__init__()
         if name not in self.names:
@@ -296,20 +283,19 @@ class NodeDataModule(LightningDataModule):
 
     @property
     def num_features(self) -> int:
-        """Node features per node (1433 for Cora, 932 for Actor); read from the graph on first use, so that a
-        LightningCLI link (``data.num_features`` -> the model's ``in_channels``) can ask before fitting."""
+        """Node features per node (1433 for Cora, 932 for Actor), read on first use (a config link can ask it)."""
         self.setup()
         return self._sizes[0]
 
     @property
     def num_classes(self) -> int:
-        """Node classes (7 for Cora, 5 for Actor); read from the graph on first use, as :attr:`num_features`."""
+        """Node classes (7 for Cora, 5 for Actor), read on first use."""
         self.setup()
         return self._sizes[1]
 
     def _loader(self, stage: str | None = None) -> DataLoader:
         if self.num_neighbors is None or stage is None:
-            return DataLoader([self.data], batch_size=1, collate_fn=_one_graph)
+            return DataLoader([self.data], batch_size=1, collate_fn=operator.itemgetter(0))
         from attnmm.data.neighbors import neighbor_loader
 
         hops = self.num_neighbors if stage == "train" else [-1] * len(self.num_neighbors)

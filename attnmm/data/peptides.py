@@ -17,14 +17,8 @@ import torch
 from attnmm.data._root import DATA_ENV, cache_dir, resolve_root
 from attnmm.data._staging import download_staged, save_staged
 
-__all__ = [
-    "PEPTIDES_CSV",
-    "PEPTIDES_NUM_LABELS",
-    "PEPTIDES_SPLIT",
-    "molecule_cardinalities",
-    "peptides_func",
-    "read_split",
-]
+__all__ = ["PEPTIDES_CSV", "PEPTIDES_NUM_LABELS", "PEPTIDES_SPLIT", "molecule_cardinalities", "peptides_func",
+           "read_split"]
 
 #: The raw file, under ``<root>/lrgb/peptides-functional/raw``.
 PEPTIDES_CSV = "peptide_multi_class_dataset.csv.gz"
@@ -39,12 +33,8 @@ _URLS = {
 #: The layout of the processed file; a new layout gets a new file name.
 _FORMAT = 1
 #: What the split pickle may rebuild: numpy arrays and their dtypes, nothing else.
-_SPLIT_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-}
+_SPLIT_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                  ("numpy", "ndarray"), ("numpy", "dtype")}
 
 
 def molecule_cardinalities() -> tuple[list[int], list[int]]:
@@ -223,12 +213,7 @@ def peptides_func(
     x, edge_index, edge_attr = (tensors[k].long() for k in ("x", "edge_index", "edge_attr"))
     y = tensors["y"]
     graphs = [
-        Data(
-            x=x[node_ptr[i] : node_ptr[i + 1]],
-            edge_index=edge_index[:, edge_ptr[i] : edge_ptr[i + 1]],
-            edge_attr=edge_attr[edge_ptr[i] : edge_ptr[i + 1]],
-            y=y[i : i + 1],
-        )
-        for i in range(y.size(0))
+        Data(x=x[a:b], edge_index=edge_index[:, c:d], edge_attr=edge_attr[c:d], y=y[i : i + 1])
+        for i, (a, b, c, d) in enumerate(zip(node_ptr, node_ptr[1:], edge_ptr, edge_ptr[1:]))
     ]
     return graphs, read_split(folder / PEPTIDES_SPLIT, len(graphs))

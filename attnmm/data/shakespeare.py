@@ -98,9 +98,9 @@ class ShakespeareDataModule(LightningDataModule):
     r"""Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 M characters) for a character language
     model: predict each character from the ones before it.
 
-    ``input.txt`` is read from ``<root>/tinyshakespeare``, ``root`` resolved by
-    :func:`~attnmm.data.resolve_root`. Splits by position (:func:`split_text`): the first 90% of
-    the characters train; the last 10% is cut in half, validation then test. The character
+    ``input.txt`` is read from ``<root>/tinyshakespeare`` (:func:`~attnmm.data.resolve_root`). Splits by
+    position (:func:`split_text`): the first 90% of the characters train; the last 10% is cut in half,
+    validation then test. The character
     :class:`~attnmm.data.Vocabulary` is built from the training split (0 pads, 1 is unknown), so
     :attr:`vocab_size` is 2 + the characters of the training text (67 for Tiny Shakespeare).
 
@@ -128,13 +128,8 @@ class ShakespeareDataModule(LightningDataModule):
     """
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        block_size: int = 256,
-        batch_size: int = 32,
-        samples_per_epoch: int = 20000,
-        train_fraction: float = 0.9,
-        num_workers: int = 0,
+        self, root: str | Path | None = None, block_size: int = 256, batch_size: int = 32,
+        samples_per_epoch: int = 20000, train_fraction: float = 0.9, num_workers: int = 0,
         eval_stride: int | None = None,
     ) -> None:
         super().__init__()
@@ -177,24 +172,23 @@ class ShakespeareDataModule(LightningDataModule):
             self.vocab = Vocabulary(texts[0])
         self.splits = {k: self.encode(t) for k, t in zip(("train", "val", "test"), texts)}
 
+    def _built(self) -> Vocabulary:
+        if self.vocab is None:
+            raise RuntimeError("the vocabulary is built in setup(); call dm.setup() first")
+        return self.vocab
+
     @property
     def vocab_size(self) -> int:
         """Ids of the character vocabulary (after :meth:`setup`)."""
-        if self.vocab is None:
-            raise RuntimeError("the vocabulary is built in setup(); call dm.setup() first")
-        return len(self.vocab)
+        return len(self._built())
 
     def encode(self, text: str) -> Tensor:
         """Character ids (T,) of ``text``; characters not in the training text map to unknown (1)."""
-        if self.vocab is None:
-            raise RuntimeError("the vocabulary is built in setup(); call dm.setup() first")
-        return torch.tensor(self.vocab.encode(text), dtype=torch.long)
+        return torch.tensor(self._built().encode(text), dtype=torch.long)
 
     def decode(self, ids: Tensor | list[int]) -> str:
         """The text of character ids."""
-        if self.vocab is None:
-            raise RuntimeError("the vocabulary is built in setup(); call dm.setup() first")
-        return "".join(self.vocab.decode(ids.tolist() if isinstance(ids, Tensor) else ids))
+        return "".join(self._built().decode(ids.tolist() if isinstance(ids, Tensor) else ids))
 
     def train_dataloader(self) -> DataLoader:
         data = CharWindows(self.splits["train"], self.block_size, self.samples_per_epoch)

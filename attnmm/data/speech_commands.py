@@ -32,8 +32,8 @@ from attnmm.data._speakers import read_speakers, split_speech_commands
 from attnmm.data.augment import noise_takers, set_noise_bank
 
 __all__ = ["CORE_COMMANDS", "DIGIT_WORDS", "SILENCE", "SpeechClip", "SpeechCommandsDataModule", "UNKNOWN",
-           "digit_voices", "download_speech_commands", "scan_class_folders", "scan_speech_commands",
-           "slice_background", "split_speech_commands"]
+           "digit_voices", "download_speech_commands", "scan_class_folders", "scan_speech_commands", "slice_background",
+           "split_speech_commands"]
 
 
 class SpeechCommandsDataModule(AudioDataModule):
@@ -55,12 +55,9 @@ class SpeechCommandsDataModule(AudioDataModule):
     ``noise_augment`` applies to training batches only; its noise bank is the training split's
     ``_silence_`` clips (:meth:`train_noise`). Clips are read when a batch needs them, padded per batch.
 
-    Batches are :class:`~attnmm.data.AudioBatch` dicts: ``waveform`` (B, T) zero-padded, ``lengths`` (B,),
-    ``label`` (B,); :attr:`sample_rate` is the files' 16000 Hz unless ``sample_rate`` asks for another rate,
-    to which every clip (and noise clip) is then resampled when read, e.g. 8000 to pretrain a model for
-    FSDD's 8 kHz recordings (link a model's sample rate to it). The split sets are
-    :class:`~attnmm.data.AudioClips` whose ``speakers`` give each clip's speaker; :meth:`summary` and the
-    ``repr`` report the clips and speakers of each split.
+    Batches are :class:`~attnmm.data.AudioBatch` dicts at ``sample_rate`` (every clip resampled from the
+    files' 16 kHz when it differs, e.g. 8000 to pretrain for FSDD); the split sets are
+    :class:`~attnmm.data.AudioClips` with each clip's speaker, reported by :meth:`summary` and the ``repr``.
 
     Args:
         root (str or Path, optional): the base data folder holding ``SpeechCommands/`` or
@@ -106,23 +103,12 @@ class SpeechCommandsDataModule(AudioDataModule):
     """
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        batch_size: int = 64,
-        num_workers: int = 0,
-        labels: list[str] | None = None,
-        include_unknown: bool | None = None,
-        download: bool = False,
-        layout: Literal["auto", "full", "classes"] = "auto",
-        include_silence: bool | None = None,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        seed: int = 0,
-        test_speakers: list[str] | str | None = None,
-        val_speakers: list[str] | str | None = None,
-        test_root: str | Path | None = None,
-        noise_augment: nn.Module | None = None,
-        sample_rate: int = FILE_RATE,
+        self, root: str | Path | None = None, batch_size: int = 64, num_workers: int = 0,
+        labels: list[str] | None = None, include_unknown: bool | None = None, download: bool = False,
+        layout: Literal["auto", "full", "classes"] = "auto", include_silence: bool | None = None,
+        val_fraction: float = 0.1, test_fraction: float = 0.1, seed: int = 0,
+        test_speakers: list[str] | str | None = None, val_speakers: list[str] | str | None = None,
+        test_root: str | Path | None = None, noise_augment: nn.Module | None = None, sample_rate: int = FILE_RATE,
     ) -> None:
         super().__init__()
         if not isinstance(sample_rate, int) or sample_rate < 1:
@@ -164,9 +150,7 @@ class SpeechCommandsDataModule(AudioDataModule):
         self._splits: dict[str, list[SpeechClip]] | None = None
         self._held_out: dict[str, list[str] | None] = {}
         self._noise: list[Tensor] | None = None
-        self.train_set: AudioClips | None = None
-        self.val_set: AudioClips | None = None
-        self.test_set: AudioClips | None = None
+        self.train_set = self.val_set = self.test_set = None
 
     # ------------------------------------------------------------------ where the data is
 
@@ -201,16 +185,17 @@ class SpeechCommandsDataModule(AudioDataModule):
 
     # ------------------------------------------------------------------ classes
 
-    def _unknown_on(self) -> bool:
-        return self.dataset_layout == "classes" if self.include_unknown is None else self.include_unknown
+    def _on(self, include: bool | None) -> bool:
+        return self.dataset_layout == "classes" if include is None else include
 
     def _silence_on(self) -> bool:
-        return self.dataset_layout == "classes" if self.include_silence is None else self.include_silence
+        return self._on(self.include_silence)
 
     @property
     def class_names(self) -> tuple[str, ...]:
         r"""The class of each label index: the words, then ``_unknown_`` and ``_silence_`` when included."""
-        return (*self.labels, *((UNKNOWN,) if self._unknown_on() else ()), *((SILENCE,) if self._silence_on() else ()))
+        return (*self.labels, *(c for c, on in ((UNKNOWN, self.include_unknown), (SILENCE, self.include_silence))
+                                if self._on(on)))
 
     @property
     def num_classes(self) -> int:
@@ -267,14 +252,8 @@ class SpeechCommandsDataModule(AudioDataModule):
 
     def _clips(self, split: str) -> AudioClips:
         kept = self._kept(split)
-        return AudioClips(
-            [c.path for c, _ in kept],
-            [t for _, t in kept],
-            self.sample_rate,
-            speakers=[c.speaker for c, _ in kept],
-            spans=[c.span for c, _ in kept],
-            file_rate=FILE_RATE,
-        )
+        return AudioClips([c.path for c, _ in kept], [t for _, t in kept], self.sample_rate,
+                          speakers=[c.speaker for c, _ in kept], spans=[c.span for c, _ in kept], file_rate=FILE_RATE)
 
     @property
     def train_augment(self) -> nn.Module | None:  # type: ignore[override]  # AudioDataModule's hook
@@ -339,9 +318,10 @@ class SpeechCommandsDataModule(AudioDataModule):
 
     def summary(self) -> str:
         r"""A few lines on the data found, the classes and the split (complete after :meth:`setup`)."""
+        resampled = "" if self.sample_rate == FILE_RATE else f" (resampled from {FILE_RATE} Hz)"
         lines = [
             f"Speech Commands v0.02 at {self.dataset_dir} (layout {self.dataset_layout!r})",
-            f"  {self.sample_rate} Hz mono{self._resampled()}, {self.num_classes} classes: "
+            f"  {self.sample_rate} Hz mono{resampled}, {self.num_classes} classes: "
             + ", ".join(self.class_names),
             f"  split: {self._rule()}",
         ]
@@ -355,9 +335,6 @@ class SpeechCommandsDataModule(AudioDataModule):
                 count = sum(c.word == SILENCE for c in self._splits["train"])
                 lines.append(f"  noise augmentation on training batches, from the {count} training noise clips")
         return "\n".join(lines)
-
-    def _resampled(self) -> str:
-        return "" if self.sample_rate == FILE_RATE else f" (resampled from {FILE_RATE} Hz)"
 
     def __str__(self) -> str:
         return self.summary()

@@ -2,6 +2,7 @@ r"""Graph classification sets of the TU collection (Morris et al., 2020), read f
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +84,7 @@ def _unreadable(raw: Path, name: str, err: Exception) -> Exception:
 
 
 def tu_graphs(
-    name: str,
-    root: str | Path | None = None,
-    use_node_attr: bool = False,
-    max_degree: int = 64,
+    name: str, root: str | Path | None = None, use_node_attr: bool = False, max_degree: int = 64,
     download: bool = False,
 ) -> list[Any]:
     r"""The graphs of TU dataset ``name`` as a list of PyG ``Data`` with ``x``, ``edge_index``, ``y`` (1,) and,
@@ -116,12 +114,9 @@ def tu_graphs(
     base = resolve_root(root, "TUDataset")
     pyg_root = _writable_root(base, name, download)
     processed = pyg_root / name / "processed"
-
-    def build(at: Path) -> Any:
-        return TUDataset(str(at), name)
-
     if not (processed / "data.pt").is_file():
-        process_staged(pyg_root, Path(name), build, lambda err: _unreadable(pyg_root / name / "raw", name, err), name)
+        unreadable = partial(_unreadable, pyg_root / name / "raw", name)
+        process_staged(pyg_root, Path(name), lambda at: TUDataset(str(at), name), unreadable, name)
     drop_pyg_metadata(processed)
     try:
         dataset = TUDataset(str(pyg_root), name, use_node_attr=use_node_attr, use_edge_attr=True)

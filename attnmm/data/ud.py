@@ -126,26 +126,22 @@ class UDPOSDataModule(LightningDataModule):
     r"""Universal part-of-speech tagging (17 UPOS tags) on a Universal Dependencies treebank,
     by default the English Web Treebank (UD_English-EWT).
 
-    Files ``<prefix>-ud-{train,dev,test}.conllu`` are read from ``<root>/<treebank>``, ``root``
-    resolved by :func:`~attnmm.data.resolve_root` (``$ATTNMM_DATA``, then ``~/.cache/attnmm``).
-    The train file is trained on and the dev file validates. The test set is the test file when it
-    is there, else the dev file; :attr:`test_split` says which, and :meth:`setup` prints it. With
-    ``holdout=n`` the last ``n`` sentences of the train file validate instead (and are left out of
-    training and of the vocabularies), so that choices can be made without looking at the dev file
-    when the dev file is the test set.
+    Files ``<prefix>-ud-{train,dev,test}.conllu`` are read from ``<root>/<treebank>``
+    (:func:`~attnmm.data.resolve_root`). The train file is trained on and the dev file validates. The
+    test set is the test file when it is there, else the dev file; :attr:`test_split` says which, and
+    :meth:`setup` prints it. With ``holdout=n`` the last ``n`` sentences of the train file validate
+    instead (and are left out of training and of the vocabularies), so that choices can be made
+    without looking at the dev file when the dev file is the test set.
 
     Vocabularies (:class:`~attnmm.data.Vocabulary`) are built from the training split only: words
     (lower-cased by default) and characters (case kept), each with padding (0) and unknown (1)
     ids, capped at ``max_words`` and ``max_chars`` ids so that an adapter built with those sizes
     always fits. They are saved in checkpoints (:meth:`state_dict`).
 
-    Batches: ``tokens`` (B, L) word ids, ``chars`` (B, L, C) character ids, ``lengths`` (B,) and
-    ``tags`` (B, L) with -100 after each sentence. Training batches group sentences of similar
-    length. Each column named in ``aux_columns`` (``"xpos"``, ``"deprel"``, ``"feats"``) adds a
-    (B, L) entry of that name: the column's labels as ids of a training-split vocabulary, -100 for
-    labels unseen in training. They are targets for auxiliary heads
-    (``MultiClass(aux_heads={"xpos": ...})``, a task's objective): the finer XPOS classes of EWT (Penn Treebank
-    tags: ``IN`` vs ``RP``, ``VBN`` vs ``JJ``) supervise the UPOS decisions.
+    Batches are :func:`collate_tagged`'s; training batches group sentences of similar length. Each
+    column of ``aux_columns`` adds a (B, L) entry of that name, the column's labels as ids of a
+    training-split vocabulary (-100 if unseen in training): targets for auxiliary heads
+    (``MultiClass(aux_heads={"xpos": ...})``), e.g. EWT's finer XPOS classes supervising UPOS.
 
     Args:
         root (str or Path, optional): the base data folder. (default: :obj:`None`)
@@ -187,22 +183,10 @@ class UDPOSDataModule(LightningDataModule):
     class_names: tuple[str, ...] = UPOS_TAGS
 
     def __init__(
-        self,
-        root: str | Path | None = None,
-        treebank: str = "ud_english_ewt",
-        prefix: str = "en_ewt",
-        batch_size: int = 32,
-        num_workers: int = 0,
-        max_words: int = 20000,
-        min_word_freq: int = 1,
-        max_chars: int = 200,
-        max_word_len: int = 20,
-        lowercase: bool = True,
-        seed: int = 0,
-        holdout: int = 0,
-        unk_replace: float = 0.0,
-        aux_columns: Sequence[str] = (),
-        max_aux_classes: int = 64,
+        self, root: str | Path | None = None, treebank: str = "ud_english_ewt", prefix: str = "en_ewt",
+        batch_size: int = 32, num_workers: int = 0, max_words: int = 20000, min_word_freq: int = 1,
+        max_chars: int = 200, max_word_len: int = 20, lowercase: bool = True, seed: int = 0, holdout: int = 0,
+        unk_replace: float = 0.0, aux_columns: Sequence[str] = (), max_aux_classes: int = 64,
     ) -> None:
         super().__init__()
         if not (unk_replace >= 0.0 and math.isfinite(unk_replace)):
@@ -223,7 +207,7 @@ class UDPOSDataModule(LightningDataModule):
         self.batch_size, self.num_workers = batch_size, num_workers
         self.max_words, self.min_word_freq, self.max_chars = max_words, min_word_freq, max_chars
         self.max_word_len, self.lowercase, self.seed = max_word_len, lowercase, seed
-        self.words: Vocabulary | None = None
+        self.words: Vocabulary | None = None  # built in setup, or restored from a checkpoint
         self.chars: Vocabulary | None = None
         self.aux_vocabs: dict[str, Vocabulary] = {}
         self.test_split: str | None = None
@@ -264,9 +248,7 @@ class UDPOSDataModule(LightningDataModule):
                 )
             train, held_out = train[: -self.holdout], train[-self.holdout :]
         if self.words is None or self.chars is None:  # not restored from a checkpoint
-            self.words = Vocabulary(
-                (self._word(w) for s in train for w in s.words), self.max_words, self.min_word_freq
-            )
+            self.words = Vocabulary((self._word(w) for s in train for w in s.words), self.max_words, self.min_word_freq)
             self.chars = Vocabulary((c for s in train for w in s.words for c in w), self.max_chars)
         for column in self.aux_columns:
             if column not in self.aux_vocabs:
@@ -281,11 +263,8 @@ class UDPOSDataModule(LightningDataModule):
         dev = read_conllu(self._require("dev"))
         test = dev if self.test_split == "dev" else read_conllu(self.path("test"))
         val = dev if held_out is None else held_out
-        self.datasets = {
-            "train": self._encode(train, unk_replace=self.unk_replace),
-            "val": self._encode(val),
-            "test": self._encode(test),
-        }
+        self.datasets = {"train": self._encode(train, self.unk_replace), "val": self._encode(val)}
+        self.datasets["test"] = self._encode(test)
         self._say_test_split()
 
     @rank_zero_only
@@ -347,10 +326,8 @@ class UDPOSDataModule(LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         if self.words is None or self.chars is None:
             return {}
-        state = {"words": self.words.state(), "chars": self.chars.state()}
-        for column, vocab in self.aux_vocabs.items():
-            state[column] = vocab.state()
-        return state
+        vocabs = {"words": self.words, "chars": self.chars, **self.aux_vocabs}
+        return {name: vocab.state() for name, vocab in vocabs.items()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict:

@@ -54,16 +54,9 @@ class Pairs:
         """The same pairs repeated for each of ``batch_size`` batch items (no-op when batched)."""
         if self.batch is not None:
             return self
-        p = self.nnz
-        batch = torch.arange(batch_size, device=self.row.device).repeat_interleave(p)
-        return Pairs(
-            self.row.repeat(batch_size),
-            self.col.repeat(batch_size),
-            batch,
-            self.num_rows,
-            self.num_cols,
-            batch_size,
-        )
+        batch = torch.arange(batch_size, device=self.row.device).repeat_interleave(self.nnz)
+        return Pairs(self.row.repeat(batch_size), self.col.repeat(batch_size), batch, self.num_rows, self.num_cols,
+                     batch_size)
 
     def to_dense(self) -> Tensor:
         """Bool tensor (L, S), or (B, L, S) when batched, True at every pair."""
@@ -72,9 +65,7 @@ class Pairs:
             out[self.row, self.col] = True
             return out
         assert self.batch_size is not None
-        out = torch.zeros(
-            self.batch_size, self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device
-        )
+        out = torch.zeros(self.batch_size, self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device)
         out[self.batch, self.row, self.col] = True
         return out
 

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import reduce
-from operator import and_
+from operator import and_, or_
 from typing import Literal
 
 import torch
@@ -169,11 +169,7 @@ class Mask(ABC):
         return num_rows, num_cols, batch_size if self.batched else None
 
     def dense(
-        self,
-        num_rows: int,
-        num_cols: int | None = None,
-        batch_size: int | None = None,
-        *,
+        self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None, *,
         device: torch.device | str | None = None,
     ) -> Tensor:
         """The reference form: a bool tensor (L, S), or (B, L, S) for a batched mask.
@@ -192,11 +188,7 @@ class Mask(ABC):
         return out.expand(batch_size, num_rows, num_cols).clone()
 
     def pairs(
-        self,
-        num_rows: int,
-        num_cols: int | None = None,
-        batch_size: int | None = None,
-        *,
+        self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None, *,
         device: torch.device | str | None = None,
     ) -> Pairs:
         """The sparse form: allowed pairs sorted by query, in O(nnz) without the dense form."""
@@ -580,10 +572,7 @@ class Intersection(_Meet, IntervalMask):
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         starts, ends = zip(*(p.interval(b, q_idx) for p in self.parts))
-        start, end = starts[0], ends[0]
-        for s, e in zip(starts[1:], ends[1:]):
-            start, end = torch.maximum(start, s), torch.minimum(end, e)
-        return start, end
+        return reduce(torch.maximum, starts), reduce(torch.minimum, ends)
 
     @property
     def band(self) -> tuple[int | None, int | None]:
@@ -612,10 +601,7 @@ class And(_Meet):
         super().__init__(parts, "&")
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
-        for p in self.parts[1:]:
-            out = out & p.mask_mod(b, h, q_idx, kv_idx)
-        return out
+        return reduce(and_, (p.mask_mod(b, h, q_idx, kv_idx) for p in self.parts))
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
         """The smallest operand bound (an intersection has at most as many pairs as any operand)."""
@@ -667,10 +653,7 @@ class Or(_Composite):
         super().__init__(tuple(flat), "|")
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
-        for p in self.parts[1:]:
-            out = out | p.mask_mod(b, h, q_idx, kv_idx)
-        return out
+        return reduce(or_, (p.mask_mod(b, h, q_idx, kv_idx) for p in self.parts))
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
         """The sum of the operands' bounds, at most B * L * S; ``None`` if an operand has none."""

@@ -28,11 +28,8 @@ class Documents(IntervalMask):
     Positions past the last document (padding) attend nothing and are attended by nothing; a document
     of length 0 takes no position. Each query's allowed set is one key range, so the mask is an
     interval mask with the band ``(max length - 1, max length - 1)``: ``Documents(lengths) & Causal()``
-    and ``Documents(lengths) & Window(left, right)`` stay banded (a document start is a lower bound of
-    the band, a document end an upper one) and run on the band kernel in O(L * w), with no dense mask
-    and nothing compiled per length; a packing shared by the batch (alone, ``& Causal()`` or
-    ``& Window``) also runs one document at a time on fused SDPA (the ``segments`` backend), and
-    dispatch picks by cost. The pairs are enumerated in O(nnz) from the ranges.
+    and ``& Window(left, right)`` stay banded (O(L * w) on the band kernel); a packing shared by the
+    batch may also run one document at a time on fused SDPA (``segments``), dispatch picking by cost.
 
     Args:
         lengths (LongTensor or list): document lengths, shape (D,) for one packing shared by the batch,

@@ -48,11 +48,7 @@ class Grid(Mask):
     layout = "padded"
 
     def __init__(
-        self,
-        height: int,
-        width: int,
-        kernel: int,
-        dilation: int = 1,
+        self, height: int, width: int, kernel: int, dilation: int = 1,
         border: Literal["truncate", "shift"] = "truncate",
     ) -> None:
         self.height = check_nonneg_int("height", height, minimum=1)
@@ -86,9 +82,7 @@ class Grid(Mask):
         super().check(num_rows, num_cols, batch_size)
         p = self.num_patches
         if num_rows != p or num_cols != p:
-            raise ValueError(
-                f"{self!r} needs L = S = height * width = {p} patches, got L={num_rows}, S={num_cols}"
-            )
+            raise ValueError(f"{self!r} needs L = S = height * width = {p} patches, got L={num_rows}, S={num_cols}")
 
     def _window_1d(self, pos: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """First tap and residue (pos mod dilation) of the window along one axis."""

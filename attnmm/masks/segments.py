@@ -32,12 +32,8 @@ class _Blocks(Mask):
     layout = "padded"
 
     def __init__(
-        self,
-        row_sizes: tuple[int, ...],
-        col_sizes: tuple[int, ...],
-        blocks: tuple[tuple[Mask | None, ...], ...],
-        row_lengths: Tensor | None,
-        col_lengths: Tensor | None,
+        self, row_sizes: tuple[int, ...], col_sizes: tuple[int, ...], blocks: tuple[tuple[Mask | None, ...], ...],
+        row_lengths: Tensor | None, col_lengths: Tensor | None,
     ) -> None:
         self.row_sizes, self.col_sizes, self.blocks = row_sizes, col_sizes, blocks
         self.row_lengths, self.col_lengths = row_lengths, col_lengths
@@ -96,34 +92,21 @@ class _Blocks(Mask):
             out = out & (kj < self.col_lengths.to(device)[b, ks.clamp(max=len(self.col_sizes) - 1)])
         return out
 
-    def block_pairs(self, a: int, c: int, batch_size: int | None, device: torch.device) -> Pairs | None:
-        """The pairs of block ``(a, c)`` in the two segments' own coordinates, without the padding of
-        the lengths, or ``None`` when segment ``a`` does not attend segment ``c``."""
-        m = self.blocks[a][c]
-        if m is None:
-            return None
-        return m.pairs(self.row_sizes[a], self.col_sizes[c], batch_size if m.batched else None, device=device)
-
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         row_offsets, col_offsets = self._row_offsets.tolist(), self._col_offsets.tolist()
         rows = (batch_size or 1) * num_rows  # softmax segments b * L + i
         parts = []  # (segment id, column) of every block's pairs, each sorted by (segment, column)
-        for a, c, _ in self._links():
-            p = self.block_pairs(a, c, batch_size, device)
-            assert p is not None
+        for a, c, m in self._links():  # each block's pairs in the two segments' own coordinates
+            p = m.pairs(self.row_sizes[a], self.col_sizes[c], batch_size if m.batched else None, device=device)
             if batch_size is not None:
                 p = p.expand(batch_size)
             row, col, batch = p.row, p.col, p.batch
-            keep = None
-            if self.row_lengths is not None:
-                assert batch is not None
-                keep = row < self.row_lengths.to(device)[batch, a]
-            if self.col_lengths is not None:
-                assert batch is not None
-                kept = col < self.col_lengths.to(device)[batch, c]
-                keep = kept if keep is None else keep & kept
-            if keep is not None:
-                row, col, batch = row[keep], col[keep], batch[keep]  # type: ignore[index]
+            if batch is not None and (self.row_lengths is not None or self.col_lengths is not None):
+                keep = torch.ones_like(row, dtype=torch.bool)
+                for lengths, idx, seg in ((self.row_lengths, row, a), (self.col_lengths, col, c)):
+                    if lengths is not None:
+                        keep &= idx < lengths.to(device)[batch, seg]
+                row, col, batch = row[keep], col[keep], batch[keep]
             row, col = row + row_offsets[a], col + col_offsets[c]
             parts.append((row if batch is None else batch * num_rows + row, col))
         # merge without sorting: within a query row, blocks (a, 0), (a, 1), ... hold increasing key
@@ -217,9 +200,7 @@ class Segments(_Blocks):
     """
 
     def __init__(
-        self,
-        sizes: Sequence[int],
-        within: Sequence[Mask | None] | None = None,
+        self, sizes: Sequence[int], within: Sequence[Mask | None] | None = None,
         links: Literal["none", "full"] | Sequence[Sequence[Link]] = "none",
         lengths: Tensor | Sequence[Sequence[int]] | None = None,
     ) -> None:
@@ -233,26 +214,22 @@ class Segments(_Blocks):
         for k, m in enumerate(within):
             _check_part(f"within[{k}]", m)
         table = _link_table(links, K)
-        blocks: list[tuple[Mask | None, ...]] = []
         for a in range(K):
-            row: list[Mask | None] = []
-            for c in range(K):
-                entry = table[a][c]
-                if a == c and isinstance(entry, Mask):
-                    raise ValueError(
-                        f"links[{a}][{a}] is a mask; the mask within segment {a} goes in within[{a}] "
-                        "(the diagonal of the link table is True or False)"
-                    )
-                if a == c:
-                    row.append((within[a] or Full()) if entry else None)
-                else:
-                    row.append(entry if isinstance(entry, Mask) else Full() if entry else None)
-            blocks.append(tuple(row))
+            if isinstance(table[a][a], Mask):
+                raise ValueError(
+                    f"links[{a}][{a}] is a mask; the mask within segment {a} goes in within[{a}] "
+                    "(the diagonal of the link table is True or False)"
+                )
+        blocks = tuple(
+            tuple(x if isinstance(x, Mask) else ((within[a] if a == c else None) or Full()) if x else None
+                  for c, x in enumerate(r))
+            for a, r in enumerate(table)
+        )
         self.sizes = tuple(sizes)
         self.within = tuple(within)
         self.links = links if isinstance(links, str) else tuple(tuple(r) for r in links)
         self.lengths = None if lengths is None else _check_lengths(lengths, self.sizes)
-        super().__init__(self.sizes, self.sizes, tuple(blocks), self.lengths, self.lengths)
+        super().__init__(self.sizes, self.sizes, blocks, self.lengths, self.lengths)
 
     @property
     def num_segments(self) -> int:
@@ -273,19 +250,14 @@ class Segments(_Blocks):
             None if self.blocks[k][k] is None else other.shifted(o, o) if m is None else m & other.shifted(o, o)
             for k, (o, m) in enumerate(zip(offsets, self.within))
         ]
-        table: list[list[Link]] = []
-        for a in range(self.num_segments):
-            row: list[Link] = []
-            for c in range(self.num_segments):
-                block = self.blocks[a][c]
-                if a == c:
-                    row.append(block is not None)
-                elif block is None:
-                    row.append(False)
-                else:
-                    shifted = other.shifted(offsets[a], offsets[c])
-                    row.append(shifted if block.structure.kind == "full" and not block.batched else block & shifted)
-            table.append(row)
+
+        def link(a: int, c: int, block: Mask | None) -> Link:
+            if a == c or block is None:
+                return block is not None
+            shifted = other.shifted(offsets[a], offsets[c])
+            return shifted if block.structure.kind == "full" and not block.batched else block & shifted
+
+        table = [[link(a, c, block) for c, block in enumerate(r)] for a, r in enumerate(self.blocks)]
         return Segments(self.sizes, within=within, links=table, lengths=self.lengths)
 
     @property

@@ -108,10 +108,7 @@ def declared_size(edge_index: object) -> tuple[int | None, int | None]:
 
 
 def node_counts(
-    x_src: Tensor,
-    x_dst: Tensor | None,
-    size: tuple[int | None, int | None] | None = None,
-    edge_index: object = None,
+    x_src: Tensor, x_dst: Tensor | None, size: tuple[int | None, int | None] | None = None, edge_index: object = None,
 ) -> tuple[int, int]:
     """``(N_src, N_dst)`` of one call, from the node features, PyG's ``size`` and the sizes a sparse
     adjacency or an ``EdgeIndex`` declares (:func:`declared_size`), which must all agree. A missing

@@ -111,12 +111,7 @@ class GATEdges:
 
 
 def gat_edges(
-    edge_index: Tensor | Mask,
-    num_src: int,
-    num_dst: int,
-    add_loops: bool,
-    extra: Mask | None,
-    device: torch.device,
+    edge_index: Tensor | Mask, num_src: int, num_dst: int, add_loops: bool, extra: Mask | None, device: torch.device,
 ) -> GATEdges:
     """Read ``edge_index`` as PyG's GAT layers do: with ``add_loops``, drop its self loops and add one
     per node ``0 .. min(num_src, num_dst) - 1`` after the other edges (for a sparse adjacency, in its
@@ -184,17 +179,8 @@ class AdditiveGraphAttention(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int | tuple[int, int],
-        out_channels: int,
-        heads: int,
-        concat: bool,
-        negative_slope: float,
-        dropout: float,
-        add_self_loops: bool,
-        edge_dim: int | None,
-        fill_value: float | Tensor | str,
-        residual: bool,
+        self, in_channels: int | tuple[int, int], out_channels: int, heads: int, concat: bool, negative_slope: float,
+        dropout: float, add_self_loops: bool, edge_dim: int | None, fill_value: float | Tensor | str, residual: bool,
     ) -> None:
         super().__init__()
         self._forms = FormStore()  # the edges of the graphs seen, by value, across calls
@@ -265,16 +251,8 @@ class AdditiveGraphAttention(nn.Module):
         return filled
 
     def propagate(
-        self,
-        values: Tensor,
-        num_dst: int,
-        edges: GATEdges,
-        score: ScoreFn,
-        edge_attr: Tensor | None,
-        residual: Tensor | None,
-        bias: Tensor | None,
-        return_attention_weights: bool | None,
-        edge_index: Tensor | Mask,
+        self, values: Tensor, num_dst: int, edges: GATEdges, score: ScoreFn, edge_attr: Tensor | None,
+        residual: Tensor | None, bias: Tensor | None, return_attention_weights: bool | None, edge_index: Tensor | Mask,
     ) -> Tensor | tuple[Tensor, Weights]:
         """Attend with the additive scores, combine the heads, add the residual and the bias."""
         H, C = self.heads, self.out_channels

@@ -81,9 +81,8 @@ class ConvAsAttention(nn.Module):
         heads = self.kernel_size**2
         self.head_dim = max(self.in_channels, math.ceil(self.out_channels / heads))
         self.embed_dim = heads * self.head_dim
-        self.attn = MultiHeadAttention(
-            self.embed_dim, heads, position_bias=RelativePositionBias.for_grid(heads, self.kernel_size)
-        )
+        bias = RelativePositionBias.for_grid(heads, self.kernel_size)
+        self.attn = MultiHeadAttention(self.embed_dim, heads, position_bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -96,15 +95,8 @@ class ConvAsAttention(nn.Module):
         """The attention layer computing ``conv``, a stride-1, undilated, ungrouped convolution with
         an odd square kernel and ``padding = kernel // 2`` (zeros)."""
         k = conv.kernel_size
-        if (
-            k[0] != k[1]
-            or k[0] % 2 == 0
-            or conv.stride != (1, 1)
-            or conv.dilation != (1, 1)
-            or conv.groups != 1
-            or conv.padding != (k[0] // 2, k[0] // 2)
-            or conv.padding_mode != "zeros"
-        ):
+        if (k[0] != k[1] or k[0] % 2 == 0 or conv.stride != (1, 1) or conv.dilation != (1, 1) or conv.groups != 1
+                or conv.padding != (k[0] // 2, k[0] // 2) or conv.padding_mode != "zeros"):
             raise ValueError(
                 "from_conv needs an odd square kernel, stride 1, dilation 1, groups 1 and zero padding kernel // 2, "
                 f"got kernel_size={k}, stride={conv.stride}, dilation={conv.dilation}, groups={conv.groups}, "
@@ -159,9 +151,6 @@ class ConvAsAttention(nn.Module):
         return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, gap={self.gap:g}"
 
 
-__all__ = ["ConvAsAttention"]
-
-
 class ConvBlock(nn.Module):
     r"""A pre-norm residual block whose token mixing is a ``kernel`` x ``kernel`` convolution over
     the patch grid, in place of :class:`~attnmm.nn.EncoderLayer`'s attention.
@@ -190,11 +179,8 @@ class ConvBlock(nn.Module):
         self.norm1 = nn.LayerNorm(d_model)
         self.conv = nn.Conv2d(d_model, d_model, kernel, padding=kernel // 2)
         self.norm2 = nn.LayerNorm(d_model)
-        self.ffn = nn.Sequential(
-            nn.Linear(d_model, check_nonneg_int("dim_feedforward", dim_feedforward, minimum=1)),
-            nn.GELU(),
-            nn.Linear(dim_feedforward, d_model),
-        )
+        hidden = check_nonneg_int("dim_feedforward", dim_feedforward, minimum=1)
+        self.ffn = nn.Sequential(nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, d_model))
         self.drop = nn.Dropout(dropout)
         self.reset_parameters()
 
@@ -248,21 +234,13 @@ class ConvEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_layers: int,
-        kernel: int = 3,
-        dim_feedforward: int = 256,
-        dropout: float = 0.0,
+        self, d_model: int, num_layers: int, kernel: int = 3, dim_feedforward: int = 256, dropout: float = 0.0,
         grid_size: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
-        self.kernel = kernel
-        self.grid_size = grid_size
-        self.layers = nn.ModuleList(
-            ConvBlock(d_model, kernel, dim_feedforward, dropout) for _ in range(self.num_layers)
-        )
+        self.kernel, self.grid_size = kernel, grid_size
+        self.layers = nn.ModuleList(ConvBlock(d_model, kernel, dim_feedforward, dropout) for _ in range(num_layers))
         self.norm = nn.LayerNorm(d_model)
         self.reset_parameters()
 
@@ -304,4 +282,4 @@ class ConvEncoder(nn.Module):
             )
 
 
-__all__ = ["ConvBlock", "ConvEncoder"]
+__all__ = ["ConvAsAttention", "ConvBlock", "ConvEncoder"]

@@ -42,13 +42,8 @@ class AttentionDecoderLayer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for norm in (self.norm1, self.norm2, self.norm3):
-            norm.reset_parameters()
-        self.self_attn.reset_parameters()
-        self.cross_attn.reset_parameters()
-        for module in self.ffn:
-            if isinstance(module, nn.Linear):
-                module.reset_parameters()
+        for module in (self.norm1, self.norm2, self.norm3, self.self_attn, self.cross_attn, self.ffn[0], self.ffn[3]):
+            module.reset_parameters()  # type: ignore[operator]
 
     def forward(self, y: Tensor, memory: Tensor, memory_mask: Mask | None) -> Tensor:
         y = y + self.drop(self.self_attn(self.norm1(y), mask=Causal()))  # (B, U, D)
@@ -96,12 +91,7 @@ class AttentionDecoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_classes: int,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        dim_feedforward: int = 256,
+        self, d_model: int, num_classes: int, num_heads: int = 4, num_layers: int = 2, dim_feedforward: int = 256,
         dropout: float = 0.1,
     ) -> None:
         super().__init__()
@@ -187,10 +177,7 @@ class AttentionDecoder(nn.Module):
             done |= nxt == self.sos_eos
             if bool(done.all()):
                 break
-        out = []
-        for row in labels[:, 1:].tolist():
-            out.append(row[: row.index(self.sos_eos)] if self.sos_eos in row else row)
-        return out
+        return [row[: row.index(self.sos_eos)] if self.sos_eos in row else row for row in labels[:, 1:].tolist()]
 
 
 __all__ = ["AttentionDecoder", "AttentionDecoderLayer"]

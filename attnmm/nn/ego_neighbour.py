@@ -12,6 +12,7 @@ from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention import attend
 from attnmm.masks import Mask
 from attnmm.nn._inputs import check_node_features
+from attnmm.nn.propagation import additive_scores, reset_attention
 
 
 class EgoNeighbourEncoder(nn.Module):
@@ -39,12 +40,7 @@ class EgoNeighbourEncoder(nn.Module):
 
     With ``scores="uniform"`` the weights are :math:`a_{ij} = 1/|A(i)|` (the mean over the allowed set,
     the random-walk normalised adjacency); with ``scores="additive"`` they are GAT's learned attention
-    on the ego hidden layer :math:`\mathbf{g} = \mathbf{z}^{(0)}`, ``heads`` heads averaged, computed
-    once per forward and used in every round:
-
-    .. math::
-        a_{ij} = \frac{1}{H} \sum_{h=1}^{H} \mathrm{softmax}_{j \in A(i)}\, \mathrm{LeakyReLU}\big(
-        \mathbf{a}_{\mathrm{dst},h}^\top \mathbf{g}_i + \mathbf{a}_{\mathrm{src},h}^\top \mathbf{g}_j\big)
+    of :class:`~attnmm.nn.PropagationEncoder`, on the ego hidden layer :math:`\mathbf{g} = \mathbf{z}^{(0)}`.
 
     Args:
         in_channels (int): input width F.
@@ -75,17 +71,9 @@ class EgoNeighbourEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        out_channels: int,
-        hops: int = 1,
-        dropout: float = 0.5,
-        normalize: bool = False,
-        scores: Literal["uniform", "additive"] = "uniform",
-        heads: int = 1,
-        pair_dropout: float = 0.0,
-        negative_slope: float = 0.2,
+        self, in_channels: int, hidden_channels: int, out_channels: int, hops: int = 1, dropout: float = 0.5,
+        normalize: bool = False, scores: Literal["uniform", "additive"] = "uniform", heads: int = 1,
+        pair_dropout: float = 0.0, negative_slope: float = 0.2,
     ) -> None:
         super().__init__()
         self.hops = check_nonneg_int("hops", hops)
@@ -113,10 +101,7 @@ class EgoNeighbourEncoder(nn.Module):
     def reset_parameters(self) -> None:
         for lin in [*self.lins, self.out]:
             lin.reset_parameters()
-        if self.att_dst is not None and self.att_src is not None:
-            bound = (6.0 / (self.att_dst.shape[1] + 1)) ** 0.5  # glorot of each head's (1, C) vector, as GAT's
-            nn.init.uniform_(self.att_dst, -bound, bound)
-            nn.init.uniform_(self.att_src, -bound, bound)
+        reset_attention(self.att_dst, self.att_src)
 
     def forward(
         self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
@@ -125,7 +110,7 @@ class EgoNeighbourEncoder(nn.Module):
         width = self.lins[0].in_features
         check_node_features("EgoNeighbourEncoder", x, None, width, (width, width))
         zs = [lin(x) for lin in self.lins]  # K + 1 of (N, hidden)
-        bias = self._additive_scores(zs[0], mask) if self.att_dst is not None else None
+        bias = additive_scores(zs[0], mask, self.att_dst, self.att_src, self.negative_slope)
         p = self.pair_dropout if self.training else 0.0
         for t in range(1, self.hops + 1):
             for _ in range(t):
@@ -142,15 +127,5 @@ class EgoNeighbourEncoder(nn.Module):
         v = z.unsqueeze(1).expand(-1, heads, -1)  # (N, H, C): every head spreads z
         q = k = z.new_zeros(z.shape[0], heads, 0)
         return attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed").mean(1)  # (N, C)
-
-    def _additive_scores(self, g: Tensor, mask: Mask) -> Tensor:
-        """GAT's score of every allowed pair and head, (P, H) in the order of ``mask.pairs``."""
-        assert self.att_dst is not None and self.att_src is not None
-        pairs = mask.pairs(g.shape[0], device=g.device)
-        if pairs.batch is not None:
-            raise ValueError("scores='additive' needs one mask for all nodes (a packed graph), not a batched mask")
-        s = (g @ self.att_dst.T)[pairs.row] + (g @ self.att_src.T)[pairs.col]  # (P, H)
-        return F.leaky_relu(s, self.negative_slope)
-
 
 __all__ = ["EgoNeighbourEncoder"]

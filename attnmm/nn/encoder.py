@@ -29,12 +29,6 @@ def check_input(layer: str, x: object, d_model: int) -> None:
     )  # fmt: skip
 
 
-def _check_dropout(dropout: float) -> float:
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    return float(dropout)
-
-
 class EncoderLayer(nn.Module):
     r"""A pre-norm transformer encoder block ("On Layer Normalization in the Transformer
     Architecture", Xiong et al., 2020) whose self-attention is restricted by a mask.
@@ -73,40 +67,27 @@ class EncoderLayer(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        *,
-        activation: Literal["relu", "gelu", "silu"] = "gelu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        rotary: RotaryPE | None = None,
-        position_bias: RelativePositionBias | None = None,
+        self, d_model: int, num_heads: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
+        activation: Literal["relu", "gelu", "silu"] = "gelu", layer_norm_eps: float = 1e-5, bias: bool = True,
+        rotary: RotaryPE | None = None, position_bias: RelativePositionBias | None = None,
         score: Literal["softmax", "relu"] = "softmax",
     ) -> None:
         super().__init__()
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
         dim_feedforward = check_nonneg_int("dim_feedforward", dim_feedforward, minimum=1)
-        self.dropout = _check_dropout(dropout)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.dropout = float(dropout)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.norm1 = nn.LayerNorm(self.d_model, eps=layer_norm_eps, bias=bias)
         self.attn = MultiHeadAttention(
-            self.d_model,
-            num_heads,
-            dropout=self.dropout,
-            bias=bias,
-            rotary=rotary,
-            position_bias=position_bias,
+            self.d_model, num_heads, dropout=self.dropout, bias=bias, rotary=rotary, position_bias=position_bias,
             score=score,
         )
         self.norm2 = nn.LayerNorm(self.d_model, eps=layer_norm_eps, bias=bias)
         self.ffn = nn.Sequential(
-            nn.Linear(self.d_model, dim_feedforward, bias=bias),
-            _ACTIVATIONS[activation](),
-            nn.Dropout(self.dropout),
+            nn.Linear(self.d_model, dim_feedforward, bias=bias), _ACTIVATIONS[activation](), nn.Dropout(self.dropout),
             nn.Linear(dim_feedforward, self.d_model, bias=bias),
         )
         self.drop = nn.Dropout(self.dropout)
@@ -189,18 +170,9 @@ class Encoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        num_layers: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        *,
-        activation: Literal["relu", "gelu", "silu"] = "gelu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        rotary: RotaryPE | None = None,
-        position_bias: RelativePositionBias | None = None,
+        self, d_model: int, num_heads: int, num_layers: int, dim_feedforward: int = 2048, dropout: float = 0.1, *,
+        activation: Literal["relu", "gelu", "silu"] = "gelu", layer_norm_eps: float = 1e-5, bias: bool = True,
+        rotary: RotaryPE | None = None, position_bias: RelativePositionBias | None = None,
         score: Literal["softmax", "relu"] = "softmax",
     ) -> None:
         super().__init__()
@@ -209,15 +181,8 @@ class Encoder(nn.Module):
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
         self.layers = nn.ModuleList(
             EncoderLayer(
-                d_model,
-                num_heads,
-                dim_feedforward,
-                dropout,
-                activation=activation,
-                layer_norm_eps=layer_norm_eps,
-                bias=bias,
-                rotary=rotary,
-                score=score,
+                d_model, num_heads, dim_feedforward, dropout, activation=activation, layer_norm_eps=layer_norm_eps,
+                bias=bias, rotary=rotary, score=score,
             )
             for _ in range(self.num_layers)
         )

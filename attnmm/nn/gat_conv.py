@@ -81,18 +81,9 @@ class GATConv(AdditiveGraphAttention):
     """
 
     def __init__(
-        self,
-        in_channels: int | tuple[int, int],
-        out_channels: int,
-        heads: int = 1,
-        concat: bool = True,
-        negative_slope: float = 0.2,
-        dropout: float = 0.0,
-        add_self_loops: bool = True,
-        edge_dim: int | None = None,
-        fill_value: float | Tensor | str = "mean",
-        bias: bool = True,
-        residual: bool = False,
+        self, in_channels: int | tuple[int, int], out_channels: int, heads: int = 1, concat: bool = True,
+        negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim: int | None = None,
+        fill_value: float | Tensor | str = "mean", bias: bool = True, residual: bool = False,
     ) -> None:
         super().__init__(
             in_channels, out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim,
@@ -104,20 +95,12 @@ class GATConv(AdditiveGraphAttention):
         self.att_dst = nn.Parameter(torch.empty(1, H, C))
         self.att_edge: nn.Parameter | None = None if self.edge_dim is None else nn.Parameter(torch.empty(1, H, C))
         self.bias: nn.Parameter | None = nn.Parameter(torch.empty(self.total_out_channels)) if bias else None
-        self.lin: nn.Linear | None = None
-        self.lin_src: nn.Linear | None = None
-        self.lin_dst: nn.Linear | None = None
-        if isinstance(in_channels, int):
-            self.lin = nn.Linear(self.src_channels, H * C, bias=False)
-        else:
-            self.lin_src = nn.Linear(self.src_channels, H * C, bias=False)
-            self.lin_dst = nn.Linear(self.dst_channels, H * C, bias=False)
-        self.lin_edge: nn.Linear | None = None
-        if self.edge_dim is not None:
-            self.lin_edge = nn.Linear(self.edge_dim, H * C, bias=False)
-        self.res: nn.Linear | None = (
-            nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
-        )
+        shared = isinstance(in_channels, int)
+        self.lin = nn.Linear(self.src_channels, H * C, bias=False) if shared else None
+        self.lin_src = None if shared else nn.Linear(self.src_channels, H * C, bias=False)
+        self.lin_dst = None if shared else nn.Linear(self.dst_channels, H * C, bias=False)
+        self.lin_edge = None if self.edge_dim is None else nn.Linear(self.edge_dim, H * C, bias=False)
+        self.res = nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -139,14 +122,8 @@ class GATConv(AdditiveGraphAttention):
         return torch.einsum("hcf,hc->fh", lin.weight.view(H, C, -1), att.view(H, C))  # (D, H)
 
     def forward(
-        self,
-        x: Tensor | tuple[Tensor, Tensor | None],
-        edge_index: Tensor | Mask,
-        edge_attr: Tensor | None = None,
-        size: tuple[int, int] | None = None,
-        return_attention_weights: bool | None = None,
-        *,
-        mask: Mask | None = None,
+        self, x: Tensor | tuple[Tensor, Tensor | None], edge_index: Tensor | Mask, edge_attr: Tensor | None = None,
+        size: tuple[int, int] | None = None, return_attention_weights: bool | None = None, *, mask: Mask | None = None,
     ) -> Tensor | tuple[Tensor, Weights]:
         """Attend along the edges (and the pairs of ``mask``); see the class docstring for shapes.
 

@@ -87,18 +87,9 @@ class GATv2Conv(AdditiveGraphAttention):
     """
 
     def __init__(
-        self,
-        in_channels: int | tuple[int, int],
-        out_channels: int,
-        heads: int = 1,
-        concat: bool = True,
-        negative_slope: float = 0.2,
-        dropout: float = 0.0,
-        add_self_loops: bool = True,
-        edge_dim: int | None = None,
-        fill_value: float | Tensor | str = "mean",
-        bias: bool = True,
-        share_weights: bool = False,
+        self, in_channels: int | tuple[int, int], out_channels: int, heads: int = 1, concat: bool = True,
+        negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim: int | None = None,
+        fill_value: float | Tensor | str = "mean", bias: bool = True, share_weights: bool = False,
         residual: bool = False,
     ) -> None:
         super().__init__(
@@ -107,21 +98,15 @@ class GATv2Conv(AdditiveGraphAttention):
         )  # fmt: skip
         H, C = self.heads, self.out_channels
         if share_weights and self.src_channels != self.dst_channels:
-            raise ValueError(
-                f"share_weights=True needs equal source and target widths, got in_channels={in_channels!r}"
-            )
+            raise ValueError(f"share_weights=True needs equal source and target widths, got in_channels={in_channels}")
         self.share_weights = share_weights
         # parameters first, then the projections: the order of PyG's state dict
         self.att = nn.Parameter(torch.empty(1, H, C))
         self.bias: nn.Parameter | None = nn.Parameter(torch.empty(self.total_out_channels)) if bias else None
         self.lin_l = nn.Linear(self.src_channels, H * C, bias=bias)
         self.lin_r = self.lin_l if share_weights else nn.Linear(self.dst_channels, H * C, bias=bias)
-        self.lin_edge: nn.Linear | None = None
-        if self.edge_dim is not None:
-            self.lin_edge = nn.Linear(self.edge_dim, H * C, bias=False)
-        self.res: nn.Linear | None = (
-            nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
-        )
+        self.lin_edge = None if self.edge_dim is None else nn.Linear(self.edge_dim, H * C, bias=False)
+        self.res = nn.Linear(self.dst_channels, self.total_out_channels, bias=False) if residual else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -136,14 +121,8 @@ class GATv2Conv(AdditiveGraphAttention):
             nn.init.zeros_(self.bias)
 
     def forward(
-        self,
-        x: Tensor | tuple[Tensor, Tensor],
-        edge_index: Tensor | Mask,
-        edge_attr: Tensor | None = None,
-        return_attention_weights: bool | None = None,
-        *,
-        size: tuple[int, int] | None = None,
-        mask: Mask | None = None,
+        self, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor | Mask, edge_attr: Tensor | None = None,
+        return_attention_weights: bool | None = None, *, size: tuple[int, int] | None = None, mask: Mask | None = None,
     ) -> Tensor | tuple[Tensor, Weights]:
         """Attend along the edges (and the pairs of ``mask``); see the class docstring for shapes.
 
@@ -180,12 +159,7 @@ class GATv2Conv(AdditiveGraphAttention):
 
 
 def _pre_activation(
-    x_src: Tensor,
-    x_dst: Tensor,
-    src: Tensor,
-    dst: Tensor,
-    edge_attr: Tensor | None,
-    w_edge: Tensor | None,
+    x_src: Tensor, x_dst: Tensor, src: Tensor, dst: Tensor, edge_attr: Tensor | None, w_edge: Tensor | None,
     buffers: tuple[Tensor, Tensor],
 ) -> Tensor:
     r""":math:`\mathbf{W}_s \mathbf{x}_j + \mathbf{W}_d \mathbf{x}_i (+ \mathbf{W}_e \mathbf{e}_{ij})` of
@@ -212,15 +186,8 @@ class _PairScore(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,
-        x_src: Tensor,
-        x_dst: Tensor,
-        att: Tensor,
-        src: Tensor,
-        dst: Tensor,
-        edge_attr: Tensor | None,
-        w_edge: Tensor | None,
-        slope: float,
+        ctx: Any, x_src: Tensor, x_dst: Tensor, att: Tensor, src: Tensor, dst: Tensor, edge_attr: Tensor | None,
+        w_edge: Tensor | None, slope: float,
     ) -> Tensor:
         H, C = att.shape
         xs, xd = x_src.reshape(-1, H * C), x_dst.reshape(-1, H * C)  # views of the projections

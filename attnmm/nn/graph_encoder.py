@@ -2,6 +2,7 @@ r"""A stack of :class:`~attnmm.nn.AttentionConv` layers: a graph attention netwo
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch.nn.functional as F
@@ -52,15 +53,8 @@ class GraphAttentionEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        out_channels: int,
-        num_layers: int = 2,
-        heads: int = 8,
-        out_heads: int = 1,
-        dropout: float = 0.6,
-        root_weight: bool = False,
+        self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int = 2, heads: int = 8,
+        out_heads: int = 1, dropout: float = 0.6, root_weight: bool = False,
     ) -> None:
         super().__init__()
         num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
@@ -69,13 +63,9 @@ class GraphAttentionEncoder(nn.Module):
         self.dropout = float(dropout)
         self.in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
         widths = [in_channels] + [hidden_channels * heads] * (num_layers - 1)
-        self.convs = nn.ModuleList(
-            AttentionConv(w, hidden_channels, heads=heads, dropout=dropout, root_weight=root_weight)
-            for w in widths[:-1]
-        )
-        self.out = AttentionConv(
-            widths[-1], out_channels, heads=out_heads, concat=False, dropout=dropout, root_weight=root_weight
-        )
+        conv = partial(AttentionConv, dropout=dropout, root_weight=root_weight)
+        self.convs = nn.ModuleList(conv(w, hidden_channels, heads=heads) for w in widths[:-1])
+        self.out = conv(widths[-1], out_channels, heads=out_heads, concat=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

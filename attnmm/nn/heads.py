@@ -15,19 +15,21 @@ from attnmm.common.tokens import Tokens
 from attnmm.masks import segmentation
 
 
+def _real(x: Tensor, lengths: Tensor) -> Tensor:
+    return torch.arange(x.size(1), device=x.device) < lengths.view(-1, 1)  # (B, L): the real tokens
+
+
 def masked_mean(x: Tensor, lengths: Tensor | None) -> Tensor:
     """Mean over the first ``lengths[b]`` tokens of each item of x (B, L, D); 0 for empty items."""
     if lengths is None:
         return x.mean(1)
-    keep = torch.arange(x.size(1), device=x.device) < lengths.view(-1, 1)  # (B, L)
-    total = (x * keep.unsqueeze(-1)).sum(1)
-    return total / keep.sum(1, keepdim=True).clamp(min=1)
-
+    keep = _real(x, lengths)
+    return (x * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
 
 
 def _check_h(head: str, h: object, d_model: int) -> None:
-    """Refuse encoder outputs that are not (B, L, d_model) or packed (N, d_model), naming ``d_model``."""
     check_features(head, "h", h, d_model, "d_model", {3: f"(B, L, {d_model})", 2: f"(N, {d_model})"})
+
 
 class PoolingClassifier(nn.Module):
     r"""Pools the encoder's tokens over each item and classifies,
@@ -92,14 +94,11 @@ class PoolingClassifier(nn.Module):
             return fn(h, tokens.batch)
         if self.pooling == "mean":
             return masked_mean(h, tokens.lengths)
-        if self.pooling == "sum":
-            if tokens.lengths is None:
-                return h.sum(1)
-            keep = torch.arange(h.size(1), device=h.device) < tokens.lengths.view(-1, 1)  # (B, L)
-            return (h * keep.unsqueeze(-1)).sum(1)
         if tokens.lengths is None:
-            return h.amax(1)
-        keep = torch.arange(h.size(1), device=h.device) < tokens.lengths.view(-1, 1)
+            return h.sum(1) if self.pooling == "sum" else h.amax(1)
+        keep = _real(h, tokens.lengths)
+        if self.pooling == "sum":
+            return (h * keep.unsqueeze(-1)).sum(1)
         pooled = h.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1)
         return torch.where(keep.any(1, keepdim=True), pooled, torch.zeros_like(pooled))
 
@@ -151,9 +150,8 @@ class TokenHeads(nn.ModuleDict):
     multi-task tagging, keyed by the batch entries that hold their targets (e.g. XPOS tags and
     dependency relations beside UPOS), as :class:`~attnmm.lightning.ClassificationTask` takes them.
 
-    A :class:`~torch.nn.ModuleDict`, so a recipe names it by ``class_path`` and links its ``d_model``
-    to the adapter's, its ``keys`` to the data's auxiliary columns and its ``num_classes`` to their
-    class cap: each is written once.
+    A recipe names it by ``class_path`` and links ``d_model``, ``keys`` and ``num_classes`` to the
+    adapter's width and the data's auxiliary columns and class cap.
 
     Args:
         d_model (int): token width D.
@@ -214,14 +212,12 @@ class SegmentPoolingClassifier(nn.Module):
     ``AVDigitsDataModule(gate_voices=...)``, whose batches carry the flag, which
     :class:`~attnmm.lightning.ClassificationTask` passes on). A head without a gate refuses them.
 
-    ``combine`` says what the weights average. ``"logits"`` (above) lets a segment that is confidently
-    wrong outvote the others by the size of its logits; ``"probabilities"`` averages the segments'
-    class probabilities instead, :math:`\mathbf{y}_b = \log \sum_{k \in S_b} \alpha_{b,k}\,
-    \mathrm{softmax}(\mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k)` (log-probabilities, so a softmax of
-    the output is the mixture), where no segment moves more than its weight of probability; and
-    ``"average"`` does the same with equal weights over the present segments, the gate unused (the
-    late ensemble of the segments' own predictions). The choice holds no parameter, so a model trained
-    with one can be evaluated with another (set ``head.combine`` on the loaded model).
+    ``combine`` says what the weights average: ``"logits"`` (above), where a confidently wrong segment
+    can outvote the others; ``"probabilities"``, :math:`\mathbf{y}_b = \log \sum_{k \in S_b}
+    \alpha_{b,k}\, \mathrm{softmax}(\mathbf{W}_k \mathbf{p}_{b,k} + \mathbf{b}_k)` (a softmax of the
+    output is the mixture), where no segment moves more than its weight of probability; or
+    ``"average"``, the same with equal weights, the gate unused. It holds no parameter: set
+    ``head.combine`` on a loaded model to evaluate it another way.
 
     Args:
         d_model (int): token width D.
@@ -255,21 +251,16 @@ class SegmentPoolingClassifier(nn.Module):
         super().__init__()
         if combine not in COMBINES:
             raise ValueError(f"combine must be one of {', '.join(map(repr, COMBINES))}, got {combine!r}")
-        if combine != "logits" and num_segments is None:
+        if (combine != "logits" or gate) and num_segments is None:
+            what = f"combine={combine!r} averages" if combine != "logits" else "gate weights"
             raise ValueError(
-                f"combine={combine!r} averages the segments' own predictions, but without num_segments the "
-                "segments share one classifier of their mean features: set num_segments (the modalities, plus 1 "
-                "for a bottleneck)"
+                f"{what} the segments' own predictions, but without num_segments the segments share one "
+                "classifier of their mean features: set num_segments (the modalities, plus 1 for a bottleneck)"
             )
         self.combine = combine
         d_model = check_nonneg_int("d_model", d_model, minimum=1)
         num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
         self.num_segments = None if num_segments is None else check_nonneg_int("num_segments", num_segments, minimum=1)
-        if gate and self.num_segments is None:
-            raise ValueError(
-                "gate weights the segments' own predictions, but without num_segments the segments share one "
-                "classifier of their mean features: set num_segments (the modalities, plus 1 for a bottleneck)"
-            )
         self.drop = nn.Dropout(dropout)
         self.linears = nn.ModuleList(nn.Linear(d_model, num_classes) for _ in range(self.num_segments or 1))
         self.gate = nn.Linear(d_model, self.num_segments) if gate and self.num_segments else None  # u_k, c_k
@@ -293,13 +284,8 @@ class SegmentPoolingClassifier(nn.Module):
             full = torch.tensor(sizes, dtype=torch.long).expand(h.size(0), -1)
             offsets, lengths = [0, *itertools.accumulate(sizes)], full if real is None else real
         lengths = lengths.to(h.device)  # (B, K)
-        pooled = []
-        for k in range(len(offsets) - 1):
-            seg = h[:, offsets[k] : offsets[k + 1]]  # (B, n_k, D)
-            keep = torch.arange(seg.size(1), device=h.device) < lengths[:, k : k + 1]  # (B, n_k)
-            total = (seg * keep.unsqueeze(-1)).sum(1)
-            pooled.append(total / keep.sum(1, keepdim=True).clamp(min=1))
-        return torch.stack(pooled, 1), lengths > 0
+        pooled = [masked_mean(h[:, offsets[k] : offsets[k + 1]], lengths[:, k]) for k in range(len(offsets) - 1)]
+        return torch.stack(pooled, 1), lengths > 0  # (B, K, D), (B, K)
 
     def _weights(self, pooled: Tensor, present: Tensor) -> Tensor:
         """alpha (B, K): the plain average of the present segments, or the gate's softmax over them;

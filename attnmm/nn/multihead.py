@@ -75,16 +75,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        kdim: int | None = None,
-        vdim: int | None = None,
-        dropout: float = 0.0,
-        bias: bool = True,
-        rotary: RotaryPE | None = None,
-        position_bias: RelativePositionBias | None = None,
+        self, embed_dim: int, num_heads: int, *, kdim: int | None = None, vdim: int | None = None, dropout: float = 0.0,
+        bias: bool = True, rotary: RotaryPE | None = None, position_bias: RelativePositionBias | None = None,
         score: Literal["softmax", "relu"] = "softmax",
     ) -> None:
         super().__init__()
@@ -144,15 +136,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, AttentionWeights]: ...
 
     def forward(
-        self,
-        query: Tensor,
-        key: Tensor | None = None,
-        value: Tensor | None = None,
-        mask: Mask | None = None,
-        *,
-        bias: Tensor | None = None,
-        return_weights: bool = False,
-        state: IncrementalState | None = None,
+        self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, mask: Mask | None = None, *,
+        bias: Tensor | None = None, return_weights: bool = False, state: IncrementalState | None = None,
         plan: AttentionPlan | None = None,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         if state is not None and (key is not None or value is not None or query.dim() != 3):
@@ -184,22 +169,13 @@ class MultiHeadAttention(nn.Module):
             bias = rel if bias is None else rel + (bias.unsqueeze(-1) if bias.dim() == 1 else bias)
         dropout_p = self.dropout if self.training else 0.0
         layout = "packed" if packed else "padded"  # (N, D) inputs are graph nodes: said, not guessed
-        weights: AttentionWeights | None = None
-        if return_weights:
-            out, weights = attend(
-                q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, return_weights=True, plan=plan,
-                layout=layout,
-            )
-        else:
-            out = attend(q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, plan=plan, layout=layout)
-        if packed:
-            out = out.flatten(-2)  # (N, D)
-        else:
-            out = out.transpose(1, 2).flatten(-2)  # (B, L, D)
-        out = self.out_proj(out)
-        if weights is None:
-            return out
-        return out, weights
+        result = attend(
+            q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, return_weights=return_weights, plan=plan,
+            layout=layout,
+        )
+        out, weights = result if return_weights else (result, None)
+        out = self.out_proj(out.flatten(-2) if packed else out.transpose(1, 2).flatten(-2))  # (N, D) or (B, L, D)
+        return out if weights is None else (out, weights)
 
     def _extend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, bias: Tensor | None, state: IncrementalState

@@ -16,13 +16,15 @@ def _check_base(base: float) -> float:
     return float(base)
 
 
-def _default_positions(x: Tensor, dim: int) -> Tensor:
-    """Positions 0, 1, ..., x.size(dim) - 1 on x's device."""
-    return torch.arange(x.size(dim), device=x.device)
+def _check_x(name: str, x: Tensor, shape: str, width: int) -> None:
+    if x.dim() != len(shape.split(",")) or x.size(-1) != width:
+        raise ValueError(f"{name} expects x of shape {shape} with {shape[-2]}={width}, got shape {tuple(x.shape)}")
 
 
-def _check_positions(positions: Tensor, x: Tensor, name: str) -> Tensor:
-    """``positions`` must be (L,) or (B, L) matching x (B, L, ...) in its trailing dims."""
+def _check_positions(positions: Tensor | None, x: Tensor, name: str) -> Tensor:
+    """``positions`` must be (L,) or (B, L) matching x (B, L, ...); ``None`` is 0 .. L - 1."""
+    if positions is None:
+        return torch.arange(x.size(1), device=x.device)
     if not isinstance(positions, Tensor):
         raise TypeError(f"positions must be a Tensor of shape (L,) or (B, L), got {type(positions).__name__}")
     batch, length = x.size(0), x.size(1)
@@ -106,11 +108,8 @@ class SinusoidalPE(nn.Module):
         return sinusoid(positions, self.d_model, self.base)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"SinusoidalPE expects x of shape (B, L, D) with D={self.d_model}, got shape {tuple(x.shape)}"
-            )
-        pos = _default_positions(x, 1) if positions is None else _check_positions(positions, x, "SinusoidalPE")
+        _check_x("SinusoidalPE", x, "(B, L, D)", self.d_model)
+        pos = _check_positions(positions, x, "SinusoidalPE")
         return x + self.encode(pos).to(x.dtype)  # (B, L, D)
 
     def extra_repr(self) -> str:
@@ -151,10 +150,7 @@ class LearnedPE(nn.Module):
         nn.init.trunc_normal_(self.weight, std=0.02)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"LearnedPE expects x of shape (B, L, D) with D={self.d_model}, got shape {tuple(x.shape)}"
-            )
+        _check_x("LearnedPE", x, "(B, L, D)", self.d_model)
         if positions is None:
             if x.size(1) > self.max_len:
                 raise ValueError(
@@ -241,10 +237,7 @@ class Sinusoidal2DPE(nn.Module):
         return grid.reshape(height * width, self.d_model)  # (L, D)
 
     def forward(self, x: Tensor, height: int, width: int) -> Tensor:
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"Sinusoidal2DPE expects x of shape (B, L, D) with D={self.d_model}, got shape {tuple(x.shape)}"
-            )
+        _check_x("Sinusoidal2DPE", x, "(B, L, D)", self.d_model)
         if x.size(1) != height * width:
             raise ValueError(
                 f"Sinusoidal2DPE needs L = height * width = {height} * {width} = {height * width} patches, "
@@ -309,14 +302,8 @@ class RotaryPE(nn.Module):
         self.inv_freq.copy_((self.base ** (-exponent)).to(self.inv_freq.device))
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        if x.dim() != 4 or x.size(-1) != self.head_dim:
-            raise ValueError(
-                f"RotaryPE expects x of shape (B, H, L, E) with E={self.head_dim}, got shape {tuple(x.shape)}"
-            )
-        if positions is None:
-            pos = _default_positions(x, 2)
-        else:
-            pos = _check_positions(positions, x.transpose(1, 2), "RotaryPE")
+        _check_x("RotaryPE", x, "(B, H, L, E)", self.head_dim)
+        pos = _check_positions(positions, x.transpose(1, 2), "RotaryPE")
         angle = pos.to(torch.float32).unsqueeze(-1) * self.inv_freq.float()  # (L, E/2) or (B, L, E/2)
         if angle.dim() == 3:
             angle = angle.unsqueeze(1)  # (B, 1, L, E/2)

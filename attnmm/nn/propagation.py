@@ -41,8 +41,7 @@ class PropagationEncoder(nn.Module):
 
     (each pair's score goes to :func:`~attnmm.attention.attend` as a per-pair bias, so no value
     vector is copied per pair; ``pair_dropout`` drops pairs in each head independently). Every round
-    is one
-    :func:`~attnmm.attention.attend` call under the mask, so any mask works: a
+    is one :func:`~attnmm.attention.attend` call under the mask, so any mask works: a
     :class:`~attnmm.masks.Graph`, its k-hop neighbourhoods, a union with expander edges.
 
     Args:
@@ -74,17 +73,9 @@ class PropagationEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        out_channels: int,
-        steps: int = 10,
-        alpha: float = 0.1,
-        dropout: float = 0.5,
-        pair_dropout: float = 0.0,
-        scores: Literal["uniform", "cosine", "additive"] = "uniform",
-        heads: int = 1,
-        negative_slope: float = 0.2,
+        self, in_channels: int, hidden_channels: int, out_channels: int, steps: int = 10, alpha: float = 0.1,
+        dropout: float = 0.5, pair_dropout: float = 0.0, scores: Literal["uniform", "cosine", "additive"] = "uniform",
+        heads: int = 1, negative_slope: float = 0.2,
     ) -> None:
         super().__init__()
         self.steps = check_nonneg_int("steps", steps)
@@ -109,20 +100,14 @@ class PropagationEncoder(nn.Module):
         additive = scores == "additive"
         self.att_dst = nn.Parameter(torch.empty(heads, hidden_channels)) if additive else None  # (H, hidden)
         self.att_src = nn.Parameter(torch.empty(heads, hidden_channels)) if additive else None
-        self._reset_attention()
-
-    def _reset_attention(self) -> None:
-        if self.att_dst is not None and self.att_src is not None:
-            bound = (6.0 / (self.att_dst.shape[1] + 1)) ** 0.5  # glorot of each head's (1, C) vector, as GAT's
-            nn.init.uniform_(self.att_dst, -bound, bound)
-            nn.init.uniform_(self.att_src, -bound, bound)
+        reset_attention(self.att_dst, self.att_src)
 
     def reset_parameters(self) -> None:
         self.lin1.reset_parameters()
         self.lin2.reset_parameters()
         if self.beta is not None:
             nn.init.ones_(self.beta)
-        self._reset_attention()
+        reset_attention(self.att_dst, self.att_src)
 
     def forward(
         self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
@@ -132,7 +117,7 @@ class PropagationEncoder(nn.Module):
         g = F.dropout(F.relu(self.lin1(x)), self.dropout, self.training)  # (N, hidden)
         h = self.lin2(g)
         p = self.pair_dropout if self.training else 0.0
-        bias = self._additive_scores(g, mask) if self.att_dst is not None else None
+        bias = additive_scores(g, mask, self.att_dst, self.att_src, self.negative_slope)
         z = h
         weights: list[AttentionWeights] = []
         for _ in range(self.steps):
@@ -156,11 +141,23 @@ class PropagationEncoder(nn.Module):
             z = (1.0 - self.alpha) * out + self.alpha * h
         return (z, weights) if return_weights else z
 
-    def _additive_scores(self, g: Tensor, mask: Mask) -> Tensor:
-        """GAT's score of every allowed pair and head, (P, H) in the order of ``mask.pairs``."""
-        assert self.att_dst is not None and self.att_src is not None
-        pairs = mask.pairs(g.shape[0], device=g.device)
-        if pairs.batch is not None:
-            raise ValueError("scores='additive' needs one mask for all nodes (a packed graph), not a batched mask")
-        s = (g @ self.att_dst.T)[pairs.row] + (g @ self.att_src.T)[pairs.col]  # (P, H)
-        return F.leaky_relu(s, self.negative_slope)
+
+def reset_attention(att_dst: Tensor | None, att_src: Tensor | None) -> None:
+    """GAT's initialisation of its attention vectors (H, C): glorot of each head's (1, C) vector."""
+    if att_dst is not None and att_src is not None:
+        bound = (6.0 / (att_dst.shape[1] + 1)) ** 0.5
+        nn.init.uniform_(att_dst, -bound, bound)
+        nn.init.uniform_(att_src, -bound, bound)
+
+
+def additive_scores(
+    g: Tensor, mask: Mask, att_dst: Tensor | None, att_src: Tensor | None, slope: float
+) -> Tensor | None:
+    """GAT's score of every allowed pair and head, (P, H) in the order of ``mask.pairs`` (``None``
+    without attention vectors)."""
+    if att_dst is None or att_src is None:
+        return None
+    pairs = mask.pairs(g.shape[0], device=g.device)
+    if pairs.batch is not None:
+        raise ValueError("scores='additive' needs one mask for all nodes (a packed graph), not a batched mask")
+    return F.leaky_relu((g @ att_dst.T)[pairs.row] + (g @ att_src.T)[pairs.col], slope)  # (P, H)

@@ -67,14 +67,8 @@ class RecurrentEncoder(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        num_layers: int = 1,
-        *,
-        cell: Literal["lstm", "gru"] = "lstm",
-        bidirectional: bool = False,
-        hidden_size: int | None = None,
-        dropout: float = 0.0,
+        self, d_model: int, num_layers: int = 1, *, cell: Literal["lstm", "gru"] = "lstm", bidirectional: bool = False,
+        hidden_size: int | None = None, dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
@@ -88,12 +82,8 @@ class RecurrentEncoder(nn.Module):
         default = self.d_model // directions
         self.hidden_size = check_nonneg_int("hidden_size", default if hidden_size is None else hidden_size, minimum=1)
         self.rnn = _CELLS[cell](
-            self.d_model,
-            self.hidden_size,
-            num_layers=self.num_layers,
-            batch_first=True,
-            dropout=dropout if self.num_layers > 1 else 0.0,
-            bidirectional=self.bidirectional,
+            self.d_model, self.hidden_size, num_layers=self.num_layers, batch_first=True,
+            dropout=dropout if self.num_layers > 1 else 0.0, bidirectional=self.bidirectional,
         )
         width = directions * self.hidden_size
         self.proj: nn.Linear | None = nn.Linear(width, self.d_model) if width != self.d_model else None
@@ -123,10 +113,9 @@ class RecurrentEncoder(nn.Module):
                 "state= reads a sequence incrementally, which needs a unidirectional encoder and a batch "
                 f"without padding, got bidirectional={self.bidirectional} and mask {mask!r}"
             )
-        if lengths is not None and (
-            lengths.numel() != x.size(0) or (lengths.numel() and int(lengths.max()) > x.size(1))
-        ):
-            raise ValueError(f"the mask's Padding lengths {lengths.tolist()} do not fit x of shape {tuple(x.shape)}")
+        n = lengths
+        if n is not None and (n.numel() != x.size(0) or (n.numel() and int(n.max()) > x.size(1))):
+            raise ValueError(f"the mask's Padding lengths {n.tolist()} do not fit x of shape {tuple(x.shape)}")
         # oneDNN computes no bfloat16 LSTM/GRU on every CPU ("unsupported datatype"): under CPU autocast
         # the recurrence runs in float32, the layers around it stay in the autocast dtype
         cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
@@ -148,10 +137,7 @@ class RecurrentEncoder(nn.Module):
         elif lengths is None:
             out, _ = self.rnn(x)  # (B, L, dirs * hidden)
         else:
-            packed = nn.utils.rnn.pack_padded_sequence(
-                x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
-            )
-            out, _ = self.rnn(packed)
+            out, _ = self.rnn(nn.utils.rnn.pack_padded_sequence(x, lengths.clamp(min=1).cpu(), True, False))
             out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
         return out
 

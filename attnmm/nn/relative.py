@@ -2,6 +2,7 @@ r"""Learned relative position bias for windowed, grid and full attention."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -77,14 +78,8 @@ class RelativePositionBias(nn.Module):
     """
 
     def __init__(
-        self,
-        num_heads: int,
-        max_offset: int | tuple[int, int],
-        min_offset: int | tuple[int, int] | None = None,
-        *,
-        dilation: int = 1,
-        grid_size: tuple[int, int] | None = None,
-        clip: bool = False,
+        self, num_heads: int, max_offset: int | tuple[int, int], min_offset: int | tuple[int, int] | None = None, *,
+        dilation: int = 1, grid_size: tuple[int, int] | None = None, clip: bool = False,
     ) -> None:
         super().__init__()
         self.num_heads = check_nonneg_int("num_heads", num_heads, minimum=1)
@@ -102,21 +97,14 @@ class RelativePositionBias(nn.Module):
                 f"got max_offset={max_offset!r}, min_offset={min_offset!r}"
             )
         axes = ("offset",) if len(highs) == 1 else ("row offset", "column offset")
-        self.ranges = tuple(
-            _offset_range(a, int(lo), int(hi), self.dilation) for a, lo, hi in zip(axes, lows, highs)
-        )
+        self.ranges = tuple(_offset_range(a, int(lo), int(hi), self.dilation) for a, lo, hi in zip(axes, lows, highs))
         if grid_size is not None:
             if not self.two_d:
                 raise ValueError("grid_size is for a 2-D bias; pass max_offset as a (rows, cols) pair")
-            grid_size = (
-                check_nonneg_int("grid_size[0]", grid_size[0], minimum=1),
-                check_nonneg_int("grid_size[1]", grid_size[1], minimum=1),
-            )
+            height, width = (check_nonneg_int(f"grid_size[{k}]", n, minimum=1) for k, n in enumerate(grid_size))
+            grid_size = (height, width)
         self.grid_size = grid_size
-        size = 1
-        for _, _, n in self.ranges:
-            size *= n
-        self.table = nn.Parameter(torch.empty(size, self.num_heads))
+        self.table = nn.Parameter(torch.empty(math.prod(n for _, _, n in self.ranges), self.num_heads))
         self.reset_parameters()
 
     # ---------------------------------------------------------------- constructors per mask
@@ -130,11 +118,7 @@ class RelativePositionBias(nn.Module):
 
     @classmethod
     def for_grid(
-        cls,
-        num_heads: int,
-        kernel: int,
-        dilation: int = 1,
-        border: Literal["truncate", "shift"] = "truncate",
+        cls, num_heads: int, kernel: int, dilation: int = 1, border: Literal["truncate", "shift"] = "truncate",
     ) -> RelativePositionBias:
         """The bias of ``Grid(height, width, kernel, dilation, border)``: ``kernel**2`` offsets, or
         ``(2 * kernel - 1)**2`` with ``border="shift"``."""

@@ -72,12 +72,8 @@ class IncrementalState:
 
     def num_bytes(self) -> int:
         """Memory held by the state: every cached tensor's bytes."""
-        total = 0
-        for entry in self._entries.values():
-            for t in entry if isinstance(entry, tuple) else (entry,):
-                if isinstance(t, Tensor):
-                    total += t.numel() * t.element_size()
-        return total
+        tensors = (t for e in self._entries.values() for t in (e if isinstance(e, tuple) else (e,)))
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, Tensor))
 
     def __repr__(self) -> str:
         limit = "" if self.max_keys is None else f", max_keys={self.max_keys}"

@@ -12,6 +12,7 @@ from attnmm.attention.core import attend
 from attnmm.attention.forms import FormStore
 from attnmm.masks import Mask
 from attnmm.nn._edges import EdgeLayout, adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
+from attnmm.nn._gat import split_channels
 from attnmm.nn._inputs import check_node_features
 
 
@@ -79,27 +80,14 @@ class AttentionConv(nn.Module):
     """
 
     def __init__(
-        self,
-        in_channels: int | tuple[int, int],
-        out_channels: int,
-        heads: int = 1,
-        concat: bool = True,
-        beta: bool = False,
-        dropout: float = 0.0,
-        edge_dim: int | None = None,
-        bias: bool = True,
+        self, in_channels: int | tuple[int, int], out_channels: int, heads: int = 1, concat: bool = True,
+        beta: bool = False, dropout: float = 0.0, edge_dim: int | None = None, bias: bool = True,
         root_weight: bool = True,
     ) -> None:
         super().__init__()
         self._forms = FormStore()  # edge layouts of the graphs seen, by value, across calls
-        if isinstance(in_channels, int):
-            src_dim = dst_dim = check_nonneg_int("in_channels", in_channels, minimum=1)
-        elif isinstance(in_channels, (tuple, list)) and len(in_channels) == 2:
-            src_dim = check_nonneg_int("in_channels[0]", in_channels[0], minimum=1)
-            dst_dim = check_nonneg_int("in_channels[1]", in_channels[1], minimum=1)
-            in_channels = (src_dim, dst_dim)
-        else:
-            raise TypeError(f"in_channels must be an int or (source, target) ints, got {in_channels!r}")
+        src_dim, dst_dim = split_channels(in_channels)
+        in_channels = in_channels if isinstance(in_channels, int) else (src_dim, dst_dim)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.in_channels = in_channels
@@ -123,12 +111,8 @@ class AttentionConv(nn.Module):
                 lin.reset_parameters()
 
     def forward(
-        self,
-        x: Tensor | tuple[Tensor, Tensor],
-        edge_index: Tensor | Mask,
-        edge_attr: Tensor | None = None,
-        return_attention_weights: bool | None = None,
-        mask: Mask | None = None,
+        self, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor | Mask, edge_attr: Tensor | None = None,
+        return_attention_weights: bool | None = None, mask: Mask | None = None,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
         """Attend along the edges (and the pairs of ``mask``); see the class docstring for shapes.
 
