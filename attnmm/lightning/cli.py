@@ -28,6 +28,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from attnmm import _recipes
 from attnmm.lightning.callbacks import AttentionMapPNG
 from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
+from attnmm.lightning.task import Ensemble
 from attnmm.lightning.transfer import Transfer
 
 #: Set to 1 for the full traceback of a recipe's error (otherwise one short message).
@@ -92,7 +93,8 @@ def _nested_nulls_as_json(args: list[str], roots: tuple[str, ...]) -> list[str]:
 
 #: Task options read at their place since the task composes its parts: ``--model.init_from`` (also
 #: ``--model.init_args.init_from``) is ``--transfer.init_from``, ``--model.weight_decay`` is
-#: ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` is ``--model.optimizer.kind=adam``.
+#: ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` is ``--model.optimizer.kind=adam``;
+#: ``--model.ensemble`` (or its ``.init_args.size``) is ``--ensemble``, with a warning.
 MOVED_OPTIONS = {"init_from": "transfer.", "freeze_encoder_epochs": "transfer.", "init_into": "transfer.",
                  "weight_decay": "model.optimizer.", "warmup_fraction": "model.optimizer.",
                  "min_lr_ratio": "model.optimizer.", "optimizer=adam": "model.optimizer.kind=adam",
@@ -104,7 +106,11 @@ def _moved_options(args: list[str], subclass_model: bool) -> list[str]:
     out = []
     for arg in args:
         name = arg.removeprefix("--model.").removeprefix("init_args.") if arg.startswith("--model.") else ""
-        key = name.split("=", 1)[0]
+        key, eq, value = name.partition("=")
+        if key in ("ensemble", "ensemble.size", "ensemble.init_args.size"):
+            warnings.warn(f"--model.{key} is now --ensemble (the number of models)", FutureWarning, stacklevel=2)
+            out.append(f"--ensemble{eq}{value}")
+            continue
         place = MOVED_OPTIONS.get(name) or MOVED_OPTIONS.get(key, "")
         if place and subclass_model:
             place = place.replace("model.", "model.init_args.")
@@ -497,6 +503,11 @@ class RecipeCLI(LightningCLI):
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(Transfer, "transfer")  # starting from a trained model
+        parser.add_argument(
+            "--ensemble", type=int | None, default=None,
+            help="train N independently initialised copies of the model side by side and predict with their mean "
+                 "probabilities (attnmm.lightning.Ensemble); null or 1: one model",
+        )
         parser.set_defaults({"checkpoint.monitor": "val_acc", "checkpoint.mode": "max", "checkpoint.save_last": True})
         # subclass mode: the class a config without ``class_path`` gets (its keys are that class's init_args)
         for key, cls in self._default_classes.items():
@@ -759,6 +770,9 @@ class RecipeCLI(LightningCLI):
             config["checkpoint.filename"] = best_checkpoint_name(config["checkpoint.monitor"])
 
     def after_instantiate_classes(self) -> None:
+        config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+        if (config.get("ensemble") or 1) > 1:
+            self.model = Ensemble(self.model, config["ensemble"])
         trainer = getattr(self, "trainer", None)
         if trainer is not None and trainer.fast_dev_run:
             self._own_run_dir(trainer)
@@ -782,7 +796,11 @@ class RecipeCLI(LightningCLI):
         model = self._resolved(self.datamodule).get("model") or {}
         if not model:  # a model without arguments
             return
-        if "class_path" in model:
+        if isinstance(self.model, Ensemble):  # rebuilt as Ensemble(model, size)
+            cls, args = type(self.model.members[0]), model.get("init_args", {}) if "class_path" in model else model
+            model = {"model": {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": args},
+                     "size": self.model.size}
+        elif "class_path" in model:
             model = {"_class_path": model["class_path"], **model.get("init_args", {})}
         self.model.save_hyperparameters({**model, "_instantiator": "lightning.pytorch.cli.instantiate_module"},
                                         logger=False)

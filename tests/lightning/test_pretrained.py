@@ -9,9 +9,9 @@ from torch.utils.data import DataLoader
 
 import attnmm.lightning.pretrained as pretrained
 from attnmm.adapters import SpeechAdapter
-from attnmm.lightning import ClassificationTask, Transfer
+from attnmm.lightning import ClassificationTask, Ensemble, Transfer
 from attnmm.lightning.pretrained import backbone_state, export_backbone, load_backbone, resolve_backbone
-from attnmm.nn import Encoder, Ensemble, PoolingClassifier
+from attnmm.nn import Encoder, PoolingClassifier
 
 
 def task(
@@ -113,7 +113,7 @@ def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="freeze_encoder_epochs=2 freezes loaded weights, but init_from is None"):
         Transfer(freeze_encoder_epochs=2)
     with pytest.raises(ValueError, match="init_from loads one backbone"):
-        Transfer(init_from="x.ckpt").setup(None, task(10, ensemble=Ensemble(2)), "fit")  # type: ignore[arg-type]
+        Transfer(init_from="x.ckpt").setup(None, Ensemble(task(10), 2), "fit")  # type: ignore[arg-type]
 
 
 class _Record(L.Callback):
