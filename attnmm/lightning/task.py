@@ -7,7 +7,7 @@ import io
 import math
 import warnings
 from copy import deepcopy
-from typing import Any, cast
+from typing import Any
 
 import lightning as L
 import torch
@@ -273,7 +273,7 @@ class ClassificationTask(EncoderTask):
         return loss
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        _renamed(checkpoint.get("state_dict", {}), ensemble=False)
+        _renamed(checkpoint.get("state_dict", {}))
 
     def predict_step(self, batch: Any, batch_idx: int) -> Any:
         """The prediction per item read by the objective: the class, the 0/1 decision per label, the labels."""
@@ -289,14 +289,14 @@ class ClassificationTask(EncoderTask):
         :class:`Ensemble`) and the former task's options (see the class docstring)."""
         checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=weights_only)
         state = checkpoint["state_dict"]
-        size = _renamed(state, ensemble=any(k.startswith(("members.", "ensemble.members.")) for k in state))
+        size = _renamed(state)
         hparams = checkpoint.get("hyper_parameters") or {}
         if isinstance(hparams.get("model"), dict) and "init_args" in hparams["model"]:  # an Ensemble's
             hparams = {**hparams["model"]["init_args"], "_instantiator": hparams.get("_instantiator")}
         args = _composed({k: v for k, v in {**hparams, **kwargs}.items() if k not in ("size", "ensemble")}, state)
         checkpoint["hyper_parameters"] = {}
         if size > 1:
-            checkpoint["state_dict"] = {k[10:]: v for k, v in state.items() if k.startswith("members.0.")}
+            checkpoint["state_dict"] = {k: v for k, v in state.items() if not k.startswith("ensemble.")}
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         buffer.seek(0)
@@ -360,31 +360,23 @@ def _composed(args: dict[str, Any], state: dict[str, Tensor]) -> dict[str, Any]:
     return args
 
 
-def _renamed(state: dict[str, Tensor], ensemble: bool) -> int:
-    """Rename, in place, the entries of a state dict written by the former task: its auxiliary heads (now its
-    objective's) and, with ``ensemble``, an ensemble's parts (now :class:`Ensemble`'s ``members``); returns
-    the number of models."""
-    size = 1
-    for key in list(state):
-        new = key.replace("aux_heads.", "objective.aux_heads.", 1) if "objective.aux_heads." not in key else key
-        if new.startswith("ensemble.members."):
-            i, rest = new[17:].split(".", 1)
-            new = f"members.{int(i) + 1}.{rest}"
-        elif ensemble and not new.startswith("members."):
-            new = f"members.0.{new}"
-        if new.startswith("members."):
-            size = max(size, int(new.split(".", 2)[1]) + 1)
-        if new != key:
-            state[new] = state.pop(key)
-    return size
+def _renamed(state: dict[str, Tensor]) -> int:
+    """Give, in place, a state dict's auxiliary heads the name they have since they are the objective's (the
+    former task held them); returns the number of models (an ensemble's copies are ``ensemble.members.i``)."""
+    for key in [k for k in state if "aux_heads." in k and "objective.aux_heads." not in k]:
+        state[key.replace("aux_heads.", "objective.aux_heads.", 1)] = state.pop(key)
+    copies = {int(k.split(".")[2]) for k in state if k.startswith("ensemble.members.")}
+    return max(copies, default=-1) + 2
 
 
 class Ensemble(EncoderTask):
     r"""A deep ensemble of a task: ``size`` independently initialised copies of it, trained side by side on
     the same batches and predicting together.
 
-    The first member is ``model`` itself; the others are deep copies of it, each part initialised afresh
-    (every submodule's ``reset_parameters``), auxiliary heads included, as :attr:`members`. Each member
+    The first member is ``model`` itself, whose parts are the ensemble's ``adapter``, ``encoder``, ``head``
+    and ``objective``; the others (``ensemble.members``) are deep copies of it, each part initialised
+    afresh (every submodule's ``reset_parameters``), auxiliary heads included. :attr:`members` lists
+    them all. Each member
     trains on its own loss (the mean of their losses is minimised), and the ensemble predicts with
     :meth:`combine`, the log of the members' mean probabilities,
 
@@ -428,15 +420,12 @@ class Ensemble(EncoderTask):
         for sub in (sub for copy in copies for sub in copy.modules()):
             if callable(getattr(sub, "reset_parameters", None)):
                 sub.reset_parameters()
-        self.members = nn.ModuleList([model, *copies])
-
-    @property
-    def adapter(self) -> Adapter:  # type: ignore[override]  # the first member's (attention maps, backbone)
-        return cast(ClassificationTask, self.members[0]).adapter
-
-    @property
-    def encoder(self) -> nn.Module:  # type: ignore[override]
-        return cast(ClassificationTask, self.members[0]).encoder
+        # the first member's parts are the ensemble's own (a backbone, attention maps), the copies beside them
+        self.adapter, self.encoder, self.head = model.adapter, model.encoder, model.head
+        self.objective = model.objective
+        self.ensemble = nn.Module()
+        self.ensemble.members = nn.ModuleList(copies)
+        self.members: tuple[ClassificationTask, ...] = (model, *copies)  # (a tuple: registered above)
 
     @staticmethod
     def combine(logits: list[Tensor]) -> Tensor:
@@ -449,14 +438,13 @@ class Ensemble(EncoderTask):
         return self.combine([m(batch, state) for m in self.members])
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
-        members = cast(list[ClassificationTask], list(self.members))
-        return members[0].step(batch, stage, members, self)
+        return self.members[0].step(batch, stage, list(self.members), self)
 
     def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        return cast(ClassificationTask, self.members[0]).objective.predict(self(batch))
+        return self.objective.predict(self(batch))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        _renamed(checkpoint.get("state_dict", {}), ensemble=True)
+        _renamed(checkpoint.get("state_dict", {}))
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]

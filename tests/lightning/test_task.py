@@ -152,8 +152,8 @@ def test_ensemble_members_are_fresh_and_averaged_in_probability() -> None:
 
 
 def test_single_model_state_dict_is_unchanged_and_bad_sizes_fail() -> None:
-    assert not any(k.startswith(("ensemble", "members")) for k in make_task().state_dict())
-    assert any(k.startswith("members.1.encoder.") for k in make_task(2).state_dict())
+    assert not any(k.startswith("ensemble") for k in make_task().state_dict())
+    assert any(k.startswith("ensemble.members.0.encoder.") for k in make_task(2).state_dict())
     with pytest.raises(ValueError, match="size must be an int >= 2"):
         make_task(0)
     parts = (SpeechAdapter(d_model=16, channels=4), Encoder(16, 2, 1, 32), PoolingClassifier(16, 2))
@@ -433,9 +433,100 @@ def test_segment_loss_needs_a_head_that_predicts_per_segment() -> None:
 def test_a_checkpoint_of_the_task_held_aux_heads_loads_into_the_objective() -> None:
     task = make_tagger(ensemble=2)
     state = task.state_dict()
-    old = {re.sub(r"^members\.(\d+)\.", lambda m: "" if m[1] == "0" else f"ensemble.members.{int(m[1]) - 1}.", k)
-           .replace("objective.aux_heads.", "aux_heads."): v for k, v in state.items()}  # the former names
+    old = {k.replace("objective.aux_heads.", "aux_heads."): v for k, v in state.items()}  # the former names
     assert "aux_heads.xpos.linear.weight" in old and "ensemble.members.0.aux_heads.xpos.linear.weight" in old
     checkpoint = {"state_dict": old}
     task.on_load_checkpoint(checkpoint)
     assert checkpoint["state_dict"].keys() == state.keys()
+
+
+# ------------------------------------------------------------------ checkpoints of the former task
+
+
+#: What the former task (adapter, encoder, head, num_classes and 15 options of its own) recorded under the
+#: recipe CLI: its whole config, the ensemble and auxiliary heads among its arguments.
+FORMER_CONFIG = {
+    "adapter": {"class_path": "attnmm.adapters.TextAdapter", "init_args": {"vocab_size": 256, "d_model": 16,
+                                                                          "dropout": 0.0}},
+    "encoder": {"class_path": "attnmm.nn.Encoder", "init_args": {"d_model": 16, "num_heads": 2, "num_layers": 1,
+                                                                "dim_feedforward": 32, "dropout": 0.0}},
+    "head": {"class_path": "attnmm.nn.TokenClassifier", "init_args": {"d_model": 16, "num_classes": 17}},
+    "num_classes": 17, "lr": 2e-3, "weight_decay": 0.05, "warmup_fraction": 0.1, "min_lr_ratio": 0.0,
+    "label_smoothing": 0.1, "target_key": "tags", "optimizer": "adamw",
+    "ensemble": {"class_path": "attnmm.nn.Ensemble", "init_args": {"size": 2}},
+    "aux_heads": {"class_path": "attnmm.nn.TokenHeads", "init_args": {"d_model": 16, "keys": ["xpos"],
+                                                                     "num_classes": 40}},
+    "aux_weight": 1.0, "task": "multiclass", "init_from": None, "freeze_encoder_epochs": 0, "init_into": None,
+    "segment_loss_weight": 0.0, "_instantiator": "lightning.pytorch.cli.instantiate_module",
+}
+
+
+def _former_state(model: ClassificationTask | Ensemble) -> dict[str, torch.Tensor]:
+    """``model``'s state dict under the former task's names (it held the auxiliary heads itself)."""
+    return {k.replace("objective.aux_heads.", "aux_heads."): v for k, v in model.state_dict().items()}
+
+
+def _write(path, hparams: dict, state: dict) -> None:
+    # as Lightning writes a checkpoint: the state dict and the recorded hyperparameters
+    torch.save({"state_dict": state, "hyper_parameters": hparams, "pytorch-lightning_version": L.__version__}, path)
+
+
+def test_a_former_ensemble_run_with_auxiliary_heads_loads_as_the_ensemble(tmp_path) -> None:
+    from lightning.pytorch.cli import instantiate_module
+
+    from attnmm.lightning import Optimization
+
+    torch.manual_seed(0)
+    task = instantiate_module(ClassificationTask, {
+        **{k: FORMER_CONFIG[k] for k in ("adapter", "encoder", "head", "num_classes", "lr")},
+        "objective": {"class_path": "attnmm.lightning.MultiClass", "init_args": {
+            "label_smoothing": 0.1, "target_key": "tags", "aux_weight": 1.0, "aux_heads": FORMER_CONFIG["aux_heads"]}},
+    })
+    source = Ensemble(task, 2).eval()
+    old = _former_state(source)
+    assert "ensemble.members.0.aux_heads.xpos.linear.weight" in old and "encoder.norm.weight" in old
+    _write(tmp_path / "former.ckpt", FORMER_CONFIG, old)
+    loaded = ClassificationTask.load_from_checkpoint(tmp_path / "former.ckpt", weights_only=True).eval()
+    assert isinstance(loaded, Ensemble) and loaded.size == 2
+    objective = loaded.objective
+    assert isinstance(objective, MultiClass) and list(objective.aux_heads) == ["xpos"]
+    assert (objective.label_smoothing, objective.target_key, objective.aux_weight) == (0.1, "tags", 1.0)
+    assert loaded.optimization == Optimization(weight_decay=0.05, warmup_fraction=0.1) and loaded.lr == 2e-3
+    batch = _tagged_batch()
+    torch.testing.assert_close(loaded(batch), source(batch))
+    torch.testing.assert_close(loaded.validation_step(batch, 0), source.validation_step(batch, 0))
+    assert Ensemble.load_from_checkpoint(tmp_path / "former.ckpt", weights_only=True).size == 2
+
+
+def test_a_former_multilabel_task_built_in_python_loads_with_its_parts_given(tmp_path) -> None:
+    torch.manual_seed(0)
+    source = make_multilabel().eval()
+    hparams = {"head": None, "num_classes": 3, "lr": 1e-3, "weight_decay": 0.0, "warmup_fraction": 0.05,
+               "min_lr_ratio": 0.1, "label_smoothing": 0.0, "target_key": "label", "optimizer": "adam",
+               "aux_weight": 0.5, "task": "multilabel", "init_from": "x.ckpt", "freeze_encoder_epochs": 2,
+               "init_into": None, "segment_loss_weight": 0.0}  # the modules built in Python are not recorded
+    _write(tmp_path / "former.ckpt", hparams, _former_state(source))
+    with pytest.warns(UserWarning, match="the Transfer callback's options now"):
+        loaded = ClassificationTask.load_from_checkpoint(
+            tmp_path / "former.ckpt", weights_only=True, adapter=ToyPooled(), encoder=Encoder(4, 1, 1, 8, dropout=0.0),
+            head=PoolingClassifier(4, 3))
+    assert isinstance(loaded.objective, MultiLabel) and loaded.optimization.kind == "adam"
+    assert loaded.optimization.min_lr_ratio == 0.1
+    (batch,) = _multilabel_batches(1)
+    torch.testing.assert_close(loaded.eval()(batch), source(batch))
+
+
+@pytest.mark.parametrize(("change", "refused"), [
+    ({"task": "multilabel"}, "aux_heads="),  # binary labels take no auxiliary heads
+    ({"segment_loss_weight": 0.5}, "aux_heads="),  # nor do the segments' own losses
+    ({"task": "ranking"}, "task='ranking'"),
+])
+def test_former_options_no_objective_takes_are_named(tmp_path, change: dict, refused: str) -> None:
+    _write(tmp_path / "former.ckpt", {**FORMER_CONFIG, **change}, {})
+    with pytest.raises(ValueError, match=rf"checkpoint's task option\(s\) .*{re.escape(refused)}.* fit no objective"):
+        ClassificationTask.load_from_checkpoint(tmp_path / "former.ckpt", weights_only=True)
+    state = _former_state(make_tagger())  # auxiliary heads built in Python: not in the hyperparameters
+    _write(tmp_path / "python.ckpt", {k: v for k, v in FORMER_CONFIG.items() if k != "_instantiator"
+                                      and not isinstance(v, dict)}, state)
+    with pytest.raises(ValueError, match=r"pass them again, as load_from_checkpoint\(path, objective=MultiClass"):
+        ClassificationTask.load_from_checkpoint(tmp_path / "python.ckpt", weights_only=True)

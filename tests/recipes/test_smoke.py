@@ -23,7 +23,7 @@ from _recipes import (
     write_planetoid,
 )
 
-from attnmm.lightning import ClassificationTask
+from attnmm.lightning import ClassificationTask, Ensemble
 
 
 @pytest.mark.parametrize("recipe", smoke_params())
@@ -54,8 +54,12 @@ def _hparams(recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     cli = recipe_main(recipe)([*args, *generated_args(recipe)], run=False)
-    assert isinstance(cli.model, ClassificationTask)
-    return dict(cli.model.hparams)
+    hparams = dict(cli.model.hparams)
+    model = cli.model
+    if isinstance(model, Ensemble):  # Ensemble(model, size): the model's own
+        model, hparams = model.members[0], {**hparams["model"]["init_args"], "_instantiator": hparams["_instantiator"]}
+    assert isinstance(model, ClassificationTask)
+    return hparams
 
 
 # recipe -> (config or None, the width d_model, the number of classes) as recorded in docs/results.md
