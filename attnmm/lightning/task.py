@@ -77,9 +77,12 @@ class EncoderTask(L.LightningModule):
             return h, tokens, weights
         return result, tokens, None
 
-    def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
-        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""
-        return self._run_encoder(self.adapter, self.encoder, batch, return_weights)
+    def encode(
+        self, batch: Any, return_weights: bool = False, state: IncrementalState | None = None
+    ) -> tuple[Tensor, Tokens, Any]:
+        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer; with
+        ``state``, read incrementally (see :meth:`ClassificationTask.forward`)."""
+        return self._run_encoder(self.adapter, self.encoder, batch, return_weights, state)
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement _shared_step(batch, stage)")
@@ -199,13 +202,6 @@ class ClassificationTask(EncoderTask):
             )
         self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
         self.objective.setup(self.num_classes, head)
-
-    def encode(
-        self, batch: Any, return_weights: bool = False, state: IncrementalState | None = None
-    ) -> tuple[Tensor, Tokens, Any]:
-        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer; with
-        ``state``, read incrementally (see :meth:`forward`)."""
-        return self._run_encoder(self.adapter, self.encoder, batch, return_weights, state)
 
     def outputs(
         self, batch: Any, extra: bool = False, state: IncrementalState | None = None
@@ -399,8 +395,9 @@ class Ensemble(EncoderTask):
         >>> from attnmm.nn import Encoder, PoolingClassifier
         >>> task = ClassificationTask(SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), PoolingClassifier(16, 3), 3)
         >>> ensemble = Ensemble(task, 2)
-        >>> ensemble.members[0] is task, ensemble(SpeechAdapter.example_batch(2)).exp().sum(-1).round()
-        (True, tensor([1., 1.]))
+        >>> log_p = ensemble(SpeechAdapter.example_batch(2))  # (B, C): log of the mean probabilities
+        >>> ensemble.members[0] is task, torch.allclose(log_p.exp().sum(-1), torch.ones(2))
+        (True, True)
     """
 
     def __init__(self, model: ClassificationTask, size: int = 2) -> None:
