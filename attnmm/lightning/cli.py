@@ -390,27 +390,18 @@ class RecipeCLI(LightningCLI):
     """LightningCLI for the recipes (subcommands fit, validate, test, predict), with the trainer
     defaults that every recipe shares said here once.
 
-    Its trainer defaults, run directories, error messages and links are described on the recipes page
-    (docs/recipes/index.md); in short:
-
-    - **trainer defaults** (a config or the command line overrides any of them): the CPU, one device; a
-      run directory ``runs/<name>`` named after the last ``--config`` file given (else the recipe's
-      default config) with TensorBoard (``version_N/``) and CSV (``csv/version_N/``) logs, a smoke run
-      included; checkpoints written atomically (:class:`~attnmm.lightning.AtomicCheckpointIO`);
-      ``seed_everything: 0``; a progress bar; always a :class:`~attnmm.lightning.RandomState` callback,
-      a ``ModelCheckpoint`` under the ``checkpoint:`` key (``monitor`` default ``val_acc``, ``mode``
-      default ``max``, the best named by :func:`best_checkpoint_name` unless ``filename`` is given), a
-      :class:`~attnmm.lightning.Transfer` under the ``transfer:`` key (older task options are read
-      too, :data:`MOVED_OPTIONS`) and an :class:`~attnmm.lightning.AttentionMapPNG` callback;
-    - **errors** from the command line (``args`` not given) are one short message naming the option;
-      with ``ATTNMM_DEBUG=1`` (or ``args`` given) the exception propagates;
-    - **options** added to every subcommand: ``--torch_threads N`` (PyTorch's intra-op threads, set
-      before anything is built) and, for ``fit``, ``--test_after_fit`` (default true: test the best
-      checkpoint, else the last weights, and write ``metrics.json``; false: validate it instead, so no
-      test number is computed); ``fit --ckpt_path last`` resumes from the newest ``last*.ckpt`` under
-      the run directory; checkpoints load with ``weights_only=True`` unless ``--weights_only=false``;
-    - **subclass mode** (``subclass_mode_model`` / ``subclass_mode_data``): a config picks the classes
-      by ``class_path``; ``default_model`` and ``default_data`` serve where none is given.
+    Described on the recipes page (docs/recipes/index.md); in short: trainer defaults (the CPU, one device,
+    a run directory ``runs/<name>`` after the last ``--config`` file with TensorBoard and CSV logs, atomic
+    checkpoints, ``seed_everything: 0``, :class:`~attnmm.lightning.RandomState` and
+    :class:`~attnmm.lightning.AttentionMapPNG` callbacks) that a config or the command line overrides;
+    keys of their own, ``checkpoint:`` (a ``ModelCheckpoint``, best by ``val_acc`` unless ``monitor`` says,
+    named by :func:`best_checkpoint_name`), ``transfer:`` (:class:`~attnmm.lightning.Transfer`) and
+    ``ensemble: N`` (the task wrapped in an :class:`~attnmm.lightning.Ensemble`), older task options read
+    at their place (:data:`MOVED_OPTIONS`); the options ``--torch_threads N`` and, for ``fit``,
+    ``--test_after_fit`` (default true: test the best checkpoint and write ``metrics.json``; false:
+    validate it); ``fit --ckpt_path last`` resumes; checkpoints load with ``weights_only=True``; errors
+    from the command line are one short message naming the option (``ATTNMM_DEBUG=1``: the traceback);
+    in subclass mode a config picks the classes by ``class_path`` (``default_model``, ``default_data``).
 
     A recipe is its task module, its DataModule, its default config and its links::
 

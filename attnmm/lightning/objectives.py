@@ -322,26 +322,20 @@ class PerSegment(MultiClass):
         return {"segment": (self.weight, loss)}
 
 
-
-
-
 class CTC(Objective):
-    r"""A label sequence per item, read from per-frame logits (B, L, C + 1) by connectionist temporal
-    classification (Graves et al., 2006): blank at index 0, class c at c + 1 (a :class:`~attnmm.nn.CTCHead`'s).
+    r"""A label sequence per item from per-frame logits (B, L, C + 1), blank at index 0 and class c at c + 1
+    (a :class:`~attnmm.nn.CTCHead`'s), by connectionist temporal classification (Graves et al., 2006):
 
     .. math::
         \mathcal{L} = -\frac{1}{B} \sum_b \frac{1}{U_b} \log \sum_{\pi \,:\, \mathcal{B}(\pi) = \mathbf{y}_b}
         \prod_{t \le n_b} p_t(\pi_t)
 
     over the :math:`n_b` real frames of item b (its tokens' ``lengths``), :math:`\mathcal{B}` the collapse
-    (merge repeats, drop blanks): :func:`torch.nn.functional.ctc_loss`, averaged per target label. Targets
-    are ``batch[target_key]`` (B, U), classes 0..C-1 (padding beyond ``batch[length_key]`` (B,) is ignored),
-    checked first (:func:`~attnmm.nn.ctc.check_ctc_targets` names the setting to change). Logged:
-    ``{stage}_loss`` and, in validation and test, the label error rate ``{stage}_der`` (edit distance over
-    the reference labels, summed over the epoch: torchmetrics' ``WordErrorRate`` on the space-joined
-    labels) and ``{stage}_string_acc`` (the share of items decoded exactly), of the greedy decoding or of
-    the hypotheses a task gives :meth:`log`. The prediction is the greedy (best-path) decoding, the classes
-    of each item. Not for an :class:`~attnmm.lightning.Ensemble`.
+    (merge repeats, drop blanks); :func:`torch.nn.functional.ctc_loss`. Targets: ``batch[target_key]`` (B, U)
+    of classes 0..C-1, ``batch[length_key]`` (B,) long, checked first (:func:`~attnmm.nn.ctc.check_ctc_targets`).
+    Logged: ``{stage}_loss`` and, in validation and test, the label error rate ``{stage}_der`` (edit distance
+    over the reference labels, summed over the epoch) and ``{stage}_string_acc`` (items decoded exactly) of
+    the greedy decoding, the prediction, or of the hypotheses a task gives :meth:`log`. Not for an ensemble.
 
     Args:
         target_key (str, optional): the batch key of the targets. (default: :obj:`"targets"`)

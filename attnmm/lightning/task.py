@@ -369,20 +369,17 @@ class Ensemble(EncoderTask):
     r"""A deep ensemble of a task: ``size`` independently initialised copies of it, trained side by side on
     the same batches and predicting together.
 
-    The first member is ``model`` itself, whose parts are the ensemble's ``adapter``, ``encoder``, ``head``
-    and ``objective``; the others (``ensemble.members``) are deep copies of it, each part initialised
-    afresh (every submodule's ``reset_parameters``), auxiliary heads included. :attr:`members` lists
-    them all. Each member
-    trains on its own loss (the mean of their losses is minimised), and the ensemble predicts with
-    :meth:`combine`, the log of the members' mean probabilities,
+    The first member is ``model``, whose parts are the ensemble's ``adapter``, ``encoder``, ``head`` and
+    ``objective``; the others (``ensemble.members``) are deep copies of it, every part initialised afresh
+    (``reset_parameters``); :attr:`members` lists them all. Each trains on its own loss (their mean is
+    minimised), and the ensemble predicts with :meth:`combine`, the log of the members' mean probabilities,
 
     .. math::
         \log \frac{1}{n} \sum_{k=1}^{n} \mathrm{softmax}(\mathbf{z}_k),
 
-    on which the validation and test losses and metrics are computed. It costs ``size`` times the
-    compute, the simplest way to buy accuracy with time (a few tenths of a point in tagging). Its
-    optimiser is the task's. The recipes build it from the ``ensemble:`` key (``--ensemble 2``), and
-    :meth:`ClassificationTask.load_from_checkpoint` returns it for an ensemble run's checkpoint.
+    on which the validation and test metrics are computed: ``size`` times the compute (a few tenths of a
+    point in tagging). Its optimiser is the task's. The recipes build it from the ``ensemble:`` key
+    (``--ensemble 2``); :meth:`ClassificationTask.load_from_checkpoint` returns it for such a run.
 
     Args:
         model (ClassificationTask): the task whose copies the ensemble trains (its objective must average

@@ -1,5 +1,4 @@
-r"""The former spelling of a deep ensemble's size: ensembles are :class:`attnmm.lightning.Ensemble` now, a
-wrapper around a task (``Ensemble(task, size)``; in a recipe, the ``ensemble:`` key)."""
+"""The former spelling of a deep ensemble's size (ensembles wrap a task now: ``attnmm.lightning.Ensemble``)."""
 
 from __future__ import annotations
 
@@ -11,19 +10,13 @@ from attnmm._checks import check_nonneg_int
 
 
 class Ensemble(nn.Module):
-    r"""Deprecated: the size of a deep ensemble, as the task once took it (``ensemble=Ensemble(2)``).
-
-    Wrap the task instead, ``attnmm.lightning.Ensemble(task, size)`` (``--ensemble 2`` in a recipe);
-    ``ClassificationTask.load_from_checkpoint`` reads an ensemble run's checkpoint without it.
-
-    Args:
-        size (int, optional): number of models n, >= 2. (default: :obj:`2`)
-    """
+    """Deprecated: the ``size`` of a deep ensemble, as the task once took it; wrap the task instead,
+    ``attnmm.lightning.Ensemble(task, size)`` (``--ensemble N`` in a recipe)."""
 
     def __init__(self, size: int = 2) -> None:
         super().__init__()
-        warnings.warn("attnmm.nn.Ensemble is deprecated: wrap the task, attnmm.lightning.Ensemble(task, size) "
-                      "(in a recipe, --ensemble N)", DeprecationWarning, stacklevel=2)
+        warnings.warn("attnmm.nn.Ensemble is deprecated: wrap the task, attnmm.lightning.Ensemble(task, size)",
+                      DeprecationWarning, stacklevel=2)
         self.size = check_nonneg_int("size", size, minimum=2)
 
 
