@@ -4,7 +4,7 @@ one class per kind of target (one class per item, binary labels, per segment, a 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -400,7 +400,7 @@ class CTC(Objective):
             return
         hyps = ctc_greedy_decode(logits) if hyps is None else hyps
         refs = [[y for y in row if y != IGNORE_INDEX] for row in target.tolist()]
-        der, acc = self.metrics[f"{stage}_der"], self.metrics[f"{stage}_string_acc"]
+        der, acc = (cast(Metric, self.metrics[f"{stage}_{name}"]) for name in ("der", "string_acc"))
         der([" ".join(map(str, y)) for y in hyps], [" ".join(map(str, y)) for y in refs])
         acc(torch.tensor([float(y == r) for y, r in zip(hyps, refs, strict=True)]))
         task.log(f"{stage}_der", der, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(refs))

@@ -322,7 +322,7 @@ def _composed(args: dict[str, Any], state: dict[str, Tensor]) -> dict[str, Any]:
     if any(transfer.values()):
         warnings.warn(f"the checkpoint's run started with {transfer} (the Transfer callback's options now); the "
                       "loaded task holds the trained weights and needs none of them", UserWarning, stacklevel=3)
-    optim = {k: old.pop(k) for k in ("weight_decay", "warmup_fraction", "min_lr_ratio") if k in old}
+    optim: dict[str, Any] = {k: old.pop(k) for k in ("weight_decay", "warmup_fraction", "min_lr_ratio") if k in old}
     if isinstance(args.get("optimizer"), str):
         optim["kind"] = args.pop("optimizer")
     if optim and args.get("optimizer") is None:
@@ -412,8 +412,9 @@ class Ensemble(EncoderTask):
             )
         copies = [deepcopy(model) for _ in range(self.size - 1)]
         for sub in (sub for copy in copies for sub in copy.modules()):
-            if callable(getattr(sub, "reset_parameters", None)):
-                sub.reset_parameters()
+            reset = getattr(sub, "reset_parameters", None)
+            if callable(reset):
+                reset()
         # the first member's parts are the ensemble's own (a backbone, attention maps), the copies beside them
         self.adapter, self.encoder, self.head = model.adapter, model.encoder, model.head
         self.objective = model.objective
