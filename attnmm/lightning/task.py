@@ -33,7 +33,7 @@ class EncoderTask(L.LightningModule):
     arguments as hyperparameters (under LightningCLI the recipe records the whole config, so
     ``load_from_checkpoint`` rebuilds the model). A subclass sets ``adapter`` and ``encoder``, calls
     ``_save_config()`` first in its ``__init__`` and implements ``_shared_step``:
-    :class:`ClassificationTask` (one label per item, token or node) and
+    :class:`ClassificationTask` (what its objective says), :class:`Ensemble` (copies of one, together) and
     :class:`~attnmm.lightning.SequenceTask` (label sequences, CTC and attention decoding). Starting from a
     trained model is the :class:`~attnmm.lightning.Transfer` callback's.
 
