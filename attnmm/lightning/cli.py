@@ -606,6 +606,8 @@ class RecipeCLI(LightningCLI):
             key = next((k for k in keys if keys_in and (k == f"--{keys_in[-1]}" or k.endswith(f".{keys_in[-1]}"))),
                        f"--{'.'.join(keys_in)}" if keys_in else None)
             lines = [f"error: {key + ': ' if key else ''}{_condensed(message)}"]
+        if re.search(r"model\.(init_args\.)?ensemble|Option 'ensemble", message):  # the task's former option
+            lines.append("(an ensemble is a key of its own now: ensemble: N at a config's top level, or --ensemble N)")
         return "\n".join([*lines, hint])
 
     @staticmethod

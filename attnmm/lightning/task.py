@@ -81,7 +81,7 @@ class EncoderTask(L.LightningModule):
         self, batch: Any, return_weights: bool = False, state: IncrementalState | None = None
     ) -> tuple[Tensor, Tokens, Any]:
         """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer; with
-        ``state``, read incrementally (see :meth:`ClassificationTask.forward`)."""
+        ``state``, read incrementally (see ``ClassificationTask.forward``)."""
         return self._run_encoder(self.adapter, self.encoder, batch, return_weights, state)
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
@@ -247,7 +247,7 @@ class ClassificationTask(EncoderTask):
     def step(self, batch: Any, stage: Stage, members: list[ClassificationTask], module: L.LightningModule) -> Tensor:
         """One step of ``members`` (this task, or the copies of an :class:`Ensemble`, this one first), logged
         through ``module``: each member trains on its own loss (their mean is minimised, with the mean of
-        their training terms), and the metrics read their combined logits (:meth:`Ensemble.combine`)."""
+        their training terms), and the metrics read their combined logits (``Ensemble.combine``)."""
         train = stage == "train"
         outputs = [m.outputs(batch, extra=train) for m in members]
         logits, tokens = outputs[0][0], outputs[0][1]
@@ -379,7 +379,7 @@ class Ensemble(EncoderTask):
 
     on which the validation and test metrics are computed: ``size`` times the compute (a few tenths of a
     point in tagging). Its optimiser is the task's. The recipes build it from the ``ensemble:`` key
-    (``--ensemble 2``); :meth:`ClassificationTask.load_from_checkpoint` returns it for such a run.
+    (``--ensemble 2``); ``ClassificationTask.load_from_checkpoint`` returns it for such a run.
 
     Args:
         model (ClassificationTask): the task whose copies the ensemble trains (its objective must average
@@ -443,7 +443,7 @@ class Ensemble(EncoderTask):
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """An ensemble run's checkpoint, as :meth:`ClassificationTask.load_from_checkpoint` reads it."""
+        """An ensemble run's checkpoint, as ``ClassificationTask.load_from_checkpoint`` reads it."""
         loaded = ClassificationTask.load_from_checkpoint(checkpoint_path, *args, **kwargs)
         if not isinstance(loaded, Ensemble):
             raise ValueError(f"{checkpoint_path} holds one model: load it with ClassificationTask.load_from_checkpoint")
