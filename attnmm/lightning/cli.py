@@ -764,7 +764,7 @@ class RecipeCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
-        if (config.get("ensemble") or 1) > 1:
+        if config.get("ensemble") not in (None, 1):  # (Ensemble refuses a size < 2)
             self.model = Ensemble(self.model, config["ensemble"])
         trainer = getattr(self, "trainer", None)
         if trainer is not None and trainer.fast_dev_run:
