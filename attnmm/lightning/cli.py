@@ -28,6 +28,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from attnmm import _recipes
 from attnmm.lightning.callbacks import AttentionMapPNG
 from attnmm.lightning.checkpoint import RandomState, find_last_checkpoint
+from attnmm.lightning.task import Ensemble
 from attnmm.lightning.transfer import Transfer
 
 #: Set to 1 for the full traceback of a recipe's error (otherwise one short message).
@@ -92,7 +93,8 @@ def _nested_nulls_as_json(args: list[str], roots: tuple[str, ...]) -> list[str]:
 
 #: Task options read at their place since the task composes its parts: ``--model.init_from`` (also
 #: ``--model.init_args.init_from``) is ``--transfer.init_from``, ``--model.weight_decay`` is
-#: ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` is ``--model.optimizer.kind=adam``.
+#: ``--model.optimizer.weight_decay``, ``--model.optimizer=adam`` is ``--model.optimizer.kind=adam``;
+#: ``--model.ensemble`` (or its ``.init_args.size``) is ``--ensemble``, with a warning.
 MOVED_OPTIONS = {"init_from": "transfer.", "freeze_encoder_epochs": "transfer.", "init_into": "transfer.",
                  "weight_decay": "model.optimizer.", "warmup_fraction": "model.optimizer.",
                  "min_lr_ratio": "model.optimizer.", "optimizer=adam": "model.optimizer.kind=adam",
@@ -104,7 +106,11 @@ def _moved_options(args: list[str], subclass_model: bool) -> list[str]:
     out = []
     for arg in args:
         name = arg.removeprefix("--model.").removeprefix("init_args.") if arg.startswith("--model.") else ""
-        key = name.split("=", 1)[0]
+        key, eq, value = name.partition("=")
+        if key in ("ensemble", "ensemble.size", "ensemble.init_args.size"):
+            warnings.warn(f"--model.{key} is now --ensemble (the number of models)", FutureWarning, stacklevel=2)
+            out.append(f"--ensemble{eq}{value}")
+            continue
         place = MOVED_OPTIONS.get(name) or MOVED_OPTIONS.get(key, "")
         if place and subclass_model:
             place = place.replace("model.", "model.init_args.")
@@ -384,27 +390,18 @@ class RecipeCLI(LightningCLI):
     """LightningCLI for the recipes (subcommands fit, validate, test, predict), with the trainer
     defaults that every recipe shares said here once.
 
-    Its trainer defaults, run directories, error messages and links are described on the recipes page
-    (docs/recipes/index.md); in short:
-
-    - **trainer defaults** (a config or the command line overrides any of them): the CPU, one device; a
-      run directory ``runs/<name>`` named after the last ``--config`` file given (else the recipe's
-      default config) with TensorBoard (``version_N/``) and CSV (``csv/version_N/``) logs, a smoke run
-      included; checkpoints written atomically (:class:`~attnmm.lightning.AtomicCheckpointIO`);
-      ``seed_everything: 0``; a progress bar; always a :class:`~attnmm.lightning.RandomState` callback,
-      a ``ModelCheckpoint`` under the ``checkpoint:`` key (``monitor`` default ``val_acc``, ``mode``
-      default ``max``, the best named by :func:`best_checkpoint_name` unless ``filename`` is given), a
-      :class:`~attnmm.lightning.Transfer` under the ``transfer:`` key (older task options are read
-      too, :data:`MOVED_OPTIONS`) and an :class:`~attnmm.lightning.AttentionMapPNG` callback;
-    - **errors** from the command line (``args`` not given) are one short message naming the option;
-      with ``ATTNMM_DEBUG=1`` (or ``args`` given) the exception propagates;
-    - **options** added to every subcommand: ``--torch_threads N`` (PyTorch's intra-op threads, set
-      before anything is built) and, for ``fit``, ``--test_after_fit`` (default true: test the best
-      checkpoint, else the last weights, and write ``metrics.json``; false: validate it instead, so no
-      test number is computed); ``fit --ckpt_path last`` resumes from the newest ``last*.ckpt`` under
-      the run directory; checkpoints load with ``weights_only=True`` unless ``--weights_only=false``;
-    - **subclass mode** (``subclass_mode_model`` / ``subclass_mode_data``): a config picks the classes
-      by ``class_path``; ``default_model`` and ``default_data`` serve where none is given.
+    Described on the recipes page (docs/recipes/index.md); in short: trainer defaults (the CPU, one device,
+    a run directory ``runs/<name>`` after the last ``--config`` file with TensorBoard and CSV logs, atomic
+    checkpoints, ``seed_everything: 0``, :class:`~attnmm.lightning.RandomState` and
+    :class:`~attnmm.lightning.AttentionMapPNG` callbacks) that a config or the command line overrides;
+    keys of their own, ``checkpoint:`` (a ``ModelCheckpoint``, best by ``val_acc`` unless ``monitor`` says,
+    named by :func:`best_checkpoint_name`), ``transfer:`` (:class:`~attnmm.lightning.Transfer`) and
+    ``ensemble: N`` (the task wrapped in an :class:`~attnmm.lightning.Ensemble`), older task options read
+    at their place (:data:`MOVED_OPTIONS`); the options ``--torch_threads N`` and, for ``fit``,
+    ``--test_after_fit`` (default true: test the best checkpoint and write ``metrics.json``; false:
+    validate it); ``fit --ckpt_path last`` resumes; checkpoints load with ``weights_only=True``; errors
+    from the command line are one short message naming the option (``ATTNMM_DEBUG=1``: the traceback);
+    in subclass mode a config picks the classes by ``class_path`` (``default_model``, ``default_data``).
 
     A recipe is its task module, its DataModule, its default config and its links::
 
@@ -497,6 +494,11 @@ class RecipeCLI(LightningCLI):
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(Transfer, "transfer")  # starting from a trained model
+        parser.add_argument(
+            "--ensemble", type=int | None, default=None,
+            help="train N independently initialised copies of the model side by side and predict with their mean "
+                 "probabilities (attnmm.lightning.Ensemble); null or 1: one model",
+        )
         parser.set_defaults({"checkpoint.monitor": "val_acc", "checkpoint.mode": "max", "checkpoint.save_last": True})
         # subclass mode: the class a config without ``class_path`` gets (its keys are that class's init_args)
         for key, cls in self._default_classes.items():
@@ -604,6 +606,8 @@ class RecipeCLI(LightningCLI):
             key = next((k for k in keys if keys_in and (k == f"--{keys_in[-1]}" or k.endswith(f".{keys_in[-1]}"))),
                        f"--{'.'.join(keys_in)}" if keys_in else None)
             lines = [f"error: {key + ': ' if key else ''}{_condensed(message)}"]
+        if re.search(r"model\.(init_args\.)?ensemble|Option 'ensemble", message):  # the task's former option
+            lines.append("(an ensemble is a key of its own now: ensemble: N at a config's top level, or --ensemble N)")
         return "\n".join([*lines, hint])
 
     @staticmethod
@@ -759,6 +763,9 @@ class RecipeCLI(LightningCLI):
             config["checkpoint.filename"] = best_checkpoint_name(config["checkpoint.monitor"])
 
     def after_instantiate_classes(self) -> None:
+        config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+        if config.get("ensemble") not in (None, 1):  # (Ensemble refuses a size < 2)
+            self.model = Ensemble(self.model, config["ensemble"])
         trainer = getattr(self, "trainer", None)
         if trainer is not None and trainer.fast_dev_run:
             self._own_run_dir(trainer)
@@ -782,7 +789,11 @@ class RecipeCLI(LightningCLI):
         model = self._resolved(self.datamodule).get("model") or {}
         if not model:  # a model without arguments
             return
-        if "class_path" in model:
+        if isinstance(self.model, Ensemble):  # rebuilt as Ensemble(model, size)
+            cls, args = type(self.model.members[0]), model.get("init_args", {}) if "class_path" in model else model
+            model = {"model": {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": args},
+                     "size": self.model.size}
+        elif "class_path" in model:
             model = {"_class_path": model["class_path"], **model.get("init_args", {})}
         self.model.save_hyperparameters({**model, "_instantiator": "lightning.pytorch.cli.instantiate_module"},
                                         logger=False)

@@ -1,16 +1,20 @@
-r"""What a classification task optimises and reports: its loss, its metrics and how a prediction is read
-from the logits, one class per kind of target (one class per item, binary labels, per segment)."""
+r"""What a task optimises and reports: its loss, its metrics and how a prediction is read from the logits,
+one class per kind of target (one class per item, binary labels, per segment, a label sequence by CTC)."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import Metric
+from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelAccuracy, MultilabelAveragePrecision
+from torchmetrics.text import WordErrorRate
+
+from attnmm._checks import check_nonneg_int
+from attnmm.nn.ctc import BLANK, check_ctc_targets, ctc_greedy_decode
 
 if TYPE_CHECKING:
     import lightning as L
@@ -19,7 +23,7 @@ Stage = Literal["train", "val", "test"]
 IGNORE_INDEX = -100
 Term = tuple[float, Tensor]  # a training term beside the loss: (weight, loss)
 
-__all__ = ["MultiClass", "MultiLabel", "Objective", "PerSegment"]
+__all__ = ["CTC", "MultiClass", "MultiLabel", "Objective", "PerSegment"]
 
 
 def _scored(batch: Any, stage: Stage, *tensors: Tensor) -> tuple[Tensor, ...]:
@@ -35,17 +39,18 @@ class Objective(nn.Module):
     r"""Base of the objectives: the loss of a task's logits against ``batch[target_key]``, the metrics it
     logs and the prediction it reads from the logits.
 
-    A :class:`~attnmm.lightning.ClassificationTask` calls :meth:`setup` once with its class count and head,
-    :meth:`loss` on every step (it returns the loss and the flat logits and targets it scored),
+    A :class:`~attnmm.lightning.ClassificationTask` calls :meth:`setup` once with its class count and head
+    (the head gives :meth:`num_logits` logits per prediction), :meth:`loss` on every step with the logits
+    and the adapter's tokens (it returns the loss and the flat logits and targets it scored),
     :meth:`extra_losses` in training (weighted terms beside the loss, e.g. auxiliary heads), :meth:`log`
-    for the step's metrics, and :meth:`predict` for predictions. An ensemble's members each get a fresh
-    copy of an objective that holds parameters (its own auxiliary heads).
+    for the step's metrics, and :meth:`predict` for predictions. Each member of an
+    :class:`~attnmm.lightning.Ensemble` has its own copy.
 
     Args:
         target_key (str, optional): the batch key of the targets. (default: :obj:`"label"`)
     """
 
-    #: whether an :class:`~attnmm.nn.Ensemble` can average the members' predictions
+    #: whether an :class:`~attnmm.lightning.Ensemble` can average the members' predictions
     ensembles = True
 
     def __init__(self, target_key: str = "label") -> None:
@@ -57,8 +62,11 @@ class Objective(nn.Module):
     def setup(self, num_classes: int, head: nn.Module | None) -> None:  # the metrics; refuse a head it cannot read
         raise NotImplementedError
 
-    def loss(self, logits: Tensor, batch: Any, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:  # and flat scored
-        raise NotImplementedError
+    def num_logits(self, num_classes: int) -> int:  # per prediction
+        return num_classes
+
+    def loss(self, logits: Tensor, batch: Any, stage: Stage, tokens: Any = None) -> tuple[Tensor, Tensor, Tensor]:
+        raise NotImplementedError  # the loss and the flat logits and targets it scored
 
     def extra_losses(self, h: Tensor, tokens: Any, head: nn.Module | None, batch: Any) -> dict[str, Term]:
         return {}  # by name: (weight, loss), logged as train_{name}_loss
@@ -70,7 +78,7 @@ class Objective(nn.Module):
         task.log(f"{stage}_loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True,
                  batch_size=self.count(target), sync_dist=True)
 
-    def predict(self, logits: Tensor) -> Tensor:
+    def predict(self, logits: Tensor, tokens: Any = None) -> Any:
         raise NotImplementedError
 
     def _first(self, stage: Stage, key: str) -> bool:
@@ -151,7 +159,7 @@ class MultiClass(Objective):
                                label_smoothing=self.label_smoothing)
         return loss, flat_logits, flat_target
 
-    def loss(self, logits: Tensor, batch: Any, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:
+    def loss(self, logits: Tensor, batch: Any, stage: Stage, tokens: Any = None) -> tuple[Tensor, Tensor, Tensor]:
         target = batch[self.target_key]
         if target.is_floating_point() and target.shape == logits.shape:
             raise ValueError(
@@ -181,7 +189,7 @@ class MultiClass(Objective):
         super().log(task, loss, logits, target, stage)
         task.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=self.count(target))
 
-    def predict(self, logits: Tensor) -> Tensor:
+    def predict(self, logits: Tensor, tokens: Any = None) -> Tensor:
         return logits.argmax(-1)
 
 
@@ -225,7 +233,7 @@ class MultiLabel(Objective):
                for stage in ("val", "test")},
         })
 
-    def loss(self, logits: Tensor, batch: Any, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:
+    def loss(self, logits: Tensor, batch: Any, stage: Stage, tokens: Any = None) -> tuple[Tensor, Tensor, Tensor]:
         target = batch[self.target_key]
         if target.shape != logits.shape:
             raise ValueError(
@@ -260,7 +268,7 @@ class MultiLabel(Objective):
             ap.update(probs, scored)
             task.log(f"{stage}_ap", ap, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
 
-    def predict(self, logits: Tensor) -> Tensor:
+    def predict(self, logits: Tensor, tokens: Any = None) -> Tensor:
         return (logits > 0).long()
 
 
@@ -314,4 +322,89 @@ class PerSegment(MultiClass):
         return {"segment": (self.weight, loss)}
 
 
+class CTC(Objective):
+    r"""A label sequence per item from per-frame logits (B, L, C + 1), blank at index 0 and class c at c + 1
+    (a :class:`~attnmm.nn.CTCHead`'s), by connectionist temporal classification (Graves et al., 2006):
 
+    .. math::
+        \mathcal{L} = -\frac{1}{B} \sum_b \frac{1}{U_b} \log \sum_{\pi \,:\, \mathcal{B}(\pi) = \mathbf{y}_b}
+        \prod_{t \le n_b} p_t(\pi_t)
+
+    over the :math:`n_b` real frames of item b (its tokens' ``lengths``), :math:`\mathcal{B}` the collapse
+    (merge repeats, drop blanks); :func:`torch.nn.functional.ctc_loss`. Targets: ``batch[target_key]`` (B, U)
+    of classes 0..C-1, ``batch[length_key]`` (B,) long, checked first (:func:`~attnmm.nn.ctc.check_ctc_targets`).
+    Logged: ``{stage}_loss`` and, in validation and test, the label error rate ``{stage}_der`` (edit distance
+    over the reference labels, summed over the epoch) and ``{stage}_string_acc`` (items decoded exactly) of
+    the greedy decoding, the prediction, or of the hypotheses a task gives :meth:`log`. Not for an ensemble.
+
+    Args:
+        target_key (str, optional): the batch key of the targets. (default: :obj:`"targets"`)
+        length_key (str, optional): the batch key of the target lengths. (default: :obj:`"target_lengths"`)
+
+    Examples:
+        >>> import torch
+        >>> objective = CTC()
+        >>> objective.setup(2, None)
+        >>> batch = {"targets": torch.tensor([[1]]), "target_lengths": torch.tensor([1])}
+        >>> round(objective.loss(torch.zeros(1, 1, 3), batch, "val")[0].item(), 4)  # one frame: log 3
+        1.0986
+    """
+
+    ensembles = False
+
+    def __init__(self, target_key: str = "targets", length_key: str = "target_lengths") -> None:
+        super().__init__(target_key)
+        self.length_key = length_key
+
+    def num_logits(self, num_classes: int) -> int:
+        return num_classes + 1  # and the blank
+
+    def setup(self, num_classes: int, head: nn.Module | None) -> None:
+        self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
+        self.metrics = nn.ModuleDict({
+            **{f"{stage}_der": WordErrorRate() for stage in ("val", "test")},
+            **{f"{stage}_string_acc": MeanMetric() for stage in ("val", "test")},
+        })
+
+    @staticmethod
+    def frame_lengths(logits: Tensor, tokens: Any = None) -> Tensor:
+        """The real frames of each item (B,): the tokens' ``lengths``, else all L."""
+        lengths = getattr(tokens, "lengths", None)
+        return torch.full(logits.shape[:1], logits.size(1), device=logits.device) if lengths is None else lengths
+
+    def loss(self, logits: Tensor, batch: Any, stage: Stage, tokens: Any = None) -> tuple[Tensor, Tensor, Tensor]:
+        missing = [key for key in (self.target_key, self.length_key) if key not in batch]
+        if missing:
+            raise KeyError(
+                f"CTC needs the targets {missing} in the batch, which has {sorted(batch)}; set target_key/"
+                "length_key or use a DataModule that adds them (e.g. FSDDStringsDataModule)"
+            )
+        targets, target_lengths = batch[self.target_key], batch[self.length_key]
+        lengths = self.frame_lengths(logits, tokens)
+        check_ctc_targets(targets, target_lengths, lengths, self.num_classes)
+        log_probs = logits.float().log_softmax(-1)  # (B, L, C + 1)
+        labels = (targets.clamp(min=-1) + 1).clamp(min=0)  # class c -> c + 1; padding -> 0, never read
+        loss = F.ctc_loss(log_probs.transpose(0, 1), labels, lengths, target_lengths, blank=BLANK, reduction="mean")
+        # what log reads: each item's frames (a certain blank after its end) and its labels (then IGNORE_INDEX)
+        frames = torch.arange(logits.size(1), device=logits.device) < lengths.to(logits.device).view(-1, 1)
+        scored = log_probs.detach().masked_fill(~frames.unsqueeze(-1), -math.inf)
+        scored[..., BLANK] = scored[..., BLANK].masked_fill(~frames, 0.0)
+        keep = torch.arange(targets.size(1), device=targets.device) < target_lengths.to(targets.device).view(-1, 1)
+        return loss, scored, targets.masked_fill(~keep, IGNORE_INDEX)
+
+    def log(self, task: L.LightningModule, loss: Tensor, logits: Tensor, target: Tensor, stage: Stage,
+            hyps: list[list[int]] | None = None) -> None:
+        """Log the loss and, but in training, the error rates of ``hyps`` (default: the greedy decoding)."""
+        super().log(task, loss, logits, target, stage)
+        if stage == "train":
+            return
+        hyps = ctc_greedy_decode(logits) if hyps is None else hyps
+        refs = [[y for y in row if y != IGNORE_INDEX] for row in target.tolist()]
+        der, acc = (cast(Metric, self.metrics[f"{stage}_{name}"]) for name in ("der", "string_acc"))
+        der([" ".join(map(str, y)) for y in hyps], [" ".join(map(str, y)) for y in refs])
+        acc(torch.tensor([float(y == r) for y, r in zip(hyps, refs, strict=True)]))
+        task.log(f"{stage}_der", der, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(refs))
+        task.log(f"{stage}_string_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(refs))
+
+    def predict(self, logits: Tensor, tokens: Any = None) -> list[list[int]]:
+        return ctc_greedy_decode(logits, self.frame_lengths(logits, tokens))

@@ -67,6 +67,9 @@ def _read(path: Path) -> dict[str, Any]:
         ) from err
     if not isinstance(data, dict):
         raise ValueError(f"{path} holds a {type(data).__name__}, not a checkpoint (a dict with a 'state_dict')")
+    hparams = data.get("hyper_parameters") or {}
+    if isinstance(hparams.get("model"), dict):  # an Ensemble's: the task's own, under model
+        data["hyper_parameters"] = hparams["model"].get("init_args") or {}
     return data
 
 

@@ -3,16 +3,15 @@ r"""The sequence-recognition task: hybrid CTC/attention training, CTC and attent
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MeanMetric, Metric
-from torchmetrics.text import WordErrorRate
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.lightning.objectives import CTC
 from attnmm.lightning.schedule import Optimization
 from attnmm.lightning.task import IGNORE_INDEX, EncoderTask, Stage
 from attnmm.nn.ctc import CTCHead, ctc_greedy_decode, ctc_prefix_beam_search, nbest_labels
@@ -33,20 +32,19 @@ class SequenceTask(EncoderTask):
         + (1 - \lambda)\, \mathcal{L}_{\mathrm{att}}(\mathbf{y} \mid \mathbf{H}),
         \qquad \mathbf{H} = \mathrm{encoder}(\mathrm{adapter}(\text{batch}))
 
-    with :math:`\lambda` = ``ctc_weight``, :math:`\mathcal{L}_{\mathrm{CTC}}` the
-    :class:`~attnmm.nn.ctc.CTCHead`'s loss and :math:`\mathcal{L}_{\mathrm{att}}` the cross-entropy of
-    the :class:`~attnmm.nn.AttentionDecoder` under teacher forcing (omitted, and
-    :math:`\lambda = 1`, without a decoder). Targets are ``batch[target_key]`` (B, U), classes
-    0..C-1 padded with ``-100``, and ``batch[length_key]`` (B,).
+    with :math:`\lambda` = ``ctc_weight``, :math:`\mathcal{L}_{\mathrm{CTC}}` the objective
+    :class:`~attnmm.lightning.CTC` (the task's ``ctc``) of the :class:`~attnmm.nn.ctc.CTCHead`'s logits and
+    :math:`\mathcal{L}_{\mathrm{att}}` the cross-entropy of the :class:`~attnmm.nn.AttentionDecoder` under
+    teacher forcing (omitted, and :math:`\lambda = 1`, without a decoder). Targets are
+    ``batch[target_key]`` (B, U), classes 0..C-1 padded with ``-100``, and ``batch[length_key]`` (B,).
 
     Validation and test decode every item (``decoding``): ``"greedy"`` (CTC best path),
     ``"beam"`` (CTC prefix beam search), ``"rescore"`` (the CTC beam's hypotheses rescored by
     :math:`\lambda \log p_{\mathrm{CTC}} + (1 - \lambda) \log p_{\mathrm{att}}`) or ``"attention"``
     (the decoder alone, greedily). Logged: ``{stage}_loss``, ``train_ctc_loss``, ``train_att_loss``,
     and for validation and test the label error rate ``{stage}_der`` (edit distance over reference
-    labels, summed over the epoch: torchmetrics' :class:`~torchmetrics.text.WordErrorRate` on the
-    space-joined labels) and ``{stage}_string_acc`` (share of items decoded exactly). Optimiser and
-    schedule: :class:`~attnmm.lightning.EncoderTask`'s.
+    labels, summed over the epoch, as :class:`~attnmm.lightning.CTC` logs it) and ``{stage}_string_acc``
+    (share of items decoded exactly). Optimiser and schedule: :class:`~attnmm.lightning.EncoderTask`'s.
 
     Args:
         adapter (Adapter): raw batch -> :class:`~attnmm.adapters.Tokens`.
@@ -122,27 +120,13 @@ class SequenceTask(EncoderTask):
         self.ctc_weight, self.decoding = float(ctc_weight), decoding
         self.beam_width = check_nonneg_int("beam_width", beam_width, minimum=1)
         self.label_smoothing, self.target_key, self.length_key = label_smoothing, target_key, length_key
-        self.der = nn.ModuleDict({stage: WordErrorRate() for stage in ("val", "test")})
-        self.string_acc = nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
+        self.ctc = CTC(target_key, length_key)
+        self.ctc.setup(self.num_classes, ctc_head)
 
     def forward(self, batch: Any) -> Tensor:
         """The CTC logits (B, L, C + 1), blank at index 0."""
         h, tokens, _ = self.encode(batch)
         return self.ctc_head(h, tokens)
-
-    def _frame_lengths(self, h: Tensor, tokens: Tokens) -> Tensor:
-        if tokens.lengths is None:
-            return torch.full((h.size(0),), h.size(1), dtype=torch.long, device=h.device)
-        return tokens.lengths
-
-    def _targets(self, batch: Any) -> tuple[Tensor, Tensor]:
-        missing = [key for key in (self.target_key, self.length_key) if key not in batch]
-        if missing:
-            raise KeyError(
-                f"SequenceTask needs the targets {missing} in the batch, which has {sorted(batch)}; set target_key/"
-                "length_key or use a DataModule that adds them (e.g. FSDDStringsDataModule)"
-            )
-        return batch[self.target_key], batch[self.length_key]
 
     @torch.no_grad()
     def transcribe(self, batch: Any, decoding: Decoding | None = None) -> list[list[int]]:
@@ -151,7 +135,7 @@ class SequenceTask(EncoderTask):
         return self._decode(h, tokens, self.ctc_head(h, tokens), decoding or self.decoding)
 
     def _decode(self, h: Tensor, tokens: Tokens, logits: Tensor, decoding: Decoding) -> list[list[int]]:
-        lengths = self._frame_lengths(h, tokens)
+        lengths = self.ctc.frame_lengths(h, tokens)
         if decoding == "greedy":
             return ctc_greedy_decode(logits, lengths)
         if decoding in ("rescore", "attention") and self.decoder is None:
@@ -172,12 +156,12 @@ class SequenceTask(EncoderTask):
         return best
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
-        targets, target_lengths = self._targets(batch)
         h, tokens, _ = self.encode(batch)
         logits = self.ctc_head(h, tokens)  # (B, L, C + 1)
-        lengths = self._frame_lengths(h, tokens)
+        ctc, scored_logits, scored_targets = self.ctc.loss(logits, batch, stage, tokens)
+        loss = ctc
+        targets, target_lengths = batch[self.target_key], batch[self.length_key]
         B = targets.size(0)
-        loss = ctc = self.ctc_head.loss(logits, lengths, targets, target_lengths)
         if self.decoder is not None:
             labels_in = self.decoder.teacher_inputs(targets, target_lengths)  # (B, U + 1)
             gold = self.decoder.teacher_targets(targets, target_lengths)  # (B, U + 1)
@@ -189,18 +173,10 @@ class SequenceTask(EncoderTask):
             loss = self.ctc_weight * ctc + (1 - self.ctc_weight) * att
             if stage == "train":
                 self.log("train_att_loss", att, on_step=False, on_epoch=True, batch_size=B, sync_dist=True)
-        on_step = stage == "train"
-        self.log(f"{stage}_loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, batch_size=B, sync_dist=True)
         if stage == "train":
             self.log("train_ctc_loss", ctc, on_step=False, on_epoch=True, batch_size=B, sync_dist=True)
-            return loss
-        hyps = self._decode(h, tokens, logits.detach(), self.decoding)
-        refs = [row[:n] for row, n in zip(targets.tolist(), target_lengths.tolist(), strict=True)]
-        der, acc = cast(Metric, self.der[stage]), cast(Metric, self.string_acc[stage])
-        der([" ".join(map(str, y)) for y in hyps], [" ".join(map(str, y)) for y in refs])
-        acc(torch.tensor([float(y == r) for y, r in zip(hyps, refs, strict=True)]))
-        self.log(f"{stage}_der", der, on_step=False, on_epoch=True, prog_bar=True, batch_size=B)
-        self.log(f"{stage}_string_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=B)
+        hyps = None if stage == "train" else self._decode(h, tokens, logits.detach(), self.decoding)
+        self.ctc.log(self, loss, scored_logits, scored_targets, stage, hyps)
         return loss
 
     def predict_step(self, batch: Any, batch_idx: int) -> list[list[int]]:

@@ -3,7 +3,11 @@ r"""The task LightningModule shared by every recipe: adapter -> encoder -> head,
 from __future__ import annotations
 
 import inspect
-from typing import Any, cast
+import io
+import math
+import warnings
+from copy import deepcopy
+from typing import Any
 
 import lightning as L
 import torch
@@ -11,12 +15,11 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
-from attnmm.lightning.objectives import IGNORE_INDEX, MultiClass, Objective, Stage
+from attnmm.lightning.objectives import IGNORE_INDEX, MultiClass, MultiLabel, Objective, PerSegment, Stage
 from attnmm.lightning.schedule import Optimization, WarmupCosine
-from attnmm.nn.ensemble import Ensemble
 from attnmm.nn.state import IncrementalState
 
-__all__ = ["IGNORE_INDEX", "ClassificationTask", "EncoderTask", "Stage"]
+__all__ = ["IGNORE_INDEX", "ClassificationTask", "EncoderTask", "Ensemble", "Stage"]
 
 
 class EncoderTask(L.LightningModule):
@@ -30,7 +33,7 @@ class EncoderTask(L.LightningModule):
     arguments as hyperparameters (under LightningCLI the recipe records the whole config, so
     ``load_from_checkpoint`` rebuilds the model). A subclass sets ``adapter`` and ``encoder``, calls
     ``_save_config()`` first in its ``__init__`` and implements ``_shared_step``:
-    :class:`ClassificationTask` (one label per item, token or node) and
+    :class:`ClassificationTask` (what its objective says), :class:`Ensemble` (copies of one, together) and
     :class:`~attnmm.lightning.SequenceTask` (label sequences, CTC and attention decoding). Starting from a
     trained model is the :class:`~attnmm.lightning.Transfer` callback's.
 
@@ -74,9 +77,12 @@ class EncoderTask(L.LightningModule):
             return h, tokens, weights
         return result, tokens, None
 
-    def encode(self, batch: Any, return_weights: bool = False) -> tuple[Tensor, Tokens, Any]:
-        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer."""
-        return self._run_encoder(self.adapter, self.encoder, batch, return_weights)
+    def encode(
+        self, batch: Any, return_weights: bool = False, state: IncrementalState | None = None
+    ) -> tuple[Tensor, Tokens, Any]:
+        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer; with
+        ``state``, read incrementally (see ``ClassificationTask.forward``)."""
+        return self._run_encoder(self.adapter, self.encoder, batch, return_weights, state)
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement _shared_step(batch, stage)")
@@ -127,18 +133,17 @@ class ClassificationTask(EncoderTask):
     one task serves speech, image, text and graph recipes. The objective says what is optimised and
     logged and how predictions are read: :class:`~attnmm.lightning.MultiClass` (the default: one class
     per item, token or node; cross-entropy, ``{stage}_loss`` and ``{stage}_acc``),
-    :class:`~attnmm.lightning.MultiLabel` (binary labels per item; ``val_ap``/``test_ap`` too) or
-    :class:`~attnmm.lightning.PerSegment` (each segment of an item trained to predict it alone too).
-    The recipes link the objective to the data's ``task`` where the data decides it. Optimiser:
-    :class:`~attnmm.lightning.Optimization` (AdamW with warm-up and cosine decay) at peak rate ``lr``.
-    Starting from a trained model: the :class:`~attnmm.lightning.Transfer` callback.
+    :class:`~attnmm.lightning.MultiLabel` (binary labels per item; ``val_ap``/``test_ap`` too),
+    :class:`~attnmm.lightning.PerSegment` (each segment of an item trained to predict it alone too) or
+    :class:`~attnmm.lightning.CTC` (a label sequence per item from a :class:`~attnmm.nn.CTCHead`'s
+    per-frame logits). The recipes link the objective to the data's ``task`` where the data decides it.
+    Optimiser: :class:`~attnmm.lightning.Optimization` (AdamW with warm-up and cosine decay) at peak rate
+    ``lr``. Starting from a trained model: the :class:`~attnmm.lightning.Transfer` callback; several
+    independently initialised copies trained and predicting together: :class:`Ensemble`.
 
-    With an injected :class:`~attnmm.nn.Ensemble` of size n, the task holds n independently
-    initialised copies of the adapter, encoder and head (and of the objective's auxiliary heads)
-    (``members``; the first is ``adapter``/``encoder``/``head``). They train side by side on the same
-    batches, each on its own loss (the mean of their losses is minimised), and predict together: the
-    logits are the log of the members' mean probabilities (:meth:`Ensemble.combine
-    <attnmm.nn.Ensemble.combine>`), on which the validation and test losses and accuracies are computed.
+    ``load_from_checkpoint`` also reads the checkpoint of an ensemble run (it returns the
+    :class:`Ensemble`) and of the former task that took its objective's, optimiser's, transfer's and
+    ensemble's options itself (``task``, ``aux_heads``, ``weight_decay``, ``ensemble``, ...).
 
     Args:
         adapter (Adapter): raw batch -> :class:`~attnmm.adapters.Tokens`.
@@ -153,9 +158,6 @@ class ClassificationTask(EncoderTask):
         lr (float, optional): peak learning rate. (default: :obj:`1e-3`)
         optimizer (Optimization, optional): weight decay, warm-up, final rate, Adam or AdamW.
             (default: :obj:`None`, ``Optimization()``)
-        ensemble (Ensemble, optional): train and predict with an ensemble of independently
-            initialised copies of the model, e.g. ``Ensemble(2)``; ``None`` for one model.
-            (default: :obj:`None`)
 
     Examples:
         >>> import torch
@@ -188,7 +190,6 @@ class ClassificationTask(EncoderTask):
         objective: Objective | None = None,
         lr: float = 1e-3,
         optimizer: Optimization | None = None,
-        ensemble: Ensemble | None = None,
     ) -> None:
         super().__init__(lr, optimizer)
         self._save_config()
@@ -196,51 +197,18 @@ class ClassificationTask(EncoderTask):
         self.objective = MultiClass() if objective is None else objective
         if not isinstance(self.objective, Objective):
             raise TypeError(
-                f"objective must be an attnmm.lightning Objective (MultiClass, MultiLabel, PerSegment), got "
+                f"objective must be an attnmm.lightning Objective (MultiClass, MultiLabel, PerSegment, CTC), got "
                 f"{objective!r}; for binary labels per item give MultiLabel() (task='multilabel')"
             )
         self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
         self.objective.setup(self.num_classes, head)
-        if ensemble is not None and not self.objective.ensembles:
-            raise ValueError(
-                "an Ensemble averages the members' class probabilities (softmax over classes), which does not fit "
-                f"{type(self.objective).__name__} (task='multilabel'); train one model (ensemble=None)"
-            )
-        self.ensemble = ensemble
-        if ensemble is not None:  # the other members: fresh copies of these parts
-            parts: dict[str, nn.Module | None] = {"adapter": adapter, "encoder": encoder, "head": head}
-            if any(True for _ in self.objective.parameters()):  # its own auxiliary heads
-                parts["objective"] = self.objective
-            ensemble.build(parts)
 
-    @property
-    def members(self) -> list[tuple[Adapter, nn.Module, nn.Module | None, Objective]]:
-        """The ``(adapter, encoder, head, objective)`` of every ensemble member, the task's own first."""
-        members = [(self.adapter, self.encoder, self.head, self.objective)]
-        for m in self.ensemble.members if self.ensemble is not None else []:
-            parts = cast(nn.ModuleDict, m)
-            objective = cast(Objective, parts["objective"]) if "objective" in parts else self.objective
-            members.append((cast(Adapter, parts["adapter"]), parts["encoder"], parts["head"], objective))
-        return members
-
-    def encode(
-        self, batch: Any, return_weights: bool = False, member: int = 0, state: IncrementalState | None = None
-    ) -> tuple[Tensor, Tokens, Any]:
-        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer
-        (of ensemble member ``member``); with ``state``, read incrementally (see :meth:`forward`)."""
-        adapter, encoder, _, _ = self.members[member]
-        return self._run_encoder(adapter, encoder, batch, return_weights, state)
-
-    def member_logits(self, batch: Any, member: int = 0, state: IncrementalState | None = None) -> Tensor:
-        """The logits of one ensemble member."""
-        return self._member_outputs(batch, member, state=state)[0]
-
-    def _member_outputs(
-        self, batch: Any, member: int, extra: bool = False, state: IncrementalState | None = None
-    ) -> tuple[Tensor, dict[str, tuple[float, Tensor]]]:
-        """One member's logits and, with ``extra``, its objective's training terms beside the loss."""
-        h, tokens, _ = self.encode(batch, member=member, state=state)
-        _, _, head, objective = self.members[member]
+    def outputs(
+        self, batch: Any, extra: bool = False, state: IncrementalState | None = None
+    ) -> tuple[Tensor, Tokens, dict[str, tuple[float, Tensor]]]:
+        """The logits, the adapter's tokens and, with ``extra``, the objective's training terms beside the loss."""
+        h, tokens, _ = self.encode(batch, state=state)
+        head = self.head
         gate_only = batch.get("gate_only") if isinstance(batch, dict) else None
         if head is None:
             logits = h
@@ -254,58 +222,229 @@ class ClassificationTask(EncoderTask):
             logits = head(h, tokens, gate_only=gate_only)
         else:
             logits = head(h, tokens)
-        if logits.size(-1) != self.num_classes:
+        width = self.objective.num_logits(self.num_classes)
+        if logits.size(-1) != width:
             raise ValueError(
                 f"the model gives {logits.size(-1)} logits per prediction but the task has num_classes="
-                f"{self.num_classes}: make the head's num_classes (or the encoder's output width) and the "
-                "task's num_classes the same, the number of classes in the data"
+                f"{self.num_classes} ({width} logits for {type(self.objective).__name__}): make the head's "
+                "num_classes (or the encoder's output width) and the task's num_classes the same, the number of "
+                "classes in the data"
             )
-        return logits, objective.extra_losses(h, tokens, head, batch) if extra else {}
+        return logits, tokens, self.objective.extra_losses(h, tokens, head, batch) if extra else {}
 
     def forward(self, batch: Any, state: IncrementalState | None = None) -> Tensor:
-        """The logits; for an ensemble, the log of the members' mean probabilities.
+        """The logits.
 
         With ``state`` (an :class:`~attnmm.nn.IncrementalState`), a causal model reads its
         tokens incrementally: the batch holds only the tokens after those already read (and
         ``offset``, their first position), and the encoder's caches carry the rest (see
         :func:`~attnmm.lightning.generate`)."""
-        if self.ensemble is None:
-            return self.member_logits(batch, state=state)
-        return Ensemble.combine([self.member_logits(batch, i, state) for i in range(self.ensemble.size)])
+        return self.outputs(batch, state=state)[0]
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
-        objective = self.objective
+        return self.step(batch, stage, [self], self)
+
+    def step(self, batch: Any, stage: Stage, members: list[ClassificationTask], module: L.LightningModule) -> Tensor:
+        """One step of ``members`` (this task, or the copies of an :class:`Ensemble`, this one first), logged
+        through ``module``: each member trains on its own loss (their mean is minimised, with the mean of
+        their training terms), and the metrics read their combined logits (``Ensemble.combine``)."""
+        train = stage == "train"
+        outputs = [m.outputs(batch, extra=train) for m in members]
+        logits, tokens = outputs[0][0], outputs[0][1]
+        if len(outputs) > 1:
+            logits = Ensemble.combine([o[0].detach() if train else o[0] for o in outputs])
+        loss, flat_logits, flat_target = self.objective.loss(logits, batch, stage, tokens)
+        if train and len(outputs) > 1:
+            loss = torch.stack([m.objective.loss(o[0], batch, stage, o[1])[0] for m, o in zip(members, outputs)]).mean()
         extras: dict[str, tuple[float, list[Tensor]]] = {}
-        member_losses: list[Tensor] = []
-        if stage == "train":
-            outputs = [self._member_outputs(batch, i, extra=True) for i in range(len(self.members))]
-            for _, terms in outputs:
-                for name, (weight, value) in terms.items():
-                    extras.setdefault(name, (weight, []))[1].append(value)
-            if self.ensemble is None:
-                logits = outputs[0][0]
-            else:
-                logits = Ensemble.combine([m.detach() for m, _ in outputs])  # for the accuracy only
-                member_losses = [objective.loss(m, batch, stage)[0] for m, _ in outputs]
-        else:
-            logits = self(batch)
-        loss, flat_logits, flat_target = objective.loss(logits, batch, stage)
-        if member_losses:
-            loss = torch.stack(member_losses).mean()
-        n = objective.count(flat_target)
+        for _, _, terms in outputs:
+            for name, (weight, value) in terms.items():
+                extras.setdefault(name, (weight, []))[1].append(value)
+        n = self.objective.count(flat_target)
         for name, (weight, values) in extras.items():
             value = torch.stack(values).mean()
-            self.log(f"train_{name}_loss", value, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
+            module.log(f"train_{name}_loss", value, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
             loss = loss + weight * value
-        objective.log(self, loss, flat_logits, flat_target, stage)
+        self.objective.log(module, loss, flat_logits, flat_target, stage)
         return loss
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # a checkpoint written when the task held the auxiliary heads (now its objective's)
-        state = checkpoint.get("state_dict", {})
-        for key in [k for k in state if "aux_heads." in k and "objective.aux_heads." not in k]:
-            state[key.replace("aux_heads.", "objective.aux_heads.", 1)] = state.pop(key)
+        _renamed(checkpoint.get("state_dict", {}))
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
-        """The prediction per item read by the objective: the class, or the 0/1 decision per label."""
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """The prediction per item read by the objective: the class, the 0/1 decision per label, the labels."""
+        logits, tokens, _ = self.outputs(batch)
+        return self.objective.predict(logits, tokens)
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls, checkpoint_path: Any, map_location: Any = None, hparams_file: Any = None, strict: bool | None = None,
+        weights_only: bool | None = None, **kwargs: Any,
+    ) -> Any:
+        """Lightning's ``load_from_checkpoint``, which also reads an ensemble run's checkpoint (returning the
+        :class:`Ensemble`) and the former task's options (see the class docstring)."""
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=weights_only)
+        state = checkpoint["state_dict"]
+        size = _renamed(state)
+        hparams = checkpoint.get("hyper_parameters") or {}
+        if isinstance(hparams.get("model"), dict) and "init_args" in hparams["model"]:  # an Ensemble's
+            hparams = {**hparams["model"]["init_args"], "_instantiator": hparams.get("_instantiator")}
+        args = _composed({k: v for k, v in {**hparams, **kwargs}.items() if k not in ("size", "ensemble")}, state)
+        checkpoint["hyper_parameters"] = {}
+        if size > 1:
+            checkpoint["state_dict"] = {k: v for k, v in state.items() if not k.startswith("ensemble.")}
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        buffer.seek(0)
+        task = super().load_from_checkpoint(buffer, map_location, hparams_file, strict, weights_only, **args)
+        if size == 1:
+            return task
+        ensemble = Ensemble(task, size)
+        ensemble.load_state_dict(state, strict=strict is not False)
+        return ensemble.to(task.device)
+
+
+#: The former task's own options, now its objective's, its optimiser's, the Transfer callback's or an Ensemble's.
+_FORMER = ("weight_decay", "warmup_fraction", "min_lr_ratio", "label_smoothing", "target_key", "aux_heads",
+           "aux_weight", "task", "init_from", "freeze_encoder_epochs", "init_into", "segment_loss_weight")
+
+
+def _composed(args: dict[str, Any], state: dict[str, Tensor]) -> dict[str, Any]:
+    """``args`` of the task with the former task's options (:data:`_FORMER`) as the objective and optimiser
+    they now are: configs (``class_path``) when ``args`` are a recorded config, else objects."""
+    if args.get("_instantiator", 0) is None:
+        del args["_instantiator"]
+    old = {k: args.pop(k) for k in _FORMER if k in args}
+    if not old and not isinstance(args.get("optimizer"), str):
+        return args
+    as_config = "_instantiator" in args
+    transfer = {k: old.pop(k, None) for k in ("init_from", "freeze_encoder_epochs", "init_into")}
+    if any(transfer.values()):
+        warnings.warn(f"the checkpoint's run started with {transfer} (the Transfer callback's options now); the "
+                      "loaded task holds the trained weights and needs none of them", UserWarning, stacklevel=3)
+    optim: dict[str, Any] = {k: old.pop(k) for k in ("weight_decay", "warmup_fraction", "min_lr_ratio") if k in old}
+    if isinstance(args.get("optimizer"), str):
+        optim["kind"] = args.pop("optimizer")
+    if optim and args.get("optimizer") is None:
+        args["optimizer"] = optim if as_config else Optimization(**optim)
+    if old.get("aux_heads") is None:
+        old.pop("aux_heads", None)
+        if not any("aux_heads." in k for k in state):
+            old.pop("aux_weight", None)  # (the former default, beside no auxiliary head)
+        elif args.get("objective") is None:
+            raise ValueError("the checkpoint holds auxiliary heads (aux_heads.*) built in Python: pass them again, "
+                             "as load_from_checkpoint(path, objective=MultiClass(aux_heads=...), ...)")
+    if not old or args.get("objective") is not None:
+        return args
+    kind, weight = old.pop("task", "multiclass"), old.pop("segment_loss_weight", 0.0)
+    if not old.get("label_smoothing"):
+        old.pop("label_smoothing", None)
+    objective, allowed = {"multiclass": (MultiClass, {"label_smoothing", "target_key", "aux_heads", "aux_weight"}),
+                          "multilabel": (MultiLabel, {"target_key"})}.get(kind, (None, set()))
+    if weight and kind == "multiclass":
+        objective, allowed, old["weight"] = PerSegment, {"weight", "label_smoothing", "target_key"}, weight
+    refused = sorted(set(old) - allowed) + (["task"] if objective is None else [])
+    if refused:
+        raise ValueError(
+            f"the checkpoint's task option(s) {', '.join(f'{k}={old.get(k, kind)!r}' for k in refused)} fit no "
+            f"objective beside task={kind!r}, segment_loss_weight={weight}: load it with the attnmm version that "
+            "wrote it, or pass objective=... to load_from_checkpoint"
+        )
+    assert objective is not None
+    config = {"class_path": f"attnmm.lightning.{objective.__name__}", "init_args": old}
+    args["objective"] = config if as_config else objective(**old)
+    return args
+
+
+def _renamed(state: dict[str, Tensor]) -> int:
+    """Give, in place, a state dict's auxiliary heads the name they have since they are the objective's (the
+    former task held them); returns the number of models (an ensemble's copies are ``ensemble.members.i``)."""
+    for key in [k for k in state if "aux_heads." in k and "objective.aux_heads." not in k]:
+        state[key.replace("aux_heads.", "objective.aux_heads.", 1)] = state.pop(key)
+    copies = {int(k.split(".")[2]) for k in state if k.startswith("ensemble.members.")}
+    return max(copies, default=-1) + 2
+
+
+class Ensemble(EncoderTask):
+    r"""A deep ensemble of a task: ``size`` independently initialised copies of it, trained side by side on
+    the same batches and predicting together.
+
+    The first member is ``model``, whose parts are the ensemble's ``adapter``, ``encoder``, ``head`` and
+    ``objective``; the others (``ensemble.members``) are deep copies of it, every part initialised afresh
+    (``reset_parameters``); :attr:`members` lists them all. Each trains on its own loss (their mean is
+    minimised), and the ensemble predicts with :meth:`combine`, the log of the members' mean probabilities,
+
+    .. math::
+        \log \frac{1}{n} \sum_{k=1}^{n} \mathrm{softmax}(\mathbf{z}_k),
+
+    on which the validation and test metrics are computed: ``size`` times the compute (a few tenths of a
+    point in tagging). Its optimiser is the task's. The recipes build it from the ``ensemble:`` key
+    (``--ensemble 2``); ``ClassificationTask.load_from_checkpoint`` returns it for such a run.
+
+    Args:
+        model (ClassificationTask): the task whose copies the ensemble trains (its objective must average
+            class probabilities: not :class:`~attnmm.lightning.MultiLabel` or :class:`~attnmm.lightning.CTC`).
+        size (int, optional): number of models n, >= 2. (default: :obj:`2`)
+
+    Examples:
+        >>> import torch
+        >>> from attnmm.adapters import SpeechAdapter
+        >>> from attnmm.nn import Encoder, PoolingClassifier
+        >>> task = ClassificationTask(SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), PoolingClassifier(16, 3), 3)
+        >>> ensemble = Ensemble(task, 2)
+        >>> log_p = ensemble(SpeechAdapter.example_batch(2))  # (B, C): log of the mean probabilities
+        >>> ensemble.members[0] is task, torch.allclose(log_p.exp().sum(-1), torch.ones(2))
+        (True, True)
+    """
+
+    def __init__(self, model: ClassificationTask, size: int = 2) -> None:
+        if not isinstance(model, ClassificationTask):
+            raise TypeError(f"an Ensemble trains copies of a ClassificationTask, got {type(model).__name__}")
+        super().__init__(model.lr, model.optimization)
+        self.size = check_nonneg_int("size", size, minimum=2)
+        cls = type(model)  # the task's own plain arguments, as Ensemble(model, size) is configured
+        self.save_hyperparameters({"model": {"class_path": f"{cls.__module__}.{cls.__qualname__}",
+                                             "init_args": dict(model.hparams)}, "size": self.size}, logger=False)
+        if not model.objective.ensembles:
+            raise ValueError(
+                "an Ensemble averages the members' class probabilities (softmax over classes), which does not fit "
+                f"{type(model.objective).__name__} (e.g. task='multilabel'); train one model (ensemble=None)"
+            )
+        copies = [deepcopy(model) for _ in range(self.size - 1)]
+        for sub in (sub for copy in copies for sub in copy.modules()):
+            reset = getattr(sub, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        # the first member's parts are the ensemble's own (a backbone, attention maps), the copies beside them
+        self.adapter, self.encoder, self.head = model.adapter, model.encoder, model.head
+        self.objective = model.objective
+        self.ensemble = nn.Module()
+        self.ensemble.members = nn.ModuleList(copies)
+        self.members: tuple[ClassificationTask, ...] = (model, *copies)  # (a tuple: registered above)
+
+    @staticmethod
+    def combine(logits: list[Tensor]) -> Tensor:
+        """``log(mean_k softmax(logits_k))``, computed stably in float32."""
+        logp = torch.stack([x.float().log_softmax(-1) for x in logits])
+        return torch.logsumexp(logp, 0) - math.log(len(logits))
+
+    def forward(self, batch: Any, state: IncrementalState | None = None) -> Tensor:
+        """The log of the members' mean probabilities (with ``state``, every member reads incrementally)."""
+        return self.combine([m(batch, state) for m in self.members])
+
+    def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
+        return self.members[0].step(batch, stage, list(self.members), self)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
         return self.objective.predict(self(batch))
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        _renamed(checkpoint.get("state_dict", {}))
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """An ensemble run's checkpoint, as ``ClassificationTask.load_from_checkpoint`` reads it."""
+        loaded = ClassificationTask.load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        if not isinstance(loaded, Ensemble):
+            raise ValueError(f"{checkpoint_path} holds one model: load it with ClassificationTask.load_from_checkpoint")
+        return loaded

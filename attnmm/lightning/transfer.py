@@ -71,7 +71,7 @@ class Transfer(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or self.init_from is None or self.loaded:
             return
-        if getattr(pl_module, "ensemble", None) is not None:
+        if hasattr(pl_module, "members"):
             raise ValueError(
                 "init_from loads one backbone, but an Ensemble's members are independently initialised copies: "
                 "train one model from the checkpoint (ensemble=None), or an ensemble without init_from"

@@ -1,4 +1,5 @@
-r"""Connectionist temporal classification: a per-frame head, its loss, greedy and prefix beam search decoding.
+r"""Connectionist temporal classification: a per-frame head, its targets' check, greedy and prefix beam search
+decoding (the loss is the objective :class:`~attnmm.lightning.CTC`).
 
 Conventions shared by everything here (and by streaming recognisers built on it): the head gives
 (B, L, C + 1) logits per frame, index 0 is the blank, and class c (e.g. digit c) is index c + 1.
@@ -11,7 +12,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int
@@ -146,9 +146,9 @@ class CTCHead(nn.Module):
     r"""Per-frame CTC classifier (Graves et al., 2006, "Connectionist Temporal Classification"):
     :math:`\mathbf{z}_t = \mathbf{W} \mathbf{h}_t + \mathbf{b} \in \mathbb{R}^{C + 1}`, blank at index 0.
 
-    Its :meth:`loss` is :func:`torch.nn.functional.ctc_loss`, the negative log of
-    :math:`p(\mathbf{y} \mid \mathbf{X})` summed over all alignments, averaged per target label;
-    it checks the targets and frame counts first and says which setting to change.
+    Trained by the objective :class:`~attnmm.lightning.CTC` (:func:`torch.nn.functional.ctc_loss`, the
+    negative log of :math:`p(\mathbf{y} \mid \mathbf{X})` summed over all alignments), e.g. in a
+    :class:`~attnmm.lightning.SequenceTask`.
 
     Args:
         d_model (int): token width D.
@@ -178,14 +178,6 @@ class CTCHead(nn.Module):
 
     def forward(self, h: Tensor, tokens: Tokens | None = None) -> Tensor:
         return self.linear(self.drop(h))  # (B, L, C + 1)
-
-    def loss(self, logits: Tensor, lengths: Tensor, targets: Tensor, target_lengths: Tensor) -> Tensor:
-        r"""Mean CTC loss per target label of logits (B, L, C + 1) with real frames ``lengths`` (B,), for
-        targets (B, U) of classes 0..C-1 (padding beyond ``target_lengths`` (B,) is ignored)."""
-        check_ctc_targets(targets, target_lengths, lengths, self.num_classes)
-        log_probs = logits.float().log_softmax(-1).transpose(0, 1)  # (L, B, C + 1)
-        labels = (targets.clamp(min=-1) + 1).clamp(min=0)  # class c -> c + 1; padding -> 0, never read
-        return F.ctc_loss(log_probs, labels, lengths, target_lengths, blank=BLANK, reduction="mean")
 
 
 def check_ctc_targets(targets: Tensor, target_lengths: Tensor, lengths: Tensor, num_classes: int) -> None:

@@ -257,3 +257,12 @@ def test_a_missing_config_file_is_named(
     assert stop.value.code == 2
     missing = tmp_path / "nope.yaml"
     assert capsys.readouterr().err.splitlines()[0] == f"error: --config: File does not exist: '{missing}'"
+
+
+@pytest.mark.slow  # a new interpreter
+def test_a_config_file_with_the_tasks_former_ensemble_option_says_where_it_went(tmp_path: Path) -> None:
+    (tmp_path / "old.yaml").write_text("model:\n  ensemble:\n    class_path: attnmm.nn.Ensemble\n")
+    proc = _run("speech_truncated", ["fit", "--config=old.yaml"], tmp_path)
+    lines = _shown(proc)
+    assert proc.returncode == 2, lines
+    assert "(an ensemble is a key of its own now: ensemble: N at a config's top level, or --ensemble N)" in lines

@@ -7,10 +7,10 @@ import torch
 
 from attnmm._checks import refuse_encoder_options
 from attnmm.adapters import TextAdapter
-from attnmm.lightning import ClassificationTask, MultiClass
+from attnmm.lightning import ClassificationTask, Ensemble, MultiClass
 from attnmm.lightning.generate import generate
 from attnmm.masks import Causal, Window
-from attnmm.nn import Encoder, Ensemble, RecurrentEncoder, RotaryPE, TokenClassifier
+from attnmm.nn import Encoder, RecurrentEncoder, RotaryPE, TokenClassifier
 
 V, D = 11, 16
 
@@ -57,10 +57,9 @@ def _lm(positional: str, mask, encoder: str = "attention", ensemble: int = 1) ->
     adapter = TextAdapter(vocab_size=V, d_model=D, positional=positional, max_len=64, mask=mask, dropout=0.0)
     rotary = RotaryPE(D // 4) if positional == "rotary" else None
     enc = Encoder(D, 4, 2, 32, dropout=0.0, rotary=rotary) if encoder == "attention" else RecurrentEncoder(D, 2)
-    members = None if ensemble == 1 else Ensemble(ensemble)
     objective = MultiClass(target_key="targets")
-    task = ClassificationTask(adapter, enc, TokenClassifier(D, V), V, objective, ensemble=members)
-    return task.eval().double()
+    task = ClassificationTask(adapter, enc, TokenClassifier(D, V), V, objective)
+    return (task if ensemble == 1 else Ensemble(task, ensemble)).eval().double()
 
 
 MODELS = {

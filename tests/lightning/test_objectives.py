@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import inspect
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from attnmm.lightning import ClassificationTask, MultiClass, MultiLabel, PerSegment
+from attnmm.lightning import CTC, ClassificationTask, MultiClass, MultiLabel, PerSegment
+from attnmm.nn.ctc import ctc_greedy_decode
 
 
 class _Logs:
@@ -115,3 +118,84 @@ def test_the_task_takes_at_most_eight_constructor_arguments() -> None:
     parameters = list(inspect.signature(ClassificationTask.__init__).parameters)[1:]
     assert len(parameters) <= 8, parameters
     assert parameters[:4] == ["adapter", "encoder", "head", "num_classes"] and "lr" in parameters
+
+
+def _ctc_batch(seed: int = 0) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, 9, 5, generator=g)  # B = 3, L = 9, C = 4 and the blank
+    targets = torch.tensor([[0, 3, 3], [2, -100, -100], [1, 1, -100]])
+    batch = {"targets": targets, "target_lengths": torch.tensor([3, 1, 2])}
+    return logits, batch, torch.tensor([9, 4, 6])  # each item's real frames
+
+
+def test_ctc_is_torchs_ctc_loss_over_each_items_frames() -> None:
+    logits, batch, lengths = _ctc_batch()
+    objective = CTC()
+    objective.setup(4, None)
+    assert objective.num_logits(4) == 5
+    tokens = SimpleNamespace(lengths=lengths)
+    loss, scored, target = objective.loss(logits, batch, "val", tokens)
+    labels = torch.tensor([[1, 4, 4], [3, 0, 0], [2, 2, 0]])  # class c is index c + 1; blank 0
+    expected = F.ctc_loss(logits.log_softmax(-1).transpose(0, 1), labels, lengths, batch["target_lengths"])
+    torch.testing.assert_close(loss, expected)
+    by_item = [F.ctc_loss(logits[b, : lengths[b]].log_softmax(-1), labels[b, : batch["target_lengths"][b]],
+                          lengths[b : b + 1], batch["target_lengths"][b : b + 1], reduction="sum")
+               / batch["target_lengths"][b] for b in range(3)]
+    torch.testing.assert_close(loss, torch.stack(by_item).mean())  # mean over items of the per-label loss
+    # what log reads: every frame after an item's end a certain blank; labels after its length ignored
+    assert ctc_greedy_decode(scored) == ctc_greedy_decode(logits, lengths) == objective.predict(logits, tokens)
+    assert target.tolist() == [[0, 3, 3], [2, -100, -100], [1, 1, -100]]
+    without = objective.loss(logits, batch, "val")[0]  # no tokens: every frame is real
+    torch.testing.assert_close(without, F.ctc_loss(logits.log_softmax(-1).transpose(0, 1), labels,
+                                                   torch.full((3,), 9), batch["target_lengths"]))
+
+
+def test_ctc_logs_the_label_error_rate_and_exact_strings() -> None:
+    logits, batch, lengths = _ctc_batch(1)
+    objective = CTC()
+    objective.setup(4, None)
+    loss, scored, target = objective.loss(logits, batch, "val", SimpleNamespace(lengths=lengths))
+    logs = _Logs()
+    objective.log(logs, loss, scored, target, "val", hyps=[[0, 3], [2], [1, 2, 0]])  # type: ignore[arg-type]
+    # one deletion, exact, a substitution and an insertion: 3 edits over 6 reference labels
+    assert logs.values["val_der"].compute().item() == pytest.approx(3 / 6)
+    assert logs.values["val_string_acc"].compute().item() == pytest.approx(1 / 3)
+    assert logs.values["val_loss"] is loss
+    logs = _Logs()
+    objective.log(logs, loss, scored, target, "train")  # type: ignore[arg-type]
+    assert set(logs.values) == {"train_loss"}
+    assert not CTC.ensembles
+    with pytest.raises(ValueError, match=r"targets must be classes 0..3 \(num_classes=4\)"):
+        objective.loss(logits, {**batch, "targets": batch["targets"] + 1}, "val", SimpleNamespace(lengths=lengths))
+    with pytest.raises(KeyError, match=r"CTC needs the targets \['target_lengths'\]"):
+        objective.loss(logits, {"targets": batch["targets"]}, "val")
+
+
+def test_a_classification_task_trains_a_ctc_head() -> None:
+    from attnmm.adapters import SpeechAdapter
+    from attnmm.lightning import Ensemble
+    from attnmm.nn import CTCHead, Encoder
+
+    torch.manual_seed(0)
+    task = ClassificationTask(SpeechAdapter(d_model=16, channels=4, freq_mask=0, time_mask=0, dropout=0.0),
+                              Encoder(16, 2, 1, 32, dropout=0.0), CTCHead(16, 10), 10, CTC())
+    logs = _Logs()
+    task.log = logs.log  # type: ignore[method-assign]
+    batch = {**SpeechAdapter.example_batch(2), "targets": torch.tensor([[4, 2], [7, -100]]),
+             "target_lengths": torch.tensor([2, 1])}
+    h, tokens, _ = task.encode(batch)
+    log_probs = task.head(h, tokens).log_softmax(-1).transpose(0, 1)  # (L, B, C + 1)
+    expected = F.ctc_loss(log_probs, torch.tensor([[5, 3], [8, 0]]), tokens.lengths, batch["target_lengths"])
+    loss = task.training_step(batch, 0)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    assert task.head.linear.weight.grad.abs().sum() > 0
+    task.eval()
+    torch.testing.assert_close(task.validation_step(batch, 0), expected)
+    assert {"val_loss", "val_der", "val_string_acc"} <= set(logs.values)
+    assert task.predict_step(batch, 0) == ctc_greedy_decode(task(batch), tokens.lengths)
+    with pytest.raises(ValueError, match=r"gives 10 logits per prediction.*\(11 logits for CTC\)"):
+        ClassificationTask(SpeechAdapter(d_model=16), Encoder(16, 2, 1, 32), CTCHead(16, 9), 10, CTC()).training_step(
+            batch, 0)
+    with pytest.raises(ValueError, match="does not fit CTC"):
+        Ensemble(task, 2)

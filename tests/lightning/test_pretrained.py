@@ -9,9 +9,9 @@ from torch.utils.data import DataLoader
 
 import attnmm.lightning.pretrained as pretrained
 from attnmm.adapters import SpeechAdapter
-from attnmm.lightning import ClassificationTask, Transfer
+from attnmm.lightning import ClassificationTask, Ensemble, Transfer
 from attnmm.lightning.pretrained import backbone_state, export_backbone, load_backbone, resolve_backbone
-from attnmm.nn import Encoder, Ensemble, PoolingClassifier
+from attnmm.nn import Encoder, PoolingClassifier
 
 
 def task(
@@ -113,7 +113,7 @@ def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="freeze_encoder_epochs=2 freezes loaded weights, but init_from is None"):
         Transfer(freeze_encoder_epochs=2)
     with pytest.raises(ValueError, match="init_from loads one backbone"):
-        Transfer(init_from="x.ckpt").setup(None, task(10, ensemble=Ensemble(2)), "fit")  # type: ignore[arg-type]
+        Transfer(init_from="x.ckpt").setup(None, Ensemble(task(10), 2), "fit")  # type: ignore[arg-type]
 
 
 class _Record(L.Callback):
@@ -203,3 +203,16 @@ def test_init_into_loads_a_backbone_into_one_modalitys_tower(tmp_path: Path) -> 
         Transfer(init_from=str(path), init_into="adapter.adapters.speech").setup(trainer, _tower_task(), "fit")
     with pytest.raises(ValueError, match="init_from is None"):
         Transfer(init_into="adapter.adapters.audio")
+
+
+def test_an_ensemble_runs_backbone_is_its_first_models(tmp_path) -> None:
+    ensemble = Ensemble(task(10), 2)
+    config = {"adapter": {"d_model": 16}, "encoder": {"d_model": 16}}
+    hparams = {"model": {"class_path": "attnmm.lightning.ClassificationTask", "init_args": config}, "size": 2}
+    torch.save({"state_dict": ensemble.state_dict(), "hyper_parameters": hparams}, tmp_path / "ensemble.ckpt")
+    data = torch.load(export_backbone(tmp_path / "ensemble.ckpt", tmp_path / "b.pt"), weights_only=True)
+    assert data["hyper_parameters"] == config  # the task's own configs, under the ensemble's model
+    assert set(data["state_dict"]) == set(backbone_state(save(ensemble.members[0], tmp_path / "first.ckpt")))
+    target = task(3)
+    load_backbone(target, tmp_path / "b.pt")
+    torch.testing.assert_close(target.encoder.state_dict(), ensemble.encoder.state_dict())

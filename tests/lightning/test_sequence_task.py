@@ -131,7 +131,9 @@ def test_ctc_only_task_and_the_settings_it_refuses() -> None:
     task.log = lambda *args, **kwargs: None  # type: ignore[method-assign]
     batch = _batch()
     h, tokens, _ = task.encode(batch)
-    expected = task.ctc_head.loss(task.ctc_head(h, tokens), tokens.lengths, batch["targets"], batch["target_lengths"])
+    log_probs = task.ctc_head(h, tokens).log_softmax(-1).transpose(0, 1)  # (L, B, C + 1)
+    labels = torch.tensor([[2, 3, 3], [10, 0, 0], [1, 6, 0]])  # digit d is index d + 1; blank 0
+    expected = F.ctc_loss(log_probs, labels, tokens.lengths, batch["target_lengths"])
     torch.testing.assert_close(task.training_step(batch, 0), expected)
     with pytest.raises(ValueError, match="ctc_weight=0.3 weighs an attention decoder, but decoder is None"):
         make_task(ctc_weight=0.3, decoder=False)
@@ -155,7 +157,7 @@ def test_bad_targets_are_named() -> None:
     repeats = torch.tensor([[1, 1] * (frames // 2 + 1)] * 3)  # fewer labels than frames, but repeated
     with pytest.raises(ValueError, match="plus one between repeated labels"):
         task.training_step({**batch, "targets": repeats, "target_lengths": torch.full((3,), repeats.size(1))}, 0)
-    with pytest.raises(KeyError, match=r"SequenceTask needs the targets \['targets', 'target_lengths'\]"):
+    with pytest.raises(KeyError, match=r"CTC needs the targets \['targets', 'target_lengths'\]"):
         task.training_step(SpeechAdapter.example_batch(2), 0)
 
 
@@ -168,8 +170,8 @@ def test_digit_error_rate_and_string_accuracy_on_known_strings() -> None:
     task.validation_step(_batch(), 0)
     errors = sum(_edits(h, r) for h, r in zip(hyps, refs, strict=True))
     assert errors == 3
-    assert float(task.der["val"].compute()) == pytest.approx(errors / 6)
-    assert float(task.string_acc["val"].compute()) == pytest.approx(1 / 3)
+    assert float(task.ctc.metrics["val_der"].compute()) == pytest.approx(errors / 6)
+    assert float(task.ctc.metrics["val_string_acc"].compute()) == pytest.approx(1 / 3)
 
 
 def test_decoders_agree_where_they_should() -> None:

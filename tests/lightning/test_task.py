@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import lightning as L
 import pytest
@@ -9,9 +10,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from attnmm.adapters import Adapter, SpeechAdapter, Tokens
-from attnmm.lightning import ClassificationTask, MultiClass, MultiLabel, PerSegment, warmup_cosine
+from attnmm.lightning import ClassificationTask, Ensemble, MultiClass, MultiLabel, PerSegment, warmup_cosine
 from attnmm.masks import Window
-from attnmm.nn import Encoder, Ensemble, PoolingClassifier, TokenClassifier
+from attnmm.nn import Encoder, PoolingClassifier, TokenClassifier
 from attnmm.nn.heads import masked_mean
 
 
@@ -41,15 +42,20 @@ class ToyAudio(L.LightningDataModule):
         return self._loader()
 
 
-def make_task(ensemble: int = 1) -> ClassificationTask:
-    return ClassificationTask(
+def make_task(ensemble: int = 1) -> ClassificationTask | Ensemble:
+    task = ClassificationTask(
         SpeechAdapter(d_model=16, channels=4, mask=Window(4, 1)),
         Encoder(16, 2, 1, 32, dropout=0.0),
         PoolingClassifier(16, 2),
         num_classes=2,
         lr=3e-3,
-        ensemble=None if ensemble == 1 else Ensemble(ensemble),
     )
+    return task if ensemble == 1 else Ensemble(task, ensemble)
+
+
+def members(task: ClassificationTask | Ensemble) -> list:
+    """The (adapter, encoder, head, objective) of each model."""
+    return [(m.adapter, m.encoder, m.head, m.objective) for m in getattr(task, "members", [task])]
 
 
 @pytest.mark.slow  # trains for a while: the recipe tier
@@ -60,13 +66,13 @@ def test_fit_learns_and_logs(tmp_path, ensemble: int) -> None:
     def weights(member: tuple) -> list[torch.Tensor]:
         return [p.detach().clone() for part in member if part is not None for p in part.parameters()]
 
-    before = [weights(m) for m in task.members]
+    before = [weights(m) for m in members(task)]
     trainer = L.Trainer(
         max_epochs=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         default_root_dir=tmp_path, enable_model_summary=False,
     )
     trainer.fit(task, datamodule=ToyAudio())
-    for old, member in zip(before, task.members, strict=True):  # every member trains on its own loss
+    for old, member in zip(before, members(task), strict=True):  # every member trains on its own loss
         assert any(not torch.equal(a, b) for a, b in zip(old, weights(member), strict=True))
     (res,) = trainer.test(task, datamodule=ToyAudio(), verbose=False)
     assert set(res) >= {"test_acc", "test_loss"}
@@ -81,11 +87,11 @@ def test_checkpoint_round_trip(tmp_path, ensemble: int) -> None:
     trainer.fit(task, datamodule=ToyAudio(8))
     path = tmp_path / "model.ckpt"
     trainer.save_checkpoint(path)
-    fresh = make_task(ensemble)
-    loaded = ClassificationTask.load_from_checkpoint(
+    fresh = make_task()
+    loaded = ClassificationTask.load_from_checkpoint(  # modules built in Python are passed again
         path, adapter=fresh.adapter, encoder=fresh.encoder, head=fresh.head, weights_only=True,
-        ensemble=None if ensemble == 1 else Ensemble(ensemble),  # modules built in Python are passed again
     )
+    assert type(loaded) is type(task)  # an ensemble run's checkpoint loads as the Ensemble
     batch = SpeechAdapter.example_batch(2)
     task.eval(), loaded.eval()
     torch.testing.assert_close(loaded(batch), task(batch))
@@ -131,16 +137,16 @@ def test_per_token_targets_with_ignore_index() -> None:
 def test_ensemble_members_are_fresh_and_averaged_in_probability() -> None:
     torch.manual_seed(0)
     task = make_task(3).eval()
-    assert len(task.members) == 3 and task.members[0][0] is task.adapter
-    first, second = (dict(m.named_parameters()) for m in task.ensemble.members)
-    own = dict(nn.ModuleDict({"adapter": task.adapter, "encoder": task.encoder, "head": task.head}).named_parameters())
+    assert len(task.members) == 3 and members(task)[0][0] is task.adapter
+    parts = [nn.ModuleDict({"adapter": m.adapter, "encoder": m.encoder, "head": m.head}) for m in task.members]
+    own, first, second = (dict(m.named_parameters()) for m in parts)
     assert own.keys() == first.keys()
     # every weight matrix is drawn afresh (norm scales and zero biases may coincide by design)
     for name, p in own.items():
         if p.dim() >= 2:
             assert not torch.equal(p, first[name]) and not torch.equal(first[name], second[name]), name
     batch = SpeechAdapter.example_batch(2)
-    probs = torch.stack([task.member_logits(batch, i).softmax(-1) for i in range(3)]).mean(0)
+    probs = torch.stack([task.members[i](batch).softmax(-1) for i in range(3)]).mean(0)
     torch.testing.assert_close(task(batch).exp(), probs)
     assert task(batch).exp().sum(-1).sub(1).abs().max() < 1e-5
 
@@ -150,24 +156,23 @@ def test_single_model_state_dict_is_unchanged_and_bad_sizes_fail() -> None:
     assert any(k.startswith("ensemble.members.0.encoder.") for k in make_task(2).state_dict())
     with pytest.raises(ValueError, match="size must be an int >= 2"):
         make_task(0)
-    ensemble = Ensemble(2)
     parts = (SpeechAdapter(d_model=16, channels=4), Encoder(16, 2, 1, 32), PoolingClassifier(16, 2))
-    assert len(ClassificationTask(*parts, 2, ensemble=ensemble).members) == 2
-    with pytest.raises(RuntimeError, match="already holds its members"):  # one Ensemble per task
-        ClassificationTask(*parts, 2, ensemble=ensemble)
+    assert len(Ensemble(ClassificationTask(*parts, 2)).members) == 2
+    with pytest.raises(TypeError, match="copies of a ClassificationTask"):  # the task, not its parts
+        Ensemble(parts[1])  # type: ignore[arg-type]
 
 
-def make_tagger(ensemble: int = 1, aux_weight: float = 0.5) -> ClassificationTask:
+def make_tagger(ensemble: int = 1, aux_weight: float = 0.5) -> ClassificationTask | Ensemble:
     from attnmm.adapters import TextAdapter
 
-    return ClassificationTask(
+    task = ClassificationTask(
         TextAdapter(vocab_size=256, d_model=16, dropout=0.0),
         Encoder(16, 2, 1, 32, dropout=0.0),
         TokenClassifier(16, 17),
         num_classes=17,
         objective=MultiClass(target_key="tags", aux_heads={"xpos": TokenClassifier(16, 40)}, aux_weight=aux_weight),
-        ensemble=None if ensemble == 1 else Ensemble(ensemble),
     )
+    return task if ensemble == 1 else Ensemble(task, ensemble)
 
 
 def _tagged_batch() -> dict[str, torch.Tensor]:
@@ -184,22 +189,23 @@ def test_aux_heads_add_their_weighted_loss_and_leave_predictions_alone(ensemble:
     task, batch = make_tagger(ensemble, aux_weight=0.3), _tagged_batch()
     ce = torch.nn.functional.cross_entropy
     main, aux = [], []
-    for i in range(ensemble):
-        h, tokens, _ = task.encode(batch, member=i)
-        head = task.members[i][2]
-        aux_head = task.members[i][3].aux_heads["xpos"]
+    for member in getattr(task, "members", [task]):
+        h, tokens, _ = member.encode(batch)
+        head = member.head
+        aux_head = member.objective.aux_heads["xpos"]
         main.append(ce(head(h, tokens).reshape(-1, 17), batch["tags"].reshape(-1)))
         aux.append(ce(aux_head(h, tokens).reshape(-1, 40), batch["xpos"].reshape(-1)))
     expected = torch.stack(main).mean() + 0.3 * torch.stack(aux).mean()
     loss = task.training_step(batch, 0)
     torch.testing.assert_close(loss, expected)
     loss.backward()
-    heads = [objective.aux_heads for _, _, _, objective in task.members]
+    heads = [objective.aux_heads for _, _, _, objective in members(task)]
     assert all(h["xpos"].linear.weight.grad.abs().sum() > 0 for h in heads)  # every member's head trains
     if ensemble == 2:  # each member has its own, freshly drawn head
         assert not torch.equal(heads[0]["xpos"].linear.weight, heads[1]["xpos"].linear.weight)
-    plain = ClassificationTask(task.adapter, task.encoder, task.head, 17, MultiClass(target_key="tags"))
-    torch.testing.assert_close(task.member_logits(batch), plain(batch))  # prediction ignores the aux heads
+    first = getattr(task, "members", [task])[0]
+    plain = ClassificationTask(first.adapter, first.encoder, first.head, 17, MultiClass(target_key="tags"))
+    torch.testing.assert_close(first(batch), plain(batch))  # prediction ignores the aux heads
     task.eval()
     val_loss = ce(task(batch).reshape(-1, 17), batch["tags"].reshape(-1))
     torch.testing.assert_close(task.validation_step(batch, 0), val_loss)
@@ -341,7 +347,7 @@ def test_multilabel_refuses_what_does_not_fit() -> None:
     with pytest.raises(TypeError, match="objective must be an attnmm.lightning Objective"):
         ClassificationTask(ToyPooled(), Encoder(4, 1, 1, 8), PoolingClassifier(4, 3), 3, "binary")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Ensemble averages the members' class probabilities"):
-        make_multilabel(ensemble=Ensemble(2))
+        Ensemble(make_multilabel(), 2)
     with pytest.raises(TypeError, match="label_smoothing"):  # binary cross-entropy takes no label smoothing
         MultiLabel(label_smoothing=0.1)  # type: ignore[call-arg]
     (batch,) = _multilabel_batches(1)
@@ -432,3 +438,95 @@ def test_a_checkpoint_of_the_task_held_aux_heads_loads_into_the_objective() -> N
     checkpoint = {"state_dict": old}
     task.on_load_checkpoint(checkpoint)
     assert checkpoint["state_dict"].keys() == state.keys()
+
+
+# ------------------------------------------------------------------ checkpoints of the former task
+
+
+#: What the former task (adapter, encoder, head, num_classes and 15 options of its own) recorded under the
+#: recipe CLI: its whole config, the ensemble and auxiliary heads among its arguments.
+FORMER_CONFIG = {
+    "adapter": {"class_path": "attnmm.adapters.TextAdapter", "init_args": {"vocab_size": 256, "d_model": 16,
+                                                                          "dropout": 0.0}},
+    "encoder": {"class_path": "attnmm.nn.Encoder", "init_args": {"d_model": 16, "num_heads": 2, "num_layers": 1,
+                                                                "dim_feedforward": 32, "dropout": 0.0}},
+    "head": {"class_path": "attnmm.nn.TokenClassifier", "init_args": {"d_model": 16, "num_classes": 17}},
+    "num_classes": 17, "lr": 2e-3, "weight_decay": 0.05, "warmup_fraction": 0.1, "min_lr_ratio": 0.0,
+    "label_smoothing": 0.1, "target_key": "tags", "optimizer": "adamw",
+    "ensemble": {"class_path": "attnmm.nn.Ensemble", "init_args": {"size": 2}},
+    "aux_heads": {"class_path": "attnmm.nn.TokenHeads", "init_args": {"d_model": 16, "keys": ["xpos"],
+                                                                     "num_classes": 40}},
+    "aux_weight": 1.0, "task": "multiclass", "init_from": None, "freeze_encoder_epochs": 0, "init_into": None,
+    "segment_loss_weight": 0.0, "_instantiator": "lightning.pytorch.cli.instantiate_module",
+}
+
+
+def _former_state(model: ClassificationTask | Ensemble) -> dict[str, torch.Tensor]:
+    """``model``'s state dict under the former task's names (it held the auxiliary heads itself)."""
+    return {k.replace("objective.aux_heads.", "aux_heads."): v for k, v in model.state_dict().items()}
+
+
+def _write(path, hparams: dict, state: dict) -> None:
+    # as Lightning writes a checkpoint: the state dict and the recorded hyperparameters
+    torch.save({"state_dict": state, "hyper_parameters": hparams, "pytorch-lightning_version": L.__version__}, path)
+
+
+def test_a_former_ensemble_run_with_auxiliary_heads_loads_as_the_ensemble(tmp_path) -> None:
+    from lightning.pytorch.cli import instantiate_module
+
+    from attnmm.lightning import Optimization
+
+    torch.manual_seed(0)
+    task = instantiate_module(ClassificationTask, {
+        **{k: FORMER_CONFIG[k] for k in ("adapter", "encoder", "head", "num_classes", "lr")},
+        "objective": {"class_path": "attnmm.lightning.MultiClass", "init_args": {
+            "label_smoothing": 0.1, "target_key": "tags", "aux_weight": 1.0, "aux_heads": FORMER_CONFIG["aux_heads"]}},
+    })
+    source = Ensemble(task, 2).eval()
+    old = _former_state(source)
+    assert "ensemble.members.0.aux_heads.xpos.linear.weight" in old and "encoder.norm.weight" in old
+    _write(tmp_path / "former.ckpt", FORMER_CONFIG, old)
+    loaded = ClassificationTask.load_from_checkpoint(tmp_path / "former.ckpt", weights_only=True).eval()
+    assert isinstance(loaded, Ensemble) and loaded.size == 2
+    objective = loaded.objective
+    assert isinstance(objective, MultiClass) and list(objective.aux_heads) == ["xpos"]
+    assert (objective.label_smoothing, objective.target_key, objective.aux_weight) == (0.1, "tags", 1.0)
+    assert loaded.optimization == Optimization(weight_decay=0.05, warmup_fraction=0.1) and loaded.lr == 2e-3
+    batch = _tagged_batch()
+    torch.testing.assert_close(loaded(batch), source(batch))
+    torch.testing.assert_close(loaded.validation_step(batch, 0), source.validation_step(batch, 0))
+    assert Ensemble.load_from_checkpoint(tmp_path / "former.ckpt", weights_only=True).size == 2
+
+
+def test_a_former_multilabel_task_built_in_python_loads_with_its_parts_given(tmp_path) -> None:
+    torch.manual_seed(0)
+    source = make_multilabel().eval()
+    hparams = {"head": None, "num_classes": 3, "lr": 1e-3, "weight_decay": 0.0, "warmup_fraction": 0.05,
+               "min_lr_ratio": 0.1, "label_smoothing": 0.0, "target_key": "label", "optimizer": "adam",
+               "aux_weight": 0.5, "task": "multilabel", "init_from": "x.ckpt", "freeze_encoder_epochs": 2,
+               "init_into": None, "segment_loss_weight": 0.0}  # the modules built in Python are not recorded
+    _write(tmp_path / "former.ckpt", hparams, _former_state(source))
+    with pytest.warns(UserWarning, match="the Transfer callback's options now"):
+        loaded = ClassificationTask.load_from_checkpoint(
+            tmp_path / "former.ckpt", weights_only=True, adapter=ToyPooled(), encoder=Encoder(4, 1, 1, 8, dropout=0.0),
+            head=PoolingClassifier(4, 3))
+    assert isinstance(loaded.objective, MultiLabel) and loaded.optimization.kind == "adam"
+    assert loaded.optimization.min_lr_ratio == 0.1
+    (batch,) = _multilabel_batches(1)
+    torch.testing.assert_close(loaded.eval()(batch), source(batch))
+
+
+@pytest.mark.parametrize(("change", "refused"), [
+    ({"task": "multilabel"}, "aux_heads="),  # binary labels take no auxiliary heads
+    ({"segment_loss_weight": 0.5}, "aux_heads="),  # nor do the segments' own losses
+    ({"task": "ranking"}, "task='ranking'"),
+])
+def test_former_options_no_objective_takes_are_named(tmp_path, change: dict, refused: str) -> None:
+    _write(tmp_path / "former.ckpt", {**FORMER_CONFIG, **change}, {})
+    with pytest.raises(ValueError, match=rf"checkpoint's task option\(s\) .*{re.escape(refused)}.* fit no objective"):
+        ClassificationTask.load_from_checkpoint(tmp_path / "former.ckpt", weights_only=True)
+    state = _former_state(make_tagger())  # auxiliary heads built in Python: not in the hyperparameters
+    _write(tmp_path / "python.ckpt", {k: v for k, v in FORMER_CONFIG.items() if k != "_instantiator"
+                                      and not isinstance(v, dict)}, state)
+    with pytest.raises(ValueError, match=r"pass them again, as load_from_checkpoint\(path, objective=MultiClass"):
+        ClassificationTask.load_from_checkpoint(tmp_path / "python.ckpt", weights_only=True)

@@ -23,7 +23,7 @@ from _recipes import (
     write_planetoid,
 )
 
-from attnmm.lightning import ClassificationTask
+from attnmm.lightning import ClassificationTask, Ensemble
 
 
 @pytest.mark.parametrize("recipe", smoke_params())
@@ -54,8 +54,12 @@ def _hparams(recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     cli = recipe_main(recipe)([*args, *generated_args(recipe)], run=False)
-    assert isinstance(cli.model, ClassificationTask)
-    return dict(cli.model.hparams)
+    hparams = dict(cli.model.hparams)
+    model = cli.model
+    if isinstance(model, Ensemble):  # Ensemble(model, size): the model's own
+        model, hparams = model.members[0], {**hparams["model"]["init_args"], "_instantiator": hparams["_instantiator"]}
+    assert isinstance(model, ClassificationTask)
+    return hparams
 
 
 # recipe -> (config or None, the width d_model, the number of classes) as recorded in docs/results.md
@@ -176,3 +180,20 @@ def test_graph_node_default_learns_attention(
         0.5,
     )
     assert cli.model.hparams["lr"] == 0.01 and cli.model.hparams["optimizer"]["weight_decay"] == 5e-4
+
+
+def test_an_ensemble_wraps_the_task_and_the_former_options_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ensemble: 2`` (text_pos's default) wraps the task in an Ensemble; ``--ensemble`` sets the size, and
+    the option the task once took (``--model.ensemble``, a class or its size, or null) is read as it, with a
+    warning."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    main = recipe_main("text_pos")
+    cli = main(["--ensemble=3", *generated_args("text_pos")], run=False)
+    assert isinstance(cli.model, Ensemble) and cli.model.size == 3 and cli.model.hparams["size"] == 3
+    for former, size in (["--model.ensemble=null"], 1), (["--model.ensemble.init_args.size", "4"], 4):
+        with pytest.warns(FutureWarning, match="--model.ensemble.* is now --ensemble"):
+            cli = main([*former, *generated_args("text_pos")], run=False)
+        assert len(getattr(cli.model, "members", [cli.model])) == size
