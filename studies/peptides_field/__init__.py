@@ -26,6 +26,8 @@ from studies._runner.protocol import ProtocolError, content_hash
 
 FOLDER = Path(__file__).resolve().parent
 ROOT = FOLDER.parents[1]
+#: The store whose selection runs choose the fingerprint peer's grid point for its test runs.
+STORE = FOLDER / "store.json"
 #: The peers of the GPS config, in the order of the pages, with what each says.
 PEERS = {"mpnn": "message passing alone (GCN, RWSE)", "exphormer": "the expander mask (Exphormer)",
          "fingerprint": "Morgan fingerprints into trees (short range only)"}
@@ -71,11 +73,11 @@ def _fingerprint(candidate: dict[str, Any], seed: int, train: Items, evaluate: A
     from studies._runner.store import Store
 
     protocol = Protocol(json.loads((FOLDER / "protocol.json").read_text()))
-    records = [r for r in Store(FOLDER / "store.json", FOLDER.name).select("select", protocol.hash)
+    records = [r for r in Store(STORE, FOLDER.name).select("select", protocol.hash)
                if r["candidate"] == candidate["name"]]
     if len(records) < len(protocol.seeds("select")):
         raise ProtocolError(f"the fingerprint peer's test needs its {len(protocol.seeds('select'))} selection runs "
-                            f"in {FOLDER / 'store.json'} (found {len(records)}): run its selection first "
+                            f"in {STORE} (found {len(records)}): run its selection first "
                             "(python -m studies peptides_field select --candidate fingerprint), merging any parts")
     point, means = chosen_point(candidate, records)
     scores, detail = fingerprint.run(candidate, seed, train.payload, sets, point=point, threads=threads)
@@ -191,6 +193,14 @@ def render(view: Any) -> list[str]:
             lines += ["### What the GPS config's long-range attention adds (test AP, paired by seed)", "",
                       *table(["GPS minus", "seeds", "mean difference", "95% t interval"], diffs), ""]
     lines += _grid_table(view)
+    params = view.detail.get("parameters", {})
+    if params:
+        rows = [[f"`{n}`", *(f"{v.get(k, 0):,}" for k in ("total", "adapter", "encoder", "head"))]
+                for n, v in params.items()]
+        run = next(iter(params.values()))["run"]
+        lines += ["### Parameters of the recipe candidates (the field's budget: at most 500k)", "",
+                  *table(["candidate", "parameters", "adapter", "encoder", "head"], rows), "",
+                  f"Counted by `{run['command']}` (the models built from their configs, untrained).", ""]
     walls = [f"`{n}` {sum(r['seconds'] for r in rs.values()) / 60:.1f} min ({len(rs)} test runs)"
              for n, rs in tests.items()]
     if walls:
@@ -222,9 +232,12 @@ def summary(view: Any) -> list[dict[str, Any]]:
 
     p = view.protocol.data
     rows = []
-    for name, recs in _tests(view).items():
+    tests = _tests(view)
+    for name in (n for n in view.protocol.candidates if n in tests):
+        recs = tests[name]
         rows.append({"task": p["task"], "dataset": p["dataset"], "split": p["split_protocol"],
-                     "metric": f"test AP, {LABELS.get(name, name)}", "anchors": p["anchors"],
+                     "metric": f"test AP at the field's budget, {LABELS.get(name, name)}",
+                     "anchors": p["anchors"],
                      "order": p["order"],
                      "result": f"{mean_std([_ap(r) for r in recs.values()], digits=4)} ({len(recs)} seeds)"})
     return rows
