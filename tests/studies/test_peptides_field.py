@@ -1,0 +1,194 @@
+"""The Peptides field study's code: the fingerprints, the grid and its choice on validation, the expander mask
+of the Exphormer peer, the recipe command lines, and the fingerprint peer's selection and test under the
+runner on generated peptides (the trees replaced by a stand-in: the runner's plumbing, not LightGBM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _graph_data import write_peptides
+
+import studies.peptides_field as pf
+from studies._runner import Study
+from studies._runner.protocol import ProtocolError
+from studies.peptides_field import fingerprint as fp
+from studies.peptides_field.expander import ExpanderAdapter, expander_edges
+
+
+def test_morgan_bits_of_a_few_molecules() -> None:
+    pytest.importorskip("rdkit")  # attnmm[chem]
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+
+    smiles = ["CCO", "NCC(=O)NCC(=O)O", "c1ccccc1O"]
+    bits = fp.morgan(smiles, 2, 1024)
+    assert bits.shape == (3, 1024) and bits.dtype == np.uint8 and set(np.unique(bits)) <= {0, 1}
+    # ethanol's atoms are three different environments at radius 0: three bits
+    assert fp.morgan(["CCO"], 0, 2048).sum() == 3
+    # a radius's identifiers include the smaller radii's: its bits are a superset
+    for r in (0, 1, 2):
+        small, large = fp.morgan(smiles, r, 512), fp.morgan(smiles, r + 1, 512)
+        assert np.all(large >= small) and large.sum() > small.sum()
+    # the bits set are RDKit's own fingerprint's, row by row
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=1024)
+    for row, s in zip(bits, smiles):
+        assert np.flatnonzero(row).tolist() == sorted(gen.GetFingerprint(Chem.MolFromSmiles(s)).GetOnBits())
+    assert np.array_equal(fp.morgan(smiles, 2, 1024), bits)  # the same every call
+    with pytest.raises(ValueError, match="cannot parse SMILES 1"):
+        fp.morgan(["CCO", "C1CC"], 2, 64)
+    with pytest.raises(ValueError, match="radius"):
+        fp.morgan(["CCO"], 2, 0)
+
+
+def test_grid_names_and_choice_on_mean_validation() -> None:
+    points = fp.grid({"radius": [2, 3], "bits": [1024], "lr": [0.05], "trees": [200, 400]})
+    assert list(points) == ["r2_b1024_lr0.05_t200", "r2_b1024_lr0.05_t400", "r3_b1024_lr0.05_t200",
+                            "r3_b1024_lr0.05_t400"]
+    assert points["r3_b1024_lr0.05_t400"] == {"radius": 3, "bits": 1024, "lr": 0.05, "trees": 400}
+    names = list(points)
+    runs = [dict(zip(names, (0.50, 0.60, 0.55, 0.58))), dict(zip(names, (0.52, 0.54, 0.57, 0.58)))]
+    chosen, means = fp.choose(runs, names)
+    assert chosen == "r3_b1024_lr0.05_t400" and means[chosen] == pytest.approx(0.58)
+    assert means["r2_b1024_lr0.05_t400"] == pytest.approx(0.57)  # one seed's best is not the mean's
+    tie = [dict(zip(names, (0.6, 0.6, 0.5, 0.5)))]
+    assert fp.choose(tie, names)[0] == names[0]  # ties to the earlier point
+    with pytest.raises(ValueError, match="miss"):
+        fp.choose([{names[0]: 0.5}], names)
+
+
+def test_average_precision_is_the_mean_over_labels() -> None:
+    scores = np.array([[0.9, 0.1], [0.8, 0.7], [0.3, 0.6], [0.2, 0.4]])
+    labels = np.array([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=np.float32)
+    # label 0: ranks 1 (hit), 2, 3 (hit): (1 + 2/3) / 2; label 1: 0.7 hit, 0.6, 0.4 hit: (1 + 2/3) / 2
+    assert fp.average_precision(scores, labels) == pytest.approx(5 / 6)
+
+
+def test_expander_edges_are_each_graphs_own_and_fixed() -> None:
+    g = torch.Generator().manual_seed(0)
+    sizes = [4, 7, 5]
+    x = torch.randint(0, 9, (sum(sizes), 9), generator=g)
+    batch = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes))
+    edges = expander_edges(x, batch, 3, 4, seed=0)
+    assert edges.shape == (2, 4 * sum(sizes))
+    assert torch.equal(batch[edges[0]], batch[edges[1]])  # inside each graph
+    for row in edges:  # two permutations both ways: every node 4 times as source and as target
+        assert torch.equal(torch.bincount(row, minlength=sum(sizes)), torch.full((sum(sizes),), 4))
+    # the same graph in another batch, at another place, gets the same edges (in its own numbering)
+    order = [1, 2, 0]
+    starts = [0, 4, 11]
+    x2 = torch.cat([x[starts[i] : starts[i] + sizes[i]] for i in order])
+    b2 = torch.repeat_interleave(torch.arange(3), torch.tensor([sizes[i] for i in order]))
+    e2 = expander_edges(x2, b2, 3, 4, seed=0)
+
+    def local(e: torch.Tensor, b: torch.Tensor, graph: int) -> set[tuple[int, int]]:
+        first = int((b == graph).nonzero()[0])
+        return {(int(s) - first, int(t) - first) for s, t in e.t() if b[s] == graph}
+
+    for new, old in enumerate(order):
+        assert local(e2, b2, new) == local(edges, batch, old)
+    assert not torch.equal(expander_edges(x, batch, 3, 4, seed=1), edges)  # another seed, other graphs
+    with pytest.raises(ValueError, match="even"):
+        expander_edges(x, batch, 3, 3, seed=0)
+
+
+def test_expander_adapter_attends_edges_expanders_and_itself() -> None:
+    from torch_geometric.data import Batch, Data
+
+    graphs = [Data(x=torch.randint(0, 4, (n, 2)), edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=n)
+              for n in (5, 6)]
+    batch = Batch.from_data_list(graphs)
+    adapter = ExpanderAdapter(2, 16, cardinalities=[4, 4], expander_degree=2)
+    tokens = adapter(batch)
+    pairs = tokens.mask.pairs(11, 11)
+    allowed = set(zip(pairs.row.tolist(), pairs.col.tolist()))  # (query, key)
+    extra = expander_edges(batch.x, batch.batch, 2, 2, 0)
+    assert {(i, i) for i in range(11)} <= allowed and {(1, 0), (0, 1), (6, 5), (5, 6)} <= allowed
+    assert {(int(t), int(s)) for s, t in extra.t()} <= allowed
+    assert all(batch.batch[q] == batch.batch[k] for q, k in allowed)
+    assert torch.equal(tokens.x, adapter(batch).x) and tokens.x.shape == (11, 16)
+    with pytest.raises(ValueError, match="even"):
+        ExpanderAdapter(2, 16, expander_degree=3)
+
+
+def test_recipe_commands_select_test_and_resume() -> None:
+    cand = {"name": "gps", "peer": "recipe", "configs": ["a.yaml", "b.yaml"], "args": ["--x", "1"]}
+    cmd = pf.command(cand, 3, select=True, resume=False, threads=2)
+    assert cmd[:6] == ["recipes/graph_graph.py", "fit", "--config", "a.yaml", "--config", "b.yaml"]
+    assert cmd[cmd.index("--seed_everything") + 1] == "3" and cmd[cmd.index("--torch_threads") + 1] == "2"
+    assert cmd[-2:] == ["--test_after_fit", "false"] and "--x" in cmd
+    test = pf.command(cand, 3, select=False, resume=True, threads=2)
+    assert test[-4:] == ["--test_after_fit", "true", "--ckpt_path", "last"]
+
+
+def test_recipe_candidates_configs_exist_and_fit_the_budget() -> None:
+    data = json.loads((pf.FOLDER / "protocol.json").read_text())
+    for name in ("gps", "mpnn", "exphormer"):
+        cand = data["candidates"][name]
+        assert cand["name"] == name and all((pf.ROOT / c).is_file() for c in cand["configs"])
+    assert data["seeds"] == {"select": [0, 1, 2, 3], "test": [0, 1, 2, 3]}
+    assert data["test_candidates"] == ["gps", "mpnn", "exphormer", "fingerprint"]
+
+
+def test_interval_of_paired_differences() -> None:
+    assert pf.interval([0.01]) is None
+    lo, hi = pf.interval([0.01, 0.03])
+    assert lo < 0.02 < hi and (hi - 0.02) == pytest.approx(12.7062 * 0.01414214 / 2 ** 0.5, rel=1e-4)
+
+
+def test_fingerprint_peer_selects_on_validation_then_tests_the_chosen_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """On 24 generated peptides, under the runner: the selection runs score every grid point on validation
+    only; the test runs train the point of highest mean validation AP and score the test set."""
+    pytest.importorskip("rdkit")  # attnmm[chem]: the peptides' graphs and fingerprints
+    write_peptides(tmp_path / "data", peptides=24, split=(12, 6, 6))
+    monkeypatch.setenv("ATTNMM_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pf, "STORE", tmp_path / "store.json")
+    for cached in (fp._table, fp._bits):  # the generated peptides' table, not the real one, and gone after
+        cached.cache_clear()
+        request.addfinalizer(cached.cache_clear)
+    calls: list[tuple[float, tuple[int, ...], int, tuple[str, ...]]] = []
+
+    def stand_in(x: np.ndarray, y: np.ndarray, evaluate: dict[str, np.ndarray], lr: float, trees: list[int],
+                 seed: int, params: object = None, threads: int = 1) -> dict[int, dict[str, np.ndarray]]:
+        calls.append((lr, tuple(trees), seed, tuple(evaluate)))
+        w = np.random.default_rng(x.shape[1] + seed).normal(size=(x.shape[1], y.shape[1]))
+        return {t: {n: a @ w * t for n, a in evaluate.items()} for t in trees}
+
+    monkeypatch.setattr(fp, "fit_predict", stand_in)
+    study = Study.load("peptides_field", store=tmp_path / "store.json")
+    study.check()
+    with pytest.raises(ProtocolError, match="selection runs"):
+        study.run("test", candidates=["fingerprint"], progress=False)
+    selected = study.run("select", candidates=["fingerprint"], progress=False)
+    points = fp.grid(study.protocol.candidates["fingerprint"]["grid"])
+    assert [r["seed"] for r in selected] == [0, 1, 2, 3]
+    assert all(set(r["scores"]) == {"val"} and set(r["detail"]["points"]) == set(points) for r in selected)
+    assert {c[3] for c in calls} == {("val",)} and len(calls) == 4 * 4  # 4 seeds x (radius, bits)
+    point, means = pf.chosen_point(study.protocol.candidates["fingerprint"], selected)
+    calls.clear()
+    tested = study.run("test", candidates=["fingerprint"], progress=False)
+    assert [r["seed"] for r in tested] == [0, 1, 2, 3] and all(set(r["scores"]) == {"test"} for r in tested)
+    assert all(r["detail"]["point"] == point and r["detail"]["mean_val_ap"] == means[point] for r in tested)
+    assert [c[1] for c in calls] == [(points[point]["trees"],)] * 4 and {c[3] for c in calls} == {("test",)}
+    # the page: the test table, the grid with its choice, and what the GPS config adds, paired by seed
+    from studies._runner.render import View
+
+    for seed in range(4):
+        study.store.add({"kind": "test", "split": "main", "candidate": "gps", "seed": seed,
+                         "scores": {"test": {"ap": 0.6 + 0.01 * seed}}, "protocol": study.protocol.hash,
+                         "legacy": False, "command": "", "commit": "", "dirty": False, "started": "", "seconds": 60.0})
+    page = "\n".join(pf.render(View(study)))
+    assert f"`{point}` (chosen)" in page and page.count("(chosen)") == 1
+    assert "| `mpnn`: message passing alone (GCN, RWSE) | — | — | — | — | not run yet |" in page
+    assert "over `fingerprint` | 4 |" in page and "over `mpnn`" not in page
+    fps = [r["scores"]["test"]["ap"] for r in sorted(tested, key=lambda r: r["seed"])]
+    diffs = [0.6 + 0.01 * s - a for s, a in enumerate(fps)]
+    assert f"{np.mean(diffs):+.4f}" in page
+    rows = pf.summary(View(study))
+    assert [r["metric"].split(", ", 1)[1] for r in rows] == [
+        "GPS (the recipe's config)", "Morgan fingerprints into trees (short range only)"]
