@@ -24,7 +24,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -41,8 +41,9 @@ class Sets(Mapping[str, Items]):
     """The sets one run may score: any other name of the protocol raises, so a selection run cannot
     compute a test number."""
 
-    def __init__(self, kind: str, items: Mapping[str, Items], protocol: Protocol):
-        self._kind, self._items, self._protocol = kind, dict(items), protocol
+    def __init__(self, kind: str, items: Mapping[str, Items], protocol: Protocol, selection: Iterable[Record] = ()):
+        self._kind, self._items, self.protocol = kind, dict(items), protocol
+        self.selection = list(selection)  # a test run's: the store's selection runs under the protocol
 
     @property
     def kind(self) -> str:
@@ -51,7 +52,7 @@ class Sets(Mapping[str, Items]):
 
     def __getitem__(self, name: str) -> Items:
         if name not in self._items:
-            role = "a test set" if name in self._protocol.test_sets else "not one of this run's sets"
+            role = "a test set" if name in self.protocol.test_sets else "not one of this run's sets"
             raise ProtocolError(f"a {self._kind} run may not score {name!r} ({role}); it may score "
                                 f"{sorted(self._items)}")
         return self._items[name]
@@ -171,7 +172,8 @@ class Study:
         for split_name, cand, seed in bar:
             split = p.split(split_name)
             names = split.validation if kind == "select" else split.test
-            sets = Sets(kind, {n: self.resolve(n) for n in names}, p)
+            sets = Sets(kind, {n: self.resolve(n) for n in names}, p,
+                        self.store.select("select", p.hash) if kind == "test" else [])
             train_name = split.select_train if kind == "select" else split.train
             train = self.resolve(train_name) if train_name else None
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
