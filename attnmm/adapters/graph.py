@@ -223,10 +223,10 @@ class GraphAdapter(Adapter):
         if graph is None:
             graph = torch.zeros(N, dtype=torch.long, device=device)
         mask = SameGraph(graph) if self.scope == "graph" else graph_mask(batch, self_loops=self.self_loops)
-        if self.scope == "expander":
+        if isinstance(mask, Graph) and self.scope == "expander":  # one Graph, not a union: the sparse fast path
             noise = _content_noise(x, graph, self.expander_degree // 2)
             extra = expander(N, self.expander_degree, graph, noise=noise).edge_index
-            mask = Graph(torch.cat([mask.edge_index, extra], 1), N)  # one Graph: the sparse kernels' fast path
+            mask = Graph(torch.cat([mask.edge_index, extra], 1), N)
         edge_attr = getattr(batch, "edge_attr", None)
         if self.bonds is not None:
             if edge_attr is None:

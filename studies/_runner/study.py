@@ -9,7 +9,8 @@ The study's module (``studies/<name>/__init__.py``) defines only what is specifi
     train ``candidate`` (its spec from the protocol) with ``seed`` on ``train`` (the resolved training set,
     or None) and score it on every set in ``evaluate`` (a mapping of set name to Items): returns
     ``{set name: {metric: value}}``. During selection ``evaluate`` holds the validation sets only and
-    asking it for any other set raises :class:`ProtocolError`.
+    asking it for any other set raises :class:`ProtocolError`; a test run's ``evaluate.selection`` holds
+    the store's selection runs under the protocol (a choice made inside a candidate reads them).
 
 and optionally ``render(view) -> list[str]`` (the README's results section; default: the runner's
 tables), ``blocks(view) -> {"docs/page.md#block": [lines]}`` (generated blocks of docs pages) and

@@ -24,11 +24,6 @@ import torch
 
 from studies._runner.protocol import ProtocolError
 
-#: What every grid point's trees share (LightGBM's names); rows and columns are subsampled, so the seed matters.
-TREE_DEFAULTS: dict[str, Any] = {
-    "num_leaves": 31, "min_data_in_leaf": 20, "bagging_fraction": 0.8, "bagging_freq": 1, "feature_fraction": 0.5,
-}
-
 
 def read_smiles(root: str | Path | None = None) -> tuple[list[str], np.ndarray]:
     """The SMILES and the 10 labels (G, 10) of every peptide of LRGB's raw CSV, in the file's order (the
@@ -81,12 +76,12 @@ def fit_predict(x: np.ndarray, y: np.ndarray, evaluate: Mapping[str, np.ndarray]
                 seed: int, params: Mapping[str, Any] | None = None,
                 threads: int = 1) -> dict[int, dict[str, np.ndarray]]:
     """One LightGBM ensemble per label, ``max(trees)`` trees at learning rate ``lr``, trained on ``x`` (G, F) and
-    ``y`` (G, L); per tree count of ``trees``, the probabilities (n, L) its first trees give every array of
-    ``evaluate``."""
+    ``y`` (G, L), with the candidate's ``params`` (LightGBM's names); per tree count of ``trees``, the
+    probabilities (n, L) its first trees give every array of ``evaluate``."""
     import lightgbm
 
     config = {"objective": "binary", "learning_rate": lr, "seed": seed, "num_threads": threads, "verbose": -1,
-              **TREE_DEFAULTS, **(params or {})}
+              **(params or {})}
     out = {t: {name: np.zeros((len(a), y.shape[1])) for name, a in evaluate.items()} for t in trees}
     for label in range(y.shape[1]):
         data = lightgbm.Dataset(x, label=y[:, label], params={"verbose": -1})
