@@ -28,10 +28,12 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     if not found:
         raise FileNotFoundError(f"no metrics.json under {run_dir}: the run did not finish (see its log.txt)")
     out: dict[str, Any] = {"metrics": json.loads(found[-1].read_text())}
-    best = [m for d in (found[-1].parent, run_dir) for p in d.glob("**/best-*.ckpt") if (m := _BEST.search(p.name))]
-    if best:
-        epoch, monitor, value = best[-1].groups()
-        out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
+    for folder in (found[-1].parent, run_dir):  # then the whole run: a resumed fit's test tests the fit's best
+        best = [m for p in folder.glob("**/best-*.ckpt") if (m := _BEST.search(p.name))]
+        if best:
+            epoch, monitor, value = best[-1].groups()
+            out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
+            break
     return out
 
 
