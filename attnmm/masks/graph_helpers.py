@@ -216,6 +216,8 @@ def expander(
     degree = check_nonneg_int("degree", degree, minimum=2)
     if degree % 2:
         raise ValueError(f"degree must be even (each permutation adds an edge both ways), got {degree}")
+    if noise is not None and tuple(noise.shape) != (degree // 2, N):
+        raise ValueError(f"noise must be (degree // 2, num_nodes) = ({degree // 2}, {N}), got {tuple(noise.shape)}")
     graph, _ = _graph_of(batch, N, None if batch is None else batch.device)
     nodes = torch.argsort(graph, stable=True)  # nodes grouped by graph
     srcs, dsts = [], []

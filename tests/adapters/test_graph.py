@@ -94,6 +94,8 @@ def test_scope_expander_is_edges_expander_edges_and_self_loops() -> None:
     assert torch.equal(tokens.x, adapter(batch).x) and tokens.x.shape == (N, 16)
     with pytest.raises(ValueError, match="even"):
         GraphAdapter(9, 16, scope="expander", expander_degree=3)
+    with pytest.raises(ValueError, match=r"noise must be \(degree // 2, num_nodes\) = \(2, 16\)"):
+        expander(N, 4, batch.batch, noise=torch.zeros(1, N))
 
 
 def test_scope_expander_draws_each_graphs_edges_once() -> None:
