@@ -43,7 +43,7 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     return fit_scores(cmd, run_dir, evaluate, "ap", threads, resume=True)
 
 
-def context(detail: dict[str, Any], view: Any = None) -> dict[str, Any]:
+def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
     """The page's names: the test AP by candidate and seed, the GPS config's paired differences with each peer
     (95% t interval), and the fingerprint peer's grid over its selection runs with the chosen point."""
     from studies.peptides_field.fingerprint import chosen_point
