@@ -12,8 +12,8 @@ from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.common.categorical import CategoricalEncoder
-from attnmm.masks import SameGraph
-from attnmm.masks.graph_helpers import graph_mask
+from attnmm.masks import Graph, SameGraph
+from attnmm.masks.graph_helpers import expander, graph_mask
 
 PE = Literal["none", "laplacian", "random_walk"]
 
@@ -54,7 +54,11 @@ class GraphAdapter(Adapter):
 
     The mask (``scope``) is the batch's block-diagonal :class:`~attnmm.masks.Graph` of in-edges
     (``"edges"``, the attention of GNN layers), or every node of the same graph
-    (``"graph"``, :class:`~attnmm.masks.SameGraph`: the global attention of graph transformers).
+    (``"graph"``, :class:`~attnmm.masks.SameGraph`: the global attention of graph transformers), or
+    Exphormer's sparse global attention (``"expander"``, Shirzad et al., 2023): the in-edges,
+    ``expander_degree`` random expander edges per node (:func:`~attnmm.masks.graph_helpers.expander`)
+    and ``self_loops``. A graph's expander edges are drawn from a hash of its content (its size and node
+    features) and each node's place in it, so a graph gets the same edges in every batch and epoch.
 
     Args:
         in_channels (int, optional): node feature width F (graphs without ``x`` get ones).
@@ -67,12 +71,14 @@ class GraphAdapter(Adapter):
             attends itself under ``"graph"``). (default: :obj:`True`)
         dropout (float, optional): dropout on the input features (on the embedded ones with
             ``cardinalities``) in training. (default: :obj:`0.0`)
-        scope (str, optional): the mask, ``"edges"`` or ``"graph"``. (default: :obj:`"edges"`)
+        scope (str, optional): the mask, ``"edges"``, ``"graph"`` or ``"expander"``. (default: :obj:`"edges"`)
         cardinalities (list[int], optional): the category count of each of the F node feature columns,
             when ``x`` holds categories (long); ``None`` for float features. (default: :obj:`None`)
         edge_cardinalities (list[int], optional): the category count of each ``edge_attr`` column, to
             embed categorical edge features to width D; ``None`` passes ``edge_attr`` on as it is.
             (default: :obj:`None`)
+        expander_degree (int, optional): even number of expander edges per node (``scope="expander"``).
+            (default: :obj:`4`)
 
     Shapes:
         - **input:** a PyG ``Data`` or ``Batch`` with N nodes (``x`` (N, F) optional, ``edge_index`` (2, M),
@@ -101,15 +107,17 @@ class GraphAdapter(Adapter):
 
     def __init__(
         self, in_channels: int = 16, d_model: int | None = 64, pe: PE = "none", pe_dim: int = 8,
-        self_loops: bool = True, dropout: float = 0.0, scope: Literal["edges", "graph"] = "edges",
+        self_loops: bool = True, dropout: float = 0.0, scope: Literal["edges", "graph", "expander"] = "edges",
         cardinalities: list[int] | None = None, edge_cardinalities: list[int] | None = None,
+        expander_degree: int = 4,
     ) -> None:
         super().__init__()
-        if scope not in ("edges", "graph"):
-            raise ValueError(
-                f"scope must be 'edges' (attend along in-edges) or 'graph' (every node of the graph), got {scope!r}"
-            )
-        self.scope = scope
+        if scope not in ("edges", "graph", "expander"):
+            raise ValueError(f"scope must be 'edges' (attend along in-edges), 'graph' (every node of the graph) or "
+                             f"'expander' (in-edges and expander edges), got {scope!r}")
+        if expander_degree < 2 or expander_degree % 2:
+            raise ValueError(f"expander_degree must be even and >= 2, got {expander_degree}")
+        self.scope, self.expander_degree = scope, expander_degree
         if pe not in ("none", "laplacian", "random_walk"):
             raise ValueError(f"pe must be 'none', 'laplacian' or 'random_walk', got {pe!r}")
         if not 0.0 <= dropout < 1.0:
@@ -215,6 +223,10 @@ class GraphAdapter(Adapter):
         if graph is None:
             graph = torch.zeros(N, dtype=torch.long, device=device)
         mask = SameGraph(graph) if self.scope == "graph" else graph_mask(batch, self_loops=self.self_loops)
+        if isinstance(mask, Graph) and self.scope == "expander":  # one Graph, not a union: the sparse fast path
+            noise = _content_noise(x, graph, self.expander_degree // 2)
+            extra = expander(N, self.expander_degree, graph, noise=noise).edge_index
+            mask = Graph(torch.cat([mask.edge_index, extra], 1), N)
         edge_attr = getattr(batch, "edge_attr", None)
         if self.bonds is not None:
             if edge_attr is None:
@@ -239,6 +251,24 @@ class GraphAdapter(Adapter):
             edges = to_undirected(edges[:, edges[0] != edges[1]], num_nodes=n)
             graphs.append(Data(x=torch.randn(n, 16, generator=g), edge_index=edges, y=torch.tensor([i % 2])))
         return Batch.from_data_list(graphs)
+
+
+def _mix(h: Tensor) -> Tensor:
+    for m in (0x5851F42D4C957F2D, 0x14057B7EF767814F):  # multiply and xor-shift rounds (int64 wraps)
+        h = (h ^ (h >> 29)) * m
+    return h ^ (h >> 32)
+
+
+def _content_noise(x: Tensor, graph: Tensor, draws: int) -> Tensor:
+    """(draws, N) values in [0, 1) hashed from each node's graph (its size and node features, placed) and its
+    place in that graph, so the same in any batch (nodes grouped by graph, as PyG batches them)."""
+    counts = torch.bincount(graph)
+    place = torch.arange(graph.numel(), device=graph.device) - (counts.cumsum(0) - counts)[graph]
+    feats = (x.float().contiguous().view(torch.int32) if x.is_floating_point() else x).long().view(x.size(0), -1)
+    node = _mix((feats * torch.arange(1, feats.size(1) + 1, device=x.device)).sum(1) * 1_000_003 + place * 7919)
+    key = _mix(torch.zeros_like(counts).index_add_(0, graph, node) + counts)[graph]
+    h = torch.stack([_mix(key + _mix(place + (k << 40))) for k in range(1, draws + 1)])
+    return (h & ((1 << 52) - 1)).double() / float(1 << 52)
 
 
 __all__ = ["GraphAdapter", "GraphTokens"]

@@ -191,7 +191,8 @@ def virtual_nodes(num_nodes: int, batch: Tensor | None = None) -> Graph:
 
 
 def expander(
-    num_nodes: int, degree: int, batch: Tensor | None = None, generator: torch.Generator | None = None
+    num_nodes: int, degree: int, batch: Tensor | None = None, generator: torch.Generator | None = None,
+    noise: Tensor | None = None,
 ) -> Graph:
     r"""Random expander edges inside each graph, as in Exphormer (Shirzad et al., 2023): the union of
     ``degree // 2`` random permutations of each graph's nodes, each taken in both directions, so every
@@ -203,6 +204,8 @@ def expander(
         degree (int): even number of random edges per node, >= 2.
         batch (LongTensor, optional): graph of each node (N,); ``None`` for one graph.
         generator (torch.Generator, optional): source of randomness. (default: :obj:`None`)
+        noise (Tensor, optional): (degree // 2, N) values in [0, 1) that order each permutation's nodes
+            instead of random ones (fixed noise, fixed edges). (default: :obj:`None`)
 
     Examples:
         >>> g = expander(100, degree=4, generator=torch.Generator().manual_seed(0))
@@ -213,12 +216,14 @@ def expander(
     degree = check_nonneg_int("degree", degree, minimum=2)
     if degree % 2:
         raise ValueError(f"degree must be even (each permutation adds an edge both ways), got {degree}")
+    if noise is not None and tuple(noise.shape) != (degree // 2, N):
+        raise ValueError(f"noise must be (degree // 2, num_nodes) = ({degree // 2}, {N}), got {tuple(noise.shape)}")
     graph, _ = _graph_of(batch, N, None if batch is None else batch.device)
     nodes = torch.argsort(graph, stable=True)  # nodes grouped by graph
     srcs, dsts = [], []
-    for _ in range(degree // 2):
-        noise = torch.rand(N, generator=generator).to(graph.device)
-        perm = nodes[torch.argsort(graph[nodes] + noise[nodes])]  # shuffled within each graph
+    for k in range(degree // 2):
+        u = torch.rand(N, generator=generator).to(graph.device) if noise is None else noise[k].to(graph.device)
+        perm = nodes[torch.argsort(graph[nodes] + u[nodes])]  # shuffled within each graph
         srcs += [nodes, perm]
         dsts += [perm, nodes]
     edges = torch.stack([torch.cat(srcs), torch.cat(dsts)]) if srcs else torch.zeros(2, 0, dtype=torch.long)

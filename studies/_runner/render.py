@@ -64,12 +64,12 @@ class View:
     @functools.cached_property
     def pages(self) -> dict[str, list[str]]:
         """The blocks of the study's ``page.md`` (:mod:`.template`) rendered from its store's detail (read by the
-        module's ``unpack``) and the names its ``context(detail)`` adds; none without a template."""
+        module's ``unpack``) and the names its ``context(detail, view)`` adds; none without a template."""
         path, module = self.study.folder / "page.md", self.study.module
         if not path.exists():
             return {}
         detail = getattr(module, "unpack", dict)(self.detail)
-        return template.pages(path, detail, module.context(detail) if hasattr(module, "context") else None)
+        return template.pages(path, detail, module.context(detail, self) if hasattr(module, "context") else None)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:

@@ -52,6 +52,17 @@ def paired(a: dict[Any, float], b: dict[Any, float], least: int = 1) -> dict[str
             "ties": sum(d == 0 for d in diffs), "n": len(diffs)}
 
 
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """The Student t interval at ``level`` of the mean of ``values`` (e.g. :func:`paired`'s ``diffs``); None
+    under two values."""
+    if len(values) < 2:
+        return None
+    from scipy.stats import t
+
+    half = float(t.ppf(0.5 + level / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    return statistics.fmean(values) - half, statistics.fmean(values) + half
+
+
 # ------------------------------------------------------------------------------------------ bootstraps
 def bootstrap_difference(a: Sequence[Any], b: Sequence[Any], groups: Sequence[int], resamples: int = 2000,
                          seed: int = 0, level: float = 0.95) -> dict[str, float]:

@@ -9,7 +9,8 @@ The study's module (``studies/<name>/__init__.py``) defines only what is specifi
     train ``candidate`` (its spec from the protocol) with ``seed`` on ``train`` (the resolved training set,
     or None) and score it on every set in ``evaluate`` (a mapping of set name to Items): returns
     ``{set name: {metric: value}}``. During selection ``evaluate`` holds the validation sets only and
-    asking it for any other set raises :class:`ProtocolError`.
+    asking it for any other set raises :class:`ProtocolError`; a test run's ``evaluate.selection`` holds
+    the store's selection runs under the protocol (a choice made inside a candidate reads them).
 
 and optionally ``render(view) -> list[str]`` (the README's results section; default: the runner's
 tables), ``blocks(view) -> {"docs/page.md#block": [lines]}`` (generated blocks of docs pages) and
@@ -24,7 +25,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -41,8 +42,9 @@ class Sets(Mapping[str, Items]):
     """The sets one run may score: any other name of the protocol raises, so a selection run cannot
     compute a test number."""
 
-    def __init__(self, kind: str, items: Mapping[str, Items], protocol: Protocol):
-        self._kind, self._items, self._protocol = kind, dict(items), protocol
+    def __init__(self, kind: str, items: Mapping[str, Items], protocol: Protocol, selection: Iterable[Record] = ()):
+        self._kind, self._items, self.protocol = kind, dict(items), protocol
+        self.selection = list(selection)  # a test run's: the store's selection runs under the protocol
 
     @property
     def kind(self) -> str:
@@ -51,7 +53,7 @@ class Sets(Mapping[str, Items]):
 
     def __getitem__(self, name: str) -> Items:
         if name not in self._items:
-            role = "a test set" if name in self._protocol.test_sets else "not one of this run's sets"
+            role = "a test set" if name in self.protocol.test_sets else "not one of this run's sets"
             raise ProtocolError(f"a {self._kind} run may not score {name!r} ({role}); it may score "
                                 f"{sorted(self._items)}")
         return self._items[name]
@@ -171,7 +173,8 @@ class Study:
         for split_name, cand, seed in bar:
             split = p.split(split_name)
             names = split.validation if kind == "select" else split.test
-            sets = Sets(kind, {n: self.resolve(n) for n in names}, p)
+            sets = Sets(kind, {n: self.resolve(n) for n in names}, p,
+                        self.store.select("select", p.hash) if kind == "test" else [])
             train_name = split.select_train if kind == "select" else split.train
             train = self.resolve(train_name) if train_name else None
             started, t0 = datetime.now(timezone.utc), time.perf_counter()

@@ -28,10 +28,12 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     if not found:
         raise FileNotFoundError(f"no metrics.json under {run_dir}: the run did not finish (see its log.txt)")
     out: dict[str, Any] = {"metrics": json.loads(found[-1].read_text())}
-    best = [m for p in found[-1].parent.glob("**/best-*.ckpt") if (m := _BEST.search(p.name))]
-    if best:
-        epoch, monitor, value = best[-1].groups()
-        out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
+    for folder in (found[-1].parent, run_dir):  # then the whole run: a resumed fit's test tests the fit's best
+        best = [m for p in folder.glob("**/best-*.ckpt") if (m := _BEST.search(p.name))]
+        if best:
+            epoch, monitor, value = best[-1].groups()
+            out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
+            break
     return out
 
 
@@ -63,6 +65,16 @@ def recipe_cli(recipe: str, args: list[str]) -> Any:
         return module.main(list(args), run=False)
     finally:
         sys.argv[1:] = program
+
+
+def parameters(recipe: str, configs: list[str]) -> dict[str, int]:
+    """The parameter count of the model ``recipes/<recipe>.py`` builds from ``configs`` (paths from the
+    repository; untrained): in all and by part (adapter, encoder, head)."""
+    args = [a for c in configs for a in ("--config", str(ROOT / c))] + ["--trainer.logger", "false"]
+    model = recipe_cli(recipe, args).model
+    parts = {part: sum(p.numel() for p in getattr(model, part).parameters())
+             for part in ("adapter", "encoder", "head") if getattr(model, part, None) is not None}
+    return {"total": sum(p.numel() for p in model.parameters()), **parts}
 
 
 def sgd_epoch(modules: torch.nn.Module, batches: Iterable[Any], loss: Callable[[Any], torch.Tensor],
@@ -98,11 +110,36 @@ def best_epoch(epoch: Callable[[], None], score: Callable[[], dict[str, float]],
             "epochs": epochs}
 
 
-def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, threads: int = 1,
+               resume: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """A study's run of a recipe's ``fit`` (:func:`fit_recipe`): a selection run (``evaluate.kind``) with
     ``--test_after_fit false`` scores every set of ``evaluate`` by the validation ``metric``, a test run by the
-    test one; the scores and what the run left."""
-    select = evaluate.kind == "select"
-    out = fit_recipe([*cmd, *(["--test_after_fit", "false"] if select else [])], run_dir)
-    value = out["metrics"][f"{'val' if select else 'test'}_{metric}"]
-    return {name: {metric: value} for name in evaluate}, out
+    test one; the scores and what the run left.
+
+    With ``resume`` a candidate and seed cost one fit in ``run_dir``: a run whose fit finished there before
+    its record was stored is read back, a stopped fit goes on from its last checkpoint (``--ckpt_path last``),
+    and the test run resumes the selection run's fit (finished: it trains no further) and tests its best
+    checkpoint. The content of its ``--config`` files is kept at the fit's start (``configs.json``, and the
+    detail's ``configs``); a fit whose configs changed since is refused."""
+    from .protocol import ProtocolError, content_hash
+
+    stage = "val" if evaluate.kind == "select" else "test"
+    out: dict[str, Any] | None = None
+    configs = {c: content_hash(ROOT / c) for c, flag in zip(cmd[1:], cmd) if flag == "--config"} if resume else {}
+    if resume and (run_dir / "configs.json").exists():
+        if json.loads((run_dir / "configs.json").read_text()) != configs:
+            raise ProtocolError(f"the configs of the fit in {run_dir} changed since it started (configs.json): "
+                                "resuming it would mix two configs; move that run directory away to start again")
+        done = read_run(run_dir) if any(run_dir.glob("**/metrics.json")) else {"metrics": {}}
+        out = {**done, "command": "python " + " ".join(cmd)} if f"{stage}_{metric}" in done["metrics"] else None
+        if out is None and (run_dir / "log.txt").exists():  # the earlier part's log kept beside
+            (run_dir / "log.txt").rename(run_dir / f"log.{len(list(run_dir.glob('log.*.txt')))}.txt")
+        cmd = [*cmd, *(["--ckpt_path", "last"] if any(run_dir.glob("**/last*.ckpt")) else [])]
+    elif resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "configs.json").write_text(json.dumps(configs, indent=1) + "\n")
+    if out is None:
+        out = fit_recipe([*cmd, *(["--test_after_fit", "false"] if stage == "val" else [])], run_dir, threads)
+    if resume:
+        out["configs"] = configs
+    return {name: {metric: out["metrics"][f"{stage}_{metric}"]} for name in evaluate}, out

@@ -4,17 +4,15 @@ A peptide is the bit vector of its Morgan fingerprint (RDKit; every atom's circu
 ``radius`` bonds, hashed and folded to ``bits`` bits), and each of the 10 function labels gets its own
 LightGBM binary classifier on those bits. The features see nothing beyond ``radius`` bonds of any atom,
 so the peer says what short-range chemistry alone scores. Its hyperparameters (radius, bits, trees and
-learning rate) are a small grid, chosen on the validation set only (the grid's numbers are stored).
+learning rate) are a small grid: each selection run scores the whole grid on validation; the test runs
+train only the point with the highest mean validation AP over the selection runs (the store's, which the
+runner passes) and score the test set.
 """
 
 from __future__ import annotations
 
-import csv
 import functools
-import gzip
-import io
 import itertools
-import json
 import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,21 +22,17 @@ from typing import Any
 import numpy as np
 import torch
 
-#: What every grid point's trees share (LightGBM's names); rows and columns are subsampled, so the seed matters.
-TREE_DEFAULTS: dict[str, Any] = {
-    "num_leaves": 31, "min_data_in_leaf": 20, "bagging_fraction": 0.8, "bagging_freq": 1, "feature_fraction": 0.5,
-}
+from studies._runner.protocol import ProtocolError
 
 
 def read_smiles(root: str | Path | None = None) -> tuple[list[str], np.ndarray]:
     """The SMILES and the 10 labels (G, 10) of every peptide of LRGB's raw CSV, in the file's order (the
     order of the graphs and of the official split's indices)."""
-    from attnmm.data import resolve_root
-    from attnmm.data.peptides import PEPTIDES_CSV
+    from attnmm.data.peptides import PEPTIDES_CSV, _folder, _read_rows
 
-    path = resolve_root(root, "lrgb/peptides-functional") / "raw" / PEPTIDES_CSV
-    rows = list(csv.DictReader(io.StringIO(gzip.decompress(path.read_bytes()).decode("utf-8"))))
-    return [r["smiles"] for r in rows], np.array([json.loads(r["labels"]) for r in rows], dtype=np.float32)
+    path = _folder(root, download=False) / "raw" / PEPTIDES_CSV
+    rows = _read_rows(path.read_bytes(), path)
+    return [s for s, _ in rows], np.array([y for _, y in rows], dtype=np.float32)
 
 
 def morgan(smiles: Sequence[str], radius: int, bits: int) -> np.ndarray:
@@ -82,12 +76,12 @@ def fit_predict(x: np.ndarray, y: np.ndarray, evaluate: Mapping[str, np.ndarray]
                 seed: int, params: Mapping[str, Any] | None = None,
                 threads: int = 1) -> dict[int, dict[str, np.ndarray]]:
     """One LightGBM ensemble per label, ``max(trees)`` trees at learning rate ``lr``, trained on ``x`` (G, F) and
-    ``y`` (G, L); per tree count of ``trees``, the probabilities (n, L) its first trees give every array of
-    ``evaluate``."""
+    ``y`` (G, L), with the candidate's ``params`` (LightGBM's names); per tree count of ``trees``, the
+    probabilities (n, L) its first trees give every array of ``evaluate``."""
     import lightgbm
 
     config = {"objective": "binary", "learning_rate": lr, "seed": seed, "num_threads": threads, "verbose": -1,
-              **TREE_DEFAULTS, **(params or {})}
+              **(params or {})}
     out = {t: {name: np.zeros((len(a), y.shape[1])) for name, a in evaluate.items()} for t in trees}
     for label in range(y.shape[1]):
         data = lightgbm.Dataset(x, label=y[:, label], params={"verbose": -1})
@@ -121,15 +115,29 @@ def _bits(radius: int, bits: int) -> np.ndarray:
     return morgan(_table()[0], radius, bits)
 
 
-def run(candidate: Mapping[str, Any], seed: int, train: Sequence[int], evaluate: Mapping[str, Sequence[int]],
-        point: str | None = None, threads: int = 1) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
-    """Train on the peptides ``train`` (indices of the CSV) and score the AP of each set of ``evaluate``: every
-    grid point of ``candidate`` (a selection run; the scores are the best point's, the detail holds every
-    point's), or only ``point`` (a test run of the chosen point)."""
-    labels = _table()[1]
-    points = grid(candidate["grid"])
-    if point is not None:
-        points = {point: points[point]}
+def chosen_point(candidate: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, float]]:
+    """The grid point of highest mean validation AP over the selection ``records`` of ``candidate``, and every
+    point's mean (:func:`choose`)."""
+    runs = [{n: statistics.fmean(s.values()) for n, s in r["detail"]["points"].items()} for r in records
+            if r["candidate"] == candidate["name"]]
+    return choose(runs, list(grid(candidate["grid"])))
+
+
+def run(candidate: Mapping[str, Any], seed: int, train: Any, evaluate: Any,
+        threads: int = 1) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """Train on the peptides ``train`` (Items of indices of the CSV) and score the AP of each set of ``evaluate``
+    (the runner's sets): a selection run scores every grid point (the scores are the best point's, the detail
+    holds every point's); a test run only the chosen point (:func:`chosen_point` of ``evaluate.selection``)."""
+    labels, points, extra = _table()[1], grid(candidate["grid"]), {}
+    if evaluate.kind == "test":
+        seeds = evaluate.protocol.seeds("select")
+        if len([r for r in evaluate.selection if r["candidate"] == candidate["name"]]) < len(seeds):
+            raise ProtocolError(f"the fingerprint peer's test needs its {len(seeds)} selection runs in the store: run "
+                                "its selection first (python -m studies peptides_field select --candidate "
+                                "fingerprint), merging any parts")
+        point, means = chosen_point(candidate, evaluate.selection)
+        points, extra = {point: points[point]}, {"mean_val_ap": means[point]}
+    train_ids, sets = list(train.payload), {n: list(evaluate[n].payload) for n in evaluate}
     scores: dict[str, dict[str, float]] = {}
     groups: dict[tuple[int, int, float], list[int]] = {}
     for p in points.values():
@@ -137,12 +145,11 @@ def run(candidate: Mapping[str, Any], seed: int, train: Sequence[int], evaluate:
     started = time.perf_counter()
     for (radius, bits, lr), trees in groups.items():
         x = _bits(radius, bits)
-        probs = fit_predict(x[list(train)], labels[list(train)], {n: x[list(i)] for n, i in evaluate.items()}, lr,
-                            trees, seed, candidate.get("params"), threads)
+        probs = fit_predict(x[train_ids], labels[train_ids], {n: x[i] for n, i in sets.items()}, lr, trees, seed,
+                            candidate.get("params"), threads)
         for t in trees:
-            name = f"r{radius}_b{bits}_lr{lr:g}_t{t}"
-            scores[name] = {n: average_precision(probs[t][n], labels[list(i)]) for n, i in evaluate.items()}
-    wall = round(time.perf_counter() - started, 1)
+            scores[f"r{radius}_b{bits}_lr{lr:g}_t{t}"] = {n: average_precision(probs[t][n], labels[i])
+                                                          for n, i in sets.items()}
     best = max(points, key=lambda n: (statistics.fmean(scores[n].values()), -list(points).index(n)))
-    detail = {"point": best, "points": scores, "wall_s": wall}
-    return {n: {"ap": scores[best][n]} for n in evaluate}, detail
+    detail = {"point": best, "points": scores, "wall_s": round(time.perf_counter() - started, 1), **extra}
+    return {n: {"ap": scores[best][n]} for n in sets}, detail

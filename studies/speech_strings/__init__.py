@@ -59,7 +59,7 @@ def unpack(detail: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def context(detail: dict[str, Any]) -> dict[str, Any]:
+def context(detail: dict[str, Any], view: Any = None) -> dict[str, Any]:
     """The page's names beyond the store: the recipe's config, the DER table (mean ± std over a mask's seeds per
     length and decoding, and its difference from Full's with a 95% bootstrap interval over the test recordings)."""
     import yaml

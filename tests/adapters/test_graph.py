@@ -66,6 +66,64 @@ def test_scope_graph_attends_every_node_of_the_graph() -> None:
         GraphAdapter(scope="nodes")  # type: ignore[arg-type]
 
 
+def _peptides(sizes: list[int], seed: int = 0) -> list:
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(seed)
+    return [Data(x=torch.randint(0, 9, (n, 9), generator=g), edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=n)
+            for n in sizes]
+
+
+def test_scope_expander_is_edges_expander_edges_and_self_loops() -> None:
+    from torch_geometric.data import Batch
+
+    from attnmm.adapters.graph import _content_noise
+    from attnmm.masks.graph_helpers import expander, self_loops
+
+    batch = Batch.from_data_list(_peptides([4, 7, 5]))
+    N = batch.num_nodes
+    adapter = GraphAdapter(9, 16, cardinalities=[9] * 9, scope="expander", expander_degree=4)
+    tokens = adapter(batch)
+    extra = expander(N, 4, batch.batch, noise=_content_noise(batch.x, batch.batch, 2))
+    want = Graph(batch.edge_index, N) | extra | self_loops(N)
+    assert isinstance(tokens.mask, Graph)  # one Graph, not a union
+    assert torch.equal(tokens.mask.dense(N, N), want.dense(N, N))
+    assert torch.equal(batch.batch[extra.edge_index[0]], batch.batch[extra.edge_index[1]])  # inside each graph
+    for row in extra.edge_index:  # two permutations both ways: every node 4 times as source and as target
+        assert torch.equal(torch.bincount(row, minlength=N), torch.full((N,), 4))
+    assert torch.equal(tokens.x, adapter(batch).x) and tokens.x.shape == (N, 16)
+    with pytest.raises(ValueError, match="even"):
+        GraphAdapter(9, 16, scope="expander", expander_degree=3)
+    with pytest.raises(ValueError, match=r"noise must be \(degree // 2, num_nodes\) = \(2, 16\)"):
+        expander(N, 4, batch.batch, noise=torch.zeros(1, N))
+
+
+def test_scope_expander_draws_each_graphs_edges_once() -> None:
+    from torch_geometric.data import Batch
+
+    graphs = _peptides([4, 7, 5, 6])
+    adapter = GraphAdapter(9, 8, cardinalities=[9] * 9, scope="expander", expander_degree=2)
+
+    def local(order: list[int]) -> dict[int, set[tuple[int, int]]]:
+        """Each graph's allowed pairs, in its own numbering, in a batch of ``order``."""
+        batch = Batch.from_data_list([graphs[i] for i in order])
+        pairs = adapter(batch).mask.pairs(batch.num_nodes, batch.num_nodes)
+        out: dict[int, set[tuple[int, int]]] = {i: set() for i in order}
+        for q, k in zip(pairs.row.tolist(), pairs.col.tolist()):
+            assert batch.batch[q] == batch.batch[k]  # inside each graph
+            first = int(batch.ptr[batch.batch[q]])
+            out[order[int(batch.batch[q])]].add((q - first, k - first))
+        return out
+
+    first, again = local([0, 1, 2, 3]), local([2, 3, 0])  # another batch, other places, one graph left out
+    assert all(again[i] == first[i] for i in again)
+    edges = {(int(s), int(t)) for s, t in graphs[1].edge_index.t()}
+    assert {(t, s) for s, t in edges} | {(i, i) for i in range(7)} < first[1]  # and expander edges beyond
+    other = GraphAdapter(9, 8, cardinalities=[9] * 9, scope="expander", expander_degree=4)
+    batch = Batch.from_data_list(graphs)
+    assert other(batch).mask.num_edges > adapter(batch).mask.num_edges  # a higher degree, more edges
+
+
 def test_a_batch_without_edges_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="GraphAdapter reads a PyG Data or Batch with edge_index"):
         GraphAdapter(in_channels=16)({"x": torch.randn(3, 16)})

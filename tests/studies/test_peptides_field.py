@@ -1,6 +1,7 @@
-"""The Peptides field study's code: the fingerprints, the grid and its choice on validation, the expander mask
-of the Exphormer peer, the recipe command lines, and the fingerprint peer's selection and test under the
-runner on generated peptides (the trees replaced by a stand-in: the runner's plumbing, not LightGBM)."""
+"""The Peptides field study's code: the fingerprints, the grid and its choice on validation, the Exphormer
+peer's config (the expander mask is GraphAdapter's, tested with it), the recipe runs' command lines and
+resumption, and the fingerprint peer's selection and test under the runner on generated peptides (the trees
+replaced by a stand-in: the runner's plumbing, not LightGBM)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+import yaml
 from _graph_data import write_peptides
 
 import studies.peptides_field as pf
-from studies._runner import Study
+from studies._runner import Study, train
 from studies._runner.protocol import ProtocolError
+from studies._runner.stats import t_interval
 from studies.peptides_field import fingerprint as fp
-from studies.peptides_field.expander import ExpanderAdapter, expander_edges
 
 
 def test_morgan_bits_of_a_few_molecules() -> None:
@@ -67,65 +68,54 @@ def test_average_precision_is_the_mean_over_labels() -> None:
     assert fp.average_precision(scores, labels) == pytest.approx(5 / 6)
 
 
-def test_expander_edges_are_each_graphs_own_and_fixed() -> None:
-    g = torch.Generator().manual_seed(0)
-    sizes = [4, 7, 5]
-    x = torch.randint(0, 9, (sum(sizes), 9), generator=g)
-    batch = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes))
-    edges = expander_edges(x, batch, 3, 4, seed=0)
-    assert edges.shape == (2, 4 * sum(sizes))
-    assert torch.equal(batch[edges[0]], batch[edges[1]])  # inside each graph
-    for row in edges:  # two permutations both ways: every node 4 times as source and as target
-        assert torch.equal(torch.bincount(row, minlength=sum(sizes)), torch.full((sum(sizes),), 4))
-    # the same graph in another batch, at another place, gets the same edges (in its own numbering)
-    order = [1, 2, 0]
-    starts = [0, 4, 11]
-    x2 = torch.cat([x[starts[i] : starts[i] + sizes[i]] for i in order])
-    b2 = torch.repeat_interleave(torch.arange(3), torch.tensor([sizes[i] for i in order]))
-    e2 = expander_edges(x2, b2, 3, 4, seed=0)
+def test_exphormer_config_is_the_adapters_expander_scope() -> None:
+    from attnmm.adapters import GraphAdapter
 
-    def local(e: torch.Tensor, b: torch.Tensor, graph: int) -> set[tuple[int, int]]:
-        first = int((b == graph).nonzero()[0])
-        return {(int(s) - first, int(t) - first) for s, t in e.t() if b[s] == graph}
-
-    for new, old in enumerate(order):
-        assert local(e2, b2, new) == local(edges, batch, old)
-    assert not torch.equal(expander_edges(x, batch, 3, 4, seed=1), edges)  # another seed, other graphs
-    with pytest.raises(ValueError, match="even"):
-        expander_edges(x, batch, 3, 3, seed=0)
+    config = yaml.safe_load((pf.ROOT / "studies/peptides_field/configs/exphormer.yaml").read_text())
+    args = config["model"]["adapter"]["init_args"]
+    assert args == {"scope": "expander", "expander_degree": 4}
+    assert GraphAdapter(9, 16, cardinalities=[9] * 9, **args).scope == "expander"
 
 
-def test_expander_adapter_attends_edges_expanders_and_itself() -> None:
-    from torch_geometric.data import Batch, Data
-
-    graphs = [Data(x=torch.randint(0, 4, (n, 2)), edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=n)
-              for n in (5, 6)]
-    batch = Batch.from_data_list(graphs)
-    adapter = ExpanderAdapter(2, 16, cardinalities=[4, 4], expander_degree=2)
-    tokens = adapter(batch)
-    pairs = tokens.mask.pairs(11, 11)
-    allowed = set(zip(pairs.row.tolist(), pairs.col.tolist()))  # (query, key)
-    extra = expander_edges(batch.x, batch.batch, 2, 2, 0)
-    assert {(i, i) for i in range(11)} <= allowed and {(1, 0), (0, 1), (6, 5), (5, 6)} <= allowed
-    assert {(int(t), int(s)) for s, t in extra.t()} <= allowed
-    assert all(batch.batch[q] == batch.batch[k] for q, k in allowed)
-    assert torch.equal(tokens.x, adapter(batch).x) and tokens.x.shape == (11, 16)
-    with pytest.raises(ValueError, match="even"):
-        ExpanderAdapter(2, 16, expander_degree=3)
+class _Sets(dict):  # type: ignore[type-arg]
+    def __init__(self, kind: str, names: list[str]):
+        super().__init__({n: None for n in names})
+        self.kind = kind
 
 
-def test_recipe_commands_select_test_and_resume() -> None:
-    cand = {"name": "gps", "peer": "recipe", "configs": ["a.yaml", "b.yaml"], "args": ["--x", "1"]}
-    cmd = pf.command(cand, 3, select=True, resume=False, threads=2)
-    assert cmd[:6] == ["recipes/graph_graph.py", "fit", "--config", "a.yaml", "--config", "b.yaml"]
+def test_recipe_commands_select_test_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate and seed cost one fit: the selection run fits without testing, the test run resumes that fit
+    from its last checkpoint and tests it; a fit whose configs changed is not resumed."""
+    configs = []
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(f"trainer: {{max_epochs: {len(name)}}}\n")
+        configs.append(str(tmp_path / f"{name}.yaml"))
+    cmds: list[list[str]] = []
+
+    def fake_fit(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, object]:
+        cmds.append(cmd)
+        (run_dir / "last.ckpt").write_text("")
+        return {"command": " ".join(cmd), "metrics": {"val_ap": 0.5, "test_ap": 0.4}, "wall_s": 1.0}
+
+    monkeypatch.setattr(train, "fit_recipe", fake_fit)
+    cand = {"name": "gps", "peer": "recipe", "configs": configs, "args": ["--x", "1"]}
+    budget = {"threads": 2, "workdir": str(tmp_path / "runs")}
+    scores, detail = pf.run(cand, 3, None, _Sets("select", ["val"]), budget)
+    cmd = cmds[-1]
+    assert cmd[:6] == ["recipes/graph_graph.py", "fit", "--config", configs[0], "--config", configs[1]]
     assert cmd[cmd.index("--seed_everything") + 1] == "3" and cmd[cmd.index("--torch_threads") + 1] == "2"
-    assert cmd[-2:] == ["--test_after_fit", "false"] and "--x" in cmd
-    test = pf.command(cand, 3, select=False, resume=True, threads=2)
-    assert test[-4:] == ["--test_after_fit", "true", "--ckpt_path", "last"]
+    assert cmd[-2:] == ["--test_after_fit", "false"] and "--x" in cmd and "--ckpt_path" not in cmd
+    assert scores == {"val": {"ap": 0.5}} and set(detail["configs"]) == set(configs)
+    scores, _ = pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
+    test = cmds[-1]  # the test run resumes the same fit (default --test_after_fit true)
+    assert test[-2:] == ["--ckpt_path", "last"] and "--test_after_fit" not in test and scores == {"test": {"ap": 0.4}}
+    (tmp_path / "b.yaml").write_text("trainer: {max_epochs: 9}\n")
+    with pytest.raises(ProtocolError, match="changed since it started"):
+        pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
 
 
 def test_recipe_candidates_configs_exist_and_fit_the_budget() -> None:
-    data = json.loads((pf.FOLDER / "protocol.json").read_text())
+    data = json.loads((pf.ROOT / "studies" / "peptides_field" / "protocol.json").read_text())
     for name in ("gps", "mpnn", "exphormer"):
         cand = data["candidates"][name]
         assert cand["name"] == name and all((pf.ROOT / c).is_file() for c in cand["configs"])
@@ -134,8 +124,8 @@ def test_recipe_candidates_configs_exist_and_fit_the_budget() -> None:
 
 
 def test_interval_of_paired_differences() -> None:
-    assert pf.interval([0.01]) is None
-    lo, hi = pf.interval([0.01, 0.03])
+    assert t_interval([0.01]) is None
+    lo, hi = t_interval([0.01, 0.03])
     assert lo < 0.02 < hi and (hi - 0.02) == pytest.approx(12.7062 * 0.01414214 / 2 ** 0.5, rel=1e-4)
 
 
@@ -147,7 +137,6 @@ def test_fingerprint_peer_selects_on_validation_then_tests_the_chosen_point(
     write_peptides(tmp_path / "data", peptides=24, split=(12, 6, 6))
     monkeypatch.setenv("ATTNMM_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pf, "STORE", tmp_path / "store.json")
     for cached in (fp._table, fp._bits):  # the generated peptides' table, not the real one, and gone after
         cached.cache_clear()
         request.addfinalizer(cached.cache_clear)
@@ -169,7 +158,7 @@ def test_fingerprint_peer_selects_on_validation_then_tests_the_chosen_point(
     assert [r["seed"] for r in selected] == [0, 1, 2, 3]
     assert all(set(r["scores"]) == {"val"} and set(r["detail"]["points"]) == set(points) for r in selected)
     assert {c[3] for c in calls} == {("val",)} and len(calls) == 4 * 4  # 4 seeds x (radius, bits)
-    point, means = pf.chosen_point(study.protocol.candidates["fingerprint"], selected)
+    point, means = fp.chosen_point(study.protocol.candidates["fingerprint"], selected)
     calls.clear()
     tested = study.run("test", candidates=["fingerprint"], progress=False)
     assert [r["seed"] for r in tested] == [0, 1, 2, 3] and all(set(r["scores"]) == {"test"} for r in tested)
@@ -182,7 +171,7 @@ def test_fingerprint_peer_selects_on_validation_then_tests_the_chosen_point(
         study.store.add({"kind": "test", "split": "main", "candidate": "gps", "seed": seed,
                          "scores": {"test": {"ap": 0.6 + 0.01 * seed}}, "protocol": study.protocol.hash,
                          "legacy": False, "command": "", "commit": "", "dirty": False, "started": "", "seconds": 60.0})
-    page = "\n".join(pf.render(View(study)))
+    page = "\n".join(View(study).pages["results"])
     assert f"`{point}` (chosen)" in page and page.count("(chosen)") == 1
     assert "| `mpnn`: message passing alone (GCN, RWSE) | — | — | — | — | not run yet |" in page
     assert "over `fingerprint` | 4 |" in page and "over `mpnn`" not in page
