@@ -44,6 +44,14 @@ def generated(page: str, start: str, end: str, command: str, store: Path, body: 
     return splice(page, "\n".join([start, note, "", *body, end]), start, end)
 
 
+def publish(stored: Store, results: Path, page: Path, render: Any) -> None:
+    """Write a benchmark's run to its store ``results`` and its section of ``page``, rendered by
+    ``render(page_text, stored)`` from that store alone."""
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(stored, indent=1) + "\n")
+    page.write_text(render(page.read_text(), stored))
+
+
 def load(path: Path = STORE) -> Store:
     """The stored results of the last run."""
     return json.loads(path.read_text())

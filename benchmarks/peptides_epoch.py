@@ -248,9 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     print(markdown(stored))
     if args.no_write:
         return
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(stored, indent=1) + "\n")
-    PAGE.write_text(render_page(PAGE.read_text(), stored))
+    from benchmarks._page import publish
+
+    publish(stored, RESULTS, PAGE, render_page)
 
 
 if __name__ == "__main__":
