@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import operator
 import re
 import statistics
 from collections.abc import Callable, Sequence
@@ -74,9 +75,7 @@ REAL_TASKS: dict[str, RealTask] = {
 #: with an L2 penalty); the other keys are those of the node models the cora protocol's config also names.
 NODE_DEFAULTS: dict[str, Any] = dict(
     model="gat", lr=5e-3, wd=5e-4, hidden=8, heads=8, out_heads=1, dropout=0.6, in_drop=0.6, epochs=300,
-    root_weight=False, steps=10, alpha=0.1, pair_dropout=0.0, scores="uniform", score_heads=1,
-    hops=1, normalize=False, self_loops=True, knn=0, undirected=False,
-)
+    root_weight=False, steps=10, alpha=0.1, pair_dropout=0.0, scores="uniform")
 #: The motif task's config: GraphAdapter (random-walk encodings) -> attention layers -> mean pooling. Two
 #: random-walk steps, not the recipe's 8: the return probability after 3 steps marks the house's triangle
 #: in each node's input, and every mask then reaches 100% (the structure must come through attention).
@@ -145,10 +144,7 @@ def build_mask(name: str, data: Any, loops: bool = True) -> tuple[Mask, int]:
         mask = Graph(edge_index, N + G) | virtual_nodes(N, batch)
         return (mask | self_loops(N + G) if loops else mask), G
     if kind == "union":
-        mask: Mask = build_mask(name.split("|")[0], data, loops)[0]
-        for part in name.split("|")[1:]:
-            mask = mask | build_mask(part, data, loops)[0]
-        return mask, 0
+        return functools.reduce(operator.or_, (build_mask(part, data, loops)[0] for part in name.split("|"))), 0
     if kind == "self":
         return own, 0
     if kind == "khop":
@@ -374,12 +370,6 @@ def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "te
     return stats.paired(by(mask), by(reference))
 
 
-def _paired_cell(d: dict[str, Any]) -> str:
-    if d["sem"] is None:  # one replicate
-        return f"{d['mean']:+.2f} (one run)"
-    return f"{d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher)"
-
-
 def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", reference: str | None = None) -> str:
     """The sweep's table: mask, pairs attended, validation and test score (mean ± std), train time; with a
     ``reference`` mask among the runs, each mask's paired test difference to it too."""
@@ -395,7 +385,8 @@ def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", referen
                 f"{spread(r['test'], r['test_std'], n)} | {spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
         if extra:
             d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
-            line += f" {_paired_cell(d)} |" if d else " |"
+            line += (" |" if not d else f" {d['mean']:+.2f} (one run) |" if d["sem"] is None  # one replicate
+                     else f" {d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher) |")
         lines.append(line)
     return "\n".join(lines) + "\n"
 
