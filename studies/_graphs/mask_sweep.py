@@ -14,7 +14,7 @@ import functools
 import operator
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,8 +168,7 @@ def _merge(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **config}
 
 
-def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = None,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train Cora's GAT-style classifier (:data:`NODE_DEFAULTS`' keys) on one graph with
     ``train_mask``/``val_mask``/``test_mask`` under ``mask``; accuracies in [0, 1], times in seconds."""
     c = _merge(NODE_DEFAULTS, config or {})
@@ -197,7 +196,7 @@ def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = No
     def loss(d: Any) -> Tensor:
         return F.cross_entropy(logits()[d.train_mask], d.y[d.train_mask])
 
-    result = best_epoch(lambda: sgd_epoch(modules, [data], loss, optimizer), score, c["epochs"], log, 25)
+    result = best_epoch(lambda: sgd_epoch(modules, [data], loss, optimizer), score, c["epochs"])
     return {**result, "pairs": attn_mask.nnz(N + extra)}
 
 
@@ -207,8 +206,8 @@ def prepare_graphs(splits: dict[str, list[Any]], pe_dim: int) -> dict[str, list[
     return {k: [transform(g.clone()) for g in graphs] for k, graphs in splits.items()}
 
 
-def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[str, Any] | None = None,
-               log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int,
+               config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train the graph classifier (:data:`GRAPH_DEFAULTS`) on ``splits`` (``train``/``val``/``test``
     lists of ``Data`` with ``y`` and, from :func:`prepare_graphs`, ``random_walk_pe``) under ``mask``."""
     from torch_geometric.loader import DataLoader
@@ -254,7 +253,7 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[
     def loss(b: Any) -> Tensor:
         return F.cross_entropy(logits(b), b.y)
 
-    result = best_epoch(lambda: sgd_epoch(modules, train, loss, optimizer), score, c["epochs"], log, 10)
+    result = best_epoch(lambda: sgd_epoch(modules, train, loss, optimizer), score, c["epochs"])
     return {**result, "pairs": pairs / sum(len(graphs) for graphs in splits.values())}
 
 
@@ -274,8 +273,8 @@ def _loss(model: Any, logits: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(logits, y, label_smoothing=model.objective.label_smoothing)
 
 
-def run_real(task: str, name: str, split: int | None, seed: int, epochs: int, args: Sequence[str] = (),
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_real(task: str, name: str, split: int | None, seed: int, epochs: int,
+             args: Sequence[str] = ()) -> dict[str, Any]:
     """One run of mask ``name`` on a real-data task (:data:`REAL_TASKS`) and split (None: its one official
     split): the model, data, optimiser and schedule of its recipe config (built by the recipe's CLI, not run),
     fresh weights from ``seed``, ``epochs`` epochs, the mask the encoder attends under swapped (the adapter still
@@ -342,8 +341,7 @@ def run_real(task: str, name: str, split: int | None, seed: int, epochs: int, ar
                 got["pairs"] = sum(n for _, n in results) / sum(b.num_graphs for b in bs)
         return got
 
-    result = best_epoch(lambda: sgd_epoch(model, batches, loss, optimizer, schedule), score, epochs, log,
-                        max(1, epochs // 4))
+    result = best_epoch(lambda: sgd_epoch(model, batches, loss, optimizer, schedule), score, epochs)
     return {"mask": name, "seed": seed, "split": split, **result}
 
 

@@ -59,10 +59,11 @@ def _checkpoint(mask: str, seed: int) -> Path:
 
 def build_task(mask: str) -> Any:
     """The recipe's SequenceTask (fresh weights from the current random state) with ``mask``."""
-    args = [f"--config={CONFIG}", "--trainer.logger=false", "--seed_everything=false"]
+    args = [f"--config={CONFIG}", "--trainer.logger=false", "--seed_everything=false",
+            f"--model.adapter.init_args.mask={json.dumps(MASKS[mask])}"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return recipe_cli("speech_truncated", [*args, f"--model.adapter.init_args.mask={json.dumps(MASKS[mask])}"]).model
+        return recipe_cli("speech_truncated", args).model
 
 
 def test_strings(digits: int | None, count: int, root: str | None = None) -> Any:
