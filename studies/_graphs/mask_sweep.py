@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import operator
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,9 +75,7 @@ REAL_TASKS: dict[str, RealTask] = {
 #: with an L2 penalty); the other keys are those of the node models the cora protocol's config also names.
 NODE_DEFAULTS: dict[str, Any] = dict(
     model="gat", lr=5e-3, wd=5e-4, hidden=8, heads=8, out_heads=1, dropout=0.6, in_drop=0.6, epochs=300,
-    root_weight=False, steps=10, alpha=0.1, pair_dropout=0.0, scores="uniform", score_heads=1,
-    hops=1, normalize=False, self_loops=True, knn=0, undirected=False,
-)
+    root_weight=False, steps=10, alpha=0.1, pair_dropout=0.0, scores="uniform")
 #: The motif task's config: GraphAdapter (random-walk encodings) -> attention layers -> mean pooling. Two
 #: random-walk steps, not the recipe's 8: the return probability after 3 steps marks the house's triangle
 #: in each node's input, and every mask then reaches 100% (the structure must come through attention).
@@ -145,10 +144,7 @@ def build_mask(name: str, data: Any, loops: bool = True) -> tuple[Mask, int]:
         mask = Graph(edge_index, N + G) | virtual_nodes(N, batch)
         return (mask | self_loops(N + G) if loops else mask), G
     if kind == "union":
-        mask: Mask = build_mask(name.split("|")[0], data, loops)[0]
-        for part in name.split("|")[1:]:
-            mask = mask | build_mask(part, data, loops)[0]
-        return mask, 0
+        return functools.reduce(operator.or_, (build_mask(part, data, loops)[0] for part in name.split("|"))), 0
     if kind == "self":
         return own, 0
     if kind == "khop":
@@ -172,8 +168,7 @@ def _merge(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **config}
 
 
-def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = None,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train Cora's GAT-style classifier (:data:`NODE_DEFAULTS`' keys) on one graph with
     ``train_mask``/``val_mask``/``test_mask`` under ``mask``; accuracies in [0, 1], times in seconds."""
     c = _merge(NODE_DEFAULTS, config or {})
@@ -201,7 +196,7 @@ def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = No
     def loss(d: Any) -> Tensor:
         return F.cross_entropy(logits()[d.train_mask], d.y[d.train_mask])
 
-    result = best_epoch(lambda: sgd_epoch(modules, [data], loss, optimizer), score, c["epochs"], log, 25)
+    result = best_epoch(lambda: sgd_epoch(modules, [data], loss, optimizer), score, c["epochs"])
     return {**result, "pairs": attn_mask.nnz(N + extra)}
 
 
@@ -211,8 +206,8 @@ def prepare_graphs(splits: dict[str, list[Any]], pe_dim: int) -> dict[str, list[
     return {k: [transform(g.clone()) for g in graphs] for k, graphs in splits.items()}
 
 
-def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[str, Any] | None = None,
-               log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int,
+               config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train the graph classifier (:data:`GRAPH_DEFAULTS`) on ``splits`` (``train``/``val``/``test``
     lists of ``Data`` with ``y`` and, from :func:`prepare_graphs`, ``random_walk_pe``) under ``mask``."""
     from torch_geometric.loader import DataLoader
@@ -258,7 +253,7 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int, config: dict[
     def loss(b: Any) -> Tensor:
         return F.cross_entropy(logits(b), b.y)
 
-    result = best_epoch(lambda: sgd_epoch(modules, train, loss, optimizer), score, c["epochs"], log, 10)
+    result = best_epoch(lambda: sgd_epoch(modules, train, loss, optimizer), score, c["epochs"])
     return {**result, "pairs": pairs / sum(len(graphs) for graphs in splits.values())}
 
 
@@ -278,8 +273,8 @@ def _loss(model: Any, logits: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(logits, y, label_smoothing=model.objective.label_smoothing)
 
 
-def run_real(task: str, name: str, split: int | None, seed: int, epochs: int, args: Sequence[str] = (),
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_real(task: str, name: str, split: int | None, seed: int, epochs: int,
+             args: Sequence[str] = ()) -> dict[str, Any]:
     """One run of mask ``name`` on a real-data task (:data:`REAL_TASKS`) and split (None: its one official
     split): the model, data, optimiser and schedule of its recipe config (built by the recipe's CLI, not run),
     fresh weights from ``seed``, ``epochs`` epochs, the mask the encoder attends under swapped (the adapter still
@@ -346,8 +341,7 @@ def run_real(task: str, name: str, split: int | None, seed: int, epochs: int, ar
                 got["pairs"] = sum(n for _, n in results) / sum(b.num_graphs for b in bs)
         return got
 
-    result = best_epoch(lambda: sgd_epoch(model, batches, loss, optimizer, schedule), score, epochs, log,
-                        max(1, epochs // 4))
+    result = best_epoch(lambda: sgd_epoch(model, batches, loss, optimizer, schedule), score, epochs)
     return {"mask": name, "seed": seed, "split": split, **result}
 
 
@@ -374,12 +368,6 @@ def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "te
     return stats.paired(by(mask), by(reference))
 
 
-def _paired_cell(d: dict[str, Any]) -> str:
-    if d["sem"] is None:  # one replicate
-        return f"{d['mean']:+.2f} (one run)"
-    return f"{d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher)"
-
-
 def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", reference: str | None = None) -> str:
     """The sweep's table: mask, pairs attended, validation and test score (mean ± std), train time; with a
     ``reference`` mask among the runs, each mask's paired test difference to it too."""
@@ -395,7 +383,8 @@ def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", referen
                 f"{spread(r['test'], r['test_std'], n)} | {spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
         if extra:
             d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
-            line += f" {_paired_cell(d)} |" if d else " |"
+            line += (" |" if not d else f" {d['mean']:+.2f} (one run) |" if d["sem"] is None  # one replicate
+                     else f" {d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher) |")
         lines.append(line)
     return "\n".join(lines) + "\n"
 

@@ -5,7 +5,6 @@ ten folds with a candidate's overrides, its sets the split's node or graph indic
 from __future__ import annotations
 
 import functools
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -16,33 +15,18 @@ from studies._runner.train import ROOT, fit_scores
 RECIPES = {"graph_node": "data.split_index", "graph_graph": "data.fold"}
 
 
-def command(recipe: str, config: str, name: str, split: int, seed: int, select: bool, extra: list[str],
+def command(recipe: str, config: str, name: str, split: int, seed: int, extra: list[str],
             threads: int = 1) -> list[str]:
     """The recipe's ``fit`` command line for one split, paths relative to the repository."""
-    cmd = [f"recipes/{recipe}.py", "fit", "--config", config, "--data.name", name, f"--{RECIPES[recipe]}", str(split),
-           "--seed_everything", str(seed), "--torch_threads", str(threads)]
-    if select:
-        cmd += ["--test_after_fit", "false"]
-    return cmd + extra
-
-
-def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Mean, sample standard deviation and count over the runs of every metric (and of the monitored value)."""
-    values: dict[str, list[float]] = {}
-    for r in runs:
-        for key, value in r["metrics"].items():
-            values.setdefault(key, []).append(float(value))
-        if "monitored" in r:
-            values.setdefault(f"best_{r['monitor']}", []).append(float(r["monitored"]))
-    return {key: stats.moments(xs) for key, xs in values.items()}
+    return [f"recipes/{recipe}.py", "fit", "--config", config, "--data.name", name, f"--{RECIPES[recipe]}", str(split),
+            "--seed_everything", str(seed), "--torch_threads", str(threads), *extra]
 
 
 def metric_of(store: dict[str, Any]) -> str:
     """The headline metric of a store: ``test_acc`` (or ``val_acc`` for a selection run), ``_ap`` where the
     task is scored by average precision."""
     stage = "val" if store["select"] else "test"
-    keys = set(store["summary"])
-    return f"{stage}_ap" if f"{stage}_ap" in keys else f"{stage}_acc"
+    return f"{stage}_ap" if any(f"{stage}_ap" in r["metrics"] for r in store["runs"]) else f"{stage}_acc"
 
 
 def paired(a: dict[str, Any], b: dict[str, Any], key: str | None = None) -> dict[str, Any]:
@@ -66,10 +50,8 @@ def table(stores: list[tuple[str, dict[str, Any]]], key: str | None = None) -> s
     for label, store in stores:
         by = {r["split"]: 100 * r["metrics"][key] for r in store["runs"] if key in r["metrics"]}
         cells = [f"{by[s]:.2f}" if s in by else "" for s in splits]
-        xs = list(by.values())
-        mean = statistics.fmean(xs) if xs else float("nan")
-        std = statistics.stdev(xs) if len(xs) > 1 else 0.0
-        lines.append(f"| {label} | {' | '.join(cells)} | {mean:.2f} ± {std:.2f} |")
+        m = stats.moments(by.values()) if by else {"mean": float("nan"), "std": 0.0}
+        lines.append(f"| {label} | {' | '.join(cells)} | {m['mean']:.2f} ± {m['std']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -87,8 +69,7 @@ def _indices(name: str, split: int) -> dict[str, list[int]]:
         return {p: data[f"{p}_mask"].nonzero().view(-1).tolist() for p in ("train", "val", "test")}
     from attnmm.data import GraphDataModule
 
-    dm = GraphDataModule(name=name, fold=split, pe="none") if name != "peptides-func" else GraphDataModule(
-        name=name, pe="none")
+    dm = GraphDataModule(name=name, pe="none", **({} if name == "peptides-func" else {"fold": split}))
     dm.setup("fit")
     return {p: dm.split_indices[p].tolist() for p in ("train", "val", "test")}
 
@@ -106,7 +87,7 @@ def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget:
     """``fit`` of the recipe with the candidate's overrides on the train set's split; a selection run with
     ``--test_after_fit false`` (validation metrics only)."""
     spec, select = train.payload, evaluate.kind == "select"
-    cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, False, candidate["extra"])
+    cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, candidate["extra"])
     work = Path(budget.get("workdir", ROOT / "runs" / "studies"))
     scores, out = fit_scores(cmd, work / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}",
                              evaluate, "acc")
@@ -124,7 +105,6 @@ def stores(view: Any, kind: str) -> dict[str, dict[str, Any]]:
         store["wall_s"] += r["detail"].get("wall_s", 0.0)
     for store in out.values():
         store["runs"].sort(key=lambda r: r["split"])
-        store["summary"] = summarize(store["runs"])
     return out
 
 

@@ -91,20 +91,16 @@ def sgd_epoch(modules: torch.nn.Module, batches: Iterable[Any], loss: Callable[[
     modules.eval()
 
 
-def best_epoch(epoch: Callable[[], None], score: Callable[[], dict[str, float]], epochs: int,
-               log: Callable[[str], None] | None = None, every: int = 10) -> dict[str, Any]:
+def best_epoch(epoch: Callable[[], None], score: Callable[[], dict[str, float]], epochs: int) -> dict[str, Any]:
     """``epochs`` times ``epoch()`` (a training epoch) then ``score()`` (no gradients: ``{"val": v, "test": t, ...}``);
     the scores of the first epoch with the best ``val``, its number, and the seconds spent training and in all."""
     history, train_s, started = [], 0.0, time.perf_counter()
-    for e in range(epochs):
+    for _ in range(epochs):
         t = time.perf_counter()
         epoch()
         train_s += time.perf_counter() - t
         with torch.no_grad():
             history.append(score())
-        if log is not None and (e + 1) % every == 0:
-            seconds = time.perf_counter() - started
-            log(f"    epoch {e + 1}/{epochs}: val {100 * history[-1]['val']:.1f} ({seconds:.0f} s)")
     best = max(range(epochs), key=lambda e: (history[e]["val"], -e))
     return {**history[best], "best_epoch": best + 1, "train_s": train_s, "wall_s": time.perf_counter() - started,
             "epochs": epochs}

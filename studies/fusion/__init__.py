@@ -46,13 +46,9 @@ def _diff(d: dict[str, Any] | None) -> str:
     return "—" if d is None else f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
 
 
-def _shown(candidate: str) -> str:
-    """Where a candidate's config is: the multimodal recipe's default, or an overlay of it."""
-    if candidate == "robust_conflict":
-        return "`recipes/multimodal_digits.py`'s default config"
-    if candidate == "default":
-        return "`studies/fusion/legacy_recipe.py`'s default config"
-    return f"`recipes/multimodal_digits.py` with `studies/fusion/configs/{candidate}.yaml`"
+#: Where a candidate's config is, when not an overlay of the multimodal recipe's default (``configs/NAME.yaml``).
+_SHOWN = {"robust_conflict": "`recipes/multimodal_digits.py`'s default config",
+          "default": "`studies/fusion/legacy_recipe.py`'s default config"}
 
 
 def section(store: dict[str, Any]) -> list[str]:
@@ -60,10 +56,11 @@ def section(store: dict[str, Any]) -> list[str]:
     s, held = store["summary"], store["held_out"]
     acc, versus, t = s["accuracy"], s["fused_minus"], s["targets"]
     choice = (store.get("selection") or {}).get("choice", "?")
+    shown = _SHOWN.get(choice, f"`recipes/multimodal_digits.py` with `studies/fusion/configs/{choice}.yaml`")
     conds = [*store["conditions"], held]
     lines = [
         "", "## Fusion under every condition", "",
-        f"The fused model chosen on validation (`{choice}`: {_shown(choice)}, its head averaging the "
+        f"The fused model chosen on validation (`{choice}`: {shown}, its head averaging the "
         f"segments' {_COMBINE_WORDS[store.get('combine', 'logits')]}) against audio only, image "
         "only and their late ensemble (the mean of the two models' probabilities; with a modality missing, the "
         f"present one's), on one test draw (test seed {store['test_seed']}: 1,000 pairs, each test recording "

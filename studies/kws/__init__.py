@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from studies._runner import Items
@@ -16,12 +15,10 @@ MEASURE_MODULE = "evaluate"  # python -m studies kws measure evaluate: a checkpo
 
 @cache
 def _split(folder: str, seed: int, val: float, test: float) -> dict[str, tuple[str, ...]]:
-    import os
-
+    from attnmm.data import resolve_root
     from attnmm.data.speech_commands import scan_class_folders, split_speech_commands
 
-    root = Path(os.environ.get("ATTNMM_DATA", Path.home() / ".cache" / "attnmm"))
-    parts = split_speech_commands(scan_class_folders(root / folder), val, test, seed)
+    parts = split_speech_commands(scan_class_folders(resolve_root(None, folder)), val, test, seed)
     return {k: tuple(sorted({c.speaker for c in v if c.speaker})) for k, v in parts.items()}
 
 

@@ -23,11 +23,9 @@ LABELS = {"gps": "GPS (the recipe's config)", "mpnn": "message passing alone (GC
 
 def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
     """``{"part": "val"}``: that part of the official split, as graph indices (the data module's)."""
-    from attnmm.data import GraphDataModule
+    from studies._graphs.splits import _indices
 
-    dm = GraphDataModule(name="peptides-func", pe="none")
-    dm.setup("fit")
-    index = dm.split_indices[spec["part"]].tolist()
+    index = _indices("peptides-func", 0)[spec["part"]]
     return Items.of(index, graph=[f"peptides:{i}" for i in index])
 
 
@@ -36,7 +34,7 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     if candidate["peer"] == "fingerprint":
         from studies.peptides_field import fingerprint
 
-        return fingerprint.run(candidate, seed, train, evaluate, threads=1)  # one thread: the same trees anywhere
+        return fingerprint.run(candidate, seed, train, evaluate)
     cmd = ["recipes/graph_graph.py", "fit", *(a for c in candidate["configs"] for a in ("--config", c)),
            "--seed_everything", str(seed), "--torch_threads", str(threads), *candidate.get("args", [])]
     run_dir = Path(budget.get("workdir", ROOT / "runs" / "studies")) / "peptides_field" / f"{candidate['name']}_{seed}"

@@ -16,23 +16,12 @@ import itertools
 import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from studies._runner.protocol import ProtocolError
-
-
-def read_smiles(root: str | Path | None = None) -> tuple[list[str], np.ndarray]:
-    """The SMILES and the 10 labels (G, 10) of every peptide of LRGB's raw CSV, in the file's order (the
-    order of the graphs and of the official split's indices)."""
-    from attnmm.data.peptides import PEPTIDES_CSV, _folder, _read_rows
-
-    path = _folder(root, download=False) / "raw" / PEPTIDES_CSV
-    rows = _read_rows(path.read_bytes(), path)
-    return [s for s, _ in rows], np.array([y for _, y in rows], dtype=np.float32)
 
 
 def morgan(smiles: Sequence[str], radius: int, bits: int) -> np.ndarray:
@@ -58,10 +47,8 @@ def grid(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The grid points of a candidate's ``grid`` ({"radius": [...], "bits": [...], "lr": [...], "trees": [...]}),
     named ``r2_b1024_lr0.05_t200``, in a fixed order (the tree counts of one radius, width and learning rate are
     prefixes of one ensemble: :func:`fit_predict` trains it once)."""
-    points = {}
-    for radius, bits, lr, trees in itertools.product(spec["radius"], spec["bits"], spec["lr"], spec["trees"]):
-        points[f"r{radius}_b{bits}_lr{lr:g}_t{trees}"] = {"radius": radius, "bits": bits, "lr": lr, "trees": trees}
-    return points
+    return {f"r{radius}_b{bits}_lr{lr:g}_t{trees}": {"radius": radius, "bits": bits, "lr": lr, "trees": trees}
+            for radius, bits, lr, trees in itertools.product(spec["radius"], spec["bits"], spec["lr"], spec["trees"])}
 
 
 def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -107,7 +94,13 @@ def choose(grids: Iterable[Mapping[str, float]], names: Sequence[str]) -> tuple[
 
 @functools.cache
 def _table() -> tuple[list[str], np.ndarray]:
-    return read_smiles()
+    """The SMILES and the 10 labels (G, 10) of every peptide of LRGB's raw CSV, in the file's order (the
+    order of the graphs and of the official split's indices)."""
+    from attnmm.data.peptides import PEPTIDES_CSV, _folder, _read_rows
+
+    path = _folder(None, download=False) / "raw" / PEPTIDES_CSV
+    rows = _read_rows(path.read_bytes(), path)
+    return [s for s, _ in rows], np.array([y for _, y in rows], dtype=np.float32)
 
 
 @functools.cache
@@ -123,8 +116,7 @@ def chosen_point(candidate: Mapping[str, Any], records: Sequence[Mapping[str, An
     return choose(runs, list(grid(candidate["grid"])))
 
 
-def run(candidate: Mapping[str, Any], seed: int, train: Any, evaluate: Any,
-        threads: int = 1) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+def run(candidate: Mapping[str, Any], seed: int, train: Any, evaluate: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train on the peptides ``train`` (Items of indices of the CSV) and score the AP of each set of ``evaluate``
     (the runner's sets): a selection run scores every grid point (the scores are the best point's, the detail
     holds every point's); a test run only the chosen point (:func:`chosen_point` of ``evaluate.selection``)."""
@@ -146,7 +138,7 @@ def run(candidate: Mapping[str, Any], seed: int, train: Any, evaluate: Any,
     for (radius, bits, lr), trees in groups.items():
         x = _bits(radius, bits)
         probs = fit_predict(x[train_ids], labels[train_ids], {n: x[i] for n, i in sets.items()}, lr, trees, seed,
-                            candidate.get("params"), threads)
+                            candidate.get("params"))  # one thread: the same trees anywhere
         for t in trees:
             scores[f"r{radius}_b{bits}_lr{lr:g}_t{t}"] = {n: average_precision(probs[t][n], labels[i])
                                                           for n, i in sets.items()}

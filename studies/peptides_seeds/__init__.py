@@ -13,11 +13,9 @@ from studies._runner.train import ROOT, fit_scores
 
 def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
     """``{"part": "val"}``: that part of the official split, as graph indices (the data module's)."""
-    from attnmm.data import GraphDataModule
+    from studies._graphs.splits import _indices
 
-    dm = GraphDataModule(name="peptides-func", pe="none")
-    dm.setup("fit")
-    return Items.of(spec, graph=[f"peptides:{i}" for i in dm.split_indices[spec["part"]].tolist()])
+    return Items.of(spec, graph=[f"peptides:{i}" for i in _indices("peptides-func", 0)[spec["part"]]])
 
 
 def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:

@@ -6,11 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from studies._runner import Items
-
-
-def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
-    """``{"recipe": "text_lm", "part": "test"}``: the recipe's own data split (its data module's)."""
-    return Items.of(spec, item=[f"{spec['recipe']}:{spec['part']}"])
+from studies.recipe_runs import resolve  # noqa: F401  (the recipe's own data split, its data module's)
 
 
 def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import functools
-import importlib.util
 import io
 import json
 import shutil
@@ -33,6 +31,7 @@ from typing import Any
 import torch
 import yaml
 
+from studies._runner.train import recipe_cli
 from studies.speech_strings import CONFIG, pack, unpack  # noqa: F401  (the store's detail, as the runner keeps it)
 
 ROOT = CONFIG.parents[2]
@@ -47,13 +46,9 @@ MASKS.update({f"Chunk({s}, {c})": {"class_path": "attnmm.masks.Chunk", "init_arg
 @functools.cache
 def _recipe() -> dict[str, Any]:
     """The strings config as the recipe resolves it (``--print_config``: every linked width and class filled in)."""
-    spec = importlib.util.spec_from_file_location("speech_truncated_recipe", ROOT / "recipes" / "speech_truncated.py")
-    assert spec is not None and spec.loader is not None
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        recipe.main(["fit", f"--config={CONFIG}", "--print_config"])
+        recipe_cli("speech_truncated", [f"--config={CONFIG}", "--print_config"])
     return yaml.safe_load(out.getvalue())
 
 
@@ -63,24 +58,12 @@ def _checkpoint(mask: str, seed: int) -> Path:
 
 
 def build_task(mask: str) -> Any:
-    """The recipe's SequenceTask (fresh weights) with ``mask``."""
-    import jsonargparse
-
-    from attnmm.data import FSDDStringsDataModule
-    from attnmm.lightning import SequenceTask
-
-    model = copy.deepcopy(_recipe()["model"])
-    args = model["init_args"]
-    for part in ("encoder", "ctc_head", "decoder"):  # the recipe links the widths and class counts
-        args[part]["init_args"].setdefault("d_model", args["adapter"]["init_args"]["d_model"])
-        if part != "encoder":
-            args[part]["init_args"]["num_classes"] = FSDDStringsDataModule.num_classes
-    args["adapter"]["init_args"]["mask"] = MASKS[mask]
-    parser = jsonargparse.ArgumentParser()
-    parser.add_argument("--model", type=SequenceTask)
+    """The recipe's SequenceTask (fresh weights from the current random state) with ``mask``."""
+    args = [f"--config={CONFIG}", "--trainer.logger=false", "--seed_everything=false",
+            f"--model.adapter.init_args.mask={json.dumps(MASKS[mask])}"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return parser.instantiate_classes(parser.parse_object({"model": model})).model
+        return recipe_cli("speech_truncated", args).model
 
 
 def test_strings(digits: int | None, count: int, root: str | None = None) -> Any:

@@ -137,7 +137,9 @@ def test_fingerprint_peer_selects_on_validation_then_tests_the_chosen_point(
     write_peptides(tmp_path / "data", peptides=24, split=(12, 6, 6))
     monkeypatch.setenv("ATTNMM_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
-    for cached in (fp._table, fp._bits):  # the generated peptides' table, not the real one, and gone after
+    from studies._graphs.splits import _indices
+
+    for cached in (fp._table, fp._bits, _indices):  # the generated peptides', not the real ones, and gone after
         cached.cache_clear()
         request.addfinalizer(cached.cache_clear)
     calls: list[tuple[float, tuple[int, ...], int, tuple[str, ...]]] = []

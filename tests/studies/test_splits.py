@@ -1,5 +1,5 @@
-"""The split studies' code: a recipe run per split on generated data under the study runner, the
-summary, paired differences and the table."""
+"""The split studies' code: a recipe run per split on generated data under the study runner,
+paired differences and the table."""
 
 from __future__ import annotations
 
@@ -14,23 +14,21 @@ from studies._runner import Items, Study
 
 
 def test_command_picks_the_split_option() -> None:
-    node = splits.command("graph_node", "c.yaml", "Actor", 3, 0, True, ["--x", "1"])
+    node = splits.command("graph_node", "c.yaml", "Actor", 3, 0, ["--x", "1"])
     assert node[:2] == ["recipes/graph_node.py", "fit"] and "--data.split_index" in node
-    assert node[node.index("--data.split_index") + 1] == "3" and node[-4:] == ["--test_after_fit", "false", "--x", "1"]
-    tu = splits.command("graph_graph", "c.yaml", "PROTEINS", 5, 1, False, [])
+    assert node[node.index("--data.split_index") + 1] == "3" and node[-2:] == ["--x", "1"]
+    tu = splits.command("graph_graph", "c.yaml", "PROTEINS", 5, 1, [])
     assert tu[tu.index("--data.fold") + 1] == "5" and "--test_after_fit" not in tu
 
 
 def _store(values: dict[int, float], key: str = "test_acc", select: bool = False) -> dict:
     runs = [{"split": s, "metrics": {key: v}} for s, v in values.items()]
-    return {"select": select, "runs": runs, "summary": splits.summarize(runs)}
+    return {"select": select, "runs": runs}
 
 
 def test_summary_paired_differences_and_table() -> None:
     a = _store({0: 0.40, 1: 0.38, 2: 0.37})
     b = _store({0: 0.39, 1: 0.38, 2: 0.35, 3: 0.5})
-    assert a["summary"]["test_acc"]["n"] == 3
-    assert a["summary"]["test_acc"]["mean"] == pytest.approx(0.38333, abs=1e-4)
     d = splits.paired(a, b)
     assert d["splits"] == [0, 1, 2] and d["diffs"] == pytest.approx([1.0, 0.0, 2.0])
     assert d["mean"] == pytest.approx(1.0) and d["wins"] == 2 and d["ties"] == 1
