@@ -368,27 +368,6 @@ def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "te
     return stats.paired(by(mask), by(reference))
 
 
-def markdown(runs: list[dict[str, Any]], kind: str, metric: str = "acc", reference: str | None = None) -> str:
-    """The sweep's table: mask, pairs attended, validation and test score (mean ± std), train time; with a
-    ``reference`` mask among the runs, each mask's paired test difference to it too."""
-    pairs = "pairs attended" if kind == "node" else "pairs attended (per graph)"
-    score = "AP" if metric == "ap" else "acc"
-    extra = reference is not None and any(r["mask"] == reference for r in runs)
-    head = f"| mask | {pairs} | validation {score} | test {score} | train time per run |"
-    lines = [head + (f" test − `{reference}`, paired |" if extra else ""), "|---" * (6 if extra else 5) + "|"]
-    for r in summarize(runs):
-        shown = r["mask"].replace("|", "\\|")  # a union's bar would split the table's cell
-        n = r["seeds"]
-        line = (f"| `{shown}` | {r['pairs']:,.0f} | {spread(r['val'], r['val_std'], n)} | "
-                f"{spread(r['test'], r['test_std'], n)} | {spread(r['train_s'], r['train_s_std'], n, '.1f', ' s')} |")
-        if extra:
-            d = paired(runs, r["mask"], str(reference)) if r["mask"] != reference else None
-            line += (" |" if not d else f" {d['mean']:+.2f} (one run) |" if d["sem"] is None  # one replicate
-                     else f" {d['mean']:+.2f} ± {d['sem']:.2f} ({d['wins']}/{d['n']} higher) |")
-        lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
 def _replicates(store: dict[str, Any]) -> str:
     splits = [s for s in store.get("splits") or [] if s is not None]
     n, what = (len(splits), "split") if splits else (len(store["seeds"]), "seed")
@@ -450,63 +429,6 @@ def _anchor_labels(anchors: tuple[tuple[str, float], ...] | list[tuple[str, floa
     return [(", ".join(label for label, _ in g), g[-1][1]) for g in groups]
 
 
-#: What the ``self`` row is, by task kind, in the rendered sections.
-_REFERENCE = {
-    "node": "With `self` each node keeps its own features alone (the ego-neighbour model is then an MLP).",
-    "graph": "The recipe's GPS layers also pass messages along the edges whatever the mask (the mask is the "
-             "global attention's), so `self` is message passing alone and each other row is what that "
-             "attention adds to it.",
-}
-
-
-def _resumed(stores: list[dict[str, Any]]) -> str:
-    """When sweeps stopped and went on with ``--resume``: when, and how long they stood stopped, which their
-    running time (``wall_s``) leaves out (parts side by side: the longest part's stop)."""
-    again = sorted({t for store in stores for t in store.get("resumed", [])})
-    paused = max(float(store.get("paused_s", 0.0)) for store in stores)
-    if not again and not paused:
-        return ""
-    return ("".join(f", resumed {t}" for t in again)
-            + (f"; stopped {paused / 60:.0f} min in all, not counted" if paused else ""))
-
-
-def render_section(store: dict[str, Any]) -> str:
-    """A real-data sweep's section: how it ran, its table (paired differences to ``self`` where it ran) and
-    the published anchors."""
-    spec = REAL_TASKS[store["task"]]
-    epochs = store["config"]["epochs"]
-    reps = _replicates(store)
-    splits = [s for s in store.get("splits") or [] if s is not None]
-    over = f"splits {splits[0]}-{splits[-1]}, seed {store['seeds'][0]}" if splits else (
-        f"seed{'s' if len(store['seeds']) > 1 else ''} {', '.join(map(str, store['seeds']))}")
-    if "parts" in store:  # merged (merge_stores): the parts' commands, run at once
-        ran = (" and ".join(f"`{part['command']}`" for part in store["parts"])
-               + f", side by side ({store['started']}{_resumed(store['parts'])}, {store['wall_s'] / 60:.0f} min "
-               f"running for {len(store['runs'])} runs, {store['threads']} thread each, merged with `--merge`)")
-    else:
-        ran = (f"`{store['command']}` ({store['started']}{_resumed([store])}, {store['wall_s'] / 60:.0f} min "
-               f"running for {len(store['runs'])} runs, {store['threads']} thread)")
-    if store.get("note"):
-        ran += ". " + store["note"].rstrip(".")
-    lines = [
-        f"{ran}. The model and training of `{spec.config}` (its optimiser and schedule), "
-        f"**{epochs} epochs** (a short schedule), the mask swapped; {over}. Scores are those of the first "
-        "epoch with the best validation score; " + (
-            f"± is the standard deviation over the {reps}; the paired column is the mean difference to `self` on "
-            "the same replicate, ± its standard error. " if any(r["seeds"] > 1 for r in summarize(store["runs"])) else
-            "one run per mask, so no spread is shown and the paired column is the difference to `self`'s run; "
-            "differences between single runs are not significant by themselves. ") + _REFERENCE[spec.kind],
-        "",
-        markdown(store["runs"], store["kind"], store.get("metric", "acc"), reference="self").rstrip("\n"),
-        "",
-        f"Published ({spec.protocol}): " + ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) + ".",
-        "",
-        f"![{spec.name}: test score against pairs attended and against training time, with the published "
-        f"numbers](figures/graph_mask_sweep_{store['task']}.png)",
-    ]
-    return "\n".join(lines)
-
-
 def load_task(task: str, config: dict[str, Any]) -> Any:
     """The task's data: Cora's full batch, or the motif splits with their encodings."""
     if task == "cora":
@@ -558,7 +480,7 @@ def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget:
 
 def as_store(view: Any) -> dict[str, Any]:
     """The sweep as one dict (its setting in the store's ``detail``, the runs in the protocol's order of masks
-    and replicates), the form :func:`render_section`, :func:`markdown` and :func:`figure` read."""
+    and replicates), the form :func:`names` and :func:`figure` read."""
     splits = [s.name for s in view.protocol.splits]
     runs = []
     for mask in view.protocol.candidates:
@@ -572,16 +494,26 @@ def as_store(view: Any) -> dict[str, Any]:
     return {**view.detail, "runs": runs}
 
 
-def render(view: Any) -> list[str]:
-    store = as_store(view)
-    if store["task"] in REAL_TASKS:
-        return render_section(store).replace("](figures/", "](../../docs/figures/").splitlines()
-    return markdown(store["runs"], store["kind"]).splitlines()
+def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
+    """The names the sweep's page (studies/_graphs/sweep.md) reads besides the store's detail."""
+    return names(as_store(view))
 
 
-def blocks(view: Any) -> dict[str, list[str]]:
-    store = as_store(view)
-    return {"docs/graphs.md#sweep": render_section(store).splitlines()} if store["task"] in REAL_TASKS else {}
+def names(store: dict[str, Any]) -> dict[str, Any]:
+    """The page's names from a sweep's store (:func:`as_store`): its runs, the task's :class:`RealTask` ``spec``,
+    per mask a row of :func:`summarize` with ``d``, its paired test difference to the ``reference`` mask (``self``
+    on real data where it ran, else none), the splits run, and when sweeps (or their parts, side by side) were
+    resumed and how long they stood stopped, which their running time (``wall_s``) leaves out."""
+    runs, spec = store["runs"], REAL_TASKS.get(store["task"])
+    reference = "self" if spec is not None and any(r["mask"] == "self" for r in runs) else None
+    parts = store.get("parts") or [store]
+    rows = [{**r, "d": paired(runs, r["mask"], reference) if reference not in (None, r["mask"]) else None}
+            for r in summarize(runs)]
+    return {"runs": runs, "spec": spec, "reference": reference, "rows": rows, "metric": store.get("metric", "acc"),
+            "splits": [s for s in store.get("splits") or [] if s is not None], "replicates": _replicates(store),
+            "parts": store.get("parts", []), "note": store.get("note"),
+            "resumed": sorted({t for p in parts for t in p.get("resumed", [])}),
+            "paused": max(float(p.get("paused_s", 0.0)) for p in parts)}
 
 
 def summary(view: Any) -> list[dict[str, Any]]:

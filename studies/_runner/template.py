@@ -4,14 +4,16 @@ for the values of its store, so that the pages need no code of their own.
 ``page.md`` is cut into blocks by lines ``<!-- block NAME -->`` (text before the first is a comment). A block
 named ``results`` is the README's results block; a name with a ``/`` is a block of a docs page
 (``docs/rnn.md#sections``: the ``rnn_attention:sections`` block of docs/rnn.md; no ``#``: the whole page); any
-other name only serves ``{% include NAME %}``. In a block:
+other name only serves ``{% include NAME %}``, as do the blocks of the files that lines ``<!-- blocks FILE -->`` name
+(relative to the template: pages that share their prose). In a block:
 
 - ``{{ expr }}`` is replaced by the value of ``expr``, a Python expression over the study's names (the store's
   ``detail``, its entries by name, the study's ``context``, the helpers below); a mapping's keys read as
   attributes. ``{{ expr :spec }}`` formats it by ``spec``, a format spec (``,.0f``) or a helper's name
   (``seconds``, ``nbytes``, ``run``, ``pct``). None is shown as "—".
 - a line ``{% for x in expr %}`` (``expr`` may end in ``if cond``), ``{% if expr %}``, ``{% else %}``,
-  ``{% end %}`` or ``{% include NAME %}``, alone on its line, repeats, keeps or inserts the lines it encloses.
+  ``{% end %}`` or ``{% include NAME %}``, alone on its line, repeats, keeps or inserts the lines it encloses;
+  ``{% join %}`` ... ``{% end %}`` joins the lines it makes into one (a paragraph whose parts vary).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from .stats import mean_std, nbytes, run_line, seconds
 
 BLOCK = re.compile(r"^<!-- block (\S+) -->$")
+USE = re.compile(r"^<!-- blocks (\S+) -->$")
 TAG = re.compile(r"^\{%\s*(\w+)\s*(.*?)\s*%\}$")
 PLACE = re.compile(r"\{\{(.*?)\}\}")
 SPEC = re.compile(r"^(.*[^:]):\s*([\w,.%<>^=+\- #]*?)\s*$", re.S)
@@ -106,6 +109,8 @@ def _run(nodes: list[Any], names: dict[str, Any], blocks: dict[str, list[Any]]) 
         tag, arg, body, orelse = node
         if tag == "include":
             out += _run(blocks[arg], names, blocks)
+        elif tag == "join":
+            out.append("".join(_run(body, names, blocks)))
         elif tag == "if":
             out += _run(body if _eval(arg, names) else orelse, names, blocks)
         elif tag == "for":
@@ -118,18 +123,27 @@ def _run(nodes: list[Any], names: dict[str, Any], blocks: dict[str, list[Any]]) 
     return out
 
 
-def pages(template: Path, detail: dict[str, Any], context: dict[str, Any] | None = None) -> dict[str, list[str]]:
-    """The page blocks of ``template`` (``results`` and those of docs pages) rendered from ``detail`` (a store's
-    detail) and ``context`` (more names)."""
+def _blocks(path: Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """The blocks of the template file ``path``, and those of the files it names to include."""
     blocks: dict[str, list[str]] = {}
+    used: dict[str, list[str]] = {}
     name = None
-    for line in template.read_text().splitlines():
-        m = BLOCK.match(line)
-        if m:
+    for line in path.read_text().splitlines():
+        m, use = BLOCK.match(line), USE.match(line)
+        if use:
+            used.update({k: v for part in _blocks(path.parent / use.group(1)) for k, v in part.items()})
+        elif m:
             name = m.group(1)
             blocks[name] = []
         elif name is not None:
             blocks[name].append(line)
-    parsed = {k: _parse(v)[0] for k, v in blocks.items()}
+    return blocks, used
+
+
+def pages(template: Path, detail: dict[str, Any], context: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """The page blocks of ``template`` (``results`` and those of docs pages) rendered from ``detail`` (a store's
+    detail) and ``context`` (more names)."""
+    own, used = _blocks(template)
+    parsed = {k: _parse(v)[0] for k, v in {**used, **own}.items()}
     names = {**HELPERS, **{k: wrap(v) for k, v in {**detail, **(context or {})}.items()}, "detail": wrap(detail)}
-    return {k: _run(v, names, parsed) for k, v in parsed.items() if k == "results" or "/" in k}
+    return {k: _run(parsed[k], names, parsed) for k in own if k == "results" or "/" in k}

@@ -1,2 +1,2 @@
 """Mask sweep on PROTEINS (the graph studies' shared code: :mod:`studies._graphs.mask_sweep`)."""
-from studies._graphs.mask_sweep import blocks, render, resolve, run, summary  # noqa: F401
+from studies._graphs.mask_sweep import context, resolve, run, summary  # noqa: F401

@@ -14,7 +14,7 @@ from torch_geometric.data import Batch, Data
 from attnmm.data.graphs import motif_graphs
 from attnmm.masks import SameGraph
 from studies._graphs import mask_sweep as gms
-from studies._runner import Study, View
+from studies._runner import Study, View, template
 
 matplotlib.use("Agg")
 
@@ -33,6 +33,26 @@ def _graph() -> Data:
     split = torch.arange(n)
     return Data(x=x, y=y, edge_index=edge_index, train_mask=split < 12, val_mask=(split >= 12) & (split < 21),
                 test_mask=split >= 21)
+
+
+def _pages(store: dict) -> dict[str, str]:
+    """The blocks of the sweep's pages, rendered from ``store`` (:func:`gms.as_store`'s form) through the page.md
+    of its task's study."""
+    page = gms.ROOT / "studies" / f"graph_masks_{store['task']}" / "page.md"
+    return {k: "\n".join(v) + "\n" for k, v in template.pages(page, store, gms.names(store)).items()}
+
+
+def _table(store: dict) -> str:
+    """The sweep's table: on real data the table lines of its section."""
+    if store["task"] not in gms.REAL_TASKS:
+        return _pages(store)["results"]
+    return "".join(line + "\n" for line in _pages(store)["docs/graphs.md#sweep"].splitlines() if line.startswith("|"))
+
+
+def _section(store: dict) -> str:
+    pages = _pages(store)
+    assert pages["results"] == pages["docs/graphs.md#sweep"].replace("](figures/", "](../../docs/figures/")
+    return pages["docs/graphs.md#sweep"]
 
 
 def test_mask_names() -> None:
@@ -73,7 +93,7 @@ def test_node_sweep_same_model_and_seeds(tmp_path: Path) -> None:
     again = gms.run_node(_graph(), "graph", 0, FAST)
     assert (again["val"], again["test"], again["best_epoch"]) == tuple(by_mask["graph"][k] for k in ("val", "test",
                                                                                                     "best_epoch"))
-    table = gms.markdown(runs, "node")
+    table = _table({"task": "cora", "kind": "node", "seeds": [0, 1], "runs": runs})
     assert table.count("\n") == 2 + len(MASKS) and "| `khop2` | 150 |" in table
     fig = gms.figure([{"task": "cora", "kind": "node", "seeds": [0, 1], "runs": runs}])
     fig.savefig(tmp_path / "sweep.png")
@@ -103,6 +123,9 @@ def test_a_study_runs_the_sweep_and_renders_it(tmp_path: Path, monkeypatch: pyte
                 "seeds": {"select": [], "test": [0]}, "budget": {"task": "cora", "config": config},
                 "test_candidates": ["graph", "full"]}
     (folder / "protocol.json").write_text(json.dumps(protocol))
+    shared = gms.ROOT / "studies" / "_graphs" / "sweep.md"
+    page = (gms.ROOT / "studies" / "graph_masks_cora" / "page.md").read_text()
+    (folder / "page.md").write_text(page.replace("../_graphs/sweep.md", str(shared)))
     study = Study(folder, gms)
     new = study.run("test", progress=False)
     assert [r["candidate"] for r in new] == ["graph", "full"] and new[0]["detail"]["epochs"] == 3
@@ -111,7 +134,7 @@ def test_a_study_runs_the_sweep_and_renders_it(tmp_path: Path, monkeypatch: pyte
     study.store.data["detail"] = {"task": "cora", "kind": "node", "seeds": [0]}
     store = gms.as_store(View(study))
     assert [r["mask"] for r in store["runs"]] == ["graph", "full"]  # the protocol's order, not the store's
-    assert gms.render(View(study))[0].startswith("| mask |")
+    assert View(study).pages["results"][0].startswith("| mask |")
     gms.figure([store]).savefig(tmp_path / "sweep.png")
     assert (tmp_path / "sweep.png").exists()
 
@@ -131,8 +154,8 @@ def test_self_knn_and_unions() -> None:
     dense = union.dense(N)
     assert torch.equal(dense, gms.build_mask("graph", data, loops=False)[0].dense(N) | knn.dense(N))
     assert gms.build_mask("graph|knn3", data)[0].dense(N).diagonal().all()  # self loops by default
-    assert "| `graph\\|knn3` |" in gms.markdown([{"mask": "graph|knn3", "seed": 0, "pairs": 1, "val": 0.5,
-                                                    "test": 0.5, "train_s": 1.0}], "node")
+    assert "| `graph\\|knn3` |" in _table({"task": "cora", "kind": "node", "seeds": [0], "runs": [
+        {"mask": "graph|knn3", "seed": 0, "pairs": 1, "val": 0.5, "test": 0.5, "train_s": 1.0}]})
 
 
 def _real_store(task: str, runs: list[dict]) -> dict:
@@ -158,9 +181,9 @@ def test_sweep_on_a_generated_actor_graph(tmp_path: Path, monkeypatch: pytest.Mo
     assert (again["val"], again["test"]) == next((r["val"], r["test"]) for r in runs if r["mask"] == "graph"
                                                  and r["split"] == 1)  # seeded: the same run again
     store = _real_store("actor", runs)
-    table = gms.markdown(runs, "node", reference="self")
+    table = _table(store)
     assert "test − `self`, paired" in table.splitlines()[0] and table.count("/2 higher)") == 4
-    section = gms.render_section(store)
+    section = _section(store)
     assert "**2 epochs** (a short schedule)" in section and "SGFormer 37.9" in section
     gms.figure([store], anchors=True).savefig(tmp_path / "actor.png")
 
@@ -194,9 +217,9 @@ def test_a_resumed_sweep_says_when_it_stood_stopped() -> None:
              "best_epoch": 1} for m in ("self", "graph") for s in (0, 1)]
     store = {**_real_store("actor", runs), "paused_s": 600.0,
              "resumed": ["2026-12-01 01:00 UTC", "2026-12-01 02:00 UTC"]}
-    assert "(2026-12-01 00:00 UTC, resumed 2026-12-01 01:00 UTC, resumed " in gms.render_section(store)
-    assert "; stopped 10 min in all, not counted, 1 min running for 4 runs" in gms.render_section(store)
-    assert gms.markdown(runs, "node", reference="self").count("/2 higher)") == 1
+    assert "(2026-12-01 00:00 UTC, resumed 2026-12-01 01:00 UTC, resumed " in _section(store)
+    assert "; stopped 10 min in all, not counted, 1 min running for 4 runs" in _section(store)
+    assert _table(store).count("/2 higher)") == 1
 
 
 def test_a_sweep_run_in_parts_names_each_part() -> None:
@@ -211,13 +234,13 @@ def test_a_sweep_run_in_parts_names_each_part() -> None:
     merged = {**a, "runs": a["runs"] + b["runs"], "splits": [0, 1, 2, 3], "wall_s": 90.0,
               "parts": [{k: p[k] for k in ("command", "started", "wall_s", "resumed", "paused_s") if k in p}
                         for p in (a, b)]}
-    assert "1 thread each, merged with `--merge`). Part b ran later. The model" in gms.render_section(
+    assert "1 thread each, merged with `--merge`). Part b ran later. The model" in _section(
         {**merged, "note": "Part b ran later."})
-    section = gms.render_section(merged)
+    section = _section(merged)
     assert f"`{a['command']}` and `{b['command']}`, side by side" in section and "splits 0-3" in section
     assert ("(2026-12-01 00:00 UTC, resumed 2026-12-02 00:00 UTC; stopped 2 min in all, not counted, 2 min running "
             "for 8 runs, 1 thread each" in section)
-    assert gms.markdown(merged["runs"], "node", reference="self").count("/4 higher)") == 1
+    assert _table(merged).count("/4 higher)") == 1
 
 
 def test_one_run_per_mask_shows_no_spread() -> None:
@@ -225,9 +248,9 @@ def test_one_run_per_mask_shows_no_spread() -> None:
     runs = [{"mask": m, "seed": 0, "split": None, "val": v, "test": v - 0.02, "pairs": 10.0 * (i + 1),
              "train_s": 100.0, "best_epoch": 3} for i, (m, v) in enumerate((("self", 0.46), ("graph", 0.48)))]
     store = {**_real_store("peptides", runs), "metric": "ap"}
-    table = gms.markdown(runs, "graph", "ap", reference="self")
+    table = _table(store)
     assert "| `graph` | 20 | 48.00 | 46.00 | 100.0 s | +2.00 (one run) |" in table and "±" not in table
-    section = gms.render_section(store)
+    section = _section(store)
     assert "one run per mask, so no spread is shown" in section and "; seed 0." in section
     assert gms._replicates(store) == "1 seed"
     d = gms.paired(runs, "graph", "self")

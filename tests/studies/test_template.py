@@ -56,3 +56,16 @@ def test_an_unknown_name_or_tag_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "page.md").write_text("<!-- block results -->\n{% while x %}\n{% end %}\n")
     with pytest.raises(ValueError, match="unknown template tag 'while'"):
         pages(tmp_path / "page.md", {})
+
+
+def test_shared_blocks_and_joined_lines(tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "common.md").write_text(
+        "Shared blocks.\n<!-- block line -->\n{% join %}\nseen {{n}} time\n{% if n != 1 %}\ns\n{% end %}\n"
+        "{% for t in times %}\n, at {{t}}\n{% end %}\n.\n{% end %}\n<!-- block results -->\nnot a page here\n")
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "page.md").write_text(
+        "<!-- blocks ../shared/common.md -->\n<!-- block results -->\n{% include line %}\nend\n")
+    out = pages(tmp_path / "study" / "page.md", {"n": 2, "times": ["9:00", "10:00"]})
+    assert out == {"results": ["seen 2 times, at 9:00, at 10:00.", "end"]}  # the page's own blocks only
+    assert pages(tmp_path / "study" / "page.md", {"n": 1, "times": []})["results"][0] == "seen 1 time."
