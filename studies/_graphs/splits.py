@@ -42,17 +42,17 @@ def paired(a: dict[str, Any], b: dict[str, Any], key: str | None = None) -> dict
     return {"metric": key, "splits": d["keys"], **d}
 
 
-def table(stores: list[tuple[str, dict[str, Any]]], key: str | None = None) -> str:
-    """Markdown: one row per labelled store, the score of each split and the mean ± std (points)."""
-    splits = sorted({r["split"] for _, s in stores for r in s["runs"]})
-    key = key or metric_of(stores[0][1])
-    lines = [f"| run | {' | '.join(str(s) for s in splits)} | mean ± std |", "|---" * (len(splits) + 2) + "|"]
-    for label, store in stores:
-        by = {r["split"]: 100 * r["metrics"][key] for r in store["runs"] if key in r["metrics"]}
-        cells = [f"{by[s]:.2f}" if s in by else "" for s in splits]
-        m = stats.moments(by.values()) if by else {"mean": float("nan"), "std": 0.0}
-        lines.append(f"| {label} | {' | '.join(cells)} | {m['mean']:.2f} ± {m['std']:.2f} |")
-    return "\n".join(lines) + "\n"
+def table(by: dict[str, dict[str, Any]], key: str | None = None) -> dict[str, Any]:
+    """The table of labelled stores: the splits any holds, and per label the score (points) of each split, their
+    mean and std and the stores' wall time."""
+    splits = sorted({r["split"] for s in by.values() for r in s["runs"]})
+    key = key or (metric_of(next(iter(by.values()))) if by else None)
+    rows = []
+    for label, store in by.items():
+        scores = {r["split"]: 100 * r["metrics"][key] for r in store["runs"] if key in r["metrics"]}
+        m = stats.moments(scores.values()) if scores else {"mean": float("nan"), "std": 0.0}
+        rows.append({"label": label, "by": scores, "wall_s": store.get("wall_s", 0.0), **m})
+    return {"splits": splits, "rows": rows}
 
 
 # ---------------------------------------------------------------- the hooks of the actor_splits and tu_splits studies
@@ -108,20 +108,10 @@ def stores(view: Any, kind: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def render(view: Any) -> list[str]:
-    lines = []
-    for kind, what in (("select", "Selection runs: best validation accuracy (%) per split (validation only)"),
-                       ("test", "Test runs: test accuracy (%) per split")):
-        by = stores(view, kind)
-        if by:
-            lines += [f"### {what}", "", *table(list(by.items())).splitlines(), ""]
-            walls = ", ".join(f"{label} {s['wall_s']:,.0f} s" for label, s in by.items())
-            lines += [f"Wall time, all splits: {walls}.", ""]
-    pairs = view.protocol.data.get("paired")
-    if pairs:
-        tests = stores(view, "test")
-        d = paired(tests[pairs[0]], tests[pairs[1]])
-        lines += [f"Paired differences, {pairs[0]} minus {pairs[1]}, per split: "
-                  + ", ".join(f"{x:+.2f}" for x in d["diffs"]) + f"; mean {d['mean']:+.2f} ± {d['std']:.2f} points "
-                  f"(standard error {d['sem']:.2f}), higher on {d['wins']} of {len(d['diffs'])} splits.", ""]
-    return lines
+def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
+    """The names of the page (studies/_graphs/splits.md): the selection and the test runs' :func:`table`, and the
+    paired difference of the two test rows the protocol's ``paired`` names."""
+    pair = view.protocol.data.get("paired")
+    d = paired(*(stores(view, "test")[p] for p in pair)) if pair else None
+    return {"tables": {kind: table(stores(view, kind)) for kind in ("select", "test")},
+            "paired": d and {**d, "a": pair[0], "b": pair[1]}}

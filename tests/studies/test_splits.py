@@ -11,6 +11,7 @@ from _graph_data import write_actor, write_tu
 
 from studies._graphs import splits
 from studies._runner import Items, Study
+from studies._runner.template import pages
 
 
 def test_command_picks_the_split_option() -> None:
@@ -26,14 +27,21 @@ def _store(values: dict[int, float], key: str = "test_acc", select: bool = False
     return {"select": select, "runs": runs}
 
 
-def test_summary_paired_differences_and_table() -> None:
+def _rendered(table: dict, tmp_path: Path) -> str:
+    """A :func:`splits.table` as the studies' pages show it (studies/_graphs/splits.md)."""
+    shared = Path(splits.__file__).with_name("splits.md")
+    (tmp_path / "page.md").write_text(f"<!-- blocks {shared} -->\n<!-- block results -->\n{{% include runs %}}\n")
+    return "\n".join(pages(tmp_path / "page.md", {}, {"t": table})["results"])
+
+
+def test_summary_paired_differences_and_table(tmp_path: Path) -> None:
     a = _store({0: 0.40, 1: 0.38, 2: 0.37})
     b = _store({0: 0.39, 1: 0.38, 2: 0.35, 3: 0.5})
     d = splits.paired(a, b)
     assert d["splits"] == [0, 1, 2] and d["diffs"] == pytest.approx([1.0, 0.0, 2.0])
     assert d["mean"] == pytest.approx(1.0) and d["wins"] == 2 and d["ties"] == 1
     assert splits.metric_of(_store({0: 0.1}, "val_acc", select=True)) == "val_acc"
-    text = splits.table([("a", a), ("b", b)])
+    text = _rendered(splits.table({"a": a, "b": b}), tmp_path)
     assert text.splitlines()[0] == "| run | 0 | 1 | 2 | 3 | mean ± std |"
     assert "| a | 40.00 | 38.00 | 37.00 |  | 38.33 ± 1.53 |" in text
     with pytest.raises(ValueError, match="at least 2"):
