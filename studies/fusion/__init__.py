@@ -3,8 +3,9 @@
 Every run of its four protocols was made before the runner (legacy records in ``store.json``, the last draw's
 per-pair results in ``stores/fusion_conditions.json``); every FSDD test recording is scored, so the study runs
 nothing more. The README's results block and the rows of docs/results.md are the protocol's ``tables`` and
-``summary``; :func:`blocks` writes the conditions section of docs/recipes/multimodal.md and :func:`figure` its
-figure (``docs/make_figures.py fusion_conditions``), both from the last draw's store.
+``summary``; page.md writes the conditions section of docs/recipes/multimodal.md (its names from
+:func:`context`) and :func:`figure` its figure (``docs/make_figures.py fusion_conditions``), both from the last
+draw's store.
 """
 
 from __future__ import annotations
@@ -38,79 +39,25 @@ def run(candidate: Any, seed: int, train: Items | None, evaluate: Any, budget: d
                         "needs recordings FSDD does not have")
 
 
-def _cell(a: dict[str, Any] | None) -> str:
-    return "—" if a is None else f"{a['mean']:.2f} ± {a['std']:.2f}"
-
-
-def _diff(d: dict[str, Any] | None) -> str:
-    return "—" if d is None else f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
-
-
 #: Where a candidate's config is, when not an overlay of the multimodal recipe's default (``configs/NAME.yaml``).
 _SHOWN = {"robust_conflict": "`recipes/multimodal_digits.py`'s default config",
           "default": "`studies/fusion/legacy_recipe.py`'s default config"}
 
 
-def section(store: dict[str, Any]) -> list[str]:
-    """The conditions section of docs/recipes/multimodal.md: the table, the targets and the gate's weights."""
-    s, held = store["summary"], store["held_out"]
-    acc, versus, t = s["accuracy"], s["fused_minus"], s["targets"]
+def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
+    """The names of the conditions section (page.md): the last draw's store, the chosen config and where it is,
+    the conditions (the held-out speaker last), the targets ``t`` and those missed, and the gate's mean weights."""
+    store = json.loads(STORE.read_text())
     choice = (store.get("selection") or {}).get("choice", "?")
-    shown = _SHOWN.get(choice, f"`recipes/multimodal_digits.py` with `studies/fusion/configs/{choice}.yaml`")
-    conds = [*store["conditions"], held]
-    lines = [
-        "", "## Fusion under every condition", "",
-        f"The fused model chosen on validation (`{choice}`: {shown}, its head averaging the "
-        f"segments' {_COMBINE_WORDS[store.get('combine', 'logits')]}) against audio only, image "
-        "only and their late ensemble (the mean of the two models' probabilities; with a modality missing, the "
-        f"present one's), on one test draw (test seed {store['test_seed']}: 1,000 pairs, each test recording "
-        f"paired with {store['test_pairs']['own']} MNIST test images; the held-out-speaker rows: 1,000 pairs of "
-        "each fold's speaker, never trained on, with clean images). The test recordings are the same in every "
-        "draw of the study (FSDD's takes 0-4; a draw changes the image pairing and the noise), and earlier "
-        "protocols' test numbers on them were seen before this one was written. Accuracy (%), mean ± std over "
-        "3 training seeds (the held-out speaker: over the 5 folds, one seed each); the differences are the fused "
-        "model's, with a 95% paired bootstrap interval over the test pairs. The protocols, the earlier draws' numbers "
-        "and the caveats are in [the fusion study](../../studies/fusion/README.md).", "",
-        f"**{held.capitalize()} (exploratory: selection saw test recordings).** The held-out-speaker "
-        "row reuses the same five FSDD speakers' recordings in every protocol (a new test seed changes only the "
-        "image pairing and the noise); the fourth protocol was designed from george's fold of an earlier draw "
-        "and tested on the same recordings; and the validation speaker jackson's takes 5-49 are 450 of the 500 "
-        "recordings of jackson's test fold. The other rows are FSDD's test takes 0-4, never used in selection.", "",
-        "| condition | fused | audio only | image only | late ensemble | fused − audio | fused − image "
-        "| fused − ensemble |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    lines += [f"| {c}{' (exploratory)' if c == held else ''} | **{_cell(acc['fused'].get(c))}** | "
-              + " | ".join(_cell(acc[m].get(c)) for m in MODELS[1:]) + " | "
-              + " | ".join(_diff(versus[c].get(m)) for m in MODELS[1:]) + " |" for c in conds]
-    missed = [f"{c} ({v['margin']:+.2f} against {v['best_peer']})" for c, v in t["never_worse"].items() if not v["met"]]
-    w, wb = t["worth_it_average"], t["worth_it_both_corrupted"]
-
-    def met(ok: bool) -> str:
-        return "**met**" if ok else "**missed**"
-
-    lines += [
-        "", "![accuracy per condition](../figures/fusion_conditions.png)", "", "Targets:", "",
-        f"- never worse (fused >= the best peer − 1 point on every condition): {met(t['never_worse_met'])}"
-        + ("" if not missed else f"; missed on {', '.join(missed)}") + ";",
-        f"- worth it, on average over the conditions with both modalities: fused − late ensemble = {w['gain']:+.2f} "
-        f"points (1 needed): {met(w['met'])};",
-        f"- worth it when both are corrupted: fused − {wb['better_single']} only = {wb['gain']:+.2f} points "
-        f"(5 needed; interval {_diff(wb['interval'])}): {met(wb['met'])};",
-        f"- clean accuracy {t['clean']['fused']:.2f}% (99.5 needed): {met(t['clean']['met'])};",
-        f"- the longest training {t['training_minutes']['max']:.1f} min on one thread (15 allowed): "
-        f"{met(t['training_minutes']['met'])}.",
-    ]
-    alphas = {c: store["cells"]["fused"][c]["alpha"] for c in conds if store["cells"]["fused"][c].get("alpha")}
-    if alphas:
-        names = ["audio", "image", "fusion"][: len(next(iter(alphas.values()))[0])]
-        lines += ["", "The gate's mean weights (" + ", ".join(names) + ") per condition, over the replicates: "
-                  + "; ".join(f"{c}: " + "/".join(f"{x:.2f}" for x in np.mean(v, 0)) for c, v in alphas.items()) + "."]
-    return lines
-
-
-def blocks(view: Any) -> dict[str, list[str]]:
-    return {"docs/recipes/multimodal.md#conditions": section(json.loads(STORE.read_text()))}
+    conds = [*store["conditions"], store["held_out"]]
+    t = store["summary"]["targets"]
+    fused = store["cells"]["fused"]
+    alphas = {c: np.mean(fused[c]["alpha"], 0).tolist() for c in conds if fused[c].get("alpha")}
+    return {**store, "choice": choice, "conds": conds, "models": MODELS, "t": t, "alphas": alphas,
+            "shown": _SHOWN.get(choice, f"`recipes/multimodal_digits.py` with `studies/fusion/configs/{choice}.yaml`"),
+            "combine": _COMBINE_WORDS[store.get("combine", "logits")],
+            "missed": [(c, v) for c, v in t["never_worse"].items() if not v["met"]],
+            "gate": ["audio", "image", "fusion"][: len(next(iter(alphas.values()), []))]}
 
 
 def figure(store: dict[str, Any]) -> Any:

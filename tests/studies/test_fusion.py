@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import studies.fusion as fusion
-from studies._runner import ProtocolError, Study
+from studies._runner import ProtocolError, Study, View
 from studies._runner.stats import bootstrap_difference
 
 
@@ -50,14 +50,15 @@ def test_bootstrap_pairs_the_seeds_and_resamples_folds_apart() -> None:
 
 def test_the_conditions_section_and_figure_from_the_store() -> None:
     store = json.loads(fusion.STORE.read_text())
-    lines = fusion.section(store)
+    pages = View.load("fusion").pages  # page.md with the study's context, from the last draw's store
+    lines = pages["docs/recipes/multimodal.md#conditions"]
     rows = [line for line in lines if line.startswith("| ")]
     assert len(rows) == 1 + len(store["conditions"]) + 1  # the header and one row per condition
     assert rows[-2].startswith("| image missing |") and "| — |" in rows[-2]  # image only has no prediction
     assert rows[-1].startswith("| held-out speaker (exploratory) | **")
     text = "\n".join(lines)
     assert "fusion_conditions.png" in text and "never worse" in text and "`robust_conflict`" in text
-    assert list(fusion.blocks(None)) == ["docs/recipes/multimodal.md#conditions"]
+    assert list(pages) == ["docs/recipes/multimodal.md#conditions"]
     fig = fusion.figure(store)
     assert len(fig.axes[0].lines) == len(fusion.MODELS)
 
