@@ -112,6 +112,7 @@ def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
     """The names of the page (studies/_graphs/splits.md): the selection and the test runs' :func:`table`, and the
     paired difference of the two test rows the protocol's ``paired`` names."""
     pair = view.protocol.data.get("paired")
-    d = paired(*(stores(view, "test")[p] for p in pair)) if pair else None
+    tests = stores(view, "test")
+    d = paired(tests[pair[0]], tests[pair[1]]) if pair else None
     return {"tables": {kind: table(stores(view, kind)) for kind in ("select", "test")},
             "paired": d and {**d, "a": pair[0], "b": pair[1]}}
