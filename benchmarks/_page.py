@@ -44,11 +44,11 @@ def generated(page: str, start: str, end: str, command: str, store: Path, body: 
     return splice(page, "\n".join([start, note, "", *body, end]), start, end)
 
 
-def publish(stored: Store, results: Path, page: Path, render: Any) -> None:
+def publish(stored: Store, results: Path, page: Path, render: Any, indent: int = 1) -> None:
     """Write a benchmark's run to its store ``results`` and its section of ``page``, rendered by
     ``render(page_text, stored)`` from that store alone."""
     results.parent.mkdir(exist_ok=True)
-    results.write_text(json.dumps(stored, indent=1) + "\n")
+    results.write_text(json.dumps(stored, indent=indent) + "\n")
     page.write_text(render(page.read_text(), stored))
 
 

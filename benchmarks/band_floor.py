@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         stored = json.loads(RESULTS.read_text())
     else:
         from benchmarks._measure import commit, machine_line, wait_for_idle
+        from benchmarks._page import publish
 
         idle = wait_for_idle()  # as python -m benchmarks does: other processes only ever add time
         stored = {"machine": machine_line(), "commit": commit(), "idle": idle,
@@ -177,8 +178,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(markdown(stored))
         if args.no_write:
             return stored
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(stored, indent=2) + "\n")
+        publish(stored, RESULTS, PAGE, render_page, indent=2)
+        return stored
     PAGE.write_text(render_page(PAGE.read_text(), stored))
     return stored
 

@@ -166,7 +166,9 @@ def markdown(stored: dict[str, Any]) -> str:
     lines += ["", "Time a training batch (forward, backward, optimiser step) of "
               f"`recipes/configs/graph_graph_peptides.yaml`, {stored['batches']} batches of 64 peptides per process "
               f"after {stored['warmup']} untimed, medians of {stored['rounds']} alternating rounds of fresh processes, "
-              f"{stored['machine']}, code at `{stored['commit']}`."]
+              f"{stored['machine']}, code at `{stored['commit']}`. Loading a batch between steps: "
+              + ", ".join(f"{statistics.median(m.get('load', 0.0) for m in got['candidate']) * 1e3:.1f} ms"
+                          f" ({threads} thread(s))" for threads, got in stored["threads"].items()) + "."]
     prof = stored.get("profile")
     if prof:
         total = sum(prof["kinds"].values()) + prof["other operators"]

@@ -33,6 +33,7 @@ import torch
 
 from benchmarks import mixed_sequence
 from benchmarks._measure import _status, commit, machine_line, process_peak, train_runner
+from benchmarks._page import publish
 
 RESULTS = Path(__file__).with_name("results") / "split_memory.json"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "attention.md"
@@ -173,8 +174,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(markdown(stored))
         if opts.no_write:
             return stored
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(stored, indent=2) + "\n")
+        publish(stored, RESULTS, PAGE, render_page, indent=2)
+        return stored
     PAGE.write_text(render_page(PAGE.read_text(), stored))
     return stored
 

@@ -12,7 +12,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.common.categorical import CategoricalEncoder
-from attnmm.masks import Graph, SameGraph
+from attnmm.masks import Graph, Mask, SameGraph
 from attnmm.masks.graph_helpers import expander, graph_mask
 
 PE = Literal["none", "laplacian", "random_walk"]
@@ -222,11 +222,14 @@ class GraphAdapter(Adapter):
         graph = getattr(batch, "batch", None)
         if graph is None:
             graph = torch.zeros(N, dtype=torch.long, device=device)
-        mask = SameGraph(graph) if self.scope == "graph" else graph_mask(batch, self_loops=self.self_loops)
-        if isinstance(mask, Graph) and self.scope == "expander":  # one Graph, not a union: the sparse fast path
-            noise = _content_noise(x, graph, self.expander_degree // 2)
-            extra = expander(N, self.expander_degree, graph, noise=noise).edge_index
-            mask = Graph(torch.cat([mask.edge_index, extra], 1), N)
+        if self.scope == "graph":
+            mask: Mask = SameGraph(graph)
+        else:
+            mask = edges = graph_mask(batch, self_loops=self.self_loops)
+            if self.scope == "expander":  # the edges and the expander edges as one Graph (not a union): sparse path
+                noise = _content_noise(x, graph, self.expander_degree // 2)
+                extra = expander(N, self.expander_degree, graph, noise=noise).edge_index
+                mask = Graph(torch.cat([edges.edge_index, extra], 1), N)
         edge_attr = getattr(batch, "edge_attr", None)
         if self.bonds is not None:
             if edge_attr is None:

@@ -10,7 +10,8 @@ from benchmarks import peptides_epoch
 
 
 def test_the_tables_give_medians_ratios_and_the_profile_by_kind() -> None:
-    rounds = {"baseline": [{"wall": w} for w in (0.4, 0.3, 0.5)], "candidate": [{"wall": w} for w in (0.2, 0.1, 0.2)]}
+    rounds = {"baseline": [{"wall": w} for w in (0.4, 0.3, 0.5)],
+              "candidate": [{"wall": w, "load": 0.004} for w in (0.2, 0.1, 0.2)]}
     kinds = {name: 0.0 for name, _ in peptides_epoch.KINDS}
     kinds["attention kernel (fused SDPA, forward and backward)"] = 0.03
     stored = {"machine": "m", "commit": "abc1234", "baseline": "8c6f76c", "rounds": 3, "batches": 20, "warmup": 3,
@@ -19,6 +20,7 @@ def test_the_tables_give_medians_ratios_and_the_profile_by_kind() -> None:
     assert "| 1 | 0.400 s (rounds 0.300-0.500) | 0.200 s (rounds 0.100-0.200) | 2.00x (rounds 2.00-3.00) |" in table
     assert "| attention kernel (fused SDPA, forward and backward) | 30 | 75% |" in table
     assert "| other operators | 10 | 25% |" in table and "`abc1234`" in table
+    assert "Loading a batch between steps: 4.0 ms (1 thread(s))." in table
 
 
 @pytest.mark.parametrize(("name", "expected"), [
