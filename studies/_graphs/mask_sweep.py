@@ -29,6 +29,7 @@ from attnmm.lightning.schedule import WarmupCosine
 from attnmm.masks import Graph, Mask, SameGraph
 from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
 from attnmm.nn import GraphAttentionEncoder
+from studies._graphs.splits import RECIPES, _indices
 from studies._runner import stats
 from studies._runner.stats import spread
 from studies._runner.train import ROOT, best_epoch, recipe_cli, sgd_epoch
@@ -36,13 +37,12 @@ from studies._runner.train import ROOT, best_epoch, recipe_cli, sgd_epoch
 
 @dataclass(frozen=True)
 class RealTask:
-    """A sweep task on real data: the recipe and config its model comes from, the data's name, the option
-    that picks a split (``None``: one official split, replicates are seeds), and published anchors."""
+    """A sweep task on real data: the recipe and config its model comes from (the recipe's option that picks a
+    split is in :data:`studies._graphs.splits.RECIPES`), the data's name, and published anchors."""
 
     recipe: str
     config: str
     name: str
-    split_option: str | None
     kind: str  # "node" or "graph"
     metric: str  # "acc" or "ap"
     anchors: tuple[tuple[str, float], ...]
@@ -54,18 +54,18 @@ class RealTask:
 #: The real-data tasks of the graph_masks_* studies (their protocol's ``budget.task``).
 REAL_TASKS: dict[str, RealTask] = {
     "actor": RealTask(
-        "graph_node", "recipes/configs/graph_node_actor.yaml", "Actor", "data.split_index", "node", "acc",
+        "graph_node", "recipes/configs/graph_node_actor.yaml", "Actor", "node", "acc",
         (("GCN", 30.0), ("GAT", 28.0), ("MLP", 36.0), ("H2GCN", 35.7), ("GloGNN++", 37.7), ("SGFormer", 37.9)),
         "test accuracy, mean of geom-gcn's 10 splits (GAT: 27-29; GCN and MLP about)",
         ("--data.feature_neighbors", "0"),  # the config's feature neighbours are the sweep's knnK masks
     ),
     "proteins": RealTask(
-        "graph_graph", "recipes/configs/graph_graph_tu.yaml", "PROTEINS", "data.fold", "graph", "acc",
+        "graph_graph", "recipes/configs/graph_graph_tu.yaml", "PROTEINS", "graph", "acc",
         (("GIN (Errica et al.)", 73.3), ("structure-agnostic baseline (Errica et al.)", 75.8)),
         "test accuracy, 10-fold stratified CV (Errica et al. choose hyperparameters per fold, 3 runs per fold)",
     ),
     "peptides": RealTask(
-        "graph_graph", "recipes/configs/graph_graph_peptides.yaml", "peptides-func", None, "graph", "ap",
+        "graph_graph", "recipes/configs/graph_graph_peptides.yaml", "peptides-func", "graph", "ap",
         (("GCN", 59.30), ("GatedGCN", 58.64), ("Transformer+LapPE", 63.26), ("GPS", 65.35), ("Exphormer", 65.27),
          ("tuned GCN (Tönshoff et al.)", 68.60), ("GRIT", 69.88)),
         "test AP x 100, official split, about 500k parameters, mean of 4 seeds",
@@ -259,10 +259,7 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int,
 
 def _score(logits: Tensor, y: Tensor, metric: str) -> float:
     if metric == "ap":
-        from torchmetrics.functional.classification import multilabel_average_precision
-
-        target = torch.where(torch.isnan(y), -100, y).long()
-        return float(multilabel_average_precision(logits.sigmoid(), target, y.size(1), ignore_index=-100))
+        return stats.average_precision(logits.sigmoid(), y)
     return float((logits.argmax(-1) == y).float().mean())
 
 
@@ -284,8 +281,8 @@ def run_real(task: str, name: str, split: int | None, seed: int, epochs: int,
     parse_mask(name)
     spec = REAL_TASKS[task]
     argv = ["--config", str(ROOT / spec.config), "--data.name", spec.name, "--trainer.logger", "false", *spec.data_args]
-    if split is not None and spec.split_option is not None:
-        argv += [f"--{spec.split_option}", str(split)]
+    if split is not None:
+        argv += [f"--{RECIPES[spec.recipe]}", str(split)]
     cli = recipe_cli(spec.recipe, [*argv, *args])
     model, data = cli.model, cli.datamodule
     data.setup("fit")
@@ -397,9 +394,8 @@ def figure(stores: list[dict[str, Any]], anchors: bool = False) -> Any:
             for ax in (left, right):
                 for j, (_, value) in enumerate(spec.anchors):
                     ax.axhline(value, color="grey", lw=0.8, ls=(0, (4, 2 + j)))
-            span = max(max(v for _, v in spec.anchors), max(r["test"] for r in rows)) - min(
-                min(v for _, v in spec.anchors), min(r["test"] for r in rows))
-            for label, value in _anchor_labels(spec.anchors, 0.03 * span):
+            values = [v for _, v in spec.anchors] + [r["test"] for r in rows]
+            for label, value in _anchor_labels(spec.anchors, 0.03 * (max(values) - min(values))):
                 right.annotate(label, (1.0, value), xycoords=("axes fraction", "data"), fontsize=7,
                                color="grey", ha="right", va="bottom")
         per = "" if store["kind"] == "node" else " per graph"
@@ -456,8 +452,6 @@ def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Any:
     task = spec["task"]
     if task not in REAL_TASKS:
         return Items.of(spec, fold=[f"{task}:{spec.get('split')}:{spec['part']}"])
-    from studies._graphs.splits import _indices
-
     name = REAL_TASKS[task].name
     parts = ("train", "val") if spec["part"] == "train" else (spec["part"],)
     ids = [f"{name}:{i}" for p in parts for i in _indices(name, spec.get("split") or 0)[p]]
@@ -517,14 +511,12 @@ def names(store: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary(view: Any) -> list[dict[str, Any]]:
-    store = as_store(view)
-    spec = REAL_TASKS.get(store["task"])
-    rows = summarize(store["runs"])
-    best = max(rows, key=lambda r: r["test"])
-    n = best["seeds"]
-    what = "AP x 100" if store.get("metric") == "ap" else "accuracy (%)"
-    anchors = ", ".join(f"{label} {value:.1f}" for label, value in spec.anchors) if spec else "—"
-    return [{"task": view.protocol.data["task"], "dataset": view.protocol.data["dataset"],
-             "split": view.protocol.data["split_protocol"], "metric": f"test {what}, best mask of a sweep",
-             "result": f"`{best['mask']}` {spread(best['test'], best['test_std'], n)} ({_replicates(store)}); "
-                       f"{len(rows)} masks", "anchors": anchors, "order": view.protocol.data.get("order", 50)}]
+    """docs/results.md's row: the best mask's test score, from the page's names (:func:`names`)."""
+    n, p = context({}, view), view.protocol.data
+    best = max(n["rows"], key=lambda r: r["test"])
+    what = "AP x 100" if n["metric"] == "ap" else "accuracy (%)"
+    anchors = ", ".join(f"{label} {value:.1f}" for label, value in n["spec"].anchors) if n["spec"] else "—"
+    return [{"task": p["task"], "dataset": p["dataset"], "split": p["split_protocol"],
+             "metric": f"test {what}, best mask of a sweep", "anchors": anchors, "order": p.get("order", 50),
+             "result": f"`{best['mask']}` {spread(best['test'], best['test_std'], best['seeds'])} ({n['replicates']}); "
+                       f"{len(n['rows'])} masks"}]

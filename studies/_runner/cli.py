@@ -80,7 +80,7 @@ def measure(study: Study, parts: str, overrides: list[str], command: str) -> Non
     """Run the study's measurement ``parts`` (the ``MEASURE`` functions of its ``measure`` module) with its ``OPTIONS``
     (``key=value`` overrides) and keep what each returns, ``{detail key: value}`` (a key "a/b" nests), in the
     store's ``detail`` with the run (command, machine, minutes); a module's ``unpack``/``pack`` read and write
-    that detail."""
+    that detail. A part runs on the number of threads its ``threads`` option says, when the module has one."""
     name = f"studies.{study.name}.{getattr(study.module, 'MEASURE_MODULE', 'measure')}"
     try:
         module = importlib.import_module(name)
@@ -100,6 +100,10 @@ def measure(study: Study, parts: str, overrides: list[str], command: str) -> Non
             raise SystemExit(f"unknown part {part!r}; {study.name}'s parts are {sorted(module.MEASURE)}")
         detail = getattr(module, "unpack", dict)(study.store.data.get("detail", {}))
         ns = argparse.Namespace(**opts, command=command, detail=detail)
+        if "threads" in opts:
+            import torch
+
+            torch.set_num_threads(opts["threads"])
         started = time.perf_counter()
         result = module.MEASURE[part](ns)
         run = {"command": command, "machine": machine(), "minutes": round((time.perf_counter() - started) / 60, 1)}

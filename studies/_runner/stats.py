@@ -52,6 +52,17 @@ def paired(a: dict[Any, float], b: dict[Any, float], least: int = 1) -> dict[str
             "ties": sum(d == 0 for d in diffs), "n": len(diffs)}
 
 
+def average_precision(scores: Any, labels: Any) -> float:
+    """The mean over labels of each label's average precision (LRGB's AP, the graph recipe's ``val_ap``/``test_ap``)
+    of ``scores`` (G, L) for ``labels`` (G, L) in {0, 1}, arrays or tensors; a NaN label (unknown) is left out."""
+    import torch
+    from torchmetrics.functional.classification import multilabel_average_precision
+
+    y = torch.as_tensor(labels)
+    target = torch.where(torch.isnan(y), -100, y).long()
+    return float(multilabel_average_precision(torch.as_tensor(scores).float(), target, y.size(1), ignore_index=-100))
+
+
 def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
     """The Student t interval at ``level`` of the mean of ``values`` (e.g. :func:`paired`'s ``diffs``); None
     under two values."""

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from studies._runner.protocol import ProtocolError
+from studies._runner.stats import average_precision
 
 
 def morgan(smiles: Sequence[str], radius: int, bits: int) -> np.ndarray:
@@ -49,14 +49,6 @@ def grid(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     prefixes of one ensemble: :func:`fit_predict` trains it once)."""
     return {f"r{radius}_b{bits}_lr{lr:g}_t{trees}": {"radius": radius, "bits": bits, "lr": lr, "trees": trees}
             for radius, bits, lr, trees in itertools.product(spec["radius"], spec["bits"], spec["lr"], spec["trees"])}
-
-
-def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
-    """The mean over labels of each label's average precision (LRGB's AP; the recipe's ``val_ap``/``test_ap``)."""
-    from torchmetrics.functional.classification import multilabel_average_precision
-
-    target = torch.as_tensor(labels).long()
-    return float(multilabel_average_precision(torch.as_tensor(scores).float(), target, labels.shape[1]))
 
 
 def fit_predict(x: np.ndarray, y: np.ndarray, evaluate: Mapping[str, np.ndarray], lr: float, trees: Sequence[int],

@@ -9,13 +9,7 @@ from typing import Any
 
 from studies._runner import Items
 from studies._runner.train import ROOT, fit_scores
-
-
-def resolve(spec: dict[str, Any], protocol: dict[str, Any]) -> Items:
-    """``{"part": "val"}``: that part of the official split, as graph indices (the data module's)."""
-    from studies._graphs.splits import _indices
-
-    return Items.of(spec, graph=[f"peptides:{i}" for i in _indices("peptides-func", 0)[spec["part"]]])
+from studies.peptides_field import resolve  # noqa: F401  (the official split's graphs, as the field study names them)
 
 
 def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:

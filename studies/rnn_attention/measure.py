@@ -140,7 +140,6 @@ OPTIONS: dict[str, Any] = {"quality": "lm,pos", "seed": 0, "recall_length": 512,
 
 def _stored(name: str) -> Any:
     def run(opts: argparse.Namespace) -> dict[str, Any]:  # a device's other than the CPU apart
-        torch.set_num_threads(opts.threads)
         return {name if opts.device == "cpu" else f"{name}_{opts.device}": PARTS[name](opts)}
 
     return run

@@ -223,14 +223,6 @@ def _models(opts: argparse.Namespace, retrain: bool) -> dict[str, Any]:
     return out
 
 
-def _one_thread(part: Any) -> Any:
-    def run(opts: argparse.Namespace) -> dict[str, Any]:
-        torch.set_num_threads(1)
-        return part(opts)
-
-    return run
-
-
 def _cost(opts: argparse.Namespace) -> dict[str, Any]:
     from benchmarks import mask_costs
 
@@ -238,11 +230,11 @@ def _cost(opts: argparse.Namespace) -> dict[str, Any]:
 
 
 _budget = yaml.safe_load(CONFIG.read_text())
-#: The parts' options; the training budget is the recipe's.
+#: The parts' options; the training budget is the recipe's, and a part runs on ``threads`` threads.
 OPTIONS: dict[str, Any] = {
     "masks": list(MASKS), "cost_masks": ["Full", "Window(16, 4)", "Chunk(8, 2)"], "lengths": [1, 5, 10, 20],
     "cost_lengths": [1, 2, 5, 10, 20, 40], "batch": 16, "steps": 7, "num_train": _budget["data"]["init_args"][
         "num_train"], "epochs": _budget["trainer"]["max_epochs"], "digits_per_length": 1000, "stream_strings": 200,
-    "checkpoint": None, "budget": "recipe budget", "seed": 0, "root": None}
-MEASURE = {k: _one_thread(v) for k, v in {"cost": _cost, "reference": reference, "train": lambda o: _models(o, True),
-                                           "eval": lambda o: _models(o, False)}.items()}
+    "checkpoint": None, "budget": "recipe budget", "seed": 0, "root": None, "threads": 1}
+MEASURE = {"cost": _cost, "reference": reference, "train": lambda o: _models(o, True),
+           "eval": lambda o: _models(o, False)}
