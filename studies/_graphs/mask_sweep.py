@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import operator
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,19 +186,13 @@ def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = No
     modules = nn.ModuleList([adapter, encoder])
     optimizer = torch.optim.Adam([*modules.parameters(), virtual], lr=c["lr"], weight_decay=c["wd"])
 
-    def logits() -> Tensor:
-        x = torch.cat([adapter(data).x, virtual.expand(extra, -1)])  # (N + G, F)
-        return encoder(x, attn_mask)[:N]  # (N, C)
+    pairs = attn_mask.nnz(N + extra)
 
-    def score() -> dict[str, float]:
-        hit = logits().argmax(-1) == data.y
-        return {"val": float(hit[data.val_mask].float().mean()), "test": float(hit[data.test_mask].float().mean())}
+    def logits(graph: Any) -> tuple[Tensor, int]:
+        x = torch.cat([adapter(graph).x, virtual.expand(extra, -1)])  # (N + G, F)
+        return encoder(x, attn_mask)[:N], pairs  # (N, C)
 
-    def loss(d: Any) -> Tensor:
-        return F.cross_entropy(logits()[d.train_mask], d.y[d.train_mask])
-
-    result = best_epoch(lambda: sgd_epoch(modules, [data], loss, optimizer), score, c["epochs"])
-    return {**result, "pairs": attn_mask.nnz(N + extra)}
+    return _fit(logits, F.cross_entropy, data, None, seed, c["epochs"], modules, optimizer)
 
 
 def prepare_graphs(splits: dict[str, list[Any]], pe_dim: int) -> dict[str, list[Any]]:
@@ -231,29 +226,18 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int,
     modules = nn.ModuleList([adapter, encoder, head])
     optimizer = torch.optim.Adam([*modules.parameters(), virtual], lr=c["lr"], weight_decay=c["wd"])
 
-    def logits(batch: Any) -> Tensor:
+    def logits(batch: Any) -> tuple[Tensor, int]:
         attn_mask, extra = build_mask(mask, batch)
         tokens = adapter(batch)
         h = encoder(torch.cat([tokens.x, virtual.expand(extra, -1)]), attn_mask)  # (N + G, D)
-        return head(h[: tokens.x.size(0)], tokens)  # (B, C)
+        return head(h[: tokens.x.size(0)], tokens), 0  # (B, C); the pairs are counted below
 
-    train = DataLoader(splits["train"], batch_size=c["batch_size"], shuffle=True,
-                       generator=torch.Generator().manual_seed(seed))
-    fixed = {k: list(DataLoader(splits[k], batch_size=c["batch_size"])) for k in ("val", "test")}
     pairs = 0  # over every graph of the splits
     for graphs in splits.values():
         for b in DataLoader(graphs, batch_size=c["batch_size"]):
             attn_mask, extra = build_mask(mask, b)
             pairs += attn_mask.nnz(int(b.num_nodes) + extra)
-
-    def score() -> dict[str, float]:
-        return {k: sum(int((logits(b).argmax(-1) == b.y).sum()) for b in bs) / sum(b.num_graphs for b in bs)
-                for k, bs in fixed.items()}
-
-    def loss(b: Any) -> Tensor:
-        return F.cross_entropy(logits(b), b.y)
-
-    result = best_epoch(lambda: sgd_epoch(modules, train, loss, optimizer), score, c["epochs"])
+    result = _fit(logits, F.cross_entropy, splits, c["batch_size"], seed, c["epochs"], modules, optimizer)
     return {**result, "pairs": pairs / sum(len(graphs) for graphs in splits.values())}
 
 
@@ -270,14 +254,50 @@ def _loss(model: Any, logits: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(logits, y, label_smoothing=model.objective.label_smoothing)
 
 
+def _fit(logits: Callable[[Any], tuple[Tensor, int]], loss: Callable[[Tensor, Tensor], Tensor], data: Any,
+         batch_size: int | None, seed: int, epochs: int, modules: nn.Module, optimizer: torch.optim.Optimizer,
+         metric: str = "acc", schedule: Any = None) -> dict[str, Any]:
+    """``epochs`` epochs of training ``modules`` (:func:`~studies._runner.train.best_epoch`) on one graph with
+    ``train_mask``/``val_mask``/``test_mask`` (``batch_size`` None) or on the ``train`` graphs of the splits
+    ``data`` in batches (shuffled by ``seed``). ``logits(batch)`` gives the outputs and the pairs attended,
+    ``loss(outputs, y)`` the training loss; scored by ``metric`` on the validation and test nodes or graphs,
+    with the pairs (per validation graph)."""
+    from torch_geometric.loader import DataLoader
+
+    if batch_size is None:  # the one graph, seen whole
+        batches: Any = [data]
+    else:
+        batches = DataLoader(data["train"], batch_size=batch_size, shuffle=True,
+                             generator=torch.Generator().manual_seed(seed))
+        fixed = {k: list(DataLoader(data[k], batch_size=batch_size)) for k in ("val", "test")}
+
+    def train_loss(batch: Any) -> Tensor:
+        out, _ = logits(batch)
+        keep = batch.train_mask if batch_size is None else slice(None)
+        return loss(out[keep], batch.y[keep])
+
+    def score() -> dict[str, float]:
+        if batch_size is None:  # validation and test nodes from one forward
+            out, nnz = logits(data)
+            return {**{s: _score(out[getattr(data, f"{s}_mask")], data.y[getattr(data, f"{s}_mask")], metric)
+                       for s in ("val", "test")}, "pairs": float(nnz)}
+        got = {}
+        for part, bs in fixed.items():
+            results = [logits(b) for b in bs]
+            got[part] = _score(torch.cat([o for o, _ in results]), torch.cat([b.y for b in bs]), metric)
+            if part == "val":  # pairs per graph, over the validation graphs
+                got["pairs"] = sum(n for _, n in results) / sum(b.num_graphs for b in bs)
+        return got
+
+    return best_epoch(lambda: sgd_epoch(modules, batches, train_loss, optimizer, schedule), score, epochs)
+
+
 def run_real(task: str, name: str, split: int | None, seed: int, epochs: int,
              args: Sequence[str] = ()) -> dict[str, Any]:
     """One run of mask ``name`` on a real-data task (:data:`REAL_TASKS`) and split (None: its one official
     split): the model, data, optimiser and schedule of its recipe config (built by the recipe's CLI, not run),
     fresh weights from ``seed``, ``epochs`` epochs, the mask the encoder attends under swapped (the adapter still
     makes the tokens); ``args`` are recipe options. Its data and draws depend only on its mask, split and seed."""
-    from torch_geometric.loader import DataLoader
-
     parse_mask(name)
     spec = REAL_TASKS[task]
     argv = ["--config", str(ROOT / spec.config), "--data.name", spec.name, "--trainer.logger", "false", *spec.data_args]
@@ -310,35 +330,12 @@ def run_real(task: str, name: str, split: int | None, seed: int, epochs: int,
         graph = data.train_dataloader().dataset[0]
         once = build(graph)
         build = lambda _: once  # noqa: E731
-        batches: Any = [graph]
-    else:
-        batches = DataLoader(data.splits["train"], batch_size=data.batch_size, shuffle=True,
-                             generator=torch.Generator().manual_seed(seed))
-        fixed = {k: list(DataLoader(data.splits[k], batch_size=data.batch_size)) for k in ("val", "test")}
+    batch_size = None if spec.kind == "node" else data.batch_size
     optimizer = model.optimization.build(model, model.lr, fused_ok=False)["optimizer"]
     warmup = WarmupCosine(model.optimization.warmup_fraction, model.optimization.min_lr_ratio)
-    warmup.start(epochs * len(batches))
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup)
-
-    def loss(batch: Any) -> Tensor:
-        out, _ = logits(batch)
-        keep = batch.train_mask if spec.kind == "node" else slice(None)
-        return _loss(model, out[keep], batch.y[keep])
-
-    def score() -> dict[str, float]:
-        if spec.kind == "node":  # the one graph: validation and test nodes from one forward
-            out, nnz = logits(graph)
-            return {**{s: _score(out[getattr(graph, f"{s}_mask")], graph.y[getattr(graph, f"{s}_mask")], spec.metric)
-                       for s in ("val", "test")}, "pairs": float(nnz)}
-        got = {}
-        for part, bs in fixed.items():
-            results = [logits(b) for b in bs]
-            got[part] = _score(torch.cat([o for o, _ in results]), torch.cat([b.y for b in bs]), spec.metric)
-            if part == "val":  # pairs per graph, over the validation graphs
-                got["pairs"] = sum(n for _, n in results) / sum(b.num_graphs for b in bs)
-        return got
-
-    result = best_epoch(lambda: sgd_epoch(model, batches, loss, optimizer, schedule), score, epochs)
+    warmup.start(epochs * (1 if batch_size is None else math.ceil(len(data.splits["train"]) / batch_size)))
+    result = _fit(logits, functools.partial(_loss, model), graph if batch_size is None else data.splits, batch_size,
+                  seed, epochs, model, optimizer, spec.metric, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup))
     return {"mask": name, "seed": seed, "split": split, **result}
 
 
