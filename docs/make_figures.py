@@ -173,9 +173,9 @@ def _kws_confusion(names: tuple[str, ...] = ("transformer", "res8")) -> Callable
     def draw() -> Figure:
         if str(DOCS.parent) not in sys.path:
             sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
-        from studies.kws import evaluate
+        from studies.kws import measure
 
-        return evaluate.figure(evaluate.load_stores(names))
+        return measure.figure(measure.load_stores(names))
 
     return draw
 

@@ -5,11 +5,10 @@ ten folds with a candidate's overrides, its sets the split's node or graph indic
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 from studies._runner import stats
-from studies._runner.train import ROOT, fit_scores
+from studies._runner.train import fit_scores, workdir
 
 #: Per recipe: the option that picks a split.
 RECIPES = {"graph_node": "data.split_index", "graph_graph": "data.fold"}
@@ -23,10 +22,9 @@ def command(recipe: str, config: str, name: str, split: int, seed: int, extra: l
 
 
 def metric_of(store: dict[str, Any]) -> str:
-    """The headline metric of a store: ``test_acc`` (or ``val_acc`` for a selection run), ``_ap`` where the
-    task is scored by average precision."""
-    stage = "val" if store["select"] else "test"
-    return f"{stage}_ap" if any(f"{stage}_ap" in r["metrics"] for r in store["runs"]) else f"{stage}_acc"
+    """The headline metric of a store: ``test_acc``, or ``val_acc`` for a selection run (a split run scores
+    accuracy: :func:`run`)."""
+    return "val_acc" if store["select"] else "test_acc"
 
 
 def paired(a: dict[str, Any], b: dict[str, Any], key: str | None = None) -> dict[str, Any]:
@@ -88,9 +86,8 @@ def run(candidate: dict[str, Any], seed: int, train: Any, evaluate: Any, budget:
     ``--test_after_fit false`` (validation metrics only)."""
     spec, select = train.payload, evaluate.kind == "select"
     cmd = command(budget["recipe"], budget["config"], spec["name"], spec["split"], seed, candidate["extra"])
-    work = Path(budget.get("workdir", ROOT / "runs" / "studies"))
-    scores, out = fit_scores(cmd, work / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}",
-                             evaluate, "acc")
+    run_dir = workdir(budget) / f"{spec['name']}_{'select' if select else 'test'}" / f"split_{spec['split']}"
+    scores, out = fit_scores(cmd, run_dir, evaluate, "acc")
     return scores, {k: out[k] for k in ("metrics", "best_epoch", "monitor", "monitored", "wall_s") if k in out}
 
 

@@ -81,7 +81,7 @@ def measure(study: Study, parts: str, overrides: list[str], command: str) -> Non
     (``key=value`` overrides) and keep what each returns, ``{detail key: value}`` (a key "a/b" nests), in the
     store's ``detail`` with the run (command, machine, minutes); a module's ``unpack``/``pack`` read and write
     that detail. A part runs on the number of threads its ``threads`` option says, when the module has one."""
-    name = f"studies.{study.name}.{getattr(study.module, 'MEASURE_MODULE', 'measure')}"
+    name = f"studies.{study.name}.measure"
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as e:

@@ -77,6 +77,11 @@ def parameters(recipe: str, configs: list[str]) -> dict[str, int]:
     return {"total": sum(p.numel() for p in model.parameters()), **parts}
 
 
+def workdir(budget: dict[str, Any]) -> Path:
+    """The folder of a study's run directories: its budget's ``workdir``, else ``runs/studies``."""
+    return Path(budget.get("workdir", ROOT / "runs" / "studies"))
+
+
 def sgd_epoch(modules: torch.nn.Module, batches: Iterable[Any], loss: Callable[[Any], torch.Tensor],
               optimizer: torch.optim.Optimizer, schedule: Any = None) -> None:
     """One training epoch of ``modules`` over ``batches``; evaluation mode after it."""

@@ -1,6 +1,6 @@
 """Keyword spotting on speakers never heard (Speech Commands, 12 classes): the study of the keyword config
 (legacy records of both protocols; the pages are the protocol's ``tables`` and ``summary``). The res8 peer is
-:mod:`studies.kws.cnn`, a checkpoint's test confusion matrix :mod:`studies.kws.evaluate`."""
+:mod:`studies.kws.cnn`, a checkpoint's test confusion matrix :mod:`studies.kws.measure`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from typing import Any
 
 from studies._runner import Items
 from studies._runner.protocol import ProtocolError
-
-MEASURE_MODULE = "evaluate"  # python -m studies kws measure evaluate: a checkpoint's confusion matrix
 
 
 @cache

@@ -9,13 +9,12 @@ the results block from the store, with the names :func:`context` adds.
 
 from __future__ import annotations
 
-from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from studies._runner import Items
 from studies._runner.stats import mean_std, paired, t_interval
-from studies._runner.train import ROOT, fit_scores
+from studies._runner.train import fit_scores, workdir
 
 LABELS = {"gps": "GPS (the recipe's config)", "mpnn": "message passing alone (GCN, RWSE)", "exphormer":
           "the expander mask (Exphormer)", "fingerprint": "Morgan fingerprints into trees (short range only)"}
@@ -37,7 +36,7 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
         return fingerprint.run(candidate, seed, train, evaluate)
     cmd = ["recipes/graph_graph.py", "fit", *(a for c in candidate["configs"] for a in ("--config", c)),
            "--seed_everything", str(seed), "--torch_threads", str(threads), *candidate.get("args", [])]
-    run_dir = Path(budget.get("workdir", ROOT / "runs" / "studies")) / "peptides_field" / f"{candidate['name']}_{seed}"
+    run_dir = workdir(budget) / "peptides_field" / f"{candidate['name']}_{seed}"
     return fit_scores(cmd, run_dir, evaluate, "ap", threads, resume=True)
 
 

@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from studies._runner.train import ROOT, parameters
+from studies._runner import Study
+from studies._runner.train import parameters
 
 OPTIONS: dict[str, Any] = {}
 
 
 def count(opts: Any) -> dict[str, Any]:
-    protocol = json.loads((ROOT / "studies" / "peptides_field" / "protocol.json").read_text())
     return {f"parameters/{n}": parameters("graph_graph", c["configs"])
-            for n, c in protocol["candidates"].items() if c["peer"] == "recipe"}
+            for n, c in Study.load("peptides_field").protocol.candidates.items() if c["peer"] == "recipe"}
 
 
 MEASURE = {"parameters": count}

@@ -4,11 +4,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from studies._runner import Items
-from studies._runner.train import ROOT, fit_scores
+from studies._runner.train import fit_scores, workdir
 from studies.peptides_field import resolve  # noqa: F401  (the official split's graphs, as the field study names them)
 
 
@@ -16,4 +15,4 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     """``fit`` of the recipe (a selection run: validation metrics only)."""
     cmd = ["recipes/graph_graph.py", "fit", "--config", candidate.get("config", budget["config"]),
            "--seed_everything", str(seed), "--torch_threads", str(budget["threads"]), *candidate["args"]]
-    return fit_scores(cmd, Path(budget.get("workdir", ROOT / "runs" / "studies")) / f"peptides_{seed}", evaluate, "ap")
+    return fit_scores(cmd, workdir(budget) / f"peptides_{seed}", evaluate, "ap")

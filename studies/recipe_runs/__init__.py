@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from studies._runner import Items
-from studies._runner.train import ROOT, fit_scores
+from studies._runner.train import fit_scores, workdir
 
 _SCRIPTS = {"timeseries": "examples/timeseries/train.py"}
 
@@ -20,4 +20,4 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     recipe = train.payload["recipe"]
     cmd = [_SCRIPTS.get(recipe, f"recipes/{recipe}.py"), "fit", f"--seed_everything={seed}"]
     cmd += ["--config", candidate["config"]] if candidate["config"] else []
-    return fit_scores(cmd, ROOT / "runs" / "studies" / f"{recipe}_{seed}", evaluate, budget.get("metric", "acc"))
+    return fit_scores(cmd, workdir(budget) / f"{recipe}_{seed}", evaluate, budget.get("metric", "acc"))

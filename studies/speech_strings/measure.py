@@ -17,9 +17,7 @@ the seeds (:func:`studies._runner.stats.ratio_bootstrap`).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
-import io
 import json
 import shutil
 import tempfile
@@ -45,11 +43,9 @@ MASKS.update({f"Chunk({s}, {c})": {"class_path": "attnmm.masks.Chunk", "init_arg
 
 @functools.cache
 def _recipe() -> dict[str, Any]:
-    """The strings config as the recipe resolves it (``--print_config``: every linked width and class filled in)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        recipe_cli("speech_truncated", [f"--config={CONFIG}", "--print_config"])
-    return yaml.safe_load(out.getvalue())
+    """The strings config as the recipe's CLI parses it (every default filled in)."""
+    return recipe_cli("speech_truncated", [f"--config={CONFIG}", "--trainer.logger=false", "--seed_everything=false"]
+                      ).config.as_dict()
 
 
 def _checkpoint(mask: str, seed: int) -> Path:

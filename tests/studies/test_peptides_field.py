@@ -71,7 +71,7 @@ def test_average_precision_is_the_mean_over_labels() -> None:
 def test_exphormer_config_is_the_adapters_expander_scope() -> None:
     from attnmm.adapters import GraphAdapter
 
-    config = yaml.safe_load((pf.ROOT / "studies/peptides_field/configs/exphormer.yaml").read_text())
+    config = yaml.safe_load((train.ROOT / "studies/peptides_field/configs/exphormer.yaml").read_text())
     args = config["model"]["adapter"]["init_args"]
     assert args == {"scope": "expander", "expander_degree": 4}
     assert GraphAdapter(9, 16, cardinalities=[9] * 9, **args).scope == "expander"
@@ -115,10 +115,10 @@ def test_recipe_commands_select_test_and_resume(tmp_path: Path, monkeypatch: pyt
 
 
 def test_recipe_candidates_configs_exist_and_fit_the_budget() -> None:
-    data = json.loads((pf.ROOT / "studies" / "peptides_field" / "protocol.json").read_text())
+    data = json.loads((train.ROOT / "studies" / "peptides_field" / "protocol.json").read_text())
     for name in ("gps", "mpnn", "exphormer"):
         cand = data["candidates"][name]
-        assert cand["name"] == name and all((pf.ROOT / c).is_file() for c in cand["configs"])
+        assert cand["name"] == name and all((train.ROOT / c).is_file() for c in cand["configs"])
     assert data["seeds"] == {"select": [0, 1, 2, 3], "test": [0, 1, 2, 3]}
     assert data["test_candidates"] == ["gps", "mpnn", "exphormer", "fingerprint"]
 
