@@ -353,11 +353,11 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def paired(runs: list[dict[str, Any]], mask: str, reference: str, key: str = "test") -> dict[str, Any] | None:
-    """``mask``'s score minus ``reference``'s on the same replicates (split, seed), in points
+def paired(runs: list[dict[str, Any]], mask: str, reference: str) -> dict[str, Any] | None:
+    """``mask``'s test score minus ``reference``'s on the same replicates (split, seed), in points
     (:func:`studies._runner.stats.paired`); ``None`` without a shared replicate."""
     def by(name: str) -> dict[tuple[Any, Any], float]:
-        return {(r.get("split"), r["seed"]): 100 * r[key] for r in runs if r["mask"] == name}
+        return {(r.get("split"), r["seed"]): 100 * r["test"] for r in runs if r["mask"] == name}
 
     return stats.paired(by(mask), by(reference))
 
@@ -409,8 +409,7 @@ def figure(stores: list[dict[str, Any]], anchors: bool = False) -> Any:
     return fig
 
 
-def _anchor_labels(anchors: tuple[tuple[str, float], ...] | list[tuple[str, float]],
-                   gap: float) -> list[tuple[str, float]]:
+def _anchor_labels(anchors: Sequence[tuple[str, float]], gap: float) -> list[tuple[str, float]]:
     """The published numbers' labels, those closer than ``gap`` to the next joined into one (GPS 65.35 and
     Exphormer 65.27 would print over each other), each placed at its group's highest value."""
     groups: list[list[tuple[str, float]]] = []

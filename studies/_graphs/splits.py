@@ -14,11 +14,10 @@ from studies._runner.train import fit_scores, workdir
 RECIPES = {"graph_node": "data.split_index", "graph_graph": "data.fold"}
 
 
-def command(recipe: str, config: str, name: str, split: int, seed: int, extra: list[str],
-            threads: int = 1) -> list[str]:
-    """The recipe's ``fit`` command line for one split, paths relative to the repository."""
+def command(recipe: str, config: str, name: str, split: int, seed: int, extra: list[str]) -> list[str]:
+    """The recipe's ``fit`` command line for one split (one thread), paths relative to the repository."""
     return [f"recipes/{recipe}.py", "fit", "--config", config, "--data.name", name, f"--{RECIPES[recipe]}", str(split),
-            "--seed_everything", str(seed), "--torch_threads", str(threads), *extra]
+            "--seed_everything", str(seed), "--torch_threads", "1", *extra]
 
 
 def metric_of(store: dict[str, Any]) -> str:
@@ -27,10 +26,10 @@ def metric_of(store: dict[str, Any]) -> str:
     return "val_acc" if store["select"] else "test_acc"
 
 
-def paired(a: dict[str, Any], b: dict[str, Any], key: str | None = None) -> dict[str, Any]:
-    """Per split, A's ``key`` minus B's (in points), over the splits both hold
+def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Per split, A's headline metric (:func:`metric_of`) minus B's (in points), over the splits both hold
     (:func:`studies._runner.stats.paired`: mean, std, standard error, wins and ties)."""
-    key = key or metric_of(a)
+    key = metric_of(a)
     va = {r["split"]: 100 * r["metrics"][key] for r in a["runs"]}
     vb = {r["split"]: 100 * r["metrics"][key] for r in b["runs"]}
     d = stats.paired(va, vb, least=2)
@@ -40,11 +39,11 @@ def paired(a: dict[str, Any], b: dict[str, Any], key: str | None = None) -> dict
     return {"metric": key, "splits": d["keys"], **d}
 
 
-def table(by: dict[str, dict[str, Any]], key: str | None = None) -> dict[str, Any]:
+def table(by: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The table of labelled stores: the splits any holds, and per label the score (points) of each split, their
     mean and std and the stores' wall time."""
     splits = sorted({r["split"] for s in by.values() for r in s["runs"]})
-    key = key or (metric_of(next(iter(by.values()))) if by else None)
+    key = metric_of(next(iter(by.values()))) if by else None
     rows = []
     for label, store in by.items():
         scores = {r["split"]: 100 * r["metrics"][key] for r in store["runs"] if key in r["metrics"]}
@@ -100,8 +99,6 @@ def stores(view: Any, kind: str) -> dict[str, dict[str, Any]]:
         store = out.setdefault(label, {"select": kind == "select", "runs": [], "wall_s": 0.0})
         store["runs"].append({"split": spec["split"], "metrics": r["detail"]["metrics"]})
         store["wall_s"] += r["detail"].get("wall_s", 0.0)
-    for store in out.values():
-        store["runs"].sort(key=lambda r: r["split"])
     return out
 
 

@@ -45,16 +45,15 @@ def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
     (95% t interval), and the fingerprint peer's grid over its selection runs with the chosen point."""
     from studies.peptides_field.fingerprint import chosen_point
 
-    mine = [r for r in view.store.records if r["protocol"] == view.protocol.hash]
-    tests: dict[str, dict[int, Any]] = {c: {} for c in view.protocol.candidates}
-    for r in (r for r in mine if r["kind"] == "test"):
-        tests[r["candidate"]][r["seed"]] = r["scores"]["test"]["ap"]
+    p = view.protocol
+    tested = view.store.select("test", p.hash)
+    tests = {c: {r["seed"]: r["scores"]["test"]["ap"] for r in tested if r["candidate"] == c} for c in p.candidates}
     diffs = {peer: paired(tests["gps"], tests[peer]) for peer in tests if peer != "gps"}
-    runs = sorted((r for r in mine if r["kind"] == "select" and r["candidate"] == "fingerprint"),
+    runs = sorted((r for r in view.store.select("select", p.hash) if r["candidate"] == "fingerprint"),
                   key=lambda r: r["seed"])
-    chosen, means = chosen_point(view.protocol.candidates["fingerprint"], runs) if runs else (None, {})
-    minutes = {c: sum(r["seconds"] for r in mine if r["kind"] == "test" and r["candidate"] == c) / 60 for c in tests}
-    return {"labels": LABELS, "seeds": view.protocol.seeds("test"), "tests": tests, "minutes": minutes,
+    chosen, means = chosen_point(p.candidates["fingerprint"], runs) if runs else (None, {})
+    minutes = {c: sum(r["seconds"] for r in tested if r["candidate"] == c) / 60 for c in tests}
+    return {"labels": LABELS, "seeds": p.seeds("test"), "tests": tests, "minutes": minutes,
             "diffs": {p: {**d, "ci": t_interval(d["diffs"])} for p, d in diffs.items() if d}, "chosen": chosen,
             "grid": [(n, [fmean(r["detail"]["points"][n].values()) for r in runs], m) for n, m in means.items()],
             "grid_seeds": [r["seed"] for r in runs], "grid_minutes": sum(r["seconds"] for r in runs) / 60}

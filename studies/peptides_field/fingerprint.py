@@ -52,14 +52,13 @@ def grid(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def fit_predict(x: np.ndarray, y: np.ndarray, evaluate: Mapping[str, np.ndarray], lr: float, trees: Sequence[int],
-                seed: int, params: Mapping[str, Any] | None = None,
-                threads: int = 1) -> dict[int, dict[str, np.ndarray]]:
+                seed: int, params: Mapping[str, Any] | None = None) -> dict[int, dict[str, np.ndarray]]:
     """One LightGBM ensemble per label, ``max(trees)`` trees at learning rate ``lr``, trained on ``x`` (G, F) and
-    ``y`` (G, L), with the candidate's ``params`` (LightGBM's names); per tree count of ``trees``, the
-    probabilities (n, L) its first trees give every array of ``evaluate``."""
+    ``y`` (G, L) on one thread (the same trees anywhere), with the candidate's ``params`` (LightGBM's names); per
+    tree count of ``trees``, the probabilities (n, L) its first trees give every array of ``evaluate``."""
     import lightgbm
 
-    config = {"objective": "binary", "learning_rate": lr, "seed": seed, "num_threads": threads, "verbose": -1,
+    config = {"objective": "binary", "learning_rate": lr, "seed": seed, "num_threads": 1, "verbose": -1,
               **(params or {})}
     out = {t: {name: np.zeros((len(a), y.shape[1])) for name, a in evaluate.items()} for t in trees}
     for label in range(y.shape[1]):
@@ -130,7 +129,7 @@ def run(candidate: Mapping[str, Any], seed: int, train: Any, evaluate: Any) -> t
     for (radius, bits, lr), trees in groups.items():
         x = _bits(radius, bits)
         probs = fit_predict(x[train_ids], labels[train_ids], {n: x[i] for n, i in sets.items()}, lr, trees, seed,
-                            candidate.get("params"))  # one thread: the same trees anywhere
+                            candidate.get("params"))
         for t in trees:
             scores[f"r{radius}_b{bits}_lr{lr:g}_t{t}"] = {n: average_precision(probs[t][n], labels[i])
                                                           for n, i in sets.items()}

@@ -45,10 +45,9 @@ def _run_summary(run_dir: Path) -> dict[str, float]:
 
 
 def quality(opts: argparse.Namespace) -> dict[str, Any]:
-    names = opts.quality.split(",")
-    rerun = {QUALITY[name][0] for name in names}
+    rerun = {QUALITY[name][0] for name in opts.quality}
     rows = [r for r in opts.detail.get("quality", {}).get("rows", []) if r["recipe"] not in rerun]
-    for recipe, config, metric, lower in (QUALITY[name] for name in names):
+    for recipe, config, metric, lower in (QUALITY[name] for name in opts.quality):
         lift = ["--trainer.max_time=null"]  # other load on the machine slows both without cutting either short
         jobs = [(recipe, lift), (recipe, [f"--config={STUDY_CONFIGS / config}", *lift])]
         for label, r in zip(("attention (default)", f"LSTM ({config})"), run_fits_side_by_side(jobs, seed=opts.seed,
@@ -134,7 +133,7 @@ def figures(detail: dict[str, Any]) -> dict[str, Any]:
 
 
 PARTS = {"quality": quality, "longrange": longrange, **rnn_costs.PARTS}
-OPTIONS: dict[str, Any] = {"quality": "lm,pos", "seed": 0, "recall_length": 512, "recall_window": 32,
+OPTIONS: dict[str, Any] = {"quality": ["lm", "pos"], "seed": 0, "recall_length": 512, "recall_window": 32,
                            "recall_steps": 1500, "recall_test": 512, **rnn_costs.OPTIONS}
 
 

@@ -33,8 +33,7 @@ def _best_val(run_dir: Path) -> dict[str, float]:
     return {"best_val_acc": max(values)}
 
 
-def run(candidate: list[str], seed: int, train: Items, evaluate: Any, budget: dict[str, Any],
-        config: str = "recipes/configs/speech_truncated.yaml") -> Any:
+def run(candidate: list[str], seed: int, train: Items, evaluate: Any, budget: dict[str, Any]) -> Any:
     """``recipes/speech_truncated.py fit`` on ``train``'s speakers: a selection run holds out every other speaker
     and validates on its validation speaker (no test number: ``--test_after_fit=false``); a test run validates
     on a draw of the training takes and tests the held-out speaker. A ``budget`` object may cap the epochs
@@ -42,7 +41,7 @@ def run(candidate: list[str], seed: int, train: Items, evaluate: Any, budget: di
     (name,) = evaluate
     scored = sorted(evaluate[name].ids["speaker"])
     budget = budget if isinstance(budget, dict) else {}  # the protocol's budget is the config's own
-    args = [f"--config={ROOT / config}", *candidate, *budget.get("args", [])]
+    args = [f"--config={ROOT / 'recipes/configs/speech_truncated.yaml'}", *candidate, *budget.get("args", [])]
     if evaluate.kind == "select":
         out = [s for s in SPEAKERS if s not in train.ids["speaker"] and s not in scored]
         args += [f"--data.test_speakers=[{','.join(out)}]", f"--data.val_speakers=[{','.join(scored)}]",

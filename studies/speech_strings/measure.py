@@ -67,8 +67,7 @@ def test_strings(digits: int | None, count: int, root: str | None = None) -> Any
     cap), drawn like the recipe's from the test takes."""
     from attnmm.data import FSDDStringsDataModule
 
-    args = {k: v for k, v in _recipe()["data"]["init_args"].items() if k not in ("batch_size", "num_workers", "root",
-                                                                                "download")}
+    args = {k: v for k, v in _recipe()["data"]["init_args"].items() if k not in ("root", "download")}
     args["num_test"] = count
     if digits is not None:
         args.update(min_digits=digits, max_digits=digits, max_seconds=max(float(args["max_seconds"]), 2.0 * digits))
