@@ -29,10 +29,9 @@ from attnmm.lightning import MultiLabel
 from attnmm.lightning.schedule import WarmupCosine
 from attnmm.masks import Graph, Mask, SameGraph
 from attnmm.masks.graph_helpers import expander, k_hop, self_loops, virtual_nodes
-from attnmm.nn import GraphAttentionEncoder
+from attnmm.nn import GraphAttentionEncoder, PoolingClassifier
 from studies._graphs.splits import RECIPES, _indices
 from studies._runner import stats
-from studies._runner.stats import spread
 from studies._runner.train import ROOT, best_epoch, recipe_cli, sgd_epoch
 
 
@@ -206,8 +205,6 @@ def run_graphs(splits: dict[str, list[Any]], mask: str, seed: int,
     """Train the graph classifier (:data:`GRAPH_DEFAULTS`) on ``splits`` (``train``/``val``/``test``
     lists of ``Data`` with ``y`` and, from :func:`prepare_graphs`, ``random_walk_pe``) under ``mask``."""
     from torch_geometric.loader import DataLoader
-
-    from attnmm.nn import PoolingClassifier
 
     c = _merge(GRAPH_DEFAULTS, config or {})
     width = splits["train"][0].random_walk_pe.size(1)
@@ -514,5 +511,5 @@ def summary(view: Any) -> list[dict[str, Any]]:
     anchors = ", ".join(f"{label} {value:.1f}" for label, value in n["spec"].anchors) if n["spec"] else "—"
     return [{"task": p["task"], "dataset": p["dataset"], "split": p["split_protocol"],
              "metric": f"test {what}, best mask of a sweep", "anchors": anchors, "order": p.get("order", 50),
-             "result": f"`{best['mask']}` {spread(best['test'], best['test_std'], best['seeds'])} ({n['replicates']}); "
-                       f"{len(n['rows'])} masks"}]
+             "result": f"`{best['mask']}` {stats.spread(best['test'], best['test_std'], best['seeds'])} "
+                       f"({n['replicates']}); {len(n['rows'])} masks"}]

@@ -8,8 +8,6 @@ from typing import Any
 from studies._runner import Study
 from studies._runner.train import parameters
 
-OPTIONS: dict[str, Any] = {}
-
 
 def count(opts: Any) -> dict[str, Any]:
     return {f"parameters/{n}": parameters("graph_graph", c["configs"])
