@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import yaml
 
+from attnmm.data import FSDDStringsDataModule, collate_digit_strings
 from studies._runner.train import recipe_cli
 from studies.speech_strings import CONFIG, pack, unpack  # noqa: F401  (the store's detail, as the runner keeps it)
 
@@ -65,8 +66,6 @@ def build_task(mask: str) -> Any:
 def test_strings(digits: int | None, count: int, root: str | None = None) -> Any:
     """The recipe's test strings (``digits=None``) or ``count`` test strings of exactly ``digits`` digits (no length
     cap), drawn like the recipe's from the test takes."""
-    from attnmm.data import FSDDStringsDataModule
-
     args = {k: v for k, v in _recipe()["data"]["init_args"].items() if k not in ("root", "download")}
     args["num_test"] = count
     if digits is not None:
@@ -102,8 +101,6 @@ def aligned_errors(ref: list[int], hyp: list[int]) -> list[int]:
 def decode_der(task: Any, strings: Any, batch_size: int = 16, decoding: str = "greedy") -> dict[str, Any]:
     """Digit error rate and exact strings of ``task`` on ``strings`` decoded by ``decoding`` (``transcribe``), and
     ``per_take``: the edits charged to each test recording (summed over the strings that reuse it) and its digits."""
-    from attnmm.data import collate_digit_strings
-
     task.eval()
     exact, per_take = 0, {}
     for start in range(0, len(strings), batch_size):
@@ -179,8 +176,6 @@ def train(opts: argparse.Namespace, mask: str) -> dict[str, Any]:
     Trainer in this process, keep the best checkpoint (``val_der``), test it on the recipe's test strings."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
-
-    from attnmm.data import FSDDStringsDataModule
 
     recipe, ckpt = _recipe(), _checkpoint(mask, opts.seed)
     ckpt.parent.mkdir(parents=True, exist_ok=True)
