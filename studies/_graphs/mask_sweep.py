@@ -191,7 +191,7 @@ def run_node(data: Any, mask: str, seed: int, config: dict[str, Any] | None = No
         x = torch.cat([adapter(graph).x, virtual.expand(extra, -1)])  # (N + G, F)
         return encoder(x, attn_mask)[:N], pairs  # (N, C)
 
-    return _fit(logits, F.cross_entropy, data, None, seed, c["epochs"], modules, optimizer)
+    return {**_fit(logits, F.cross_entropy, data, None, seed, c["epochs"], modules, optimizer), "pairs": pairs}
 
 
 def prepare_graphs(splits: dict[str, list[Any]], pe_dim: int) -> dict[str, list[Any]]:
