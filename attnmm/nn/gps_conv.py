@@ -2,12 +2,15 @@ r"""A drop-in for PyG's ``GPSConv`` on the packed nodes, whose global attention 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnmm.attention.core import attend
 from attnmm.attention.planner import Plan as AttentionPlan
@@ -60,6 +63,9 @@ class GPSConv(nn.Module):
             a ``conv``). (default: :obj:`"multihead"`)
         attn_kwargs (dict, optional): arguments of the attention module (e.g. ``dropout``).
             (default: :obj:`None`)
+        recompute (bool, optional): keep neither the local layer's nor the MLP's activations for the
+            backward: recompute them there (less memory, more time; the running statistics of a norm inside
+            them are updated once). Not one of PyG's arguments. (default: :obj:`False`)
 
     Shapes:
         - **input:** x (N, D), edge_index (2, M) or a sparse adjacency, batch (N,) optional, a packed
@@ -93,6 +99,7 @@ class GPSConv(nn.Module):
         norm_kwargs: dict[str, Any] | None = None,
         attn_type: str | None = "multihead",
         attn_kwargs: dict[str, Any] | None = None,
+        recompute: bool = False,
     ) -> None:
         from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
@@ -104,6 +111,7 @@ class GPSConv(nn.Module):
         self.heads = heads
         self.dropout = dropout
         self.attn_type = attn_type
+        self.recompute = recompute
         attn_kwargs = attn_kwargs or {}
         self.attn: nn.Module | None = None
         if attn_type == "multihead":
@@ -150,7 +158,7 @@ class GPSConv(nn.Module):
     ) -> Tensor | tuple[Tensor, AttentionWeights | None]:
         out, weights = None, None
         if self.conv is not None:
-            h = F.dropout(self.conv(x, edge_index, **kwargs), p=self.dropout, training=self.training)
+            h = F.dropout(self._recomputed(self.conv, x, edge_index, **kwargs), p=self.dropout, training=self.training)
             out = self._norm(self.norm1, h + x, batch)  # (N, D)
         if self.attn is not None:
             h, weights = self.global_attention(x, batch, mask, bias=bias, plan=plan, return_weights=True) \
@@ -158,8 +166,23 @@ class GPSConv(nn.Module):
             h = self._norm(self.norm2, F.dropout(h, p=self.dropout, training=self.training) + x, batch)
             out = h if out is None else out + h
         assert out is not None
-        out = self._norm(self.norm3, out + self.mlp(out), batch)
+        out = self._norm(self.norm3, out + self._recomputed(self.mlp, out), batch)
         return (out, weights) if return_weights else out
+
+    def _recomputed(self, module: nn.Module, *args: Any, **kwargs: Any) -> Tensor:
+        """``module(*args, **kwargs)``; with ``recompute`` (and gradients on) its activations are not kept but
+        recomputed in the backward, which leaves its buffers (running statistics) as the first pass left them."""
+        if not (self.recompute and torch.is_grad_enabled()):
+            return module(*args, **kwargs)
+        passes = 0
+
+        def run(*args: Any, **kwargs: Any) -> Tensor:
+            nonlocal passes
+            passes += 1
+            with contextlib.nullcontext() if passes == 1 else _buffers_kept(module):
+                return module(*args, **kwargs)
+
+        return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
     def global_attention(
         self, x: Tensor, batch: Tensor | None = None, mask: Mask | None = None, *, bias: Tensor | None = None,
@@ -189,6 +212,17 @@ class GPSConv(nn.Module):
     def __repr__(self) -> str:
         name, heads = type(self).__name__, "off" if self.attn is None else self.heads
         return f"{name}({self.channels}, conv={self.conv}, heads={heads}, attn_type={self.attn_type})"
+
+
+@contextlib.contextmanager
+def _buffers_kept(module: nn.Module) -> Iterator[None]:
+    """Puts ``module``'s buffers back as they were on entry, on exit."""
+    kept = [(buffer, buffer.clone()) for buffer in module.buffers()]
+    try:
+        yield
+    finally:
+        for buffer, value in kept:
+            buffer.copy_(value)
 
 
 def _packed_form(attn: nn.MultiheadAttention) -> bool:
