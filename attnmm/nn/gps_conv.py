@@ -46,7 +46,7 @@ class GPSConv(nn.Module):
 
     On CPU the graphs' own path keeps only the attention's output and one log-sum-exp per graph for the
     backward (the queries, keys and values are recomputed there), so its memory is that of the layer's
-    other activations.
+    other activations; ``recompute=True`` recomputes those of the local branch and the MLP as well.
 
     Args:
         channels (int): node width D.
@@ -63,9 +63,9 @@ class GPSConv(nn.Module):
             a ``conv``). (default: :obj:`"multihead"`)
         attn_kwargs (dict, optional): arguments of the attention module (e.g. ``dropout``).
             (default: :obj:`None`)
-        recompute (bool, optional): keep neither the local layer's nor the MLP's activations for the
-            backward: recompute them there (less memory, more time; the running statistics of a norm inside
-            them are updated once). Not one of PyG's arguments. (default: :obj:`False`)
+        recompute (bool, optional): keep the activations of neither the local branch nor the MLP (with
+            their norms) for the backward: recompute them there (less memory, more time; running statistics
+            are updated once). Not one of PyG's arguments. (default: :obj:`False`)
 
     Shapes:
         - **input:** x (N, D), edge_index (2, M) or a sparse adjacency, batch (N,) optional, a packed
@@ -158,29 +158,35 @@ class GPSConv(nn.Module):
     ) -> Tensor | tuple[Tensor, AttentionWeights | None]:
         out, weights = None, None
         if self.conv is not None:
-            h = F.dropout(self._recomputed(self.conv, x, edge_index, **kwargs), p=self.dropout, training=self.training)
-            out = self._norm(self.norm1, h + x, batch)  # (N, D)
+            out = self._recomputed(self._local, x, edge_index, batch, **kwargs)  # (N, D)
         if self.attn is not None:
             h, weights = self.global_attention(x, batch, mask, bias=bias, plan=plan, return_weights=True) \
                 if return_weights else (self.global_attention(x, batch, mask, bias=bias, plan=plan), None)
             h = self._norm(self.norm2, F.dropout(h, p=self.dropout, training=self.training) + x, batch)
             out = h if out is None else out + h
         assert out is not None
-        out = self._norm(self.norm3, out + self._recomputed(self.mlp, out), batch)
+        out = self._recomputed(self._feed_forward, out, batch)
         return (out, weights) if return_weights else out
 
-    def _recomputed(self, module: nn.Module, *args: Any, **kwargs: Any) -> Tensor:
-        """``module(*args, **kwargs)``; with ``recompute`` (and gradients on) its activations are not kept but
-        recomputed in the backward, which leaves its buffers (running statistics) as the first pass left them."""
+    def _local(self, x: Tensor, edge_index: Any, batch: Tensor | None, **kwargs: Any) -> Tensor:
+        h = F.dropout(self.conv(x, edge_index, **kwargs), p=self.dropout, training=self.training)  # type: ignore[misc]
+        return self._norm(self.norm1, h + x, batch)
+
+    def _feed_forward(self, out: Tensor, batch: Tensor | None) -> Tensor:
+        return self._norm(self.norm3, out + self.mlp(out), batch)
+
+    def _recomputed(self, block: Any, *args: Any, **kwargs: Any) -> Tensor:
+        """``block(*args, **kwargs)``; with ``recompute`` (and gradients on) its activations are not kept but
+        recomputed in the backward, which leaves the buffers (running statistics) as the first pass left them."""
         if not (self.recompute and torch.is_grad_enabled()):
-            return module(*args, **kwargs)
+            return block(*args, **kwargs)
         passes = 0
 
         def run(*args: Any, **kwargs: Any) -> Tensor:
             nonlocal passes
             passes += 1
-            with contextlib.nullcontext() if passes == 1 else _buffers_kept(module):
-                return module(*args, **kwargs)
+            with contextlib.nullcontext() if passes == 1 else _buffers_kept(self):
+                return block(*args, **kwargs)
 
         return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
@@ -216,13 +222,15 @@ class GPSConv(nn.Module):
 
 @contextlib.contextmanager
 def _buffers_kept(module: nn.Module) -> Iterator[None]:
-    """Puts ``module``'s buffers back as they were on entry, on exit."""
-    kept = [(buffer, buffer.clone()) for buffer in module.buffers()]
+    """Runs with copies in place of ``module``'s buffers, so that what the run writes into them is dropped."""
+    kept = [(owner, name, buffer) for owner in module.modules() for name, buffer in owner.named_buffers(recurse=False)]
+    for owner, name, buffer in kept:
+        setattr(owner, name, buffer.clone())
     try:
         yield
     finally:
-        for buffer, value in kept:
-            buffer.copy_(value)
+        for owner, name, buffer in kept:
+            setattr(owner, name, buffer)
 
 
 def _packed_form(attn: nn.MultiheadAttention) -> bool:
