@@ -10,8 +10,12 @@ memory over what the process held before the call (Linux: the peak is reset thro
 ``/proc/self/clear_refs`` before each measured call), with glibc told to map every block of 128 KiB or
 more on its own (``MALLOC_MMAP_THRESHOLD_``), so that a freed tensor leaves the resident memory at once
 and the peak is that of the live tensors, in the first call as in later ones.
-A third column measures attnmm's layer without its attention branch (``attn_type=None``): the local
+Two more columns: attnmm's layer with ``recompute=True`` (the local layer's and the MLP's activations
+recomputed in the backward), and its layer without the attention branch (``attn_type=None``): the local
 layer, the MLP and the norms alone, which bounds what any attention can save against PyG's.
+A first call's peak also holds the library code it pages in for the first time (several MiB, the same
+for any input size), so the peak of the first full-size call is measured once more in processes that
+call the layer on one graph before it (loading that code, and nothing of the full size).
 
     python benchmarks/gps_conv.py --rounds 5
 
@@ -32,6 +36,8 @@ from typing import Any
 RESULTS = Path(__file__).with_name("results") / "gps_conv.json"
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
 START, END = "<!-- gps_conv:start -->", "<!-- gps_conv:end -->"
+#: the layers measured: attnmm's, PyG's, attnmm's with recompute=True, attnmm's without its attention branch
+WHICH = ("ours", "pyg", "recompute", "local")
 
 
 def _peak_reset() -> None:
@@ -46,7 +52,7 @@ def _status(key: str) -> int:
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
-def _child(which: str, calls: int, threads: int) -> dict[str, float]:
+def _child(which: str, calls: int, threads: int, warm: bool = False) -> dict[str, float]:
     import time
 
     import torch
@@ -68,7 +74,8 @@ def _child(which: str, calls: int, threads: int) -> dict[str, float]:
         from attnmm.nn import GPSConv
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
     attn_type = None if which == "local" else "multihead"  # "local": the layer less its attention, the bound
-    layer = GPSConv(64, GINEConv(mlp), heads=4, attn_type=attn_type).train()
+    options = {"recompute": True} if which == "recompute" else {}
+    layer = GPSConv(64, GINEConv(mlp), heads=4, attn_type=attn_type, **options).train()
     inputs = []
     for b in batches:
         g = torch.Generator().manual_seed(b.num_nodes)
@@ -86,6 +93,11 @@ def _child(which: str, calls: int, threads: int) -> dict[str, float]:
         seconds = step(*args)
         return seconds, _status("VmHWM") - before
 
+    if warm:  # the first graph of the first batch alone, once
+        x, edge_index, batch, edge_attr = inputs[0]
+        n = int((batch == 0).sum())
+        inner = (edge_index < n).all(0)
+        step(x[:n].detach().requires_grad_(), edge_index[:, inner], batch[:n], edge_attr[inner])
     first, first_peak = measured(inputs[0])
     times, peaks = [], []
     for args in inputs[1:]:
@@ -96,29 +108,45 @@ def _child(which: str, calls: int, threads: int) -> dict[str, float]:
             "steady_peak": statistics.median(peaks), "nodes": statistics.mean(b.num_nodes for b in batches)}
 
 
-def _measure(which: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+def _measure(which: str, args: argparse.Namespace, env: dict[str, str], warm: bool = False) -> dict[str, float]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", which, "--calls", str(args.calls),
-           "--threads", str(args.threads)]
+           "--threads", str(args.threads), *(["--warm"] if warm else [])]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the {which} measurement failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _shown(key: str, runs: list[dict[str, float]]) -> str:
+    """The median of ``key`` over the rounds ``runs``, in seconds or MiB."""
+    value = statistics.median(m[key] for m in runs)
+    return f"{value:.3f} s" if key.endswith("_s") else f"{value / 2**20:.1f} MiB"
+
+
 def markdown(stored: dict[str, Any]) -> str:
     """The page's table: medians over the alternating rounds of a stored run, PyG's over attnmm's."""
-    local = stored.get("local")
+    local, again = stored.get("local"), stored.get("recompute")
     lines = ["| forward + backward of one layer | PyG `GPSConv` | attnmm `GPSConv` | PyG / attnmm |"
-             + (" attnmm, no attention branch |" if local else ""), "|---|---:|---:|---:|" + ("---:|" if local else "")]
-    for key, label in (("first_s", "time, first call"), ("steady_s", "time, steady state"),
-                       ("first_peak", "peak memory, first call"), ("steady_peak", "peak memory, steady state")):
-        ours = statistics.median(m[key] for m in stored["ours"])
+             + (" attnmm, `recompute=True` | PyG / that |" if again else "")
+             + (" attnmm, no attention branch |" if local else ""),
+             "|---|---:|---:|---:|" + ("---:|---:|" if again else "") + ("---:|" if local else "")]
+
+    def ratio(key: str, ours: list[dict[str, float]]) -> str:
         pyg = statistics.median(m[key] for m in stored["pyg"])
-        ratios = sorted(p[key] / max(o[key], 1e-12) for p, o in zip(stored["pyg"], stored["ours"], strict=True))
-        unit = (lambda v: f"{v:.3f} s") if key.endswith("_s") else (lambda v: f"{v / 2**20:.1f} MiB")
-        lines.append(f"| {label} | {unit(pyg)} | {unit(ours)} | {pyg / max(ours, 1e-12):.2f}x "
-                     f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}) |"
-                     + (f" {unit(statistics.median(m[key] for m in local))} |" if local else ""))
+        rounds = sorted(p[key] / max(o[key], 1e-12) for p, o in zip(stored["pyg"], ours, strict=True))
+        median = pyg / max(statistics.median(m[key] for m in ours), 1e-12)
+        return f"{median:.2f}x (rounds {rounds[0]:.2f}-{rounds[-1]:.2f})"
+
+    for key, label in (("first_s", "time, first call"), ("steady_s", "time, steady state"),
+                       ("first_peak", "peak memory, first call"),
+                       ("warm_peak", "peak memory, first full-size call after a one-graph call"),
+                       ("steady_peak", "peak memory, steady state")):
+        if key not in stored["ours"][0]:
+            continue
+        lines.append(f"| {label} | {_shown(key, stored['pyg'])} | {_shown(key, stored['ours'])} | "
+                     f"{ratio(key, stored['ours'])} |"
+                     + (f" {_shown(key, again)} | {ratio(key, again)} |" if again else "")
+                     + (f" {_shown(key, local)} |" if local else ""))
     nodes = statistics.mean(m["nodes"] for m in stored["ours"])
     lines += ["", f"`GPSConv(64, GINEConv, heads=4)`, Peptides-func batches of 64 graphs (about {nodes:,.0f} nodes), "
               f"{stored['threads']} thread(s), medians of {stored['rounds']} alternating rounds of fresh processes, "
@@ -139,10 +167,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--render-only", action="store_true", help="render the page's table from the store")
-    parser.add_argument("--child", choices=["ours", "pyg", "local"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=WHICH, help=argparse.SUPPRESS)
+    parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args.child, args.calls, args.threads)))
+        print(json.dumps(_child(args.child, args.calls, args.threads, args.warm)))
         return
     if args.render_only:
         stored = json.loads(RESULTS.read_text())
@@ -150,12 +179,15 @@ def main(argv: list[str] | None = None) -> None:
         from benchmarks._measure import commit, machine_line
 
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-        got: dict[str, list[dict[str, float]]] = {"ours": [], "pyg": [], "local": []}
+        got: dict[str, list[dict[str, float]]] = {which: [] for which in WHICH}
+        mapped = {**env, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
         for r in range(args.rounds):
-            for which in (("ours", "pyg", "local") if r % 2 == 0 else ("local", "pyg", "ours")):
+            for which in (WHICH if r % 2 == 0 else WHICH[::-1]):
                 timed = _measure(which, args, env)
-                memory = _measure(which, args, {**env, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)})
-                got[which].append({**timed, "first_peak": memory["first_peak"], "steady_peak": memory["steady_peak"]})
+                memory = _measure(which, args, mapped)
+                warm = _measure(which, args, mapped, warm=True)
+                got[which].append({**timed, "first_peak": memory["first_peak"], "steady_peak": memory["steady_peak"],
+                                   "warm_peak": warm["first_peak"]})
             print(f"round {r + 1}: " + ", ".join(
                 f"{w} first {got[w][-1]['first_s']:.3f} s, steady {got[w][-1]['steady_s']:.3f} s" for w in got),
                 flush=True)

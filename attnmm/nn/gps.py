@@ -58,6 +58,8 @@ class GPSEncoder(nn.Module):
         norm (str, optional): ``"batch"``, ``"layer"`` or ``"none"``. (default: :obj:`"batch"`)
         attention (bool, optional): the global attention in every layer; ``False`` for message passing
             alone (needs a ``local`` layer). (default: :obj:`True`)
+        recompute (bool, optional): recompute the local layers' and the MLPs' activations in the backward
+            instead of keeping them (:class:`GPSConv`'s ``recompute``). (default: :obj:`False`)
 
     Shapes:
         - **input:** x (N, D), a packed mask over N nodes, optionally the adapter's tokens
@@ -86,6 +88,7 @@ class GPSEncoder(nn.Module):
         max_distance: int | None = None,
         norm: Norm = "batch",
         attention: bool = True,
+        recompute: bool = False,
     ) -> None:
         super().__init__()
         if not (local is None or isinstance(local, nn.Module) or local in ("gin", "gine", "attention", "none")):
@@ -106,6 +109,7 @@ class GPSEncoder(nn.Module):
             GPSConv(
                 d_model, _local(local, d_model, heads), heads, dropout, norm=norm_name, norm_kwargs=norm_kwargs,
                 attn_type="multihead" if attention else None, attn_kwargs={"dropout": attn_dropout},
+                recompute=recompute,
             )
             for _ in range(check_nonneg_int("num_layers", num_layers, minimum=1))
         )

@@ -2,12 +2,15 @@ r"""A drop-in for PyG's ``GPSConv`` on the packed nodes, whose global attention 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnmm.attention.core import attend
 from attnmm.attention.planner import Plan as AttentionPlan
@@ -43,7 +46,7 @@ class GPSConv(nn.Module):
 
     On CPU the graphs' own path keeps only the attention's output and one log-sum-exp per graph for the
     backward (the queries, keys and values are recomputed there), so its memory is that of the layer's
-    other activations.
+    other activations; ``recompute=True`` recomputes those of the local branch and the MLP as well.
 
     Args:
         channels (int): node width D.
@@ -60,6 +63,9 @@ class GPSConv(nn.Module):
             a ``conv``). (default: :obj:`"multihead"`)
         attn_kwargs (dict, optional): arguments of the attention module (e.g. ``dropout``).
             (default: :obj:`None`)
+        recompute (bool, optional): keep the activations of neither the local branch nor the MLP (with
+            their norms) for the backward: recompute them there (less memory, more time; running statistics
+            are updated once). Not one of PyG's arguments. (default: :obj:`False`)
 
     Shapes:
         - **input:** x (N, D), edge_index (2, M) or a sparse adjacency, batch (N,) optional, a packed
@@ -93,6 +99,7 @@ class GPSConv(nn.Module):
         norm_kwargs: dict[str, Any] | None = None,
         attn_type: str | None = "multihead",
         attn_kwargs: dict[str, Any] | None = None,
+        recompute: bool = False,
     ) -> None:
         from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
@@ -104,6 +111,7 @@ class GPSConv(nn.Module):
         self.heads = heads
         self.dropout = dropout
         self.attn_type = attn_type
+        self.recompute = recompute
         attn_kwargs = attn_kwargs or {}
         self.attn: nn.Module | None = None
         if attn_type == "multihead":
@@ -150,16 +158,37 @@ class GPSConv(nn.Module):
     ) -> Tensor | tuple[Tensor, AttentionWeights | None]:
         out, weights = None, None
         if self.conv is not None:
-            h = F.dropout(self.conv(x, edge_index, **kwargs), p=self.dropout, training=self.training)
-            out = self._norm(self.norm1, h + x, batch)  # (N, D)
+            out = self._recomputed(self._local, x, edge_index, batch, **kwargs)  # (N, D)
         if self.attn is not None:
             h, weights = self.global_attention(x, batch, mask, bias=bias, plan=plan, return_weights=True) \
                 if return_weights else (self.global_attention(x, batch, mask, bias=bias, plan=plan), None)
             h = self._norm(self.norm2, F.dropout(h, p=self.dropout, training=self.training) + x, batch)
             out = h if out is None else out + h
         assert out is not None
-        out = self._norm(self.norm3, out + self.mlp(out), batch)
+        out = self._recomputed(self._feed_forward, out, batch)
         return (out, weights) if return_weights else out
+
+    def _local(self, x: Tensor, edge_index: Any, batch: Tensor | None, **kwargs: Any) -> Tensor:
+        h = F.dropout(self.conv(x, edge_index, **kwargs), p=self.dropout, training=self.training)  # type: ignore[misc]
+        return self._norm(self.norm1, h + x, batch)
+
+    def _feed_forward(self, out: Tensor, batch: Tensor | None) -> Tensor:
+        return self._norm(self.norm3, out + self.mlp(out), batch)
+
+    def _recomputed(self, block: Any, *args: Any, **kwargs: Any) -> Tensor:
+        """``block(*args, **kwargs)``; with ``recompute`` (and gradients on) its activations are not kept but
+        recomputed in the backward, which leaves the buffers (running statistics) as the first pass left them."""
+        if not (self.recompute and torch.is_grad_enabled()):
+            return block(*args, **kwargs)
+        passes = 0
+
+        def run(*args: Any, **kwargs: Any) -> Tensor:
+            nonlocal passes
+            passes += 1
+            with contextlib.nullcontext() if passes == 1 else _buffers_kept(self):
+                return block(*args, **kwargs)
+
+        return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
     def global_attention(
         self, x: Tensor, batch: Tensor | None = None, mask: Mask | None = None, *, bias: Tensor | None = None,
@@ -189,6 +218,19 @@ class GPSConv(nn.Module):
     def __repr__(self) -> str:
         name, heads = type(self).__name__, "off" if self.attn is None else self.heads
         return f"{name}({self.channels}, conv={self.conv}, heads={heads}, attn_type={self.attn_type})"
+
+
+@contextlib.contextmanager
+def _buffers_kept(module: nn.Module) -> Iterator[None]:
+    """Runs with copies in place of ``module``'s buffers, so that what the run writes into them is dropped."""
+    kept = [(owner, name, buffer) for owner in module.modules() for name, buffer in owner.named_buffers(recurse=False)]
+    for owner, name, buffer in kept:
+        setattr(owner, name, buffer.clone())
+    try:
+        yield
+    finally:
+        for owner, name, buffer in kept:
+            setattr(owner, name, buffer)
 
 
 def _packed_form(attn: nn.MultiheadAttention) -> bool:

@@ -34,6 +34,22 @@ def test_encoder_on_adapter_tokens(local: str) -> None:
     assert encoder.spd is not None and encoder.spd.table.weight.grad is not None  # the bias is trained
 
 
+def test_encoder_recompute_gives_the_same_values_and_gradients() -> None:
+    adapter = GraphAdapter(in_channels=16, d_model=32, pe="random_walk", pe_dim=4)
+    tokens = adapter(GraphAdapter.example_batch(3))
+    x = tokens.x.detach()
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        encoder = GPSEncoder(32, num_layers=2, heads=4, local="gin", dropout=0.1, recompute=recompute)
+        assert all(layer.recompute == recompute for layer in encoder.layers)
+        torch.manual_seed(1)
+        out = encoder(x, tokens.mask, tokens=tokens)
+        grads.append((out, *torch.autograd.grad(out.square().sum(), list(encoder.parameters()))))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_encoder_with_a_graph_mask_only_and_errors() -> None:
     encoder = GPSEncoder(8, num_layers=1, heads=2).eval()
     g = Graph(torch.tensor([[0, 1], [1, 2]]), 3)

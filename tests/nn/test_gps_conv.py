@@ -150,3 +150,41 @@ def test_mask_errors() -> None:
         GPSConv(16, None, heads=2)(x, edge_index, batch, mask="edges")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="attn_type must be"):
         GPSConv(16, None, attn_type="linear")
+
+
+def test_recompute_keeps_values_gradients_and_statistics_with_less_saved() -> None:
+    """``recompute=True``: the same outputs, gradients and running statistics (a batch norm inside the local
+    layer, dropout in the MLP) as the default, with fewer bytes saved for the backward."""
+    x, edge_index, edge_attr, batch = _batch([5, 1, 17, 3])
+    layers = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU())
+        layers.append(GPSConv(16, GINEConv(mlp), heads=4, dropout=0.2, recompute=recompute).train())
+    layers[1].load_state_dict(layers[0].state_dict())
+    grad = torch.randn_like(x)
+    results = []
+    for layer in layers:
+        saved: list[int] = []
+
+        def pack(t: torch.Tensor, saved: list[int] = saved) -> torch.Tensor:
+            saved.append(t.numel() * t.element_size())
+            return t
+
+        xi = x.clone().requires_grad_()
+        torch.manual_seed(1)  # the same dropout draws
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = layer(xi, edge_index, batch, edge_attr=edge_attr)
+        out.backward(grad)
+        results.append((out, xi.grad, [p.grad for p in layer.parameters()], list(layer.buffers()), sum(saved)))
+    (out0, dx0, dp0, b0, saved0), (out1, dx1, dp1, b1, saved1) = results
+    torch.testing.assert_close(out1, out0)
+    torch.testing.assert_close(dx1, dx0)
+    for a, b in zip(dp1, dp0, strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(b1, b0, strict=True):  # running statistics moved once, not twice
+        torch.testing.assert_close(a, b)
+    assert saved1 < 0.6 * saved0
+    with torch.no_grad():  # no gradients: nothing to recompute, same outputs
+        torch.testing.assert_close(layers[1].eval()(x, edge_index, batch, edge_attr=edge_attr),
+                                   layers[0].eval()(x, edge_index, batch, edge_attr=edge_attr))
