@@ -8,9 +8,9 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from attnmm._checks import as_whole_numbers
 from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask, Structure
+from attnmm.masks.padding import check_lengths
 
 
 @register_mask
@@ -54,15 +54,7 @@ class Documents(IntervalMask):
     layout = "padded"
 
     def __init__(self, lengths: Tensor | Sequence[int] | Sequence[Sequence[int]]) -> None:
-        lengths = as_whole_numbers("lengths", lengths, "(D,) or (B, D)")
-        if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-            raise TypeError(f"lengths must be an integer tensor of shape (D,) or (B, D), got dtype {lengths.dtype}")
-        if lengths.dim() not in (1, 2):
-            raise ValueError(f"lengths must have shape (D,) or (B, D), got shape {tuple(lengths.shape)}")
-        lengths = lengths.detach().long().cpu()
-        if lengths.numel() and int(lengths.min()) < 0:
-            raise ValueError(f"lengths must be >= 0, got min {int(lengths.min())}")
-        self.lengths = lengths
+        self.lengths = lengths = check_lengths(lengths, "(D,) or (B, D)", 1, 2).detach().cpu()
         self.batched = lengths.dim() == 2
         self._batch_size = int(lengths.size(0)) if self.batched else None
         rows = lengths if self.batched else lengths.view(1, -1)  # (B or 1, D)

@@ -13,9 +13,9 @@ from torch import Tensor
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs, broadcast_shape
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import Mask, Structure
+from attnmm.masks.base import Mask, Structure, _part_pairs
 from attnmm.masks.full import Full
-from attnmm.masks.padding import Padding
+from attnmm.masks.padding import Padding, check_lengths
 
 #: One entry of a link table: ``False`` (no link), ``True`` (every key of the key segment) or a mask
 #: in the two segments' own coordinates (query segment rows, key segment columns).
@@ -97,9 +97,7 @@ class _Blocks(Mask):
         rows = (batch_size or 1) * num_rows  # softmax segments b * L + i
         parts = []  # (segment id, column) of every block's pairs, each sorted by (segment, column)
         for a, c, m in self._links():  # each block's pairs in the two segments' own coordinates
-            p = m.pairs(self.row_sizes[a], self.col_sizes[c], batch_size if m.batched else None, device=device)
-            if batch_size is not None:
-                p = p.expand(batch_size)
+            p = _part_pairs(m, self.row_sizes[a], self.col_sizes[c], batch_size, device)
             row, col, batch = p.row, p.col, p.batch
             if batch is not None and (self.row_lengths is not None or self.col_lengths is not None):
                 keep = torch.ones_like(row, dtype=torch.bool)
@@ -372,20 +370,14 @@ def _link_table(links: object, num_segments: int) -> list[list[Link]]:
 
 
 def _check_lengths(lengths: Tensor | Sequence[Sequence[int]], sizes: tuple[int, ...]) -> Tensor:
-    if not isinstance(lengths, Tensor):
-        lengths = torch.as_tensor(lengths, dtype=torch.long)
-        if lengths.numel() == 0:  # an empty batch
-            lengths = lengths.view(0, len(sizes))
-    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be an integer tensor of shape (B, K), got dtype {lengths.dtype}")
-    if lengths.dim() != 2 or lengths.size(1) != len(sizes):
-        raise ValueError(f"lengths must have shape (B, K) = (B, {len(sizes)}), got shape {tuple(lengths.shape)}")
-    lengths = lengths.detach().long().cpu()
-    too_long = lengths > torch.tensor(sizes, dtype=torch.long)
-    if lengths.numel() and (bool((lengths < 0).any()) or bool(too_long.any())):
-        raise ValueError(
-            f"lengths must lie between 0 and each segment's size {list(sizes)}, got {lengths.tolist()}"
-        )
+    shape = f"(B, K) = (B, {len(sizes)})"
+    if not isinstance(lengths, Tensor) and len(lengths) == 0:  # an empty batch
+        lengths = torch.zeros(0, len(sizes), dtype=torch.long)
+    lengths = check_lengths(lengths, shape, 2).detach().cpu()
+    if lengths.size(1) != len(sizes):
+        raise ValueError(f"lengths must have shape {shape}, got shape {tuple(lengths.shape)}")
+    if bool((lengths > torch.tensor(sizes, dtype=torch.long)).any()):
+        raise ValueError(f"lengths must lie between 0 and each segment's size {list(sizes)}, got {lengths.tolist()}")
     return lengths
 
 
