@@ -107,6 +107,13 @@ class FormStore:
         self._evict()
         return form
 
+    def kept(self, key: Hashable | None, name: Hashable, build: Callable[[], Any]) -> Any:
+        """The form ``name`` under ``key``, else ``build()``, kept under it (never for a ``None`` key)."""
+        found = None if key is None else self.find(key, name)
+        if found is None:
+            found = build() if key is None else self.keep(key, name, build())
+        return found
+
     def names(self, key: Hashable) -> set[Hashable]:
         """The names of the forms kept under ``key``."""
         entry = self._entries.get(key)

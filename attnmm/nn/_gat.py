@@ -36,6 +36,7 @@ from attnmm.nn._edges import (
     pair_bias,
     read_edges,
 )
+from attnmm.nn._inputs import check_dropout
 
 #: ``score(dst, src, edge_attr)``: the score (n, H) of the n pairs ``src[k] -> dst[k]``, with the edge
 #: features (n, D) of those pairs or ``None`` for no edge term.
@@ -185,12 +186,10 @@ class AdditiveGraphAttention(nn.Module):
         super().__init__()
         self._forms = FormStore()  # the edges of the graphs seen, by value, across calls
         self.src_channels, self.dst_channels = split_channels(in_channels)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.in_channels = in_channels
         self.out_channels = check_nonneg_int("out_channels", out_channels, minimum=1)
         self.heads = check_nonneg_int("heads", heads, minimum=1)
-        self.concat, self.negative_slope, self.dropout = concat, float(negative_slope), float(dropout)
+        self.concat, self.negative_slope, self.dropout = concat, float(negative_slope), check_dropout(dropout)
         self.add_self_loops, self.fill_value, self.residual = add_self_loops, fill_value, residual
         self.edge_dim = None if edge_dim is None else check_nonneg_int("edge_dim", edge_dim, minimum=1)
 
@@ -211,12 +210,9 @@ class AdditiveGraphAttention(nn.Module):
         if mask is not None and not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
         key = adjacency_key(edge_index, mask, num_src, num_dst, self.add_self_loops, str(device))
-        found = None if key is None else self._forms.find(key, "gat_edges")
-        if found is None:
-            found = gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
-            if key is not None:
-                self._forms.keep(key, "gat_edges", found)
-        return found
+        return self._forms.kept(
+            key, "gat_edges", lambda: gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
+        )
 
     def edge_features(self, edges: GATEdges, edge_attr: Tensor | None) -> Tensor | None:
         """The edge features of every edge of ``edges`` (M, D): the input's, less those of dropped self

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.masks import Mask, padding_lengths, without_padding
+from attnmm.nn._inputs import check_dropout
 from attnmm.nn.state import IncrementalState
 
 _CELLS: dict[str, type[nn.LSTM] | type[nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -75,8 +76,7 @@ class RecurrentEncoder(nn.Module):
         self.num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
         if cell not in _CELLS:
             raise ValueError(f"cell must be one of {sorted(_CELLS)}, got {cell!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         self.cell, self.bidirectional = cell, bool(bidirectional)
         directions = 2 if self.bidirectional else 1
         default = self.d_model // directions

@@ -13,7 +13,7 @@ from attnmm.attention.forms import FormStore
 from attnmm.masks import Mask
 from attnmm.nn._edges import EdgeLayout, adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
 from attnmm.nn._gat import split_channels
-from attnmm.nn._inputs import check_node_features
+from attnmm.nn._inputs import check_dropout, check_node_features
 
 
 class AttentionConv(nn.Module):
@@ -88,12 +88,10 @@ class AttentionConv(nn.Module):
         self._forms = FormStore()  # edge layouts of the graphs seen, by value, across calls
         src_dim, dst_dim = split_channels(in_channels)
         in_channels = in_channels if isinstance(in_channels, int) else (src_dim, dst_dim)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.in_channels = in_channels
         self.out_channels = C = check_nonneg_int("out_channels", out_channels, minimum=1)
         self.heads = H = check_nonneg_int("heads", heads, minimum=1)
-        self.concat, self.dropout, self.root_weight = concat, float(dropout), root_weight
+        self.concat, self.dropout, self.root_weight = concat, check_dropout(dropout), root_weight
         self.beta = beta and root_weight
         self.edge_dim = None if edge_dim is None else check_nonneg_int("edge_dim", edge_dim, minimum=1)
         self.lin_key = nn.Linear(src_dim, H * C, bias=bias)
@@ -174,18 +172,10 @@ class AttentionConv(nn.Module):
     def _edge_layout(
         self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
     ) -> EdgeLayout:
-        # Training step after step may see the same graph, often as new objects: layouts are kept in
-        # the layer's store, keyed by the value of the edges and the mask (so an in-place edit of the
-        # edges is a new key), and the same layout gives
-        # the same mask object, whose CSR form the sparse backend re-uses. A graph named by identity only
-        # (large, or on an accelerator) is read again at every call, in one sort of its edges.
+        # kept by the value of the edges and the mask, as AdditiveGraphAttention.edges keeps its edges: the same
+        # layout gives the same mask object, whose CSR form the sparse backend re-uses
         key = adjacency_key(edge_index, mask, num_src, num_dst, str(device))
-        found = None if key is None else self._forms.find(key, "layout")
-        if found is None:
-            found = edge_layout(edge_index, num_src, num_dst, mask, device)
-            if key is not None:
-                self._forms.keep(key, "layout", found)
-        return found
+        return self._forms.kept(key, "layout", lambda: edge_layout(edge_index, num_src, num_dst, mask, device))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
