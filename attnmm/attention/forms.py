@@ -114,11 +114,6 @@ class FormStore:
             found = build() if key is None else self.keep(key, name, build())
         return found
 
-    def names(self, key: Hashable) -> set[Hashable]:
-        """The names of the forms kept under ``key``."""
-        entry = self._entries.get(key)
-        return set() if entry is None else set(entry)
-
     def clear(self) -> None:
         """Forget every entry."""
         self._entries.clear()

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask, Structure
-from attnmm.masks.padding import check_lengths
+from attnmm.masks.padding import check_lengths, shown
 
 
 @register_mask
@@ -124,12 +124,9 @@ class Documents(IntervalMask):
         return int(self.lengths.square().sum())
 
     def __repr__(self) -> str:
-        def show(values: list[int]) -> str:
-            return "[" + ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "") + "]"
-
         if not self.batched:
-            return f"Documents(lengths={show(self.lengths.tolist())})"
-        rows = [show(r) for r in self.lengths.tolist()[:2]]
+            return f"Documents(lengths={shown(self.lengths.tolist())})"
+        rows = [shown(r) for r in self.lengths.tolist()[:2]]
         more = ", ..." if self.lengths.size(0) > 2 else ""
         return f"Documents(lengths=[{', '.join(rows)}{more}])"
 

@@ -25,6 +25,11 @@ def check_lengths(lengths: object, shape: str, *dims: int) -> Tensor:
     return lengths.long()
 
 
+def shown(values: list[int]) -> str:
+    """``values`` as a short list: the first 6, then ``...``."""
+    return "[" + ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "") + "]"
+
+
 @register_mask
 class Padding(IntervalMask):
     r"""Key padding: :math:`A_b(i) = \{j : j < \mathrm{lengths}_b\}`.
@@ -70,6 +75,4 @@ class Padding(IntervalMask):
         return torch.zeros_like(end), end + q_idx * 0
 
     def __repr__(self) -> str:
-        values = self.lengths.tolist()
-        shown = ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "")
-        return f"Padding(lengths=[{shown}])"
+        return f"Padding(lengths={shown(self.lengths.tolist())})"

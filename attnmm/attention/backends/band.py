@@ -140,8 +140,7 @@ def _ranges(
     padding queries past L. ``batch`` holds the batch item of each of the B sequences (None: the mask
     is the same for all); the layout's queries and keys start at rows ``row0`` and ``key0`` of the
     mask (a piece of the sequence, see :func:`_infer`)."""
-    i, _ = geo.positions(device)
-    i = i.squeeze(-1)  # (nbp, T)
+    i = torch.arange(geo.nbp * geo.T, device=device).view(geo.nbp, geo.T)  # the query of every slot
     b = torch.zeros((), dtype=torch.long, device=device) if batch is None else batch.view(-1, 1, 1)
     start, end = interval(b, i + row0)
     shape = broadcast_shape(start.shape, end.shape, i.shape, b.shape)
@@ -177,10 +176,8 @@ def _piece_bytes(problem: Problem, full: BandGeometry) -> int:
 
 
 def _infer(q: Tensor, k: Tensor, v: Tensor, interval: Interval, full: BandGeometry, problem: Problem) -> Tensor:
-    r"""The forward pass alone, when no gradient is needed, in pieces of about :data:`_PIECE` values:
-    a group of whole sequences when they are short, else a span of query rows of one sequence with
-    the keys its band reaches. Nothing is kept for a backward pass, so the extra memory beyond the
-    output stays a few pieces, whatever L."""
+    r"""The forward pass alone, when no gradient is needed, in pieces of about :data:`_PIECE` values (see
+    :class:`BandBackend`: whole short sequences, or spans of a long one's query rows)."""
     B, H, L, E = q.shape
     S, Ev, T = k.size(2), v.size(-1), full.T
     rows, seqs = _piece_layout(L, E, Ev, T)
@@ -234,14 +231,9 @@ def _band_bias(forms: Forms, inputs: Inputs, geo: BandGeometry, dtype: torch.dty
 
 
 class _Pattern:
-    """The allowed window slots of every block of a band layout, and the attention weights of a range
-    of its blocks.
-
-    Most blocks of a band share one pattern (only the blocks at the ends of a sequence, or past a
-    padded length, differ): it is added to the scores inside the score product as a (1, T, W) bias of
-    0 and a large negative number, and the few blocks that differ are recomputed with their own. When
-    most blocks differ, every block gets its own (G, T, W) bias.
-    """
+    """The allowed window slots of every block of a band layout, and the attention weights of a range of
+    its blocks: the pattern most blocks share (see :class:`BandBackend`) is a (1, T, W) bias of 0 and a large
+    negative number; when most blocks differ, every block gets its own (G, T, W) bias."""
 
     def __init__(self, geo: BandGeometry, start: Tensor, end: Tensor, dtype: torch.dtype) -> None:
         g = torch.arange(geo.B * geo.H * geo.nbp, device=start.device)
