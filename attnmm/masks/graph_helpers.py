@@ -60,13 +60,6 @@ def self_loops(num_nodes: int) -> Graph:
     return Graph(_loops(check_nonneg_int("num_nodes", num_nodes)), num_nodes)
 
 
-def _in_csr(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
-    """Sources sorted by target and the target pointer (N + 1,)."""
-    order = torch.argsort(edge_index[1], stable=True)
-    counts = torch.bincount(edge_index[1], minlength=num_nodes)
-    return edge_index[0, order], torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-
-
 def _hops(edge_index: Tensor, num_nodes: int, max_hops: int) -> tuple[Tensor, Tensor]:
     """Breadth-first search from every node at once: sorted keys ``i * N + j`` of the pairs with a path
     j -> ... -> i of at most ``max_hops`` edges, and the length of the shortest such path (1 ... max_hops).
@@ -75,7 +68,9 @@ def _hops(edge_index: Tensor, num_nodes: int, max_hops: int) -> tuple[Tensor, Te
     cost is O(sum over steps of (new pairs x in-degree)), the size of the neighbourhoods built.
     """
     N = num_nodes
-    sources, ptr = _in_csr(edge_index, N)
+    counts = torch.bincount(edge_index[1], minlength=N)  # in-edges: sources sorted by target, target pointer
+    sources = edge_index[0, torch.argsort(edge_index[1], stable=True)]
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     keys = torch.unique(edge_index[1] * N + edge_index[0])
     dist = torch.ones_like(keys)
     frontier = keys

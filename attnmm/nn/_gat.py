@@ -97,12 +97,6 @@ class GATEdges:
     pairs_returned: bool
 
     @property
-    def kept_index(self) -> Tensor:
-        """The kept input edges (2, M_kept), to compute the loops' features."""
-        kept = self.layout.src.numel() - self.num_loops
-        return torch.stack([self.layout.src[:kept], self.layout.dst[:kept]])
-
-    @property
     def nbytes(self) -> int:
         """Bytes held, for the budget of the cache that keeps it."""
         held = self.layout.nbytes + (0 if self.keep is None else self.keep.numel())
@@ -241,10 +235,9 @@ class AdditiveGraphAttention(nn.Module):
             )
         if edges.keep is None:
             return edge_attr
-        _, filled = add_self_loops(
-            edges.kept_index, edge_attr[edges.keep], fill_value=self.fill_value, num_nodes=edges.num_loops
-        )
-        return filled
+        kept = edges.layout.src.numel() - edges.num_loops  # the input edges kept (not self loops) come first
+        index = torch.stack([edges.layout.src[:kept], edges.layout.dst[:kept]])
+        return add_self_loops(index, edge_attr[edges.keep], fill_value=self.fill_value, num_nodes=edges.num_loops)[1]
 
     def propagate(
         self, values: Tensor, num_dst: int, edges: GATEdges, score: ScoreFn, edge_attr: Tensor | None,

@@ -11,7 +11,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.attention.forms import FormStore
 from attnmm.masks import Mask
-from attnmm.nn._edges import EdgeLayout, adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
+from attnmm.nn._edges import adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
 from attnmm.nn._gat import split_channels
 from attnmm.nn._inputs import check_dropout, check_node_features
 
@@ -123,7 +123,10 @@ class AttentionConv(nn.Module):
         check_node_features("AttentionConv", x_src, x_dst, self.in_channels, widths)
         H, C = self.heads, self.out_channels
         N_src, N_dst = node_counts(x_src, x_dst, None, edge_index)
-        layout = self._edge_layout(edge_index, N_src, N_dst, mask, x_dst.device)
+        # kept by the value of the edges and the mask, as AdditiveGraphAttention.edges keeps its edges: the same
+        # layout gives the same mask object, whose CSR form the sparse backend re-uses
+        key = adjacency_key(edge_index, mask, N_src, N_dst, str(x_dst.device))
+        layout = self._forms.kept(key, "layout", lambda: edge_layout(edge_index, N_src, N_dst, mask, x_dst.device))
         # (N, H, C) views of the projections: the sparse backend works on them in place
         q = self.lin_query(x_dst).view(-1, H, C)  # (N_dst, H, C)
         k = self.lin_key(x_src).view(-1, H, C)  # (N_src, H, C)
@@ -168,14 +171,6 @@ class AttentionConv(nn.Module):
         if alpha is None:  # no edges
             alpha = out.new_zeros(0, H)
         return out, (edge_index, alpha)
-
-    def _edge_layout(
-        self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
-    ) -> EdgeLayout:
-        # kept by the value of the edges and the mask, as AdditiveGraphAttention.edges keeps its edges: the same
-        # layout gives the same mask object, whose CSR form the sparse backend re-uses
-        key = adjacency_key(edge_index, mask, num_src, num_dst, str(device))
-        return self._forms.kept(key, "layout", lambda: edge_layout(edge_index, num_src, num_dst, mask, device))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
