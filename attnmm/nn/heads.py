@@ -141,7 +141,7 @@ class TokenClassifier(nn.Module):
         self.linear.reset_parameters()
 
     def forward(self, h: Tensor, tokens: Tokens | None = None) -> Tensor:
-        _check_h("TokenClassifier", h, self.linear.in_features)
+        _check_h(type(self).__name__, h, self.linear.in_features)
         return self.linear(self.drop(h))
 
 
