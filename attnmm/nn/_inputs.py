@@ -13,10 +13,10 @@ PACKED_HINT = (
 )
 
 
-def check_dropout(dropout: float) -> float:
+def check_dropout(dropout: float, name: str = "dropout") -> float:
     """``dropout`` as a float in [0, 1), or raise naming it."""
     if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        raise ValueError(f"{name} must be in [0, 1), got {dropout}")
     return float(dropout)
 
 
