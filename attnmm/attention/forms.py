@@ -211,27 +211,23 @@ class Forms:
 
     def form(
         self, name: Hashable, build: Callable[[Forms], Any], drop: Hashable | None = None,
-        store: FormStore | None = None,
+        store: FormStore | None = None, keep: bool | Callable[[Any], bool] = True,
     ) -> Any:
         """The form ``name``, built by ``build(self)`` the first time (a backend's own form of the mask), kept
-        in the plan's store, else in ``store`` (a backend's own)."""
+        in the plan's store, else in ``store`` (a backend's own), when ``keep`` is true (or true of the form)."""
         found = self.get(name, store)
         if found is None:
             self.built[name] = self.built.get(name, 0) + 1
-            found = self.put(name, build(self), drop=drop, store=store)
+            found = build(self)
+            self.put(name, found, keep(found) if callable(keep) else keep, drop=drop, store=store)
         return found
 
     def pairs(self, keep: bool = True) -> Pairs:
         """The mask's allowed pairs. Kept across calls when ``keep`` and no CSR pattern holds them already."""
-        found = self.get("pairs")
-        if found is not None:
-            return found
-        held = self.get("pattern")
+        held = None if self.get("pairs") is not None else self.get("pattern")
         if held is not None:  # the pattern holds the pairs
             return self.put("pairs", held.pairs(), across_calls=False)
-        self.built["pairs"] = self.built.get("pairs", 0) + 1
-        found = self.effective_mask.pairs(self.L, self.S, self.batch_size, device=self.device)
-        return self.put("pairs", found, across_calls=keep)
+        return self.form("pairs", lambda f: f.effective_mask.pairs(f.L, f.S, f.batch_size, device=f.device), keep=keep)
 
     @property
     def row_counts(self) -> Tensor:
@@ -305,12 +301,8 @@ class Forms:
 
     def dense(self, store: FormStore | None = None) -> Tensor:
         """The mask's dense form (L, S) or (B, L, S), kept across calls up to :data:`DENSE_ELEMENTS` entries."""
-        found = self.get("dense", store)
-        if found is None:
-            self.built["dense"] = self.built.get("dense", 0) + 1
-            found = self.effective_mask.dense(self.L, self.S, self.batch_size, device=self.device)
-            self.put("dense", found, across_calls=found.numel() <= DENSE_ELEMENTS, store=store)
-        return found
+        return self.form("dense", lambda f: f.effective_mask.dense(f.L, f.S, f.batch_size, device=f.device),
+                         store=store, keep=lambda d: d.numel() <= DENSE_ELEMENTS)
 
     @property
     def nbytes(self) -> int:
