@@ -140,12 +140,6 @@ class CSRPattern:
         batch = torch.repeat_interleave(torch.arange(self.items, device=device), per_item, output_size=self.nnz)
         return Pairs(row, self.col.long(), batch, L, self.num_cols, self.items)
 
-    def span(self, b: int, P: int) -> tuple[int, int, int]:  # noqa: N803 - pairs per item
-        """Item of batch item ``b`` and the range of its values in V."""
-        if self.items == 1:
-            return 0, b * P, (b + 1) * P
-        return b, self.offsets[b], self.offsets[b + 1]
-
     def matrix(self, item: int, values: Tensor, transpose: bool = False) -> Tensor:
         """Item ``item``'s CSR matrix (L, S) with ``values`` in CSR order, or its transpose (S, L) with
         ``values`` in the transpose's order."""
@@ -182,7 +176,9 @@ class Blocks:
     def spans(self) -> list[tuple[int, int, int, int]]:
         """``(b, item, start, end)`` of every batch item: its pattern item and its values' range."""
         p = self.pattern
-        return [(b, *p.span(b, p.nnz)) for b in range(self.batch)]
+        if p.items == 1:  # a mask shared by the batch: item b's values follow item b - 1's
+            return [(b, 0, b * p.nnz, (b + 1) * p.nnz) for b in range(self.batch)]
+        return [(b, b, p.offsets[b], p.offsets[b + 1]) for b in range(self.batch)]
 
     @property
     def fused(self) -> bool:

@@ -331,11 +331,6 @@ def _like_layout(t: Tensor, last: int) -> Tensor:
     return t.new_empty(B, H, n, last)
 
 
-def _blocks_of(t: Tensor, T: int) -> Tensor:  # noqa: N803
-    """One sequence (n, E) as blocks of T rows (n // T, T, E), a view."""
-    return t.unflatten(0, (-1, T))
-
-
 class _SequenceKeys:
     """The keys (or values) of one sequence, (S, E) with contiguous rows, read where they lie: the window
     of query block n is keys [nT - left, nT - left + W). Blocks whose window lies inside the sequence
@@ -357,9 +352,6 @@ class _SequenceKeys:
             for n0 in range(lo, hi, step):
                 yield n0, min(n0 + step, hi)
 
-    def _interior(self, n0: int, n1: int) -> bool:
-        return self.first <= n0 and n1 <= self.end
-
     def _span(self, n0: int, n1: int) -> tuple[int, int]:
         """The key rows the windows of blocks n0..n1-1 cover: (n1 - n0 + c) T of them from n0 T - left."""
         lo = n0 * self.geo.T - self.geo.left
@@ -375,7 +367,7 @@ class _SequenceKeys:
         """The windows (n1 - n0, W, E) of blocks n0..n1-1: a view in the interior, else a padded copy."""
         geo, keys = self.geo, self.keys
         lo, hi = self._span(n0, n1)
-        if self._interior(n0, n1):
+        if self.first <= n0 and n1 <= self.end:  # the interior
             base, row = keys, lo
         else:
             base, row = keys.new_zeros(hi - lo, keys.size(1)), 0
@@ -391,7 +383,7 @@ class _SequenceKeys:
         assert grad is not None
         T, G = geo.T, n1 - n0
         lo, hi = self._span(n0, n1)
-        inside = self._interior(n0, n1)
+        inside = self.first <= n0 and n1 <= self.end
         base, row = (grad, lo) if inside else (grad.new_zeros(hi - lo, grad.size(1)), 0)
         # the rows the windows cover as G + c blocks of T keys, the padded layout's shape (a view)
         geo.accumulate_keys(self._strided(base, row, G + geo.c, T), 0, x, y, alpha=alpha)
@@ -436,7 +428,7 @@ class _BandAttention(torch.autograd.Function):
         if by_sequence:
             out = _like_layout(q, v.size(-1))  # (B, H, L, Ev), laid out as q
             for b, h, g0, r0, n0, n1, keys, values in _sequences(geo, k, v):
-                qs, outs = _blocks_of(q[b, h], geo.T), _blocks_of(out[b, h], geo.T)
+                qs, outs = q[b, h].unflatten(0, (-1, geo.T)), out[b, h].unflatten(0, (-1, geo.T))  # (nb, T, E)
                 chunk(g0 + n0, g0 + n1, r0 + n0, qs[n0:n1], keys.windows(n0, n1), values.windows(n0, n1),
                       outs[n0:n1], scale)
             ctx.save_for_backward(q, k, v, saved, count, keep)
@@ -500,7 +492,7 @@ class _BandAttention(torch.autograd.Function):
             d_q = _like_layout(q, q.size(-1))
             d_k, d_v = _like_layout(k, k.size(-1)).zero_(), _like_layout(v, v.size(-1)).zero_()
             for b, h, _, r0, n0, n1, keys, values in _sequences(geo, k, v, d_k, d_v):
-                qs, dos, d_qs = (_blocks_of(t[b, h], geo.T)[n0:n1] for t in (q, dob, d_q))
+                qs, dos, d_qs = (t[b, h].unflatten(0, (-1, geo.T))[n0:n1] for t in (q, dob, d_q))  # (G, T, E)
                 w, d_s = chunk(r0 + n0, r0 + n1, dos, keys.windows(n0, n1), values.windows(n0, n1), d_qs, ctx.scale)
                 keys.accumulate(n0, n1, d_s, qs, alpha=ctx.scale)  # (q is not pre-scaled)
                 values.accumulate(n0, n1, w, dos)
