@@ -120,25 +120,21 @@ class RecurrentEncoder(nn.Module):
         # the recurrence runs in float32, the layers around it stay in the autocast dtype
         cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
         with torch.autocast("cpu", enabled=False) if cpu_autocast else contextlib.nullcontext():
-            out = self._recur(x.float() if cpu_autocast else x, lengths, state)
+            h = x.float() if cpu_autocast else x
+            if state is not None:
+                out, carried = self.rnn(h, state.get(self))  # (B, L, dirs * hidden)
+                state.set(self, carried)
+            elif lengths is None:
+                out, _ = self.rnn(h)
+            else:
+                out, _ = self.rnn(nn.utils.rnn.pack_padded_sequence(h, lengths.clamp(min=1).cpu(), True, False))
+                out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
         if self.proj is not None:
             out = self.proj(out)
         out = self.norm(self.drop(out))  # (B, L, D)
         if lengths is not None:
             real = torch.arange(x.size(1), device=x.device) < lengths.to(x.device).view(-1, 1)  # (B, L)
             out = out * real.unsqueeze(-1)
-        return out
-
-    def _recur(self, x: Tensor, lengths: Tensor | None, state: IncrementalState | None) -> Tensor:
-        """The recurrence over x (B, L, D) -> (B, L, dirs * hidden), the arguments checked."""
-        if state is not None:
-            out, carried = self.rnn(x, state.get(self))  # (B, L, H)
-            state.set(self, carried)
-        elif lengths is None:
-            out, _ = self.rnn(x)  # (B, L, dirs * hidden)
-        else:
-            out, _ = self.rnn(nn.utils.rnn.pack_padded_sequence(x, lengths.clamp(min=1).cpu(), True, False))
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
         return out
 
     def _lengths(self, mask: Mask | None) -> Tensor | None:
