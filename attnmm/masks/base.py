@@ -181,11 +181,9 @@ class Mask(ABC):
         q = torch.arange(num_rows, device=device).view(-1, 1)
         kv = torch.arange(num_cols, device=device).view(1, -1)
         zero = torch.zeros((), dtype=torch.long, device=device)
-        if batch_size is None:
-            return self.mask_mod(zero, zero, q, kv).expand(num_rows, num_cols).clone()
-        b = torch.arange(batch_size, device=device).view(-1, 1, 1)
-        out = self.mask_mod(b, zero, q.unsqueeze(0), kv.unsqueeze(0))
-        return out.expand(batch_size, num_rows, num_cols).clone()
+        b = zero if batch_size is None else torch.arange(batch_size, device=device).view(-1, 1, 1)
+        shape = (num_rows, num_cols) if batch_size is None else (batch_size, num_rows, num_cols)
+        return self.mask_mod(b, zero, q, kv).expand(shape).clone()
 
     def pairs(
         self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None, *,

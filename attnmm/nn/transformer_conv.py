@@ -143,10 +143,8 @@ class AttentionConv(nn.Module):
             edge_bias = (q[layout.dst] * edge).sum(-1) / math.sqrt(C)  # (M, H)
         bias = pair_bias(layout, edge_bias)  # (P, H) or None
         p = self.dropout if self.training else 0.0
-        # the weights are asked for on every call, wanted or not: whether they come back enters attend's
-        # choice of backend (masked dense SDPA and the band kernel's inference path return none, and
-        # round differently from the sparse kernel), and the output must not depend on
-        # return_attention_weights; PyG forms alpha on every call too
+        # the weights are asked for on every call, as in AdditiveGraphAttention.propagate (and PyG forms alpha
+        # on every call too)
         out, w = attend(
             q, k, v, layout.mask, bias=bias, dropout_p=p, return_weights=True, layout="packed"
         )  # (N_dst, H, C)

@@ -1,14 +1,7 @@
-r"""Attention under a mask made of blocks, split into its query segments before dispatch.
-
-A mask that :func:`~attnmm.masks.as_blocks` reads as blocks (a :class:`~attnmm.masks.Segments` mask, packed
-documents, their intersections) confines the softmax of a query of segment :math:`a` to the key segments
-:math:`C_a` it links to, so its attention is K attentions of their own,
-:math:`O_a = \mathrm{attend}(Q_a, K_{C_a}, V_{C_a}, M_a)`, each dispatched like any
-(:func:`~attnmm.attention.planner.split_problem`, worked out on the sizes alone, so a plan shares it among
-the layers of a forward). They run as one autograd node (:class:`SplitAttention`) whose backward takes the
-segments one at a time and adds their gradients into one buffer per input, so no more than one segment's
-gradients are in flight.
-"""
+r"""Attention under a mask made of blocks (:func:`~attnmm.masks.as_blocks`: a :class:`~attnmm.masks.Segments`
+mask, packed documents, their intersections), split into its query segments before dispatch, each computed on
+its own backend, as :class:`~attnmm.attention.backends.SegmentsBackend` describes, in one autograd node
+(:class:`SplitAttention`)."""
 
 from __future__ import annotations
 
