@@ -65,13 +65,9 @@ class Pairs:
 
     def to_dense(self) -> Tensor:
         """Bool tensor (L, S), or (B, L, S) when batched, True at every pair."""
-        if self.batch is None:
-            out = torch.zeros(self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device)
-            out[self.row, self.col] = True
-            return out
-        assert self.batch_size is not None
-        out = torch.zeros(self.batch_size, self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device)
-        out[self.batch, self.row, self.col] = True
+        lead = () if self.batch is None else (self.batch_size or 0,)
+        out = torch.zeros(*lead, self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device)
+        out[(self.row, self.col) if self.batch is None else (self.batch, self.row, self.col)] = True
         return out
 
 

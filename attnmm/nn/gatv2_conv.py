@@ -139,11 +139,8 @@ class GATv2Conv(AdditiveGraphAttention):
         targets = values if self.share_weights and x_dst is x_src else self.lin_r(x_dst).view(-1, H, C)
         edges = self.edges(edge_index, num_src, num_dst, mask, x_src.device)
         if edge_attr is not None and self.lin_edge is None:
-            raise ValueError(
-                f"edge_attr was given but the layer has no edge term; build it with edge_dim={edge_attr.size(-1)}"
-                if edge_attr.dim() == 2
-                else "edge_attr was given but the layer has no edge term; build it with edge_dim=1"
-            )
+            width = edge_attr.size(-1) if edge_attr.dim() == 2 else 1
+            raise ValueError(f"edge_attr was given but the layer has no edge term; build it with edge_dim={width}")
         attr = self.edge_features(edges, edge_attr)
         w_edge = None if attr is None or self.lin_edge is None else self.lin_edge.weight  # (H * C, D)
         att, slope = self.att.view(H, C), self.negative_slope
