@@ -288,12 +288,9 @@ class IntervalMask(Mask):
         self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device
     ) -> tuple[Tensor, Tensor]:
         """Flat clamped ``[start, end)`` per segment (``b * L + i``)."""
-        q = torch.arange(num_rows, device=device)
-        if batch_size is None:
-            b = torch.zeros((), dtype=torch.long, device=device)
-        else:
-            b = torch.arange(batch_size, device=device).view(-1, 1)
-            q = q.view(1, -1)
+        q, b = torch.arange(num_rows, device=device), torch.zeros((), dtype=torch.long, device=device)
+        if batch_size is not None:
+            b = torch.arange(batch_size, device=device).view(-1, 1)  # (B, 1) against q (L,)
         start, end = self.interval(b, q)
         shape = broadcast_shape(start.shape, end.shape, q.shape, b.shape)
         start = start.expand(shape).clamp(0, num_cols).reshape(-1)

@@ -109,9 +109,8 @@ class Documents(IntervalMask):
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         start, end = self._start.to(q_idx.device), self._end.to(q_idx.device)
         pos = q_idx.clamp(0, start.size(1) - 1)  # every position past the documents: the empty range
-        if not self.batched:
-            return start[0][pos], end[0][pos]
-        return start[b, pos], end[b, pos]
+        item = b if self.batched else 0
+        return start[item, pos], end[item, pos]
 
     @property
     def band(self) -> tuple[int | None, int | None]:
