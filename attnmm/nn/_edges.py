@@ -176,6 +176,17 @@ def layout_of_edges(src: Tensor, dst: Tensor, num_src: int, num_dst: int, extra:
     return EdgeLayout(src, dst, mask, pairs.row, pairs.col, where[edge_pair], union_counts, duplicates)
 
 
+def check_edge_attr(edge_attr: Tensor | None, num_edges: int, edge_dim: int | None) -> Tensor:
+    """``edge_attr`` as (M, edge_dim), one row per edge of edge_index ((M,) read as (M, 1)), else raise."""
+    if edge_attr is not None and edge_attr.dim() == 1:
+        edge_attr = edge_attr.view(-1, 1)  # (M, 1)
+    if edge_attr is None or edge_attr.dim() != 2 or tuple(edge_attr.shape) != (num_edges, edge_dim):
+        got = None if edge_attr is None else tuple(edge_attr.shape)
+        raise ValueError(f"edge_dim={edge_dim} needs edge_attr of shape (M, {edge_dim}) = ({num_edges}, {edge_dim}), "
+                         f"one row per edge of edge_index, got {got}")
+    return edge_attr
+
+
 def _checked(extra: object) -> Mask:
     if not isinstance(extra, Mask):
         raise TypeError(f"mask must be an attnmm Mask or None, got {type(extra).__name__}")

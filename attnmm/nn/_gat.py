@@ -30,6 +30,7 @@ from attnmm.masks import Graph, Mask
 from attnmm.nn._edges import (
     EdgeLayout,
     adjacency_key,
+    check_edge_attr,
     edge_layout,
     edge_weights,
     layout_of_edges,
@@ -226,13 +227,7 @@ class AdditiveGraphAttention(nn.Module):
                 "adjacency (PyG's GAT layers refuse this too); convert it with "
                 "torch_geometric.utils.to_edge_index or build the layer with add_self_loops=False"
             )
-        if edge_attr.dim() == 1:
-            edge_attr = edge_attr.view(-1, 1)  # (M, 1)
-        if edge_attr.dim() != 2 or edge_attr.size(0) != edges.num_edges or edge_attr.size(1) != self.edge_dim:
-            raise ValueError(
-                f"edge_dim={self.edge_dim} needs edge_attr of shape (M, {self.edge_dim}) = ({edges.num_edges}, "
-                f"{self.edge_dim}), one row per edge of edge_index, got {tuple(edge_attr.shape)}"
-            )
+        edge_attr = check_edge_attr(edge_attr, edges.num_edges, self.edge_dim)
         if edges.keep is None:
             return edge_attr
         kept = edges.layout.src.numel() - edges.num_loops  # the input edges kept (not self loops) come first

@@ -11,7 +11,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.attention.forms import FormStore
 from attnmm.masks import Mask
-from attnmm.nn._edges import adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
+from attnmm.nn._edges import adjacency_key, check_edge_attr, edge_layout, edge_weights, node_counts, pair_bias
 from attnmm.nn._gat import split_channels
 from attnmm.nn._inputs import check_dropout, check_node_features
 
@@ -133,12 +133,7 @@ class AttentionConv(nn.Module):
         v = self.lin_value(x_src).view(-1, H, C)  # (N_src, H, C)
         edge = edge_bias = None
         if self.lin_edge is not None:
-            if edge_attr is None or edge_attr.size(0) != layout.src.numel():
-                got = None if edge_attr is None else tuple(edge_attr.shape)
-                raise ValueError(
-                    f"edge_dim={self.edge_dim} needs edge_attr of shape (M, {self.edge_dim}) = "
-                    f"({layout.src.numel()}, {self.edge_dim}), one row per edge of edge_index, got {got}"
-                )
+            edge_attr = check_edge_attr(edge_attr, layout.src.numel(), self.edge_dim)
             edge = self.lin_edge(edge_attr).view(-1, H, C)  # (M, H, C)
             edge_bias = (q[layout.dst] * edge).sum(-1) / math.sqrt(C)  # (M, H)
         bias = pair_bias(layout, edge_bias)  # (P, H) or None

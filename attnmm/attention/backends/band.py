@@ -453,62 +453,58 @@ class _BandAttention(torch.autograd.Function):
         # a backward pass run inside torch.autocast would cast the products below to the autocast dtype
         # while their out= buffers keep the forward's: run it in the forward's dtypes
         with torch.autocast(ctx.device_type, enabled=False):
-            return _BandAttention._backward(ctx, d_out, d_weights)
+            qb, kf, vf, saved, count, keep = ctx.saved_tensors  # (by sequence: q, k and v themselves)
+            geo: BandGeometry = ctx.geo
+            p = ctx.dropout_p
+            if d_out is None:
+                d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
+            d_bias = torch.empty_like(saved) if ctx.has_bias and ctx.needs_input_grad[3] else None
 
-    @staticmethod
-    def _backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
-        qb, kf, vf, saved, count, keep = ctx.saved_tensors  # (by sequence: q, k and v themselves)
-        geo: BandGeometry = ctx.geo
-        p = ctx.dropout_p
-        if d_out is None:
-            d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
-        d_bias = torch.empty_like(saved) if ctx.has_bias and ctx.needs_input_grad[3] else None
+            def chunk(
+                r0: int, r1: int, dos: Tensor, ks: Tensor, vs: Tensor, d_qs: Tensor, alpha: float
+            ) -> tuple[Tensor, Tensor]:
+                """One chunk of blocks: its queries' gradient written into ``d_qs`` (times ``alpha``); returns
+                the weights after dropout (for the values' gradient) and the scores' gradient (for the keys')."""
+                a = saved[r0:r1]
+                d_a = torch.bmm(dos, vs.transpose(1, 2))  # dL/d weights, (G, T, W)
+                if d_weights is not None:
+                    d_a = d_a.add_(d_weights[r0:r1])
+                w = a
+                if keep is not None:
+                    w = a * keep[r0:r1] / (1.0 - p)
+                    d_a = d_a.mul_(keep[r0:r1]).div_(1.0 - p)
+                if ctx.score == "softmax":
+                    d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
+                else:
+                    d_s = torch.where(a > 0, d_a / count[r0:r1], torch.zeros_like(d_a))
+                if d_bias is not None:
+                    d_bias[r0:r1] = d_s
+                torch.baddbmm(d_qs, d_s, ks, beta=0.0, alpha=alpha, out=d_qs)
+                return w, d_s
 
-        def chunk(
-            r0: int, r1: int, dos: Tensor, ks: Tensor, vs: Tensor, d_qs: Tensor, alpha: float
-        ) -> tuple[Tensor, Tensor]:
-            """One chunk of blocks: its queries' gradient written into ``d_qs`` (times ``alpha``); returns
-            the weights after dropout (for the values' gradient) and the scores' gradient (for the keys')."""
-            a = saved[r0:r1]
-            d_a = torch.bmm(dos, vs.transpose(1, 2))  # dL/d weights, (G, T, W)
-            if d_weights is not None:
-                d_a = d_a.add_(d_weights[r0:r1])
-            w = a
-            if keep is not None:
-                w = a * keep[r0:r1] / (1.0 - p)
-                d_a = d_a.mul_(keep[r0:r1]).div_(1.0 - p)
-            if ctx.score == "softmax":
-                d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
+            if ctx.by_sequence:
+                q, k, v = qb, kf, vf
+                dob = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
+                d_q = _like_layout(q, q.size(-1))
+                d_k, d_v = _like_layout(k, k.size(-1)).zero_(), _like_layout(v, v.size(-1)).zero_()
+                for b, h, _, r0, n0, n1, keys, values in _sequences(geo, k, v, d_k, d_v):
+                    qs, dos, d_qs = (t[b, h].unflatten(0, (-1, geo.T))[n0:n1] for t in (q, dob, d_q))  # (G, T, E)
+                    w, d_s = chunk(r0 + n0, r0 + n1, dos, keys.windows(n0, n1), values.windows(n0, n1), d_qs, ctx.scale)
+                    keys.accumulate(n0, n1, d_s, qs, alpha=ctx.scale)  # (q is not pre-scaled)
+                    values.accumulate(n0, n1, w, dos)
+                grads = (d_q, d_k, d_v)
             else:
-                d_s = torch.where(a > 0, d_a / count[r0:r1], torch.zeros_like(d_a))
-            if d_bias is not None:
-                d_bias[r0:r1] = d_s
-            torch.baddbmm(d_qs, d_s, ks, beta=0.0, alpha=alpha, out=d_qs)
-            return w, d_s
-
-        if ctx.by_sequence:
-            q, k, v = qb, kf, vf
-            dob = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
-            d_q = _like_layout(q, q.size(-1))
-            d_k, d_v = _like_layout(k, k.size(-1)).zero_(), _like_layout(v, v.size(-1)).zero_()
-            for b, h, _, r0, n0, n1, keys, values in _sequences(geo, k, v, d_k, d_v):
-                qs, dos, d_qs = (t[b, h].unflatten(0, (-1, geo.T))[n0:n1] for t in (q, dob, d_q))  # (G, T, E)
-                w, d_s = chunk(r0 + n0, r0 + n1, dos, keys.windows(n0, n1), values.windows(n0, n1), d_qs, ctx.scale)
-                keys.accumulate(n0, n1, d_s, qs, alpha=ctx.scale)  # (q is not pre-scaled)
-                values.accumulate(n0, n1, w, dos)
-            grads = (d_q, d_k, d_v)
-        else:
-            kwin, vwin = geo.windows(kf), geo.windows(vf)
-            dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
-            d_qb = torch.empty_like(qb)
-            d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
-            for g0, g1 in geo.chunks():
-                w, d_s = chunk(g0, g1, dob[g0:g1], kwin[g0:g1], vwin[g0:g1], d_qb[g0:g1], 1.0)
-                geo.accumulate_keys(d_kf, g0, d_s, qb[g0:g1])
-                geo.accumulate_keys(d_vf, g0, w, dob[g0:g1])
-            grads = (geo.unpad_queries(d_qb.mul_(ctx.scale)), geo.unpad_keys(d_kf), geo.unpad_keys(d_vf))
-        wanted = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])]
-        return (*wanted, d_bias, None, None, None, None, None, None, None)
+                kwin, vwin = geo.windows(kf), geo.windows(vf)
+                dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
+                d_qb = torch.empty_like(qb)
+                d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
+                for g0, g1 in geo.chunks():
+                    w, d_s = chunk(g0, g1, dob[g0:g1], kwin[g0:g1], vwin[g0:g1], d_qb[g0:g1], 1.0)
+                    geo.accumulate_keys(d_kf, g0, d_s, qb[g0:g1])
+                    geo.accumulate_keys(d_vf, g0, w, dob[g0:g1])
+                grads = (geo.unpad_queries(d_qb.mul_(ctx.scale)), geo.unpad_keys(d_kf), geo.unpad_keys(d_vf))
+            wanted = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])]
+            return (*wanted, d_bias, None, None, None, None, None, None, None)
 
 
 def _sequences(
