@@ -37,16 +37,13 @@ class _Blocks(Mask):
     ) -> None:
         self.row_sizes, self.col_sizes, self.blocks = row_sizes, col_sizes, blocks
         self.row_lengths, self.col_lengths = row_lengths, col_lengths
+        given = [t for t in (row_lengths, col_lengths) if t is not None]
         items = {m._batch_size for r in blocks for m in r if m is not None and m._batch_size is not None}
-        for lengths in (row_lengths, col_lengths):
-            if lengths is not None:
-                items.add(int(lengths.size(0)))
+        items |= {int(t.size(0)) for t in given}
         if len(items) > 1:
             raise ValueError(f"the segment masks and lengths are built for different batch sizes: {sorted(items)}")
         self._batch_size = items.pop() if items else None
-        self.batched = (
-            row_lengths is not None or col_lengths is not None or any(m.batched for r in blocks for m in r if m)
-        )
+        self.batched = bool(given) or any(m.batched for r in blocks for m in r if m)
         self._row_offsets, self._row_segment = _layout(row_sizes)
         self._col_offsets, self._col_segment = _layout(col_sizes)
         for a, c, m in self._links():
