@@ -59,8 +59,7 @@ class Documents(IntervalMask):
         self._batch_size = int(lengths.size(0)) if self.batched else None
         rows = lengths if self.batched else lengths.view(1, -1)  # (B or 1, D)
         ends = rows.cumsum(1)  # (B or 1, D)
-        totals = ends[:, -1] if rows.size(1) else rows.new_zeros(rows.size(0))
-        self._totals = totals
+        self._totals = totals = rows.sum(1)
         # key range [start, end) of every position, (B or 1, T + 1); the last column (and every
         # position past an item's documents) is the empty range of the padding
         width = int(totals.max()) + 1 if totals.numel() else 1

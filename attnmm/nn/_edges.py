@@ -150,9 +150,8 @@ def edge_layout(
         src = dst = torch.zeros(0, dtype=torch.long, device=device)
         mask = edge_index if extra is None else edge_index | _checked(extra)
         pairs = mask.pairs(num_dst, num_src, device=device)
-        empty = torch.zeros(0, dtype=torch.long, device=pairs.row.device)
         counts = torch.zeros(pairs.nnz, dtype=torch.long, device=pairs.row.device)
-        return EdgeLayout(src, dst, mask, pairs.row, pairs.col, empty, counts, False)
+        return EdgeLayout(src, dst, mask, pairs.row, pairs.col, src, counts, False)  # (no edge, so no edge's pair)
     src, dst, num_src, num_dst = read_edges(edge_index, num_src, num_dst)
     return layout_of_edges(src, dst, num_src, num_dst, extra)
 

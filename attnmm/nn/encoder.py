@@ -93,12 +93,8 @@ class EncoderLayer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.norm1.reset_parameters()
-        self.norm2.reset_parameters()
-        self.attn.reset_parameters()
-        for module in self.ffn:
-            if isinstance(module, nn.Linear):
-                module.reset_parameters()
+        for module in (self.norm1, self.norm2, self.attn, self.ffn[0], self.ffn[3]):
+            module.reset_parameters()  # type: ignore[operator]
 
     @overload
     def forward(
