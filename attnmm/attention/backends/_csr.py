@@ -259,11 +259,8 @@ class Blocks:
         crow = p.crow.long()  # (items, L + 1)
         if p.items == 1 and self.batch == 1:
             return crow[0]
-        if p.items == 1:
-            starts = crow[0, :-1].view(1, -1) + p.nnz * torch.arange(self.batch, device=crow.device).view(-1, 1)
-        else:
-            first = torch.tensor(p.offsets[:-1], device=crow.device).view(-1, 1)
-            starts = crow[:, :-1] + first
+        first = torch.tensor([s for _, _, s, _ in self.spans], device=crow.device).view(-1, 1)  # (B, 1)
+        starts = crow[:, :-1] + first  # (B, L): a pattern shared by the batch (one item) broadcasts
         return torch.cat([starts.reshape(-1), crow.new_full((1,), self.width)])
 
     @cached_property
