@@ -221,8 +221,7 @@ def expander(
         perm = nodes[torch.argsort(graph[nodes] + u[nodes])]  # shuffled within each graph
         srcs += [nodes, perm]
         dsts += [perm, nodes]
-    edges = torch.stack([torch.cat(srcs), torch.cat(dsts)]) if srcs else torch.zeros(2, 0, dtype=torch.long)
-    return Graph(edges, N)
+    return Graph(torch.stack([torch.cat(srcs), torch.cat(dsts)]), N)  # (degree >= 2: at least one permutation)
 
 
 __all__ = ["expander", "graph_mask", "hop_distance", "k_hop", "self_loops", "virtual_nodes"]

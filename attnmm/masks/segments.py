@@ -312,8 +312,7 @@ class Segments(_Blocks):
         return _Blocks((self.sizes[a],), self.sizes, (self.blocks[a],), None, self.lengths)
 
     def __repr__(self) -> str:
-        sizes = ", ".join(map(str, self.sizes))
-        text = f"Segments(sizes=[{sizes}]"
+        text = f"Segments(sizes={list(self.sizes)}"
         if any(m is not None for m in self.within):
             text += ", within=[" + ", ".join(repr(m) for m in self.within) + "]"
         if isinstance(self.links, str):
