@@ -29,7 +29,7 @@ compute).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable
 
 import torch
@@ -300,11 +300,7 @@ class Plan:
     @property
     def built(self) -> dict[Hashable, int]:
         """How many times each form was built for the forms the plan holds (for tests and benchmarks)."""
-        total: dict[Hashable, int] = {}
-        for forms in self._forms.values():
-            for name, count in forms.built.items():
-                total[name] = total.get(name, 0) + count
-        return total
+        return dict(sum((Counter(forms.built) for forms in self._forms.values()), Counter()))
 
     def __repr__(self) -> str:
         return f"Plan(mask={self.mask!r}, problems={len(self._entries)}, made={self.made}, reused={self.reused})"
