@@ -125,12 +125,6 @@ def _run_row(
     return out
 
 
-def run_split(problem: Problem, inputs: Inputs, split: Split) -> Tensor:
-    """The output (B, H, L, Ev) of ``problem`` on ``inputs`` computed by its query segments one after another,
-    as one autograd node (:class:`SplitAttention`; without a gradient, nothing is kept)."""
-    return SplitAttention.apply(inputs.q, inputs.k, inputs.v, problem, split)
-
-
 class SplitAttention(torch.autograd.Function):
     """The output of a split problem, one autograd node for all its query segments.
 
@@ -238,4 +232,4 @@ class SplitAttention(torch.autograd.Function):
         return (*(buffer(i) if wanted[i] else None for i in range(3)), None, None)
 
 
-__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_problem", "run_split", "sub_problem"]
+__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_problem", "sub_problem"]
