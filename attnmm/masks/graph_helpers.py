@@ -40,12 +40,8 @@ def graph_mask(data: Any, self_loops: bool = False) -> Graph:
     num_nodes = int(data.num_nodes)
     edge_index = data.edge_index
     if self_loops:
-        edge_index = torch.cat([edge_index, _loops(num_nodes, edge_index.device)], 1)
+        edge_index = torch.cat([edge_index, torch.arange(num_nodes, device=edge_index.device).repeat(2, 1)], 1)
     return Graph(edge_index, num_nodes)
-
-
-def _loops(num_nodes: int, device: torch.device | None = None) -> Tensor:
-    return torch.arange(num_nodes, device=device).repeat(2, 1)  # (2, N)
 
 
 def self_loops(num_nodes: int) -> Graph:
@@ -57,7 +53,7 @@ def self_loops(num_nodes: int) -> Graph:
         0 1 0
         0 0 1
     """
-    return Graph(_loops(check_nonneg_int("num_nodes", num_nodes)), num_nodes)
+    return Graph(torch.arange(check_nonneg_int("num_nodes", num_nodes)).repeat(2, 1), num_nodes)  # (2, N)
 
 
 def _hops(edge_index: Tensor, num_nodes: int, max_hops: int) -> tuple[Tensor, Tensor]:

@@ -27,6 +27,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnmm.masks import Pairs
@@ -117,9 +118,9 @@ class CSRPattern:
             first = torch.tensor(offsets[:-1], device=device)
             perm = order - first.index_select(0, pairs.batch.index_select(0, order))
         return CSRPattern(
-            crow=_pointer(deg).to(idx),
+            crow=F.pad(deg.cumsum(1), (1, 0)).to(idx),  # row pointers from 0, (items, L + 1)
             col=col.to(idx),
-            crow_t=_pointer(deg_t).to(idx),
+            crow_t=F.pad(deg_t.cumsum(1), (1, 0)).to(idx),
             col_t=row.index_select(0, order).to(idx),
             perm=perm.to(idx),
             offsets=offsets,
@@ -276,11 +277,6 @@ class Blocks:
         rows = counts.numel()
         index = torch.arange(rows, device=counts.device, dtype=torch.int32 if rows < 2**31 else torch.long)
         return index.repeat_interleave(counts, output_size=self.width)
-
-
-def _pointer(deg: Tensor) -> Tensor:
-    """Row pointers (items, n + 1) from 0 of the counts (items, n)."""
-    return torch.cat([deg.new_zeros(deg.size(0), 1), deg.cumsum(1)], dim=1)
 
 
 #: Values (over all heads and batch items) up to which the blocks of a problem run as one kernel call.
