@@ -46,9 +46,7 @@ def default_budget() -> int:
 
 
 def nbytes(form: Any) -> int:
-    """Bytes held by a form: a tensor, pairs, or anything with an integer ``nbytes`` (a CSR pattern)."""
-    if isinstance(form, Tensor):
-        return form.numel() * form.element_size()
+    """Bytes held by a form: pairs, or anything with an integer ``nbytes`` (a tensor, a CSR pattern)."""
     if isinstance(form, Pairs):
         return sum(nbytes(t) for t in (form.row, form.col, form.batch) if t is not None)
     found = getattr(form, "nbytes", 0)
