@@ -102,8 +102,7 @@ def declared_size(edge_index: object) -> tuple[int | None, int | None]:
     if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
         return int(edge_index.size(1)), int(edge_index.size(0))
     if isinstance(edge_index, Tensor) and type(edge_index) is not Tensor and hasattr(edge_index, "sparse_size"):
-        rows, cols = edge_index.sparse_size()  # PyG's EdgeIndex: (N_src, N_dst), None where unknown
-        return rows, cols
+        return edge_index.sparse_size()  # PyG's EdgeIndex: (N_src, N_dst), None where unknown
     return None, None
 
 

@@ -8,6 +8,7 @@ Decoders return class indices 0..C-1.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -56,16 +57,8 @@ def ctc_greedy_decode(log_probs: Tensor, lengths: Tensor | None = None) -> list[
         >>> ctc_greedy_decode(torch.nn.functional.one_hot(frames, 11).float())
         [[2, 2, 0]]
     """
-    best = log_probs.argmax(-1).tolist()  # (B, L)
-    out = []
-    for frames, n in zip(best, _frame_lengths(log_probs, lengths), strict=True):
-        labels, prev = [], BLANK
-        for k in frames[:n]:
-            if k != prev and k != BLANK:
-                labels.append(k - 1)
-            prev = k
-        out.append(labels)
-    return out
+    best = zip(log_probs.argmax(-1).tolist(), _frame_lengths(log_probs, lengths), strict=True)  # (B, L), (B,)
+    return [[k - 1 for k, _ in itertools.groupby(frames[:n]) if k != BLANK] for frames, n in best]  # repeats merged
 
 
 def _logadd(a: float, b: float) -> float:
