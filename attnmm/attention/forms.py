@@ -46,9 +46,7 @@ def default_budget() -> int:
 
 
 def nbytes(form: Any) -> int:
-    """Bytes held by a form: a tensor, pairs, or anything with an integer ``nbytes`` (a CSR pattern)."""
-    if isinstance(form, Tensor):
-        return form.numel() * form.element_size()
+    """Bytes held by a form: pairs, or anything with an integer ``nbytes`` (a tensor, a CSR pattern)."""
     if isinstance(form, Pairs):
         return sum(nbytes(t) for t in (form.row, form.col, form.batch) if t is not None)
     found = getattr(form, "nbytes", 0)
@@ -107,10 +105,12 @@ class FormStore:
         self._evict()
         return form
 
-    def names(self, key: Hashable) -> set[Hashable]:
-        """The names of the forms kept under ``key``."""
-        entry = self._entries.get(key)
-        return set() if entry is None else set(entry)
+    def kept(self, key: Hashable | None, name: Hashable, build: Callable[[], Any]) -> Any:
+        """The form ``name`` under ``key``, else ``build()``, kept under it (never for a ``None`` key)."""
+        found = None if key is None else self.find(key, name)
+        if found is None:
+            found = build() if key is None else self.keep(key, name, build())
+        return found
 
     def clear(self) -> None:
         """Forget every entry."""
@@ -209,27 +209,23 @@ class Forms:
 
     def form(
         self, name: Hashable, build: Callable[[Forms], Any], drop: Hashable | None = None,
-        store: FormStore | None = None,
+        store: FormStore | None = None, keep: bool | Callable[[Any], bool] = True,
     ) -> Any:
         """The form ``name``, built by ``build(self)`` the first time (a backend's own form of the mask), kept
-        in the plan's store, else in ``store`` (a backend's own)."""
+        in the plan's store, else in ``store`` (a backend's own), when ``keep`` is true (or true of the form)."""
         found = self.get(name, store)
         if found is None:
             self.built[name] = self.built.get(name, 0) + 1
-            found = self.put(name, build(self), drop=drop, store=store)
+            found = build(self)
+            self.put(name, found, keep(found) if callable(keep) else keep, drop=drop, store=store)
         return found
 
     def pairs(self, keep: bool = True) -> Pairs:
         """The mask's allowed pairs. Kept across calls when ``keep`` and no CSR pattern holds them already."""
-        found = self.get("pairs")
-        if found is not None:
-            return found
-        held = self.get("pattern")
+        held = None if self.get("pairs") is not None else self.get("pattern")
         if held is not None:  # the pattern holds the pairs
             return self.put("pairs", held.pairs(), across_calls=False)
-        self.built["pairs"] = self.built.get("pairs", 0) + 1
-        found = self.effective_mask.pairs(self.L, self.S, self.batch_size, device=self.device)
-        return self.put("pairs", found, across_calls=keep)
+        return self.form("pairs", lambda f: f.effective_mask.pairs(f.L, f.S, f.batch_size, device=f.device), keep=keep)
 
     @property
     def row_counts(self) -> Tensor:
@@ -303,12 +299,8 @@ class Forms:
 
     def dense(self, store: FormStore | None = None) -> Tensor:
         """The mask's dense form (L, S) or (B, L, S), kept across calls up to :data:`DENSE_ELEMENTS` entries."""
-        found = self.get("dense", store)
-        if found is None:
-            self.built["dense"] = self.built.get("dense", 0) + 1
-            found = self.effective_mask.dense(self.L, self.S, self.batch_size, device=self.device)
-            self.put("dense", found, across_calls=found.numel() <= DENSE_ELEMENTS, store=store)
-        return found
+        return self.form("dense", lambda f: f.effective_mask.dense(f.L, f.S, f.batch_size, device=f.device),
+                         store=store, keep=lambda d: d.numel() <= DENSE_ELEMENTS)
 
     @property
     def nbytes(self) -> int:

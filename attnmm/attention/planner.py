@@ -29,7 +29,7 @@ compute).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable
 
 import torch
@@ -165,7 +165,11 @@ def split_problem(problem: Problem, forms: Forms, plan: Plan | None = None) -> S
             found, bound = _candidates(sub, sub_forms, reader)
             transient = transient or bound
             options.append(Row(a, keys, tuple(linked), mask, found[0], found[0].cost(sub, sub_forms), sub_forms))
-        best = _cheapest(options)
+        # of a segment's two forms, its keys in place unless laying them together is estimated cheaper (or a
+        # cost is unknown)
+        together, in_place = options[0], options[-1]
+        known = together.cost is not None and in_place.cost is not None
+        best = in_place if known and together.cost >= in_place.cost * (1 - 1e-6) else together  # type: ignore[operator]
         for option in options:  # the pairs counted for the estimates: built again if the backend needs them
             option.forms.release("pairs")
         rows.append(best)
@@ -173,17 +177,6 @@ def split_problem(problem: Problem, forms: Forms, plan: Plan | None = None) -> S
         kept = tuple(None if r is None else (r.keys, r.backend.name, r.cost) for r in rows)
         forms.put(name, kept, store=store)
     return Split(blocks, tuple(rows))
-
-
-def _cheapest(options: list[Row]) -> Row:
-    """The one option, or of the two forms of a segment linked to several the keys in place unless laying
-    them together is estimated cheaper (or a cost is unknown)."""
-    if len(options) == 1:
-        return options[0]
-    together, over_all = options
-    if together.cost is None or over_all.cost is None or together.cost < over_all.cost * (1 - 1e-6):
-        return together
-    return over_all
 
 
 def _planned(problem: Problem, rows: int, keys: int, mask: Mask, plan: Plan | None) -> tuple[Problem, Forms]:
@@ -307,11 +300,7 @@ class Plan:
     @property
     def built(self) -> dict[Hashable, int]:
         """How many times each form was built for the forms the plan holds (for tests and benchmarks)."""
-        total: dict[Hashable, int] = {}
-        for forms in self._forms.values():
-            for name, count in forms.built.items():
-                total[name] = total.get(name, 0) + count
-        return total
+        return dict(sum((Counter(forms.built) for forms in self._forms.values()), Counter()))
 
     def __repr__(self) -> str:
         return f"Plan(mask={self.mask!r}, problems={len(self._entries)}, made={self.made}, reused={self.reused})"

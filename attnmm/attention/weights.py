@@ -30,12 +30,9 @@ class AttentionWeights(NamedTuple):
 
     def to_dense(self, num_rows: int, num_cols: int, batch_size: int | None = None) -> Tensor:
         """Dense weights (H, L, S), or (B, H, L, S) when ``batch`` is set."""
-        h = self.values.size(-1)
-        if self.batch is None:
-            out = self.values.new_zeros(num_rows, num_cols, h)
-            out[self.row, self.col] = self.values
-            return out.permute(2, 0, 1)
-        b = batch_size if batch_size is not None else int(self.batch.max()) + 1 if self.batch.numel() else 0
-        out = self.values.new_zeros(b, num_rows, num_cols, h)
-        out[self.batch, self.row, self.col] = self.values
-        return out.permute(0, 3, 1, 2)
+        lead: tuple[int, ...] = ()
+        if self.batch is not None:
+            lead = (batch_size if batch_size is not None else int(self.batch.max()) + 1 if self.batch.numel() else 0,)
+        out = self.values.new_zeros(*lead, num_rows, num_cols, self.values.size(-1))  # ([B,] L, S, H)
+        out[(self.row, self.col) if self.batch is None else (self.batch, self.row, self.col)] = self.values
+        return out.movedim(-1, -3)

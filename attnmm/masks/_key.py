@@ -61,28 +61,22 @@ def keyed_by_value(key: Hashable) -> bool:
 
 def _content_key(obj: object, by_identity: list[bool]) -> Hashable:
     if isinstance(obj, Tensor):
-        key = _tensor_key(obj)
-    elif obj is None or isinstance(obj, (bool, int, float, str, torch.dtype, torch.device)):
-        return obj
-    elif isinstance(obj, (tuple, list)):
-        return (type(obj).__name__, *(_content_key(x, by_identity) for x in obj))
-    elif isinstance(obj, dict):
-        return ("dict", *((k, _content_key(v, by_identity)) for k, v in sorted(obj.items())))
-    else:
-        from attnmm.masks.base import Mask
-
-        if isinstance(obj, Mask):
-            return (type(obj), *((name, _content_key(v, by_identity)) for name, v in sorted(vars(obj).items())))
-        key = _ByIdentity(("id", id(obj)))
-    if isinstance(key, _ByIdentity):
+        if obj.device.type == "cpu" and obj.numel() <= VALUE_KEY_ELEMENTS and obj.layout == torch.strided:
+            flat = obj.detach().contiguous()
+            if flat.dtype in _AS_INT:  # dtypes numpy lacks: the same bits as integers
+                flat = flat.view(_AS_INT[flat.dtype])
+            return ("tensor", obj.dtype, tuple(obj.shape), flat.numpy().tobytes())
         by_identity.append(True)
-    return key
+        return _ByIdentity(("tensor-id", id(obj), obj._version, obj.dtype, tuple(obj.shape), str(obj.device)))
+    if obj is None or isinstance(obj, (bool, int, float, str, torch.dtype, torch.device)):
+        return obj
+    if isinstance(obj, (tuple, list)):
+        return (type(obj).__name__, *(_content_key(x, by_identity) for x in obj))
+    if isinstance(obj, dict):
+        return ("dict", *((k, _content_key(v, by_identity)) for k, v in sorted(obj.items())))
+    from attnmm.masks.base import Mask
 
-
-def _tensor_key(t: Tensor) -> Hashable:
-    if t.device.type == "cpu" and t.numel() <= VALUE_KEY_ELEMENTS and t.layout == torch.strided:
-        flat = t.detach().contiguous()
-        if flat.dtype in _AS_INT:  # dtypes numpy lacks: the same bits as integers
-            flat = flat.view(_AS_INT[flat.dtype])
-        return ("tensor", t.dtype, tuple(t.shape), flat.numpy().tobytes())
-    return _ByIdentity(("tensor-id", id(t), t._version, t.dtype, tuple(t.shape), str(t.device)))
+    if isinstance(obj, Mask):
+        return (type(obj), *((name, _content_key(v, by_identity)) for name, v in sorted(vars(obj).items())))
+    by_identity.append(True)
+    return _ByIdentity(("id", id(obj)))

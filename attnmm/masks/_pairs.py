@@ -50,6 +50,11 @@ class Pairs:
         counts = torch.bincount(self.segment(), minlength=self.num_segments)
         return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
+    def select(self, keep: Tensor) -> Pairs:
+        """The pairs where ``keep`` (P,) is True, in order."""
+        batch = None if self.batch is None else self.batch[keep]
+        return Pairs(self.row[keep], self.col[keep], batch, self.num_rows, self.num_cols, self.batch_size)
+
     def expand(self, batch_size: int) -> Pairs:
         """The same pairs repeated for each of ``batch_size`` batch items (no-op when batched)."""
         if self.batch is not None:
@@ -60,13 +65,9 @@ class Pairs:
 
     def to_dense(self) -> Tensor:
         """Bool tensor (L, S), or (B, L, S) when batched, True at every pair."""
-        if self.batch is None:
-            out = torch.zeros(self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device)
-            out[self.row, self.col] = True
-            return out
-        assert self.batch_size is not None
-        out = torch.zeros(self.batch_size, self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device)
-        out[self.batch, self.row, self.col] = True
+        lead = () if self.batch is None else (self.batch_size or 0,)
+        out = torch.zeros(*lead, self.num_rows, self.num_cols, dtype=torch.bool, device=self.row.device)
+        out[(self.row, self.col) if self.batch is None else (self.batch, self.row, self.col)] = True
         return out
 
 

@@ -6,7 +6,7 @@ and the view of a mask from an offset (:class:`Shifted`), which every mask's ans
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import reduce
 from operator import and_, or_
@@ -181,11 +181,9 @@ class Mask(ABC):
         q = torch.arange(num_rows, device=device).view(-1, 1)
         kv = torch.arange(num_cols, device=device).view(1, -1)
         zero = torch.zeros((), dtype=torch.long, device=device)
-        if batch_size is None:
-            return self.mask_mod(zero, zero, q, kv).expand(num_rows, num_cols).clone()
-        b = torch.arange(batch_size, device=device).view(-1, 1, 1)
-        out = self.mask_mod(b, zero, q.unsqueeze(0), kv.unsqueeze(0))
-        return out.expand(batch_size, num_rows, num_cols).clone()
+        b = zero if batch_size is None else torch.arange(batch_size, device=device).view(-1, 1, 1)
+        shape = (num_rows, num_cols) if batch_size is None else (batch_size, num_rows, num_cols)
+        return self.mask_mod(b, zero, q, kv).expand(shape).clone()
 
     def pairs(
         self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None, *,
@@ -290,12 +288,9 @@ class IntervalMask(Mask):
         self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device
     ) -> tuple[Tensor, Tensor]:
         """Flat clamped ``[start, end)`` per segment (``b * L + i``)."""
-        q = torch.arange(num_rows, device=device)
-        if batch_size is None:
-            b = torch.zeros((), dtype=torch.long, device=device)
-        else:
-            b = torch.arange(batch_size, device=device).view(-1, 1)
-            q = q.view(1, -1)
+        q, b = torch.arange(num_rows, device=device), torch.zeros((), dtype=torch.long, device=device)
+        if batch_size is not None:
+            b = torch.arange(batch_size, device=device).view(-1, 1)  # (B, 1) against q (L,)
         start, end = self.interval(b, q)
         shape = broadcast_shape(start.shape, end.shape, q.shape, b.shape)
         start = start.expand(shape).clamp(0, num_cols).reshape(-1)
@@ -405,18 +400,13 @@ class Shifted(Mask):
 
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         rows, cols = num_rows + self.q_offset, num_cols + self.kv_offset
-        if rows * cols <= _DENSE_POSITIONS:
-            dense = self.dense(num_rows, num_cols, batch_size, device=device)
-            if dense.dim() == 2:
-                row, col = dense.nonzero(as_tuple=True)
-                return Pairs(row, col, None, num_rows, num_cols, None)
-            batch, row, col = dense.nonzero(as_tuple=True)
-            return Pairs(row, col, batch, num_rows, num_cols, batch_size)
+        if rows * cols <= _DENSE_POSITIONS:  # (a batch dim exactly when batch_size is given)
+            *batch, row, col = self.dense(num_rows, num_cols, batch_size, device=device).nonzero(as_tuple=True)
+            return Pairs(row, col, batch[0] if batch else None, num_rows, num_cols, batch_size)
         whole = self.inner.pairs(rows, cols, batch_size, device=device)
-        keep = (whole.row >= self.q_offset) & (whole.col >= self.kv_offset)
-        batch = whole.batch[keep] if whole.batch is not None else None
-        row, col = whole.row[keep] - self.q_offset, whole.col[keep] - self.kv_offset
-        return Pairs(row, col, batch, num_rows, num_cols, whole.batch_size)
+        kept = whole.select((whole.row >= self.q_offset) & (whole.col >= self.kv_offset))
+        return replace(kept, row=kept.row - self.q_offset, col=kept.col - self.kv_offset, num_rows=num_rows,
+                       num_cols=num_cols)
 
     def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
         """The inner mask's bound over the area from position 0 (this block lies in it); 0 for an empty
@@ -438,7 +428,7 @@ class Shifted(Mask):
         return f"{self.inner!r} at queries {self.q_offset}.., keys {self.kv_offset}.."
 
 
-class ShiftedInterval(Shifted, IntervalMask):
+class ShiftedInterval(IntervalMask, Shifted):
     r"""An interval mask seen from an offset, itself an interval mask: query :math:`i`'s key range is
     the inner range of query ``q_offset + i`` less ``kv_offset``, and the band moves by the offsets'
     difference :math:`d = \mathrm{q\_offset} - \mathrm{kv\_offset}` (``left - d``, ``right + d``, each
@@ -458,19 +448,11 @@ class ShiftedInterval(Shifted, IntervalMask):
     """
 
     inner: IntervalMask
+    shifted = Shifted.shifted  # (the rest as an interval mask's)
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         start, end = self.inner.interval(b, q_idx + self.q_offset)
         return start - self.kv_offset, end - self.kv_offset
-
-    def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return IntervalMask.mask_mod(self, b, h, q_idx, kv_idx)
-
-    def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
-        return IntervalMask._pairs(self, num_rows, num_cols, batch_size, device)
-
-    def nnz_bound(self, num_rows: int, num_cols: int | None = None, batch_size: int | None = None) -> int | None:
-        return IntervalMask.nnz_bound(self, num_rows, num_cols, batch_size)
 
     @property
     def band(self) -> tuple[int | None, int | None]:
@@ -478,10 +460,6 @@ class ShiftedInterval(Shifted, IntervalMask):
         left, right = self.inner.band
         d = self.q_offset - self.kv_offset
         return (None if left is None else max(left - d, 0)), (None if right is None else max(right + d, 0))
-
-    @property
-    def structure(self) -> Structure:
-        return IntervalMask.structure.fget(self)  # type: ignore[attr-defined]
 
 
 def _layout(parts: tuple[Mask, ...], op: str) -> str | None:
@@ -502,12 +480,29 @@ def _batch_size(parts: tuple[Mask, ...]) -> int | None:
     return sizes.pop() if sizes else None
 
 
-def _part_bound(part: Mask, num_rows: int, num_cols: int, batch_size: int | None) -> int | None:
-    """``part.nnz_bound`` over the whole batch: an unbatched part counts once per batch item."""
-    bound = part.nnz_bound(num_rows, num_cols, batch_size if part.batched else None)
-    if bound is None or part.batched or batch_size is None:
-        return bound
-    return bound * batch_size
+def _part_bound(part: Mask, num_rows: int, num_cols: int, batch_size: int | None, count: bool = False) -> int | None:
+    """``part.nnz_bound`` over the whole batch (an unbatched part counts once per batch item); with ``count``,
+    the part's exact count where it has no bound."""
+    own = batch_size if part.batched else None
+    bound = part.nnz_bound(num_rows, num_cols, own)
+    if bound is None and count:
+        bound = part.nnz(num_rows, num_cols, own)
+    return bound if bound is None or part.batched or batch_size is None else bound * batch_size
+
+
+def _part_pairs(part: Mask, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
+    """``part``'s pairs over the whole batch: an unbatched part's repeated for each batch item."""
+    pairs = part._pairs(num_rows, num_cols, batch_size if part.batched else None, device)
+    return pairs if batch_size is None else pairs.expand(batch_size)
+
+
+def _allowed(pairs: Pairs, masks: Iterable[Mask]) -> Pairs:
+    """The ``pairs`` that every one of ``masks`` allows."""
+    b = pairs.batch if pairs.batch is not None else torch.zeros_like(pairs.row)
+    keep, h = torch.ones_like(pairs.row, dtype=torch.bool), torch.zeros_like(pairs.row)
+    for m in masks:
+        keep &= m.mask_mod(b, h, pairs.row, pairs.col)
+    return pairs.select(keep)
 
 
 def _wrap(m: Mask, parent: type) -> str:
@@ -612,27 +607,10 @@ class And(_Meet):
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
         # enumerate the operand with the fewest pairs, judged by the operands' cheap bounds (exact for
         # the built-in masks but complements), counting an operand's pairs only when it has no bound
-        counts = []
-        for p in self.parts:
-            bound = _part_bound(p, num_rows, num_cols, batch_size)
-            if bound is None:
-                bound = p.nnz(num_rows, num_cols, batch_size if p.batched else None)
-                bound *= batch_size if batch_size is not None and not p.batched else 1
-            counts.append(bound)
+        counts = [_part_bound(p, num_rows, num_cols, batch_size, count=True) for p in self.parts]
         first = min(range(len(self.parts)), key=counts.__getitem__)
-        base = self.parts[first]._pairs(
-            num_rows, num_cols, batch_size if self.parts[first].batched else None, device
-        )
-        if batch_size is not None:
-            base = base.expand(batch_size)
-        b = base.batch if base.batch is not None else torch.zeros_like(base.row)
-        keep = torch.ones_like(base.row, dtype=torch.bool)
-        h = torch.zeros_like(base.row)
-        for i, p in enumerate(self.parts):
-            if i != first:
-                keep &= p.mask_mod(b, h, base.row, base.col)
-        batch = base.batch[keep] if base.batch is not None else None
-        return Pairs(base.row[keep], base.col[keep], batch, num_rows, num_cols, base.batch_size)
+        base = _part_pairs(self.parts[first], num_rows, num_cols, batch_size, device)
+        return _allowed(base, (p for i, p in enumerate(self.parts) if i != first))
 
 
 class Or(_Composite):
@@ -667,12 +645,8 @@ class Or(_Composite):
         return Or(*(p.shifted(q_offset, kv_offset) for p in self.parts))
 
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
-        keys = []
-        for p in self.parts:
-            pp = p._pairs(num_rows, num_cols, batch_size if p.batched else None, device)
-            if batch_size is not None:
-                pp = pp.expand(batch_size)
-            keys.append(pp.segment() * num_cols + pp.col)
+        keys = [(pp := _part_pairs(p, num_rows, num_cols, batch_size, device)).segment() * num_cols + pp.col
+                for p in self.parts]
         return pairs_from_keys(torch.cat(keys), num_rows, num_cols, batch_size)
 
 
@@ -704,13 +678,7 @@ class Not(_Composite):
         return (batch_size or 1) * num_rows * num_cols
 
     def _pairs(self, num_rows: int, num_cols: int, batch_size: int | None, device: torch.device) -> Pairs:
-        full = Full()._pairs(num_rows, num_cols, None, device)
-        if batch_size is not None:
-            full = full.expand(batch_size)
-        b = full.batch if full.batch is not None else torch.zeros_like(full.row)
-        keep = self.mask_mod(b, torch.zeros_like(b), full.row, full.col)
-        batch = full.batch[keep] if full.batch is not None else None
-        return Pairs(full.row[keep], full.col[keep], batch, num_rows, num_cols, full.batch_size)
+        return _allowed(_part_pairs(Full(), num_rows, num_cols, batch_size, device), [self])
 
     def __repr__(self) -> str:
         inner = self.parts[0]

@@ -8,9 +8,9 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from attnmm._checks import as_whole_numbers
 from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask, Structure
+from attnmm.masks.padding import check_lengths, shown
 
 
 @register_mask
@@ -54,21 +54,12 @@ class Documents(IntervalMask):
     layout = "padded"
 
     def __init__(self, lengths: Tensor | Sequence[int] | Sequence[Sequence[int]]) -> None:
-        lengths = as_whole_numbers("lengths", lengths, "(D,) or (B, D)")
-        if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-            raise TypeError(f"lengths must be an integer tensor of shape (D,) or (B, D), got dtype {lengths.dtype}")
-        if lengths.dim() not in (1, 2):
-            raise ValueError(f"lengths must have shape (D,) or (B, D), got shape {tuple(lengths.shape)}")
-        lengths = lengths.detach().long().cpu()
-        if lengths.numel() and int(lengths.min()) < 0:
-            raise ValueError(f"lengths must be >= 0, got min {int(lengths.min())}")
-        self.lengths = lengths
+        self.lengths = lengths = check_lengths(lengths, "(D,) or (B, D)", 1, 2).detach().cpu()
         self.batched = lengths.dim() == 2
         self._batch_size = int(lengths.size(0)) if self.batched else None
         rows = lengths if self.batched else lengths.view(1, -1)  # (B or 1, D)
         ends = rows.cumsum(1)  # (B or 1, D)
-        totals = ends[:, -1] if rows.size(1) else rows.new_zeros(rows.size(0))
-        self._totals = totals
+        self._totals = totals = rows.sum(1)
         # key range [start, end) of every position, (B or 1, T + 1); the last column (and every
         # position past an item's documents) is the empty range of the padding
         width = int(totals.max()) + 1 if totals.numel() else 1
@@ -117,9 +108,8 @@ class Documents(IntervalMask):
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         start, end = self._start.to(q_idx.device), self._end.to(q_idx.device)
         pos = q_idx.clamp(0, start.size(1) - 1)  # every position past the documents: the empty range
-        if not self.batched:
-            return start[0][pos], end[0][pos]
-        return start[b, pos], end[b, pos]
+        item = b if self.batched else 0
+        return start[item, pos], end[item, pos]
 
     @property
     def band(self) -> tuple[int | None, int | None]:
@@ -132,12 +122,9 @@ class Documents(IntervalMask):
         return int(self.lengths.square().sum())
 
     def __repr__(self) -> str:
-        def show(values: list[int]) -> str:
-            return "[" + ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "") + "]"
-
         if not self.batched:
-            return f"Documents(lengths={show(self.lengths.tolist())})"
-        rows = [show(r) for r in self.lengths.tolist()[:2]]
+            return f"Documents(lengths={shown(self.lengths.tolist())})"
+        rows = [shown(r) for r in self.lengths.tolist()[:2]]
         more = ", ..." if self.lengths.size(0) > 2 else ""
         return f"Documents(lengths=[{', '.join(rows)}{more}])"
 

@@ -40,12 +40,8 @@ def graph_mask(data: Any, self_loops: bool = False) -> Graph:
     num_nodes = int(data.num_nodes)
     edge_index = data.edge_index
     if self_loops:
-        edge_index = torch.cat([edge_index, _loops(num_nodes, edge_index.device)], 1)
+        edge_index = torch.cat([edge_index, torch.arange(num_nodes, device=edge_index.device).repeat(2, 1)], 1)
     return Graph(edge_index, num_nodes)
-
-
-def _loops(num_nodes: int, device: torch.device | None = None) -> Tensor:
-    return torch.arange(num_nodes, device=device).repeat(2, 1)  # (2, N)
 
 
 def self_loops(num_nodes: int) -> Graph:
@@ -57,14 +53,7 @@ def self_loops(num_nodes: int) -> Graph:
         0 1 0
         0 0 1
     """
-    return Graph(_loops(check_nonneg_int("num_nodes", num_nodes)), num_nodes)
-
-
-def _in_csr(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
-    """Sources sorted by target and the target pointer (N + 1,)."""
-    order = torch.argsort(edge_index[1], stable=True)
-    counts = torch.bincount(edge_index[1], minlength=num_nodes)
-    return edge_index[0, order], torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    return Graph(torch.arange(check_nonneg_int("num_nodes", num_nodes)).repeat(2, 1), num_nodes)  # (2, N)
 
 
 def _hops(edge_index: Tensor, num_nodes: int, max_hops: int) -> tuple[Tensor, Tensor]:
@@ -75,7 +64,9 @@ def _hops(edge_index: Tensor, num_nodes: int, max_hops: int) -> tuple[Tensor, Te
     cost is O(sum over steps of (new pairs x in-degree)), the size of the neighbourhoods built.
     """
     N = num_nodes
-    sources, ptr = _in_csr(edge_index, N)
+    counts = torch.bincount(edge_index[1], minlength=N)  # in-edges: sources sorted by target, target pointer
+    sources = edge_index[0, torch.argsort(edge_index[1], stable=True)]
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     keys = torch.unique(edge_index[1] * N + edge_index[0])
     dist = torch.ones_like(keys)
     frontier = keys
@@ -226,8 +217,7 @@ def expander(
         perm = nodes[torch.argsort(graph[nodes] + u[nodes])]  # shuffled within each graph
         srcs += [nodes, perm]
         dsts += [perm, nodes]
-    edges = torch.stack([torch.cat(srcs), torch.cat(dsts)]) if srcs else torch.zeros(2, 0, dtype=torch.long)
-    return Graph(edges, N)
+    return Graph(torch.stack([torch.cat(srcs), torch.cat(dsts)]), N)  # (degree >= 2: at least one permutation)
 
 
 __all__ = ["expander", "graph_mask", "hop_distance", "k_hop", "self_loops", "virtual_nodes"]

@@ -13,6 +13,23 @@ from attnmm.masks._registry import register_mask
 from attnmm.masks.base import IntervalMask, Structure
 
 
+def check_lengths(lengths: object, shape: str, *dims: int) -> Tensor:
+    """``lengths`` (whole numbers >= 0, of ``dims`` dims, ``shape`` in the messages) as a long tensor."""
+    lengths = as_whole_numbers("lengths", lengths, shape)
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be an integer tensor of shape {shape}, got dtype {lengths.dtype}")
+    if lengths.dim() not in dims:
+        raise ValueError(f"lengths must have shape {shape}, got shape {tuple(lengths.shape)}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got min {int(lengths.min())}")
+    return lengths.long()
+
+
+def shown(values: list[int]) -> str:
+    """``values`` as a short list: the first 6, then ``...``."""
+    return "[" + ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "") + "]"
+
+
 @register_mask
 class Padding(IntervalMask):
     r"""Key padding: :math:`A_b(i) = \{j : j < \mathrm{lengths}_b\}`.
@@ -37,14 +54,7 @@ class Padding(IntervalMask):
     batched = True
 
     def __init__(self, lengths: Tensor | Sequence[int]) -> None:
-        lengths = as_whole_numbers("lengths", lengths if isinstance(lengths, Tensor) else list(lengths), "(B,)")
-        if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-            raise TypeError(f"lengths must be an integer tensor of shape (B,), got dtype {lengths.dtype}")
-        if lengths.dim() != 1:
-            raise ValueError(f"lengths must have shape (B,), got shape {tuple(lengths.shape)}")
-        if lengths.numel() and int(lengths.min()) < 0:
-            raise ValueError(f"lengths must be >= 0, got min {int(lengths.min())}")
-        self.lengths = lengths.long()
+        self.lengths = check_lengths(lengths if isinstance(lengths, Tensor) else list(lengths), "(B,)", 1)
         self._batch_size = int(self.lengths.numel())
 
     @property
@@ -65,6 +75,4 @@ class Padding(IntervalMask):
         return torch.zeros_like(end), end + q_idx * 0
 
     def __repr__(self) -> str:
-        values = self.lengths.tolist()
-        shown = ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "")
-        return f"Padding(lengths=[{shown}])"
+        return f"Padding(lengths={shown(self.lengths.tolist())})"

@@ -161,12 +161,10 @@ def as_blocks(mask: Mask, num_rows: int, num_cols: int) -> Segments | None:
     tail = num_rows - sum(sizes)
     if tail < 0:
         return None  # (the mask's own check refuses the length)
-    links = [[a == c for c in range(len(sizes) + 1)] for a in range(len(sizes))]
+    docs = len(sizes)
     if tail:
-        links.append([False] * (len(sizes) + 1))
-        sizes.append(tail)
-    else:
-        links = [row[:-1] for row in links]
+        sizes.append(tail)  # the positions past the documents: a last segment attending nothing
+    links = [[a == c < docs for c in range(len(sizes))] for a in range(len(sizes))]
     return Segments(sizes, links=links) if sizes else None
 
 

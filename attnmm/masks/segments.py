@@ -13,9 +13,9 @@ from torch import Tensor
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._pairs import Pairs, broadcast_shape
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import Mask, Structure
+from attnmm.masks.base import Mask, Structure, _part_pairs
 from attnmm.masks.full import Full
-from attnmm.masks.padding import Padding
+from attnmm.masks.padding import Padding, check_lengths
 
 #: One entry of a link table: ``False`` (no link), ``True`` (every key of the key segment) or a mask
 #: in the two segments' own coordinates (query segment rows, key segment columns).
@@ -37,16 +37,13 @@ class _Blocks(Mask):
     ) -> None:
         self.row_sizes, self.col_sizes, self.blocks = row_sizes, col_sizes, blocks
         self.row_lengths, self.col_lengths = row_lengths, col_lengths
+        given = [t for t in (row_lengths, col_lengths) if t is not None]
         items = {m._batch_size for r in blocks for m in r if m is not None and m._batch_size is not None}
-        for lengths in (row_lengths, col_lengths):
-            if lengths is not None:
-                items.add(int(lengths.size(0)))
+        items |= {int(t.size(0)) for t in given}
         if len(items) > 1:
             raise ValueError(f"the segment masks and lengths are built for different batch sizes: {sorted(items)}")
         self._batch_size = items.pop() if items else None
-        self.batched = (
-            row_lengths is not None or col_lengths is not None or any(m.batched for r in blocks for m in r if m)
-        )
+        self.batched = bool(given) or any(m.batched for r in blocks for m in r if m)
         self._row_offsets, self._row_segment = _layout(row_sizes)
         self._col_offsets, self._col_segment = _layout(col_sizes)
         for a, c, m in self._links():
@@ -97,9 +94,7 @@ class _Blocks(Mask):
         rows = (batch_size or 1) * num_rows  # softmax segments b * L + i
         parts = []  # (segment id, column) of every block's pairs, each sorted by (segment, column)
         for a, c, m in self._links():  # each block's pairs in the two segments' own coordinates
-            p = m.pairs(self.row_sizes[a], self.col_sizes[c], batch_size if m.batched else None, device=device)
-            if batch_size is not None:
-                p = p.expand(batch_size)
+            p = _part_pairs(m, self.row_sizes[a], self.col_sizes[c], batch_size, device)
             row, col, batch = p.row, p.col, p.batch
             if batch is not None and (self.row_lengths is not None or self.col_lengths is not None):
                 keep = torch.ones_like(row, dtype=torch.bool)
@@ -317,8 +312,7 @@ class Segments(_Blocks):
         return _Blocks((self.sizes[a],), self.sizes, (self.blocks[a],), None, self.lengths)
 
     def __repr__(self) -> str:
-        sizes = ", ".join(map(str, self.sizes))
-        text = f"Segments(sizes=[{sizes}]"
+        text = f"Segments(sizes={list(self.sizes)}"
         if any(m is not None for m in self.within):
             text += ", within=[" + ", ".join(repr(m) for m in self.within) + "]"
         if isinstance(self.links, str):
@@ -372,20 +366,14 @@ def _link_table(links: object, num_segments: int) -> list[list[Link]]:
 
 
 def _check_lengths(lengths: Tensor | Sequence[Sequence[int]], sizes: tuple[int, ...]) -> Tensor:
-    if not isinstance(lengths, Tensor):
-        lengths = torch.as_tensor(lengths, dtype=torch.long)
-        if lengths.numel() == 0:  # an empty batch
-            lengths = lengths.view(0, len(sizes))
-    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be an integer tensor of shape (B, K), got dtype {lengths.dtype}")
-    if lengths.dim() != 2 or lengths.size(1) != len(sizes):
-        raise ValueError(f"lengths must have shape (B, K) = (B, {len(sizes)}), got shape {tuple(lengths.shape)}")
-    lengths = lengths.detach().long().cpu()
-    too_long = lengths > torch.tensor(sizes, dtype=torch.long)
-    if lengths.numel() and (bool((lengths < 0).any()) or bool(too_long.any())):
-        raise ValueError(
-            f"lengths must lie between 0 and each segment's size {list(sizes)}, got {lengths.tolist()}"
-        )
+    shape = f"(B, K) = (B, {len(sizes)})"
+    if not isinstance(lengths, Tensor) and len(lengths) == 0:  # an empty batch
+        lengths = torch.zeros(0, len(sizes), dtype=torch.long)
+    lengths = check_lengths(lengths, shape, 2).detach().cpu()
+    if lengths.size(1) != len(sizes):
+        raise ValueError(f"lengths must have shape {shape}, got shape {tuple(lengths.shape)}")
+    if bool((lengths > torch.tensor(sizes, dtype=torch.long)).any()):
+        raise ValueError(f"lengths must lie between 0 and each segment's size {list(sizes)}, got {lengths.tolist()}")
     return lengths
 
 

@@ -102,8 +102,7 @@ def declared_size(edge_index: object) -> tuple[int | None, int | None]:
     if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
         return int(edge_index.size(1)), int(edge_index.size(0))
     if isinstance(edge_index, Tensor) and type(edge_index) is not Tensor and hasattr(edge_index, "sparse_size"):
-        rows, cols = edge_index.sparse_size()  # PyG's EdgeIndex: (N_src, N_dst), None where unknown
-        return rows, cols
+        return edge_index.sparse_size()  # PyG's EdgeIndex: (N_src, N_dst), None where unknown
     return None, None
 
 
@@ -150,9 +149,8 @@ def edge_layout(
         src = dst = torch.zeros(0, dtype=torch.long, device=device)
         mask = edge_index if extra is None else edge_index | _checked(extra)
         pairs = mask.pairs(num_dst, num_src, device=device)
-        empty = torch.zeros(0, dtype=torch.long, device=pairs.row.device)
         counts = torch.zeros(pairs.nnz, dtype=torch.long, device=pairs.row.device)
-        return EdgeLayout(src, dst, mask, pairs.row, pairs.col, empty, counts, False)
+        return EdgeLayout(src, dst, mask, pairs.row, pairs.col, src, counts, False)  # (no edge, so no edge's pair)
     src, dst, num_src, num_dst = read_edges(edge_index, num_src, num_dst)
     return layout_of_edges(src, dst, num_src, num_dst, extra)
 
@@ -174,6 +172,17 @@ def layout_of_edges(src: Tensor, dst: Tensor, num_src: int, num_dst: int, extra:
     where = torch.searchsorted(pairs.row * num_src + pairs.col, graph._keys)  # (P_edges,)
     union_counts = torch.zeros(pairs.nnz, dtype=counts.dtype, device=counts.device).index_copy_(0, where, counts)
     return EdgeLayout(src, dst, mask, pairs.row, pairs.col, where[edge_pair], union_counts, duplicates)
+
+
+def check_edge_attr(edge_attr: Tensor | None, num_edges: int, edge_dim: int | None) -> Tensor:
+    """``edge_attr`` as (M, edge_dim), one row per edge of edge_index ((M,) read as (M, 1)), else raise."""
+    if edge_attr is not None and edge_attr.dim() == 1:
+        edge_attr = edge_attr.view(-1, 1)  # (M, 1)
+    if edge_attr is None or edge_attr.dim() != 2 or tuple(edge_attr.shape) != (num_edges, edge_dim):
+        got = None if edge_attr is None else tuple(edge_attr.shape)
+        raise ValueError(f"edge_dim={edge_dim} needs edge_attr of shape (M, {edge_dim}) = ({num_edges}, {edge_dim}), "
+                         f"one row per edge of edge_index, got {got}")
+    return edge_attr
 
 
 def _checked(extra: object) -> Mask:

@@ -30,12 +30,14 @@ from attnmm.masks import Graph, Mask
 from attnmm.nn._edges import (
     EdgeLayout,
     adjacency_key,
+    check_edge_attr,
     edge_layout,
     edge_weights,
     layout_of_edges,
     pair_bias,
     read_edges,
 )
+from attnmm.nn._inputs import check_dropout
 
 #: ``score(dst, src, edge_attr)``: the score (n, H) of the n pairs ``src[k] -> dst[k]``, with the edge
 #: features (n, D) of those pairs or ``None`` for no edge term.
@@ -94,12 +96,6 @@ class GATEdges:
     returned: Tensor | None
     kind: Literal["edges", "sparse", "mask"]
     pairs_returned: bool
-
-    @property
-    def kept_index(self) -> Tensor:
-        """The kept input edges (2, M_kept), to compute the loops' features."""
-        kept = self.layout.src.numel() - self.num_loops
-        return torch.stack([self.layout.src[:kept], self.layout.dst[:kept]])
 
     @property
     def nbytes(self) -> int:
@@ -185,12 +181,10 @@ class AdditiveGraphAttention(nn.Module):
         super().__init__()
         self._forms = FormStore()  # the edges of the graphs seen, by value, across calls
         self.src_channels, self.dst_channels = split_channels(in_channels)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.in_channels = in_channels
         self.out_channels = check_nonneg_int("out_channels", out_channels, minimum=1)
         self.heads = check_nonneg_int("heads", heads, minimum=1)
-        self.concat, self.negative_slope, self.dropout = concat, float(negative_slope), float(dropout)
+        self.concat, self.negative_slope, self.dropout = concat, float(negative_slope), check_dropout(dropout)
         self.add_self_loops, self.fill_value, self.residual = add_self_loops, fill_value, residual
         self.edge_dim = None if edge_dim is None else check_nonneg_int("edge_dim", edge_dim, minimum=1)
 
@@ -211,12 +205,9 @@ class AdditiveGraphAttention(nn.Module):
         if mask is not None and not isinstance(mask, Mask):
             raise TypeError(f"mask must be an attnmm Mask or None, got {type(mask).__name__}")
         key = adjacency_key(edge_index, mask, num_src, num_dst, self.add_self_loops, str(device))
-        found = None if key is None else self._forms.find(key, "gat_edges")
-        if found is None:
-            found = gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
-            if key is not None:
-                self._forms.keep(key, "gat_edges", found)
-        return found
+        return self._forms.kept(
+            key, "gat_edges", lambda: gat_edges(edge_index, num_src, num_dst, self.add_self_loops, mask, device)
+        )
 
     def edge_features(self, edges: GATEdges, edge_attr: Tensor | None) -> Tensor | None:
         """The edge features of every edge of ``edges`` (M, D): the input's, less those of dropped self
@@ -236,19 +227,12 @@ class AdditiveGraphAttention(nn.Module):
                 "adjacency (PyG's GAT layers refuse this too); convert it with "
                 "torch_geometric.utils.to_edge_index or build the layer with add_self_loops=False"
             )
-        if edge_attr.dim() == 1:
-            edge_attr = edge_attr.view(-1, 1)  # (M, 1)
-        if edge_attr.dim() != 2 or edge_attr.size(0) != edges.num_edges or edge_attr.size(1) != self.edge_dim:
-            raise ValueError(
-                f"edge_dim={self.edge_dim} needs edge_attr of shape (M, {self.edge_dim}) = ({edges.num_edges}, "
-                f"{self.edge_dim}), one row per edge of edge_index, got {tuple(edge_attr.shape)}"
-            )
+        edge_attr = check_edge_attr(edge_attr, edges.num_edges, self.edge_dim)
         if edges.keep is None:
             return edge_attr
-        _, filled = add_self_loops(
-            edges.kept_index, edge_attr[edges.keep], fill_value=self.fill_value, num_nodes=edges.num_loops
-        )
-        return filled
+        kept = edges.layout.src.numel() - edges.num_loops  # the input edges kept (not self loops) come first
+        index = torch.stack([edges.layout.src[:kept], edges.layout.dst[:kept]])
+        return add_self_loops(index, edge_attr[edges.keep], fill_value=self.fill_value, num_nodes=edges.num_loops)[1]
 
     def propagate(
         self, values: Tensor, num_dst: int, edges: GATEdges, score: ScoreFn, edge_attr: Tensor | None,

@@ -13,6 +13,13 @@ PACKED_HINT = (
 )
 
 
+def check_dropout(dropout: float, name: str = "dropout") -> float:
+    """``dropout`` as a float in [0, 1), or raise naming it."""
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {dropout}")
+    return float(dropout)
+
+
 def check_node_features(
     layer: str, x_src: object, x_dst: object, in_channels: int | tuple[int, int], widths: tuple[int, int]
 ) -> None:

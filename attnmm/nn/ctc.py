@@ -8,14 +8,15 @@ Decoders return class indices 0..C-1.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
-from attnmm.common.tokens import Tokens
+from attnmm.nn.heads import TokenClassifier
 
 __all__ = ["BLANK", "CTCHead", "check_ctc_targets", "ctc_greedy_decode", "ctc_prefix_beam_search", "nbest_labels"]
 
@@ -56,25 +57,13 @@ def ctc_greedy_decode(log_probs: Tensor, lengths: Tensor | None = None) -> list[
         >>> ctc_greedy_decode(torch.nn.functional.one_hot(frames, 11).float())
         [[2, 2, 0]]
     """
-    best = log_probs.argmax(-1).tolist()  # (B, L)
-    out = []
-    for frames, n in zip(best, _frame_lengths(log_probs, lengths), strict=True):
-        labels, prev = [], BLANK
-        for k in frames[:n]:
-            if k != prev and k != BLANK:
-                labels.append(k - 1)
-            prev = k
-        out.append(labels)
-    return out
+    best = zip(log_probs.argmax(-1).tolist(), _frame_lengths(log_probs, lengths), strict=True)  # (B, L), (B,)
+    return [[k - 1 for k, _ in itertools.groupby(frames[:n]) if k != BLANK] for frames, n in best]  # repeats merged
 
 
 def _logadd(a: float, b: float) -> float:
-    if a == -math.inf:
-        return b
-    if b == -math.inf:
-        return a
     m = max(a, b)
-    return m + math.log1p(math.exp(-abs(a - b)))
+    return m if m == -math.inf else m + math.log1p(math.exp(-abs(a - b)))
 
 
 def _add(table: dict[tuple[int, ...], list[float]], prefix: tuple[int, ...], slot: int, value: float) -> None:
@@ -142,7 +131,7 @@ def ctc_prefix_beam_search(
     return results
 
 
-class CTCHead(nn.Module):
+class CTCHead(TokenClassifier):
     r"""Per-frame CTC classifier (Graves et al., 2006, "Connectionist Temporal Classification"):
     :math:`\mathbf{z}_t = \mathbf{W} \mathbf{h}_t + \mathbf{b} \in \mathbb{R}^{C + 1}`, blank at index 0.
 
@@ -167,17 +156,8 @@ class CTCHead(nn.Module):
     """
 
     def __init__(self, d_model: int, num_classes: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.num_classes = check_nonneg_int("num_classes", num_classes, minimum=1)
-        self.drop = nn.Dropout(dropout)
-        self.linear = nn.Linear(check_nonneg_int("d_model", d_model, minimum=1), self.num_classes + 1)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        self.linear.reset_parameters()
-
-    def forward(self, h: Tensor, tokens: Tokens | None = None) -> Tensor:
-        return self.linear(self.drop(h))  # (B, L, C + 1)
+        super().__init__(d_model, check_nonneg_int("num_classes", num_classes, minimum=1) + 1, dropout)  # + the blank
+        self.num_classes = self.linear.out_features - 1
 
 
 def check_ctc_targets(targets: Tensor, target_lengths: Tensor, lengths: Tensor, num_classes: int) -> None:

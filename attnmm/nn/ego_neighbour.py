@@ -9,10 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
-from attnmm.attention import attend
 from attnmm.masks import Mask
-from attnmm.nn._inputs import check_node_features
-from attnmm.nn.propagation import additive_scores, reset_attention
+from attnmm.nn._inputs import check_dropout, check_node_features
+from attnmm.nn.propagation import additive_scores, reset_attention, spread
 
 
 class EgoNeighbourEncoder(nn.Module):
@@ -77,15 +76,12 @@ class EgoNeighbourEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.hops = check_nonneg_int("hops", hops)
-        for name, value in (("dropout", dropout), ("pair_dropout", pair_dropout)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        self.dropout, self.pair_dropout = check_dropout(dropout), check_dropout(pair_dropout, "pair_dropout")
         if scores not in ("uniform", "additive"):
             raise ValueError(f"scores must be 'uniform' or 'additive', got {scores!r}")
         self.heads = check_nonneg_int("heads", heads, minimum=1)
         if heads > 1 and scores != "additive":
             raise ValueError(f"heads={heads} needs scores='additive' (uniform weights have one head)")
-        self.dropout, self.pair_dropout = float(dropout), float(pair_dropout)
         self.normalize, self.scores, self.negative_slope = normalize, scores, float(negative_slope)
         in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
         hidden_channels = check_nonneg_int("hidden_channels", hidden_channels, minimum=1)
@@ -111,21 +107,13 @@ class EgoNeighbourEncoder(nn.Module):
         check_node_features("EgoNeighbourEncoder", x, None, width, (width, width))
         zs = [lin(x) for lin in self.lins]  # K + 1 of (N, hidden)
         bias = additive_scores(zs[0], mask, self.att_dst, self.att_src, self.negative_slope)
-        p = self.pair_dropout if self.training else 0.0
+        p, heads = self.pair_dropout if self.training else 0.0, 1 if bias is None else self.heads
         for t in range(1, self.hops + 1):
             for _ in range(t):
-                zs[t] = self._spread(zs[t], mask, bias, p)
+                zs[t] = spread(zs[t], mask, bias, heads, p)[0]
         if self.normalize:
             zs = [F.normalize(z, dim=-1) for z in zs]
         h = F.dropout(F.relu(torch.cat(zs, dim=-1)), self.dropout, self.training)  # (N, (K + 1) hidden)
         return self.out(h)
-
-    def _spread(self, z: Tensor, mask: Mask, bias: Tensor | None, p: float) -> Tensor:
-        """One round :math:`\\mathbf{P}\\mathbf{z}`: attention with no query or key, so the score is the bias
-        alone (uniform weights without one: a softmax over zeros)."""
-        heads = 1 if bias is None else self.heads
-        v = z.unsqueeze(1).expand(-1, heads, -1)  # (N, H, C): every head spreads z
-        q = k = z.new_zeros(z.shape[0], heads, 0)
-        return attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed").mean(1)  # (N, C)
 
 __all__ = ["EgoNeighbourEncoder"]

@@ -11,6 +11,7 @@ from attnmm.attention.forms import FormStore
 from attnmm.attention.planner import Plan as AttentionPlan
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
+from attnmm.nn._inputs import check_dropout
 from attnmm.nn.multihead import MultiHeadAttention
 from attnmm.nn.positional import RotaryPE
 from attnmm.nn.relative import RelativePositionBias
@@ -75,9 +76,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
         dim_feedforward = check_nonneg_int("dim_feedforward", dim_feedforward, minimum=1)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.dropout = float(dropout)
+        self.dropout = check_dropout(dropout)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.norm1 = nn.LayerNorm(self.d_model, eps=layer_norm_eps, bias=bias)
@@ -94,12 +93,8 @@ class EncoderLayer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.norm1.reset_parameters()
-        self.norm2.reset_parameters()
-        self.attn.reset_parameters()
-        for module in self.ffn:
-            if isinstance(module, nn.Linear):
-                module.reset_parameters()
+        for module in (self.norm1, self.norm2, self.attn, self.ffn[0], self.ffn[3]):
+            module.reset_parameters()  # type: ignore[operator]
 
     @overload
     def forward(

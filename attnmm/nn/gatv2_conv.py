@@ -2,6 +2,7 @@ r"""Dynamic graph attention convolution, GATv2 (Brody et al., 2022), on attnmm's
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -138,19 +139,14 @@ class GATv2Conv(AdditiveGraphAttention):
         targets = values if self.share_weights and x_dst is x_src else self.lin_r(x_dst).view(-1, H, C)
         edges = self.edges(edge_index, num_src, num_dst, mask, x_src.device)
         if edge_attr is not None and self.lin_edge is None:
-            raise ValueError(
-                f"edge_attr was given but the layer has no edge term; build it with edge_dim={edge_attr.size(-1)}"
-                if edge_attr.dim() == 2
-                else "edge_attr was given but the layer has no edge term; build it with edge_dim=1"
-            )
+            width = edge_attr.size(-1) if edge_attr.dim() == 2 else 1
+            raise ValueError(f"edge_attr was given but the layer has no edge term; build it with edge_dim={width}")
         attr = self.edge_features(edges, edge_attr)
         w_edge = None if attr is None or self.lin_edge is None else self.lin_edge.weight  # (H * C, D)
         att, slope = self.att.view(H, C), self.negative_slope
 
         def score(dst: Tensor, src: Tensor, feats: Tensor | None) -> Tensor:
-            if feats is None:
-                return _PairScore.apply(values, targets, att, src, dst, None, None, slope)
-            return _PairScore.apply(values, targets, att, src, dst, feats, w_edge, slope)
+            return _PairScore.apply(values, targets, att, src, dst, feats, None if feats is None else w_edge, slope)
 
         residual = None if self.res is None else self.res(x_dst)
         return self.propagate(
@@ -158,18 +154,23 @@ class GATv2Conv(AdditiveGraphAttention):
         )
 
 
-def _pre_activation(
-    x_src: Tensor, x_dst: Tensor, src: Tensor, dst: Tensor, edge_attr: Tensor | None, w_edge: Tensor | None,
-    buffers: tuple[Tensor, Tensor],
-) -> Tensor:
-    r""":math:`\mathbf{W}_s \mathbf{x}_j + \mathbf{W}_d \mathbf{x}_i (+ \mathbf{W}_e \mathbf{e}_{ij})` of
-    a block of n pairs, (n, H * C), written into the first n rows of ``buffers``."""
-    n = src.numel()
-    z = torch.index_select(x_src, 0, src, out=buffers[0][:n])
-    z.add_(torch.index_select(x_dst, 0, dst, out=buffers[1][:n]))
-    if edge_attr is not None and w_edge is not None:
-        z.addmm_(edge_attr, w_edge.t())
-    return z
+def _pre_activations(
+    xs: Tensor, xd: Tensor, src: Tensor, dst: Tensor, edge_attr: Tensor | None, w_edge: Tensor | None
+) -> Iterator[tuple[int, int, Tensor | None, Tensor, Tensor]]:
+    r""":math:`\mathbf{z}_p = \mathbf{W}_s \mathbf{x}_j + \mathbf{W}_d \mathbf{x}_i (+ \mathbf{W}_e \mathbf{e}_{ij})`
+    of the pairs, a block of :data:`CHUNK_FLOATS` values at a time in two reused buffers: each block's pairs
+    ``s:e``, their edge features, z (e - s, H * C) and the second buffer (free for the caller's use)."""
+    n, width = src.numel(), xs.size(1)
+    rows = max(1, CHUNK_FLOATS // width)
+    first, second = xs.new_empty(min(rows, n), width), xs.new_empty(min(rows, n), width)
+    for s in range(0, n, rows):
+        e = min(s + rows, n)
+        feats = None if edge_attr is None else edge_attr[s:e]
+        z = torch.index_select(xs, 0, src[s:e], out=first[: e - s])
+        z.add_(torch.index_select(xd, 0, dst[s:e], out=second[: e - s]))
+        if feats is not None and w_edge is not None:
+            z.addmm_(feats, w_edge.t())
+        yield s, e, feats, z, second
 
 
 class _PairScore(torch.autograd.Function):
@@ -191,14 +192,8 @@ class _PairScore(torch.autograd.Function):
     ) -> Tensor:
         H, C = att.shape
         xs, xd = x_src.reshape(-1, H * C), x_dst.reshape(-1, H * C)  # views of the projections
-        n = src.numel()
-        out = xs.new_empty(n, H)
-        rows = max(1, CHUNK_FLOATS // (H * C))
-        buffers = (xs.new_empty(min(rows, n), H * C), xs.new_empty(min(rows, n), H * C))
-        for s in range(0, n, rows):
-            e = min(s + rows, n)
-            feats = None if edge_attr is None else edge_attr[s:e]
-            z = _pre_activation(xs, xd, src[s:e], dst[s:e], feats, w_edge, buffers)  # (c, H * C)
+        out = xs.new_empty(src.numel(), H)
+        for s, e, _, z, _ in _pre_activations(xs, xd, src, dst, edge_attr, w_edge):  # z (c, H * C)
             z = F.leaky_relu_(z, slope).view(-1, H, C).mul_(att)
             torch.sum(z, -1, out=out[s:e])  # (c, H)
         ctx.save_for_backward(x_src, x_dst, att, src, dst, edge_attr, w_edge)
@@ -213,20 +208,14 @@ class _PairScore(torch.autograd.Function):
         xs, xd = x_src.reshape(-1, H * C), x_dst.reshape(-1, H * C)
         need = ctx.needs_input_grad
         d_out = d_out.contiguous()
-        n = src.numel()
         d_src = torch.zeros_like(xs) if need[0] else None
         d_dst = torch.zeros_like(xd) if need[1] else None
         d_att = torch.zeros_like(att) if need[2] else None
         d_edge = None if edge_attr is None or not need[5] else torch.empty_like(edge_attr)
         d_w = None if w_edge is None or not need[6] else torch.zeros_like(w_edge)
-        rows = max(1, CHUNK_FLOATS // (H * C))
-        buffers = (xs.new_empty(min(rows, n), H * C), xs.new_empty(min(rows, n), H * C))
-        for s in range(0, n, rows):
-            e = min(s + rows, n)
-            feats = None if edge_attr is None else edge_attr[s:e]
-            z = _pre_activation(xs, xd, src[s:e], dst[s:e], feats, w_edge, buffers)  # (c, H * C)
+        for s, e, feats, z, scratch in _pre_activations(xs, xd, src, dst, edge_attr, w_edge):  # z (c, H * C)
             d_s = d_out[s:e].unsqueeze(-1)  # (c, H, 1)
-            g = torch.mul(d_s, att, out=buffers[1][: e - s].view(-1, H, C)).view(-1, H * C)  # dL/dLeakyReLU(z)
+            g = torch.mul(d_s, att, out=scratch[: e - s].view(-1, H, C)).view(-1, H * C)  # dL/dLeakyReLU(z)
             g = torch.ops.aten.leaky_relu_backward(g, z, ctx.slope, False)  # dL/dz, (c, H * C)
             if d_att is not None:
                 d_att += F.leaky_relu_(z, ctx.slope).view(-1, H, C).mul_(d_s).sum(0)

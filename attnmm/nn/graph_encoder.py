@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.masks import Mask
-from attnmm.nn._inputs import check_node_features
+from attnmm.nn._inputs import check_dropout, check_node_features
 from attnmm.nn.transformer_conv import AttentionConv
 
 
@@ -58,9 +58,7 @@ class GraphAttentionEncoder(nn.Module):
     ) -> None:
         super().__init__()
         num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.dropout = float(dropout)
+        self.dropout = check_dropout(dropout)
         self.in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
         widths = [in_channels] + [hidden_channels * heads] * (num_layers - 1)
         conv = partial(AttentionConv, dropout=dropout, root_weight=root_weight)

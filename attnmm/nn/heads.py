@@ -141,7 +141,7 @@ class TokenClassifier(nn.Module):
         self.linear.reset_parameters()
 
     def forward(self, h: Tensor, tokens: Tokens | None = None) -> Tensor:
-        _check_h("TokenClassifier", h, self.linear.in_features)
+        _check_h(type(self).__name__, h, self.linear.in_features)
         return self.linear(self.drop(h))
 
 
@@ -277,23 +277,17 @@ class SegmentPoolingClassifier(nn.Module):
         """Pooled features (B, K, D) of every segment, and which segments each item has (B, K)."""
         layout = None if tokens.mask is None else segmentation(tokens.mask)
         if layout is None:  # one segment: the real tokens
-            n = tokens.lengths if tokens.lengths is not None else torch.full((h.size(0),), h.size(1))
-            offsets, lengths = [0, h.size(1)], n.view(-1, 1)
-        else:
-            sizes, real = layout
-            full = torch.tensor(sizes, dtype=torch.long).expand(h.size(0), -1)
-            offsets, lengths = [0, *itertools.accumulate(sizes)], full if real is None else real
-        lengths = lengths.to(h.device)  # (B, K)
+            layout = (h.size(1),), None if tokens.lengths is None else tokens.lengths.view(-1, 1)
+        sizes, real = layout
+        offsets = [0, *itertools.accumulate(sizes)]
+        lengths = (torch.tensor(sizes).expand(h.size(0), -1) if real is None else real).to(h.device)  # (B, K)
         pooled = [masked_mean(h[:, offsets[k] : offsets[k + 1]], lengths[:, k]) for k in range(len(offsets) - 1)]
         return torch.stack(pooled, 1), lengths > 0  # (B, K, D), (B, K)
 
     def _weights(self, pooled: Tensor, present: Tensor) -> Tensor:
         """alpha (B, K): the plain average of the present segments, or the gate's softmax over them;
         0 for absent segments (and for items with none). ``combine="average"`` leaves the gate unused."""
-        if self.gate is None or self.combine == "average":
-            return present.float() / present.sum(1, keepdim=True).clamp(min=1)
-        scores = self._gate_scores(pooled).masked_fill(~present, float("-inf"))
-        alpha = torch.softmax(scores, 1)
+        alpha = torch.softmax(self._gate_scores(pooled).masked_fill(~present, float("-inf")), 1)  # (0s without a gate)
         return torch.where(present.any(1, keepdim=True), alpha, torch.zeros_like(alpha))
 
     def _gate_scores(self, pooled: Tensor) -> Tensor:

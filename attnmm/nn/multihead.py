@@ -12,6 +12,7 @@ from attnmm.attention.core import attend
 from attnmm.attention.planner import Plan as AttentionPlan
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask, Window
+from attnmm.nn._inputs import check_dropout
 from attnmm.nn.positional import RotaryPE
 from attnmm.nn.relative import RelativePositionBias
 from attnmm.nn.state import IncrementalState, causal_reach
@@ -89,9 +90,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = self.embed_dim // self.num_heads
         self.kdim = self.embed_dim if kdim is None else check_nonneg_int("kdim", kdim, minimum=1)
         self.vdim = self.embed_dim if vdim is None else check_nonneg_int("vdim", vdim, minimum=1)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.dropout = float(dropout)
+        self.dropout = check_dropout(dropout)
         if score not in ("softmax", "relu"):
             raise ValueError(f"score must be 'softmax' or 'relu', got {score!r}")
         self.score = score

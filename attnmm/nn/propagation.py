@@ -12,7 +12,7 @@ from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.attention import attend
 from attnmm.attention.weights import AttentionWeights
 from attnmm.masks import Mask
-from attnmm.nn._inputs import check_node_features
+from attnmm.nn._inputs import check_dropout, check_node_features
 
 
 class PropagationEncoder(nn.Module):
@@ -79,15 +79,12 @@ class PropagationEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.steps = check_nonneg_int("steps", steps)
-        for name, value in (("dropout", dropout), ("pair_dropout", pair_dropout)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        self.dropout, self.pair_dropout = check_dropout(dropout), check_dropout(pair_dropout, "pair_dropout")
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
         if scores not in ("uniform", "cosine", "additive"):
             raise ValueError(f"scores must be 'uniform', 'cosine' or 'additive', got {scores!r}")
-        self.alpha, self.dropout, self.pair_dropout = float(alpha), float(dropout), float(pair_dropout)
-        self.scores = scores
+        self.alpha, self.scores = float(alpha), scores
         self.lin1 = nn.Linear(in_channels, hidden_channels)
         self.lin2 = nn.Linear(hidden_channels, out_channels)
         # AGNN's temperature, learned; unused (and absent from the state dict) for uniform weights
@@ -122,12 +119,7 @@ class PropagationEncoder(nn.Module):
         weights: list[AttentionWeights] = []
         for _ in range(self.steps):
             if self.beta is None:
-                # no query or key: the score is the bias alone, and a softmax over zeros is uniform
-                v = z.unsqueeze(1).expand(-1, self.heads, -1)  # (N, H, C): every head spreads z
-                q = k = z.new_zeros(z.shape[0], self.heads, 0)
-                result = attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed", return_weights=return_weights)
-                out, w = result if return_weights else (result, None)
-                out = out.mean(1)  # (N, C)
+                out, w = spread(z, mask, bias, self.heads, p, return_weights)
             else:
                 v = z.unsqueeze(1)  # (N, 1, C): one head
                 u = F.normalize(v, dim=-1)
@@ -140,6 +132,18 @@ class PropagationEncoder(nn.Module):
                 weights.append(w)  # the weights of this propagation step
             z = (1.0 - self.alpha) * out + self.alpha * h
         return (z, weights) if return_weights else z
+
+
+def spread(
+    z: Tensor, mask: Mask, bias: Tensor | None, heads: int, p: float, return_weights: bool = False
+) -> tuple[Tensor, AttentionWeights | None]:
+    r"""One round :math:`\mathbf{P}\mathbf{z}` (N, C), its ``heads`` averaged, and its weights when asked for:
+    attention with no query or key, so the score is the bias alone (a softmax over zeros without one: uniform)."""
+    v = z.unsqueeze(1).expand(-1, heads, -1)  # (N, H, C): every head spreads z
+    q = k = z.new_zeros(z.shape[0], heads, 0)
+    result = attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed", return_weights=return_weights)
+    out, w = result if return_weights else (result, None)
+    return out.mean(1), w
 
 
 def reset_attention(att_dst: Tensor | None, att_src: Tensor | None) -> None:

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from attnmm._checks import check_nonneg_int, refuse_encoder_options
 from attnmm.masks import Mask, padding_lengths, without_padding
+from attnmm.nn._inputs import check_dropout
 from attnmm.nn.state import IncrementalState
 
 _CELLS: dict[str, type[nn.LSTM] | type[nn.GRU]] = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -75,8 +76,7 @@ class RecurrentEncoder(nn.Module):
         self.num_layers = check_nonneg_int("num_layers", num_layers, minimum=1)
         if cell not in _CELLS:
             raise ValueError(f"cell must be one of {sorted(_CELLS)}, got {cell!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         self.cell, self.bidirectional = cell, bool(bidirectional)
         directions = 2 if self.bidirectional else 1
         default = self.d_model // directions
@@ -120,25 +120,21 @@ class RecurrentEncoder(nn.Module):
         # the recurrence runs in float32, the layers around it stay in the autocast dtype
         cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
         with torch.autocast("cpu", enabled=False) if cpu_autocast else contextlib.nullcontext():
-            out = self._recur(x.float() if cpu_autocast else x, lengths, state)
+            h = x.float() if cpu_autocast else x
+            if state is not None:
+                out, carried = self.rnn(h, state.get(self))  # (B, L, dirs * hidden)
+                state.set(self, carried)
+            elif lengths is None:
+                out, _ = self.rnn(h)
+            else:
+                out, _ = self.rnn(nn.utils.rnn.pack_padded_sequence(h, lengths.clamp(min=1).cpu(), True, False))
+                out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
         if self.proj is not None:
             out = self.proj(out)
         out = self.norm(self.drop(out))  # (B, L, D)
         if lengths is not None:
             real = torch.arange(x.size(1), device=x.device) < lengths.to(x.device).view(-1, 1)  # (B, L)
             out = out * real.unsqueeze(-1)
-        return out
-
-    def _recur(self, x: Tensor, lengths: Tensor | None, state: IncrementalState | None) -> Tensor:
-        """The recurrence over x (B, L, D) -> (B, L, dirs * hidden), the arguments checked."""
-        if state is not None:
-            out, carried = self.rnn(x, state.get(self))  # (B, L, H)
-            state.set(self, carried)
-        elif lengths is None:
-            out, _ = self.rnn(x)  # (B, L, dirs * hidden)
-        else:
-            out, _ = self.rnn(nn.utils.rnn.pack_padded_sequence(x, lengths.clamp(min=1).cpu(), True, False))
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
         return out
 
     def _lengths(self, mask: Mask | None) -> Tensor | None:

@@ -11,9 +11,9 @@ from attnmm._checks import check_nonneg_int
 from attnmm.attention.core import attend
 from attnmm.attention.forms import FormStore
 from attnmm.masks import Mask
-from attnmm.nn._edges import EdgeLayout, adjacency_key, edge_layout, edge_weights, node_counts, pair_bias
+from attnmm.nn._edges import adjacency_key, check_edge_attr, edge_layout, edge_weights, node_counts, pair_bias
 from attnmm.nn._gat import split_channels
-from attnmm.nn._inputs import check_node_features
+from attnmm.nn._inputs import check_dropout, check_node_features
 
 
 class AttentionConv(nn.Module):
@@ -88,12 +88,10 @@ class AttentionConv(nn.Module):
         self._forms = FormStore()  # edge layouts of the graphs seen, by value, across calls
         src_dim, dst_dim = split_channels(in_channels)
         in_channels = in_channels if isinstance(in_channels, int) else (src_dim, dst_dim)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.in_channels = in_channels
         self.out_channels = C = check_nonneg_int("out_channels", out_channels, minimum=1)
         self.heads = H = check_nonneg_int("heads", heads, minimum=1)
-        self.concat, self.dropout, self.root_weight = concat, float(dropout), root_weight
+        self.concat, self.dropout, self.root_weight = concat, check_dropout(dropout), root_weight
         self.beta = beta and root_weight
         self.edge_dim = None if edge_dim is None else check_nonneg_int("edge_dim", edge_dim, minimum=1)
         self.lin_key = nn.Linear(src_dim, H * C, bias=bias)
@@ -125,27 +123,23 @@ class AttentionConv(nn.Module):
         check_node_features("AttentionConv", x_src, x_dst, self.in_channels, widths)
         H, C = self.heads, self.out_channels
         N_src, N_dst = node_counts(x_src, x_dst, None, edge_index)
-        layout = self._edge_layout(edge_index, N_src, N_dst, mask, x_dst.device)
+        # kept by the value of the edges and the mask, as AdditiveGraphAttention.edges keeps its edges: the same
+        # layout gives the same mask object, whose CSR form the sparse backend re-uses
+        key = adjacency_key(edge_index, mask, N_src, N_dst, str(x_dst.device))
+        layout = self._forms.kept(key, "layout", lambda: edge_layout(edge_index, N_src, N_dst, mask, x_dst.device))
         # (N, H, C) views of the projections: the sparse backend works on them in place
         q = self.lin_query(x_dst).view(-1, H, C)  # (N_dst, H, C)
         k = self.lin_key(x_src).view(-1, H, C)  # (N_src, H, C)
         v = self.lin_value(x_src).view(-1, H, C)  # (N_src, H, C)
         edge = edge_bias = None
         if self.lin_edge is not None:
-            if edge_attr is None or edge_attr.size(0) != layout.src.numel():
-                got = None if edge_attr is None else tuple(edge_attr.shape)
-                raise ValueError(
-                    f"edge_dim={self.edge_dim} needs edge_attr of shape (M, {self.edge_dim}) = "
-                    f"({layout.src.numel()}, {self.edge_dim}), one row per edge of edge_index, got {got}"
-                )
+            edge_attr = check_edge_attr(edge_attr, layout.src.numel(), self.edge_dim)
             edge = self.lin_edge(edge_attr).view(-1, H, C)  # (M, H, C)
             edge_bias = (q[layout.dst] * edge).sum(-1) / math.sqrt(C)  # (M, H)
         bias = pair_bias(layout, edge_bias)  # (P, H) or None
         p = self.dropout if self.training else 0.0
-        # the weights are asked for on every call, wanted or not: whether they come back enters attend's
-        # choice of backend (masked dense SDPA and the band kernel's inference path return none, and
-        # round differently from the sparse kernel), and the output must not depend on
-        # return_attention_weights; PyG forms alpha on every call too
+        # the weights are asked for on every call, as in AdditiveGraphAttention.propagate (and PyG forms alpha
+        # on every call too)
         out, w = attend(
             q, k, v, layout.mask, bias=bias, dropout_p=p, return_weights=True, layout="packed"
         )  # (N_dst, H, C)
@@ -170,22 +164,6 @@ class AttentionConv(nn.Module):
         if alpha is None:  # no edges
             alpha = out.new_zeros(0, H)
         return out, (edge_index, alpha)
-
-    def _edge_layout(
-        self, edge_index: Tensor | Mask, num_src: int, num_dst: int, mask: Mask | None, device: torch.device
-    ) -> EdgeLayout:
-        # Training step after step may see the same graph, often as new objects: layouts are kept in
-        # the layer's store, keyed by the value of the edges and the mask (so an in-place edit of the
-        # edges is a new key), and the same layout gives
-        # the same mask object, whose CSR form the sparse backend re-uses. A graph named by identity only
-        # (large, or on an accelerator) is read again at every call, in one sort of its edges.
-        key = adjacency_key(edge_index, mask, num_src, num_dst, str(device))
-        found = None if key is None else self._forms.find(key, "layout")
-        if found is None:
-            found = edge_layout(edge_index, num_src, num_dst, mask, device)
-            if key is not None:
-                self._forms.keep(key, "layout", found)
-        return found
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

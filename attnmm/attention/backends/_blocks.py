@@ -122,13 +122,6 @@ class BandGeometry:
         out[:, :n] = seqs[:, self.left : self.left + n]
         return out.view(self.B, self.H, self.S, E)
 
-    def positions(self, device: torch.device) -> tuple[Tensor, Tensor]:
-        """Query index (nbp, T, 1) and key index (nbp, 1, W) of every slot of the band layout."""
-        n = torch.arange(self.nbp, device=device).view(-1, 1, 1) * self.T
-        i = n + torch.arange(self.T, device=device).view(1, -1, 1)
-        j = n - self.left + torch.arange(self.W, device=device).view(1, 1, -1)
-        return i, j
-
     def chunks(self, elements: int = 1 << 21) -> list[tuple[int, int]]:
         """Ranges of global blocks (over B*H*nbp) of about ``elements`` scores each."""
         total, step = self.B * self.H * self.nbp, max(1, elements // (self.T * self.W))

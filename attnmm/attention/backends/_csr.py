@@ -27,6 +27,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnmm.masks import Pairs
@@ -117,9 +118,9 @@ class CSRPattern:
             first = torch.tensor(offsets[:-1], device=device)
             perm = order - first.index_select(0, pairs.batch.index_select(0, order))
         return CSRPattern(
-            crow=_pointer(deg).to(idx),
+            crow=F.pad(deg.cumsum(1), (1, 0)).to(idx),  # row pointers from 0, (items, L + 1)
             col=col.to(idx),
-            crow_t=_pointer(deg_t).to(idx),
+            crow_t=F.pad(deg_t.cumsum(1), (1, 0)).to(idx),
             col_t=row.index_select(0, order).to(idx),
             perm=perm.to(idx),
             offsets=offsets,
@@ -139,12 +140,6 @@ class CSRPattern:
         per_item = torch.tensor([b - a for a, b in itertools.pairwise(self.offsets)], device=device)
         batch = torch.repeat_interleave(torch.arange(self.items, device=device), per_item, output_size=self.nnz)
         return Pairs(row, self.col.long(), batch, L, self.num_cols, self.items)
-
-    def span(self, b: int, P: int) -> tuple[int, int, int]:  # noqa: N803 - pairs per item
-        """Item of batch item ``b`` and the range of its values in V."""
-        if self.items == 1:
-            return 0, b * P, (b + 1) * P
-        return b, self.offsets[b], self.offsets[b + 1]
 
     def matrix(self, item: int, values: Tensor, transpose: bool = False) -> Tensor:
         """Item ``item``'s CSR matrix (L, S) with ``values`` in CSR order, or its transpose (S, L) with
@@ -182,7 +177,9 @@ class Blocks:
     def spans(self) -> list[tuple[int, int, int, int]]:
         """``(b, item, start, end)`` of every batch item: its pattern item and its values' range."""
         p = self.pattern
-        return [(b, *p.span(b, p.nnz)) for b in range(self.batch)]
+        if p.items == 1:  # a mask shared by the batch: item b's values follow item b - 1's
+            return [(b, 0, b * p.nnz, (b + 1) * p.nnz) for b in range(self.batch)]
+        return [(b, b, p.offsets[b], p.offsets[b + 1]) for b in range(self.batch)]
 
     @property
     def fused(self) -> bool:
@@ -263,11 +260,8 @@ class Blocks:
         crow = p.crow.long()  # (items, L + 1)
         if p.items == 1 and self.batch == 1:
             return crow[0]
-        if p.items == 1:
-            starts = crow[0, :-1].view(1, -1) + p.nnz * torch.arange(self.batch, device=crow.device).view(-1, 1)
-        else:
-            first = torch.tensor(p.offsets[:-1], device=crow.device).view(-1, 1)
-            starts = crow[:, :-1] + first
+        first = torch.tensor([s for _, _, s, _ in self.spans], device=crow.device).view(-1, 1)  # (B, 1)
+        starts = crow[:, :-1] + first  # (B, L): a pattern shared by the batch (one item) broadcasts
         return torch.cat([starts.reshape(-1), crow.new_full((1,), self.width)])
 
     @cached_property
@@ -283,11 +277,6 @@ class Blocks:
         rows = counts.numel()
         index = torch.arange(rows, device=counts.device, dtype=torch.int32 if rows < 2**31 else torch.long)
         return index.repeat_interleave(counts, output_size=self.width)
-
-
-def _pointer(deg: Tensor) -> Tensor:
-    """Row pointers (items, n + 1) from 0 of the counts (items, n)."""
-    return torch.cat([deg.new_zeros(deg.size(0), 1), deg.cumsum(1)], dim=1)
 
 
 #: Values (over all heads and batch items) up to which the blocks of a problem run as one kernel call.

@@ -1,14 +1,7 @@
-r"""Attention under a mask made of blocks, split into its query segments before dispatch.
-
-A mask that :func:`~attnmm.masks.as_blocks` reads as blocks (a :class:`~attnmm.masks.Segments` mask, packed
-documents, their intersections) confines the softmax of a query of segment :math:`a` to the key segments
-:math:`C_a` it links to, so its attention is K attentions of their own,
-:math:`O_a = \mathrm{attend}(Q_a, K_{C_a}, V_{C_a}, M_a)`, each dispatched like any
-(:func:`~attnmm.attention.planner.split_problem`, worked out on the sizes alone, so a plan shares it among
-the layers of a forward). They run as one autograd node (:class:`SplitAttention`) whose backward takes the
-segments one at a time and adds their gradients into one buffer per input, so no more than one segment's
-gradients are in flight.
-"""
+r"""Attention under a mask made of blocks (:func:`~attnmm.masks.as_blocks`: a :class:`~attnmm.masks.Segments`
+mask, packed documents, their intersections), split into its query segments before dispatch, each computed on
+its own backend, as :class:`~attnmm.attention.backends.SegmentsBackend` describes, in one autograd node
+(:class:`SplitAttention`)."""
 
 from __future__ import annotations
 
@@ -132,12 +125,6 @@ def _run_row(
     return out
 
 
-def run_split(problem: Problem, inputs: Inputs, split: Split) -> Tensor:
-    """The output (B, H, L, Ev) of ``problem`` on ``inputs`` computed by its query segments one after another,
-    as one autograd node (:class:`SplitAttention`; without a gradient, nothing is kept)."""
-    return SplitAttention.apply(inputs.q, inputs.k, inputs.v, problem, split)
-
-
 class SplitAttention(torch.autograd.Function):
     """The output of a split problem, one autograd node for all its query segments.
 
@@ -245,4 +232,4 @@ class SplitAttention(torch.autograd.Function):
         return (*(buffer(i) if wanted[i] else None for i in range(3)), None, None)
 
 
-__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_problem", "run_split", "sub_problem"]
+__all__ = ["Keys", "Row", "Split", "SplitAttention", "row_problem", "sub_problem"]

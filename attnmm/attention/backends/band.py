@@ -140,8 +140,7 @@ def _ranges(
     padding queries past L. ``batch`` holds the batch item of each of the B sequences (None: the mask
     is the same for all); the layout's queries and keys start at rows ``row0`` and ``key0`` of the
     mask (a piece of the sequence, see :func:`_infer`)."""
-    i, _ = geo.positions(device)
-    i = i.squeeze(-1)  # (nbp, T)
+    i = torch.arange(geo.nbp * geo.T, device=device).view(geo.nbp, geo.T)  # the query of every slot
     b = torch.zeros((), dtype=torch.long, device=device) if batch is None else batch.view(-1, 1, 1)
     start, end = interval(b, i + row0)
     shape = broadcast_shape(start.shape, end.shape, i.shape, b.shape)
@@ -177,10 +176,8 @@ def _piece_bytes(problem: Problem, full: BandGeometry) -> int:
 
 
 def _infer(q: Tensor, k: Tensor, v: Tensor, interval: Interval, full: BandGeometry, problem: Problem) -> Tensor:
-    r"""The forward pass alone, when no gradient is needed, in pieces of about :data:`_PIECE` values:
-    a group of whole sequences when they are short, else a span of query rows of one sequence with
-    the keys its band reaches. Nothing is kept for a backward pass, so the extra memory beyond the
-    output stays a few pieces, whatever L."""
+    r"""The forward pass alone, when no gradient is needed, in pieces of about :data:`_PIECE` values (see
+    :class:`BandBackend`: whole short sequences, or spans of a long one's query rows)."""
     B, H, L, E = q.shape
     S, Ev, T = k.size(2), v.size(-1), full.T
     rows, seqs = _piece_layout(L, E, Ev, T)
@@ -234,14 +231,9 @@ def _band_bias(forms: Forms, inputs: Inputs, geo: BandGeometry, dtype: torch.dty
 
 
 class _Pattern:
-    """The allowed window slots of every block of a band layout, and the attention weights of a range
-    of its blocks.
-
-    Most blocks of a band share one pattern (only the blocks at the ends of a sequence, or past a
-    padded length, differ): it is added to the scores inside the score product as a (1, T, W) bias of
-    0 and a large negative number, and the few blocks that differ are recomputed with their own. When
-    most blocks differ, every block gets its own (G, T, W) bias.
-    """
+    """The allowed window slots of every block of a band layout, and the attention weights of a range of
+    its blocks: the pattern most blocks share (see :class:`BandBackend`) is a (1, T, W) bias of 0 and a large
+    negative number; when most blocks differ, every block gets its own (G, T, W) bias."""
 
     def __init__(self, geo: BandGeometry, start: Tensor, end: Tensor, dtype: torch.dtype) -> None:
         g = torch.arange(geo.B * geo.H * geo.nbp, device=start.device)
@@ -339,11 +331,6 @@ def _like_layout(t: Tensor, last: int) -> Tensor:
     return t.new_empty(B, H, n, last)
 
 
-def _blocks_of(t: Tensor, T: int) -> Tensor:  # noqa: N803
-    """One sequence (n, E) as blocks of T rows (n // T, T, E), a view."""
-    return t.unflatten(0, (-1, T))
-
-
 class _SequenceKeys:
     """The keys (or values) of one sequence, (S, E) with contiguous rows, read where they lie: the window
     of query block n is keys [nT - left, nT - left + W). Blocks whose window lies inside the sequence
@@ -365,9 +352,6 @@ class _SequenceKeys:
             for n0 in range(lo, hi, step):
                 yield n0, min(n0 + step, hi)
 
-    def _interior(self, n0: int, n1: int) -> bool:
-        return self.first <= n0 and n1 <= self.end
-
     def _span(self, n0: int, n1: int) -> tuple[int, int]:
         """The key rows the windows of blocks n0..n1-1 cover: (n1 - n0 + c) T of them from n0 T - left."""
         lo = n0 * self.geo.T - self.geo.left
@@ -383,7 +367,7 @@ class _SequenceKeys:
         """The windows (n1 - n0, W, E) of blocks n0..n1-1: a view in the interior, else a padded copy."""
         geo, keys = self.geo, self.keys
         lo, hi = self._span(n0, n1)
-        if self._interior(n0, n1):
+        if self.first <= n0 and n1 <= self.end:  # the interior
             base, row = keys, lo
         else:
             base, row = keys.new_zeros(hi - lo, keys.size(1)), 0
@@ -399,7 +383,7 @@ class _SequenceKeys:
         assert grad is not None
         T, G = geo.T, n1 - n0
         lo, hi = self._span(n0, n1)
-        inside = self._interior(n0, n1)
+        inside = self.first <= n0 and n1 <= self.end
         base, row = (grad, lo) if inside else (grad.new_zeros(hi - lo, grad.size(1)), 0)
         # the rows the windows cover as G + c blocks of T keys, the padded layout's shape (a view)
         geo.accumulate_keys(self._strided(base, row, G + geo.c, T), 0, x, y, alpha=alpha)
@@ -444,7 +428,7 @@ class _BandAttention(torch.autograd.Function):
         if by_sequence:
             out = _like_layout(q, v.size(-1))  # (B, H, L, Ev), laid out as q
             for b, h, g0, r0, n0, n1, keys, values in _sequences(geo, k, v):
-                qs, outs = _blocks_of(q[b, h], geo.T), _blocks_of(out[b, h], geo.T)
+                qs, outs = q[b, h].unflatten(0, (-1, geo.T)), out[b, h].unflatten(0, (-1, geo.T))  # (nb, T, E)
                 chunk(g0 + n0, g0 + n1, r0 + n0, qs[n0:n1], keys.windows(n0, n1), values.windows(n0, n1),
                       outs[n0:n1], scale)
             ctx.save_for_backward(q, k, v, saved, count, keep)
@@ -469,62 +453,58 @@ class _BandAttention(torch.autograd.Function):
         # a backward pass run inside torch.autocast would cast the products below to the autocast dtype
         # while their out= buffers keep the forward's: run it in the forward's dtypes
         with torch.autocast(ctx.device_type, enabled=False):
-            return _BandAttention._backward(ctx, d_out, d_weights)
+            qb, kf, vf, saved, count, keep = ctx.saved_tensors  # (by sequence: q, k and v themselves)
+            geo: BandGeometry = ctx.geo
+            p = ctx.dropout_p
+            if d_out is None:
+                d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
+            d_bias = torch.empty_like(saved) if ctx.has_bias and ctx.needs_input_grad[3] else None
 
-    @staticmethod
-    def _backward(ctx: Any, d_out: Tensor | None, d_weights: Tensor | None) -> tuple[Tensor | None, ...]:
-        qb, kf, vf, saved, count, keep = ctx.saved_tensors  # (by sequence: q, k and v themselves)
-        geo: BandGeometry = ctx.geo
-        p = ctx.dropout_p
-        if d_out is None:
-            d_out = vf.new_zeros(geo.B, geo.H, geo.L, vf.size(-1))
-        d_bias = torch.empty_like(saved) if ctx.has_bias and ctx.needs_input_grad[3] else None
+            def chunk(
+                r0: int, r1: int, dos: Tensor, ks: Tensor, vs: Tensor, d_qs: Tensor, alpha: float
+            ) -> tuple[Tensor, Tensor]:
+                """One chunk of blocks: its queries' gradient written into ``d_qs`` (times ``alpha``); returns
+                the weights after dropout (for the values' gradient) and the scores' gradient (for the keys')."""
+                a = saved[r0:r1]
+                d_a = torch.bmm(dos, vs.transpose(1, 2))  # dL/d weights, (G, T, W)
+                if d_weights is not None:
+                    d_a = d_a.add_(d_weights[r0:r1])
+                w = a
+                if keep is not None:
+                    w = a * keep[r0:r1] / (1.0 - p)
+                    d_a = d_a.mul_(keep[r0:r1]).div_(1.0 - p)
+                if ctx.score == "softmax":
+                    d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
+                else:
+                    d_s = torch.where(a > 0, d_a / count[r0:r1], torch.zeros_like(d_a))
+                if d_bias is not None:
+                    d_bias[r0:r1] = d_s
+                torch.baddbmm(d_qs, d_s, ks, beta=0.0, alpha=alpha, out=d_qs)
+                return w, d_s
 
-        def chunk(
-            r0: int, r1: int, dos: Tensor, ks: Tensor, vs: Tensor, d_qs: Tensor, alpha: float
-        ) -> tuple[Tensor, Tensor]:
-            """One chunk of blocks: its queries' gradient written into ``d_qs`` (times ``alpha``); returns
-            the weights after dropout (for the values' gradient) and the scores' gradient (for the keys')."""
-            a = saved[r0:r1]
-            d_a = torch.bmm(dos, vs.transpose(1, 2))  # dL/d weights, (G, T, W)
-            if d_weights is not None:
-                d_a = d_a.add_(d_weights[r0:r1])
-            w = a
-            if keep is not None:
-                w = a * keep[r0:r1] / (1.0 - p)
-                d_a = d_a.mul_(keep[r0:r1]).div_(1.0 - p)
-            if ctx.score == "softmax":
-                d_s = torch.ops.aten._softmax_backward_data(d_a, a, -1, a.dtype)
+            if ctx.by_sequence:
+                q, k, v = qb, kf, vf
+                dob = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
+                d_q = _like_layout(q, q.size(-1))
+                d_k, d_v = _like_layout(k, k.size(-1)).zero_(), _like_layout(v, v.size(-1)).zero_()
+                for b, h, _, r0, n0, n1, keys, values in _sequences(geo, k, v, d_k, d_v):
+                    qs, dos, d_qs = (t[b, h].unflatten(0, (-1, geo.T))[n0:n1] for t in (q, dob, d_q))  # (G, T, E)
+                    w, d_s = chunk(r0 + n0, r0 + n1, dos, keys.windows(n0, n1), values.windows(n0, n1), d_qs, ctx.scale)
+                    keys.accumulate(n0, n1, d_s, qs, alpha=ctx.scale)  # (q is not pre-scaled)
+                    values.accumulate(n0, n1, w, dos)
+                grads = (d_q, d_k, d_v)
             else:
-                d_s = torch.where(a > 0, d_a / count[r0:r1], torch.zeros_like(d_a))
-            if d_bias is not None:
-                d_bias[r0:r1] = d_s
-            torch.baddbmm(d_qs, d_s, ks, beta=0.0, alpha=alpha, out=d_qs)
-            return w, d_s
-
-        if ctx.by_sequence:
-            q, k, v = qb, kf, vf
-            dob = d_out if d_out.stride(-1) == 1 else d_out.contiguous()
-            d_q = _like_layout(q, q.size(-1))
-            d_k, d_v = _like_layout(k, k.size(-1)).zero_(), _like_layout(v, v.size(-1)).zero_()
-            for b, h, _, r0, n0, n1, keys, values in _sequences(geo, k, v, d_k, d_v):
-                qs, dos, d_qs = (_blocks_of(t[b, h], geo.T)[n0:n1] for t in (q, dob, d_q))
-                w, d_s = chunk(r0 + n0, r0 + n1, dos, keys.windows(n0, n1), values.windows(n0, n1), d_qs, ctx.scale)
-                keys.accumulate(n0, n1, d_s, qs, alpha=ctx.scale)  # (q is not pre-scaled)
-                values.accumulate(n0, n1, w, dos)
-            grads = (d_q, d_k, d_v)
-        else:
-            kwin, vwin = geo.windows(kf), geo.windows(vf)
-            dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
-            d_qb = torch.empty_like(qb)
-            d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
-            for g0, g1 in geo.chunks():
-                w, d_s = chunk(g0, g1, dob[g0:g1], kwin[g0:g1], vwin[g0:g1], d_qb[g0:g1], 1.0)
-                geo.accumulate_keys(d_kf, g0, d_s, qb[g0:g1])
-                geo.accumulate_keys(d_vf, g0, w, dob[g0:g1])
-            grads = (geo.unpad_queries(d_qb.mul_(ctx.scale)), geo.unpad_keys(d_kf), geo.unpad_keys(d_vf))
-        wanted = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])]
-        return (*wanted, d_bias, None, None, None, None, None, None, None)
+                kwin, vwin = geo.windows(kf), geo.windows(vf)
+                dob = geo.pad_queries(d_out)  # (B*H*nbp, T, Ev)
+                d_qb = torch.empty_like(qb)
+                d_kf, d_vf = geo.new_key_grad(qb, qb.size(-1)), geo.new_key_grad(qb, vf.size(-1))
+                for g0, g1 in geo.chunks():
+                    w, d_s = chunk(g0, g1, dob[g0:g1], kwin[g0:g1], vwin[g0:g1], d_qb[g0:g1], 1.0)
+                    geo.accumulate_keys(d_kf, g0, d_s, qb[g0:g1])
+                    geo.accumulate_keys(d_vf, g0, w, dob[g0:g1])
+                grads = (geo.unpad_queries(d_qb.mul_(ctx.scale)), geo.unpad_keys(d_kf), geo.unpad_keys(d_vf))
+            wanted = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])]
+            return (*wanted, d_bias, None, None, None, None, None, None, None)
 
 
 def _sequences(

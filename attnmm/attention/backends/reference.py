@@ -10,6 +10,7 @@ from attnmm.attention.backends._sizes import compute_bytes, dense_bytes
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Inputs, Problem
+from attnmm.attention.weights import AttentionWeights
 
 
 class ReferenceBackend(Backend):
@@ -49,8 +50,9 @@ class ReferenceBackend(Backend):
         allowed = forms.dense()  # (L, S) or (B, L, S), built once for equal masks
         allowed = allowed.view(B if allowed.dim() == 3 else 1, 1, L, S)  # (B or 1, 1, L, S)
         scores = torch.matmul(q.to(compute), k.to(compute).transpose(-1, -2)) * problem.scale  # (B, H, L, S)
-        if problem.has_bias:
-            scores = scores + _dense_bias(problem, forms, inputs, compute)
+        if inputs.bias is not None:  # scattered into a dense (B or none, H, L, S) bias, zero elsewhere
+            p = forms.pairs()
+            scores = scores + AttentionWeights(p.batch, p.row, p.col, inputs.bias.to(compute)).to_dense(L, S, B)
         if problem.score == "softmax":
             scores = scores.masked_fill(~allowed, torch.finfo(compute).min)
             weights = torch.softmax(scores, dim=-1) * allowed
@@ -67,13 +69,3 @@ class ReferenceBackend(Backend):
         values = weights.permute(0, 2, 3, 1)[b, wp.row, wp.col]  # (P, H)
         return out, values.to(q.dtype)
 
-
-def _dense_bias(problem: Problem, forms: Forms, inputs: Inputs, dtype: torch.dtype) -> Tensor:
-    """Scatter the per-pair bias (P, H) into a dense (B or 1, H, L, S) tensor (zero elsewhere)."""
-    pairs = forms.pairs()
-    assert inputs.bias is not None
-    nb = pairs.batch_size if pairs.batch is not None else 1
-    b = pairs.batch if pairs.batch is not None else torch.zeros_like(pairs.row)
-    dense = inputs.q.new_zeros(nb or 1, problem.L, problem.S, problem.H, dtype=dtype)
-    dense = dense.index_put((b, pairs.row, pairs.col), inputs.bias.to(dtype))
-    return dense.permute(0, 3, 1, 2)  # (B or 1, H, L, S)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from attnmm.attention.backends._sizes import output_bytes
-from attnmm.attention.backends._split import row_problem, run_split
+from attnmm.attention.backends._split import SplitAttention, row_problem
 from attnmm.attention.backends.base import Backend, Supports
 from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Inputs, Problem
@@ -80,4 +80,5 @@ class SegmentsBackend(Backend):
     def forward(self, problem: Problem, forms: Forms, inputs: Inputs) -> tuple[Tensor, Tensor | None]:
         split = forms.splits[problem]
         assert split is not None
-        return run_split(problem, inputs, split), None  # (B, H, L, Ev)
+        # the query segments one after another, as one autograd node (without a gradient, nothing is kept)
+        return SplitAttention.apply(inputs.q, inputs.k, inputs.v, problem, split), None  # (B, H, L, Ev)
