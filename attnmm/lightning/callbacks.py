@@ -87,21 +87,14 @@ class AttentionMapPNG(L.Callback):
         #: why the last :meth:`save` wrote nothing (``None`` when it wrote the pictures)
         self.skipped: str | None = None
 
-    def _keep(self, trainer: L.Trainer, batch: Any, batch_idx: int, dataloader_idx: int) -> None:
-        if batch_idx == 0 and dataloader_idx == 0 and not trainer.sanity_checking:
-            self._batch = batch
-
-    def on_test_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._keep(trainer, batch, batch_idx, dataloader_idx)
-
     def on_validation_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._keep(trainer, batch, batch_idx, dataloader_idx)
+        if batch_idx == 0 and dataloader_idx == 0 and not trainer.sanity_checking:
+            self._batch = batch
+
+    on_test_batch_end = on_validation_batch_end
 
     def save(self, pl_module: L.LightningModule, folder: str | Path) -> list[Path]:
         """Write one PNG per encoder layer into ``folder`` and return their paths (none when no batch was
