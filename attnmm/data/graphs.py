@@ -9,10 +9,9 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from lightning.pytorch import LightningDataModule
 
 from attnmm._checks import check_nonneg_int
-from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._resumable import ResumableDataLoader, SplitLoaders
 from attnmm.data.encodings import Encoding, add_encodings
 
 __all__ = ["GraphDataModule", "MotifGraphsDataModule", "motif_graphs"]
@@ -77,7 +76,7 @@ _OPTIONS = {
 _STAGES = ("train", "val", "test")
 
 
-class GraphDataModule(LightningDataModule):
+class GraphDataModule(SplitLoaders):
     r"""Graph classification: batches of whole graphs (PyG ``Batch``) with graph targets ``y``, the data
     picked by ``name``, each under the protocol its field compares on.
 
@@ -302,15 +301,6 @@ class GraphDataModule(LightningDataModule):
             data = self.splits[split]
             return ResumableDataLoader(data, batch_size=self.batch_size, shuffle=True, collate_fn=Collater(data))
         return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=False)
-
-    def train_dataloader(self) -> Any:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> Any:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> Any:
-        return self._loader("test", False)
 
     def predict_dataloader(self) -> Any:
         return self._loader("test", False)

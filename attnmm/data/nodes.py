@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
 from attnmm._checks import check_nonneg_int
 from attnmm.common.feature_knn import feature_knn
+from attnmm.data._resumable import SplitLoaders
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
 from attnmm.data._staging import download_staged, drop_pyg_metadata, process_staged
 
@@ -30,7 +30,7 @@ _GEOM_GCN = f" and <name>_split_0.6_0.2_<i>.npz from {_GEOM_GCN_URL} (folder spl
 __all__ = ["NODE_NAMES", "NUM_GEOM_GCN_SPLITS", "NodeDataModule", "PLANETOID_NAMES", "RAW_PARTS"]
 
 
-class NodeDataModule(LightningDataModule):
+class NodeDataModule(SplitLoaders):
     r"""Node classification on one graph, seen whole in every step: a Planetoid citation graph (Cora,
     CiteSeer, PubMed; Yang et al., 2016) or Actor (the film actors' co-occurrence graph of Geom-GCN,
     Pei et al., 2020, a heterophilous graph: neighbours mostly differ in class). The split is given
@@ -293,22 +293,13 @@ class NodeDataModule(LightningDataModule):
         self.setup()
         return self._sizes[1]
 
-    def _loader(self, stage: str | None = None) -> DataLoader:
+    def _loader(self, stage: str | None = None, train: bool = False) -> DataLoader:
         if self.num_neighbors is None or stage is None:
             return DataLoader([self.data], batch_size=1, collate_fn=operator.itemgetter(0))
         from attnmm.data.neighbors import neighbor_loader
 
-        hops = self.num_neighbors if stage == "train" else [-1] * len(self.num_neighbors)
-        return neighbor_loader(self.data, stage, hops, self.batch_size, shuffle=stage == "train")
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        hops = self.num_neighbors if train else [-1] * len(self.num_neighbors)
+        return neighbor_loader(self.data, stage, hops, self.batch_size, shuffle=train)
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader()

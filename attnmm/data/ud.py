@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from attnmm.common.vocab import PAD, UNK, Vocabulary
 from attnmm.data._conllu import UPOS_TAGS, Sentence, read_conllu
-from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._resumable import ResumableDataLoader, SplitLoaders
 from attnmm.data._root import DATA_ENV, resolve_root
 
 IGNORE_INDEX = -100
@@ -122,7 +121,7 @@ class BucketSampler(BatchSampler):
         self.epoch = int(state["epoch"])
 
 
-class UDPOSDataModule(LightningDataModule):
+class UDPOSDataModule(SplitLoaders):
     r"""Universal part-of-speech tagging (17 UPOS tags) on a Universal Dependencies treebank,
     by default the English Web Treebank (UD_English-EWT).
 
@@ -307,21 +306,13 @@ class UDPOSDataModule(LightningDataModule):
     def _collate(self) -> Callable[[Sequence[tuple[Tensor, ...]]], dict[str, Tensor]]:
         return partial(collate_tagged, aux_columns=self.aux_columns)  # picklable for worker processes
 
-    def train_dataloader(self) -> DataLoader:
-        data = self.datasets["train"]
-        sampler = BucketSampler(data.lengths, self.batch_size, seed=self.seed)
-        # resumable mid-epoch: the same batches after a crash and resume
-        return ResumableDataLoader(data, batch_sampler=sampler, collate_fn=self._collate, num_workers=self.num_workers)
-
-    def _eval_loader(self, split: str) -> DataLoader:
+    def _loader(self, split: str, train: bool) -> DataLoader:
         data = self.datasets[split]
+        if train:  # batches of similar lengths; resumable mid-epoch: the same batches after a crash and resume
+            sampler = BucketSampler(data.lengths, self.batch_size, seed=self.seed)
+            return ResumableDataLoader(data, batch_sampler=sampler, collate_fn=self._collate,
+                                       num_workers=self.num_workers)
         return DataLoader(data, self.batch_size, collate_fn=self._collate, num_workers=self.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")
 
     def state_dict(self) -> dict[str, Any]:
         if self.words is None or self.chars is None:
