@@ -66,7 +66,11 @@ def plot_mask(
         ('key j', 'query i')
     """
     _check_mask(mask, "plot_mask")
-    allowed = _select_item(mask, mask.dense(num_rows, num_cols), b)
+    allowed = mask.dense(num_rows, num_cols)
+    if allowed.dim() == 3:  # a batched mask: its item b
+        allowed = allowed[_check_index("b", b, allowed.size(0), f"batch items in {mask!r}")]
+    else:
+        _check_index("b", b, 1, f"batch item: {mask!r} is not batched")
     _check_not_empty(tuple(allowed.shape), "plot_mask", "num_rows and num_cols")
     fig, ax = _figure_and_axes(ax, allowed.shape)
     image = allowed.to(torch.uint8).numpy()
@@ -235,14 +239,6 @@ def _check_index(name: str, value: object, size: int, what: str) -> int:
     if not 0 <= index < size:
         raise ValueError(f"{name} must be in [0, {size}) ({size} {what}), got {index}")
     return index
-
-
-def _select_item(mask: Mask, allowed: Tensor, b: int) -> Tensor:
-    """The (L, S) slice of a dense mask: item ``b`` of a batched (B, L, S) one."""
-    if allowed.dim() == 3:
-        return allowed[_check_index("b", b, allowed.size(0), f"batch items in {mask!r}")]
-    _check_index("b", b, 1, f"batch item: {mask!r} is not batched")
-    return allowed
 
 
 def _patch_index(mask: Mask, grid: tuple[int, int], patch: object) -> int:

@@ -21,11 +21,10 @@ from attnmm.data._scan import (
     UNKNOWN,
     FSDDTake,
     SpeechClip,
+    full_layout_clips,
     is_class_folder,
     scan_class_folders,
-    scan_speech_commands,
     slice_background,
-    speaker_of,
 )
 
 __all__ = ["check_disjoint", "check_fractions", "read_speakers", "split_fsdd", "split_speech_commands"]
@@ -243,10 +242,7 @@ def split_speech_commands(
 def split_official(folder: Path, val_fraction: float, test_fraction: float, seed: int) -> dict[str, list[SpeechClip]]:
     """The full Speech Commands dataset at ``folder`` split by its official lists, and its background noise cut
     into ``_silence_`` clips split by ``val_fraction`` and ``test_fraction``."""
-    splits = {
-        split: [SpeechClip(folder / rel, word, speaker_of(Path(rel).name)) for rel, word in pairs]
-        for split, pairs in scan_speech_commands(folder).items()
-    }
+    splits = full_layout_clips(folder)
     noise_dir = folder / BACKGROUND_FOLDER
     slices = slice_background(noise_dir, FILE_RATE) if noise_dir.is_dir() else []
     for split, clips in split_speech_commands(slices, val_fraction, test_fraction, seed).items():

@@ -21,7 +21,7 @@ import torch
 
 from attnmm.data._root import new_folder
 
-__all__ = ["download_staged", "drop_pyg_metadata", "process_staged", "save_staged"]
+__all__ = ["download_staged", "drop_pyg_metadata", "load_processed", "process_staged", "save_staged"]
 
 
 def download_staged(folder: Path, fetch: Callable[[Path], object], found: Path, what: str, instead: str) -> None:
@@ -81,6 +81,26 @@ def process_staged(
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_processed(
+    root: Path, subdir: Path, build: Callable[[Path], Any], unreadable: Callable[[Exception], Exception], label: str,
+    load: Callable[[], Any], title: str,
+) -> Any:
+    """``load()``, PyG's dataset under ``root``, after :func:`process_staged` (with ``build``, ``unreadable`` and
+    ``label``) has processed ``<root>/<subdir>/raw`` when ``processed/`` is not there, and without PyG's
+    pickled metadata; a processed file damaged after it was written is named in the error (``title``: the data)."""
+    processed = root / subdir / "processed"
+    if not (processed / "data.pt").is_file():
+        process_staged(root, subdir, build, unreadable, label)
+    drop_pyg_metadata(processed)
+    try:
+        return load()
+    except Exception as err:
+        raise RuntimeError(
+            f"could not load the processed {title} from {processed}: {err}; delete {processed} to process the raw "
+            "files again"
+        ) from err
 
 
 def drop_pyg_metadata(processed: Path) -> None:

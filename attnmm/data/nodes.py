@@ -13,7 +13,7 @@ from attnmm._checks import check_nonneg_int
 from attnmm.common.feature_knn import feature_knn
 from attnmm.data._resumable import SplitLoaders
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
-from attnmm.data._staging import download_staged, drop_pyg_metadata, process_staged
+from attnmm.data._staging import download_staged, load_processed
 
 #: The Planetoid citation graphs.
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
@@ -215,23 +215,13 @@ class NodeDataModule(SplitLoaders):
         import torch_geometric.transforms as T
 
         root = self._writable_root()
-        processed = root / self._subdir / "processed"
-        if not (processed / "data.pt").is_file():
-            process_staged(
-                root, self._subdir, self._pyg, lambda err: self._unreadable(root / self._subdir / "raw", err),
-                label=self.name,
-            )
-        drop_pyg_metadata(processed)
         steps = [T.NormalizeFeatures()] if self.normalize_features else []
         steps += [T.ToUndirected()] if self.to_undirected else []
         transform = T.Compose(steps) if steps else None
-        try:
-            return self._pyg(root, transform)
-        except Exception as err:  # a processed file damaged after it was written
-            raise RuntimeError(
-                f"could not load the processed {self._title} from {processed}: {err}; delete {processed} "
-                "to process the raw files again"
-            ) from err
+        return load_processed(
+            root, self._subdir, self._pyg, lambda err: self._unreadable(root / self._subdir / "raw", err), self.name,
+            lambda: self._pyg(root, transform), self._title,
+        )
 
     def _unreadable(self, raw: Path, err: Exception) -> Exception:
         """The error for raw files PyG could not process, naming the first Planetoid file that cannot be read."""

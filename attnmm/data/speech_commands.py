@@ -188,9 +188,6 @@ class SpeechCommandsDataModule(AudioDataModule):
     def _on(self, include: bool | None) -> bool:
         return self.dataset_layout == "classes" if include is None else include
 
-    def _silence_on(self) -> bool:
-        return self._on(self.include_silence)
-
     @property
     def class_names(self) -> tuple[str, ...]:
         r"""The class of each label index: the words, then ``_unknown_`` and ``_silence_`` when included."""
@@ -235,7 +232,8 @@ class SpeechCommandsDataModule(AudioDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self._splits is None:
             splits = self._make_splits()
-            _scan.check_words(splits, self.labels, self._silence_on(), self.dataset_dir, self.dataset_layout)
+            silence = self._on(self.include_silence)
+            _scan.check_words(splits, self.labels, silence, self.dataset_dir, self.dataset_layout)
             self._splits = splits
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")

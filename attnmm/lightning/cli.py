@@ -692,17 +692,13 @@ class RecipeCLI(LightningCLI):
             walk(tree.get(root), root, default)
         return found
 
-    def _config_dict(self) -> dict[str, Any]:
-        """The parsed config of the subcommand as plain data, with the link targets jsonargparse filled."""
-        dump = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
-        command = self.config.get("subcommand")
-        return dump[command] if command else dump
-
     def _resolved(self, data: Any = None) -> dict[str, Any]:
         """The parsed config as plain data with every link target filled in: the parse links' values, and
         the instantiation links' values read from the DataModule ``data`` (built from the config when
         ``None``, as a run would)."""
-        config = self._config_dict()
+        # the subcommand's config with the link targets jsonargparse filled
+        config = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
+        config = config[self.config["subcommand"]] if self.config.get("subcommand") else config
         # the parse links first (they may fill in the data's config), where every source is given and the
         # target is a parameter of the class there, as jsonargparse applies them
         for link in (link for link in self._links if link.apply_on == "parse"):
