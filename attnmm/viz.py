@@ -282,14 +282,11 @@ def _weights_matrix(
             "weights must be a Tensor (L, S), (H, L, S), (B, H, L, S) or AttentionWeights, got "
             f"{type(weights).__name__}"
         )
-    if dense.dim() == 4:
-        dense = dense[_check_index("b", b, dense.size(0), "batch items in the weights")]
-    elif b != 0:
-        _check_index("b", b, 1, f"batch item: weights of shape {tuple(dense.shape)} have no batch dim")
-    if dense.dim() == 3:
-        dense = dense[_check_index("head", head, dense.size(0), "heads in the weights")]
-    elif head != 0:
-        _check_index("head", head, 1, f"head: weights of shape {tuple(dense.shape)} have no head dim")
+    for name, value, rank, item, dim in (("b", b, 4, "batch item", "batch"), ("head", head, 3, "head", "head")):
+        if dense.dim() == rank:  # (B, H, L, S), then (H, L, S)
+            dense = dense[_check_index(name, value, dense.size(0), f"{item}s in the weights")]
+        elif value != 0:
+            _check_index(name, value, 1, f"{item}: weights of shape {tuple(dense.shape)} have no {dim} dim")
     return dense.detach().to("cpu", torch.float32).numpy()
 
 

@@ -41,8 +41,7 @@ class AttentionMapLogger(L.Callback):
         """The attention-map and mask figures of ``batch``'s first item."""
         from attnmm.viz import plot_attention, plot_mask
 
-        tokens, weights = _encode(pl_module, batch)
-        n = _first_item_tokens(tokens, self.max_tokens)
+        tokens, weights, n = _encode(pl_module, batch, self.max_tokens)
         dense = _first_item_weights(tokens, weights[min(self.layer, len(weights) - 1)])
         head = min(self.head, dense.size(0) - 1)
         attn = plot_attention(dense[head, :n, :n].float().cpu(), title=f"layer {self.layer}, head {head}")
@@ -108,7 +107,7 @@ class AttentionMapPNG(L.Callback):
         from attnmm.viz import plot_attention
 
         try:
-            tokens, weights = _encode(pl_module, self._batch)
+            tokens, weights, n = _encode(pl_module, self._batch, self.max_tokens)
         except ValueError as err:
             if "does not return attention weights" in str(err):
                 self.skipped = str(err).split(" (")[0]
@@ -116,7 +115,6 @@ class AttentionMapPNG(L.Callback):
             raise
         finally:
             self._batch = None
-        n = _first_item_tokens(tokens, self.max_tokens)
         paths = []
         for layer, w in enumerate(weights or ()):
             if w is None:
@@ -134,8 +132,9 @@ class AttentionMapPNG(L.Callback):
         return paths
 
 
-def _encode(pl_module: L.LightningModule, batch: Any) -> tuple[Any, Any]:
-    """The adapter's tokens and the attention weights per layer of ``batch``, in eval mode."""
+def _encode(pl_module: L.LightningModule, batch: Any, max_tokens: int) -> tuple[Any, Any, int]:
+    """The adapter's tokens and the attention weights per layer of ``batch``, in eval mode, and how many
+    tokens of the first item to show: its length, at most ``max_tokens``."""
     was_training = pl_module.training
     pl_module.eval()
     try:
@@ -143,16 +142,9 @@ def _encode(pl_module: L.LightningModule, batch: Any) -> tuple[Any, Any]:
             _, tokens, weights = pl_module.encode(batch, return_weights=True)  # type: ignore[operator]
     finally:
         pl_module.train(was_training)
-    return tokens, weights
-
-
-def _first_item_tokens(tokens: Any, max_tokens: int) -> int:
-    """How many tokens of the first item to show: its length, at most ``max_tokens``."""
-    x = tokens.x
-    n = x.size(0) if x.dim() == 2 else x.size(1)
-    if tokens.lengths is not None:
-        n = int(tokens.lengths[0])
-    return max(1, min(n, max_tokens))
+    n = tokens.x.size(0) if tokens.x.dim() == 2 else tokens.x.size(1)
+    n = n if tokens.lengths is None else int(tokens.lengths[0])
+    return tokens, weights, max(1, min(n, max_tokens))
 
 
 def _first_item_weights(tokens: Any, w: Any) -> Any:

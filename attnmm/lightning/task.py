@@ -244,13 +244,9 @@ class ClassificationTask(EncoderTask):
         loss, flat_logits, flat_target = self.objective.loss(logits, batch, stage, tokens)
         if train and len(outputs) > 1:
             loss = torch.stack([m.objective.loss(o[0], batch, stage, o[1])[0] for m, o in zip(members, outputs)]).mean()
-        extras: dict[str, tuple[float, list[Tensor]]] = {}
-        for _, _, terms in outputs:
-            for name, (weight, value) in terms.items():
-                extras.setdefault(name, (weight, []))[1].append(value)
         n = self.objective.count(flat_target)
-        for name, (weight, values) in extras.items():
-            value = torch.stack(values).mean()
+        for name, (weight, _) in outputs[0][2].items():  # (the members are copies: the same terms)
+            value = torch.stack([terms[name][1] for _, _, terms in outputs]).mean()
             module.log(f"train_{name}_loss", value, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
             loss = loss + weight * value
         self.objective.log(module, loss, flat_logits, flat_target, stage)
