@@ -208,9 +208,7 @@ def collate_audio(items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
         if clip.dim() != 1:
             raise ValueError(f"item {b} has a waveform of shape {tuple(clip.shape)}; expected a mono clip (T,)")
     lengths = torch.tensor([clip.shape[0] for clip in clips], dtype=torch.long)
-    waveform = torch.zeros(len(clips), int(lengths.max()), dtype=torch.float32)  # (B, T)
-    for b, clip in enumerate(clips):
-        waveform[b, : clip.shape[0]] = clip
+    waveform = nn.utils.rnn.pad_sequence(clips, batch_first=True)  # (B, T), zeros after each clip
     label = torch.tensor([int(y) for _, y in items], dtype=torch.long)
     return {"waveform": waveform, "lengths": lengths, "label": label}
 

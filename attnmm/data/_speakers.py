@@ -63,8 +63,7 @@ def read_speakers(speakers: Sequence[str] | str | os.PathLike | None, name: str 
                 f"{name}: no file {path}; pass a list of speaker ids, or the path of a text file with one id "
                 "per line (blank lines and # comments are ignored)"
             )
-        ids = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
-        ids = [i for i in ids if i]
+        ids = [i for line in path.read_text().splitlines() if (i := line.split("#", 1)[0].strip())]
         source = f" in {path}"
     else:
         ids, source = [str(s) for s in speakers], ""
@@ -129,15 +128,11 @@ def split_fsdd(
         if unknown:
             raise ValueError(f"{name} {unknown} have no recordings; the speakers found are {found}")
     check_disjoint(test_speakers, val_speakers)
-    if test_speakers is None:
-        test = [t for t in takes if t.index < OWN_TEST_TAKES]
-        rest = [t for t in takes if t.index >= OWN_TEST_TAKES]
-    else:
-        held_out = set(test_speakers)
-        test = [t for t in takes if t.speaker in held_out]
-        rest = [t for t in takes if t.speaker not in held_out]
-        if not rest:
-            raise ValueError(f"test_speakers {sorted(held_out)} are all the speakers; leave at least one to train on")
+    held_out = None if test_speakers is None else set(test_speakers)
+    tested = [t.index < OWN_TEST_TAKES if held_out is None else t.speaker in held_out for t in takes]
+    test, rest = [t for t, x in zip(takes, tested) if x], [t for t, x in zip(takes, tested) if not x]
+    if held_out is not None and not rest:
+        raise ValueError(f"test_speakers {sorted(held_out)} are all the speakers; leave at least one to train on")
     if val_speakers is not None:
         val_set = set(val_speakers)
         train = [t for t in rest if t.speaker not in val_set]

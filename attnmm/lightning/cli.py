@@ -25,6 +25,7 @@ import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning_utilities.core import rank_zero
 
 from attnmm import _recipes
 from attnmm.lightning.callbacks import AttentionMapPNG
@@ -46,8 +47,6 @@ def _quiet_noise() -> None:
     """Keep out of a recipe's output what its user cannot act on: Lightning's advertisements (on the loggers
     its ``rank_zero_info`` writes to) and two deprecation warnings raised inside the libraries, Lightning's
     use of torch's ``LeafSpec`` and PyG's of ``torch.jit.script`` as its modules are imported."""
-    from lightning_utilities.core import rank_zero
-
     named = (logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric"))
     for log in {rank_zero.log, *named}:
         if _no_promotion not in log.filters:
@@ -605,10 +604,8 @@ class RecipeCLI(LightningCLI):
         known = set(re.findall(r"(--[\w.]+)", usage)) | {"--help", "--print_config", "--config"}  # -c in the usage
         # options that take a class's keys (--model.lr, --model.init_args.lr)
         nested = set(re.findall(r"(--[\w.]+) CONFIG \| CLASS_PATH_OR_NAME", usage))
-        unknown = []
-        for key in keys:
-            if key not in known and not any(key.startswith(f"{root}.") for root in nested):
-                unknown.append((key, "", sorted(known)))
+        unknown = [(key, "", sorted(known)) for key in keys
+                   if key not in known and not any(key.startswith(f"{root}.") for root in nested)]
         for class_path, option in re.findall(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message):
             key = next((k for k in keys if k.endswith(f".{option}")), None)
             if key is not None:

@@ -4,8 +4,9 @@ one class per kind of target (one class per item, binary labels, per segment, a 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -15,9 +16,6 @@ from torchmetrics.text import WordErrorRate
 
 from attnmm._checks import check_nonneg_int
 from attnmm.nn.ctc import BLANK, check_ctc_targets, ctc_greedy_decode
-
-if TYPE_CHECKING:
-    import lightning as L
 
 Stage = Literal["train", "val", "test"]
 IGNORE_INDEX = -100
