@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -213,18 +214,12 @@ def collate_audio(items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
     return {"waveform": waveform, "lengths": lengths, "label": label}
 
 
-class _AugmentedCollate:
-    """:func:`collate_audio`, then ``augment(waveform, lengths)`` on the padded batch (a class, so that
-    worker processes can pickle it)."""
-
-    def __init__(self, augment: nn.Module) -> None:
-        self.augment = augment
-
-    def __call__(self, items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
-        batch = collate_audio(items)
-        with torch.no_grad():
-            batch["waveform"], batch["lengths"] = self.augment(batch["waveform"], batch["lengths"])
-        return batch
+def _augmented_collate(augment: nn.Module, items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
+    """:func:`collate_audio`, then ``augment(waveform, lengths)`` on the padded batch."""
+    batch = collate_audio(items)
+    with torch.no_grad():
+        batch["waveform"], batch["lengths"] = augment(batch["waveform"], batch["lengths"])
+    return batch
 
 
 class AudioDataModule(SplitLoaders):
@@ -252,7 +247,7 @@ class AudioDataModule(SplitLoaders):
             augment.train()
         return (ResumableDataLoader if train else DataLoader)(
             dataset, batch_size=self.batch_size, shuffle=train, num_workers=self.num_workers,
-            collate_fn=self.collate if augment is None else _AugmentedCollate(augment),
+            collate_fn=self.collate if augment is None else partial(_augmented_collate, augment),
             persistent_workers=self.num_workers > 0,
         )
 

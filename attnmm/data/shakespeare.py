@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from attnmm.common.vocab import Vocabulary
@@ -82,16 +83,9 @@ class CharWindows(Dataset):
 
 
 def _collate(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
-    lengths = {len(it["tokens"]) for it in items}
-    if len(lengths) == 1:
-        return {k: torch.stack([it[k] for it in items]) for k in ("tokens", "targets")}
-    # the shorter last evaluation window: pad, and ignore the padded targets (-100)
-    L = max(lengths)
-    out = {"tokens": torch.zeros(len(items), L, dtype=torch.long), "targets": torch.full((len(items), L), -100)}
-    for b, it in enumerate(items):
-        n = len(it["tokens"])
-        out["tokens"][b, :n], out["targets"][b, :n] = it["tokens"], it["targets"]
-    return out
+    # (B, L); the shorter last evaluation window padded, its padded targets ignored (-100)
+    return {k: pad_sequence([it[k] for it in items], batch_first=True, padding_value=-100 * (k == "targets"))
+            for k in ("tokens", "targets")}
 
 
 class ShakespeareDataModule(SplitLoaders):

@@ -46,8 +46,11 @@ class AttentionMapLogger(L.Callback):
         head = min(self.head, dense.size(0) - 1)
         attn = plot_attention(dense[head, :n, :n].float().cpu(), title=f"layer {self.layer}, head {head}")
         figs = {"attention_map": attn}
-        if tokens.mask is not None:
-            figs["mask"] = plot_mask(tokens.mask, n, n) if not tokens.mask.batched else _plot_item_mask(tokens, n)
+        mask, (B, L) = tokens.mask, tokens.x.shape[:2]
+        if mask is not None and not mask.batched:
+            figs["mask"] = plot_mask(mask, n, n)
+        elif mask is not None:  # the first item's allowed matrix, cropped to n x n
+            figs["mask"] = plot_attention(mask.dense(L, L, B)[0, :n, :n].float(), title=repr(mask)[:60])
         return figs
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -160,11 +163,3 @@ def _first_item_weights(tokens: Any, w: Any) -> Any:
         return dense
     dense = w.to_dense(size, size, None if w.batch is None else x.size(0))
     return dense[0] if dense.dim() == 4 else dense  # (H, L, S) of the first item
-
-
-def _plot_item_mask(tokens: Any, n: int) -> Any:
-    """The first item's allowed matrix, cropped to n x n."""
-    from attnmm.viz import plot_attention
-
-    dense = tokens.mask.dense(tokens.x.size(1), tokens.x.size(1), tokens.x.size(0))[0, :n, :n]
-    return plot_attention(dense.float(), title=repr(tokens.mask)[:60])
