@@ -12,7 +12,6 @@ from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.common.categorical import CategoricalEncoder
-from attnmm.common.encodings import graph_encoding
 from attnmm.masks import Graph, Mask, SameGraph
 from attnmm.masks.graph_helpers import expander, graph_mask
 
@@ -185,6 +184,8 @@ class GraphAdapter(Adapter):
                     "pe_dim), or set pe_dim to theirs"
                 )
             return stored.float()
+        from attnmm.common.encodings import graph_encoding
+
         graphs = batch.to_data_list() if hasattr(batch, "to_data_list") else [batch]
         return torch.cat([graph_encoding(g, self.pe, self.pe_dim) for g in graphs])
 

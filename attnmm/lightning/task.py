@@ -16,7 +16,6 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.base import Adapter, Tokens
 from attnmm.lightning.objectives import IGNORE_INDEX, MultiClass, MultiLabel, Objective, PerSegment, Stage
-from attnmm.lightning.pretrained import load_backbone
 from attnmm.lightning.schedule import Optimization, WarmupCosine
 from attnmm.nn.state import IncrementalState
 
@@ -94,6 +93,8 @@ class EncoderTask(L.LightningModule):
     def load_backbone(self, source: str) -> list[str]:
         """Load the adapter and encoder weights of ``source`` (see :func:`~attnmm.lightning.pretrained.load_backbone`,
         and :class:`~attnmm.lightning.Transfer` to do it when ``fit`` begins); returns the names loaded."""
+        from attnmm.lightning.pretrained import load_backbone
+
         return load_backbone(self, source)
 
     def on_train_start(self) -> None:

@@ -10,7 +10,6 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from attnmm._checks import check_nonneg_int
-from attnmm.lightning.pretrained import load_backbone
 
 __all__ = ["Transfer"]
 
@@ -77,6 +76,8 @@ class Transfer(Callback):
                 "init_from loads one backbone, but an Ensemble's members are independently initialised copies: "
                 "train one model from the checkpoint (ensemble=None), or an ensemble without init_from"
             )
+        from attnmm.lightning.pretrained import load_backbone
+
         load_backbone(self.target(pl_module), self.init_from)
         self.loaded = True
 
