@@ -14,8 +14,8 @@ __all__ = ["ResumableDataLoader", "SplitLoaders"]
 
 
 class SplitLoaders(LightningDataModule):
-    """A DataModule whose train, validation and test loaders are ``self._loader(split, train)``: the training
-    one shuffled (resumable mid-epoch, :class:`ResumableDataLoader`), the others in order."""
+    """A DataModule whose train, validation and test loaders are ``self._loader(split, train)``: a subclass
+    says how one split is loaded, ``train`` true for the training loader (shuffled, resumable mid-epoch)."""
 
     def _loader(self, split: str, train: bool) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement _loader(split, train)")
