@@ -12,18 +12,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from attnmm._recipes import DATASETS, RECIPES_URL, recipe_configs, recipe_names, recipes_dir, summary
+from attnmm._recipes import DATASETS, RECIPES_URL, recipe_configs, recipe_names, recipes_dir, shown, summary
 from attnmm.data._root import CACHE_ENV, DATA_ENV, cache_dir, data_dir
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory when it is below it, else as it is."""
-    try:
-        return path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return path.as_posix()
 
 
 def recipes_text() -> list[str]:
@@ -31,7 +22,7 @@ def recipes_text() -> list[str]:
     folder = recipes_dir()
     if folder is None:
         return [f"Recipes: none beside this installed package; they are in {RECIPES_URL}."]
-    lines = [f"Recipes in {_shown(folder)}/ (python {_shown(folder)}/<name>.py fit [--config <config>]):"]
+    lines = [f"Recipes in {shown(folder)}/ (python {shown(folder)}/<name>.py fit [--config <config>]):"]
     for name in recipe_names(folder):
         configs = recipe_configs(folder, name)
         lines.append(f"  {name:<26} {summary(folder / f'{name}.py')}")

@@ -29,6 +29,15 @@ DATASETS: dict[str, str] = {
 }
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it, else absolute."""
+    path = path.resolve()
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
 def recipes_dir() -> Path | None:
     """The ``recipes/`` folder beside the package (a clone), or ``None`` (an installed package)."""
     folder = Path(__file__).resolve().parent.parent / "recipes"

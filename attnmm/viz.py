@@ -66,7 +66,11 @@ def plot_mask(
         ('key j', 'query i')
     """
     _check_mask(mask, "plot_mask")
-    allowed = _select_item(mask, mask.dense(num_rows, num_cols), b)
+    allowed = mask.dense(num_rows, num_cols)
+    if allowed.dim() == 3:  # a batched mask: its item b
+        allowed = allowed[_check_index("b", b, allowed.size(0), f"batch items in {mask!r}")]
+    else:
+        _check_index("b", b, 1, f"batch item: {mask!r} is not batched")
     _check_not_empty(tuple(allowed.shape), "plot_mask", "num_rows and num_cols")
     fig, ax = _figure_and_axes(ax, allowed.shape)
     image = allowed.to(torch.uint8).numpy()
@@ -237,14 +241,6 @@ def _check_index(name: str, value: object, size: int, what: str) -> int:
     return index
 
 
-def _select_item(mask: Mask, allowed: Tensor, b: int) -> Tensor:
-    """The (L, S) slice of a dense mask: item ``b`` of a batched (B, L, S) one."""
-    if allowed.dim() == 3:
-        return allowed[_check_index("b", b, allowed.size(0), f"batch items in {mask!r}")]
-    _check_index("b", b, 1, f"batch item: {mask!r} is not batched")
-    return allowed
-
-
 def _patch_index(mask: Mask, grid: tuple[int, int], patch: object) -> int:
     """Flat row-major index of ``patch`` (an int or a (row, column) pair) on the ``grid``, range-checked."""
     height, width = grid
@@ -286,14 +282,11 @@ def _weights_matrix(
             "weights must be a Tensor (L, S), (H, L, S), (B, H, L, S) or AttentionWeights, got "
             f"{type(weights).__name__}"
         )
-    if dense.dim() == 4:
-        dense = dense[_check_index("b", b, dense.size(0), "batch items in the weights")]
-    elif b != 0:
-        _check_index("b", b, 1, f"batch item: weights of shape {tuple(dense.shape)} have no batch dim")
-    if dense.dim() == 3:
-        dense = dense[_check_index("head", head, dense.size(0), "heads in the weights")]
-    elif head != 0:
-        _check_index("head", head, 1, f"head: weights of shape {tuple(dense.shape)} have no head dim")
+    for name, value, rank, item, dim in (("b", b, 4, "batch item", "batch"), ("head", head, 3, "head", "head")):
+        if dense.dim() == rank:  # (B, H, L, S), then (H, L, S)
+            dense = dense[_check_index(name, value, dense.size(0), f"{item}s in the weights")]
+        elif value != 0:
+            _check_index(name, value, 1, f"{item}: weights of shape {tuple(dense.shape)} have no {dim} dim")
     return dense.detach().to("cpu", torch.float32).numpy()
 
 

@@ -10,6 +10,8 @@ from torch import Tensor, nn
 
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.adapters.speech import SpeechAdapter
+from attnmm.nn import Encoder
 
 
 @register_adapter("encoded")
@@ -52,14 +54,10 @@ class EncodedAdapter(Adapter):
     def __init__(self, adapter: Adapter | None = None, encoder: nn.Module | None = None) -> None:
         super().__init__()
         if adapter is None:
-            from attnmm.adapters.speech import SpeechAdapter
-
             adapter = SpeechAdapter()
         if not isinstance(adapter, Adapter):
             raise TypeError(f"adapter must be an Adapter, got {type(adapter).__name__}")
         if encoder is None:
-            from attnmm.nn import Encoder
-
             encoder = Encoder(adapter.out_dim, 4, 2, 2 * adapter.out_dim)
         self.adapter = adapter
         self.encoder = encoder
@@ -78,6 +76,4 @@ class EncodedAdapter(Adapter):
 
     @classmethod
     def example_batch(cls, batch_size: int = 2) -> dict[str, Tensor]:
-        from attnmm.adapters.speech import SpeechAdapter
-
         return SpeechAdapter.example_batch(batch_size)

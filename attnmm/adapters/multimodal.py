@@ -11,6 +11,8 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters._registry import register_adapter
 from attnmm.adapters.base import Adapter, Tokens
+from attnmm.adapters.image import ImageAdapter
+from attnmm.adapters.speech import SpeechAdapter
 from attnmm.masks import Mask, Segments
 
 Fusion = Literal["late", "joint", "bottleneck", "cross"]
@@ -94,9 +96,6 @@ class MultimodalAdapter(Adapter):
     ) -> None:
         super().__init__()
         if adapters is None:  # audio-visual digits
-            from attnmm.adapters.image import ImageAdapter
-            from attnmm.adapters.speech import SpeechAdapter
-
             adapters = {"audio": SpeechAdapter(d_model=d_model), "image": ImageAdapter(d_model=d_model)}
         if not isinstance(adapters, dict) or not adapters:
             raise ValueError(
@@ -203,9 +202,6 @@ class MultimodalAdapter(Adapter):
 
     @classmethod
     def example_batch(cls, batch_size: int = 2) -> dict[str, Tensor]:
-        from attnmm.adapters.image import ImageAdapter
-        from attnmm.adapters.speech import SpeechAdapter
-
         batch = {**SpeechAdapter.example_batch(batch_size), **ImageAdapter.example_batch(batch_size)}
         batch["audio_present"] = torch.ones(batch_size, dtype=torch.bool)
         batch["image_present"] = torch.arange(batch_size) % 2 == 0  # every other item lacks its image

@@ -15,12 +15,10 @@ from torch import Tensor, nn
 from attnmm._checks import check_nonneg_int
 from attnmm.adapters.speech import SpeechAdapter
 from attnmm.masks import Mask, block_sizes, first_key, grid_size, lookahead_error, without_padding
+from attnmm.nn.ctc import BLANK
 
 #: Mel frames between tokens: the two stride-2 convolutions of the adapter.
 _SUBSAMPLING = 4
-#: The CTC blank's index among a head's outputs; class c is output c + 1 (as in attnmm.nn.ctc, which
-#: imports the adapters, so its BLANK cannot be imported here).
-_BLANK = 0
 
 
 class SpeechStream:
@@ -115,8 +113,7 @@ class SpeechStream:
                 "utterance; stream a model built with residual_blocks=0"
             )
         max_cache = None if max_cache is None else check_nonneg_int("max_cache", max_cache)
-        given = mask if mask is not None else adapter.mask
-        self.mask, self.step = _stream_plan(given)
+        self.mask, self.step = _stream_plan(mask if mask is not None else adapter.mask)
         self.adapter, self.encoder, self.max_cache = adapter, encoder, max_cache
         self._layers: list[Any] = list(layers)  # pre-norm blocks: norm1, attn, drop, norm2, ffn
         self._norm: Any = encoder.norm
@@ -333,7 +330,7 @@ class StreamingRecognizer:
         """Forget everything: start new streams."""
         self.stream.reset(self.stream.batch_size)
         self._frames = 0  # frames decoded
-        self._last = [_BLANK] * self.stream.batch_size  # each stream's output at its last frame
+        self._last = [BLANK] * self.stream.batch_size  # each stream's output at its last frame
 
     @torch.no_grad()
     def push(self, audio: Tensor) -> list[list[Emission]]:
@@ -357,7 +354,7 @@ class StreamingRecognizer:
         for b, row in enumerate(best):
             emitted = []
             for t, k in enumerate(row, start):
-                if k != _BLANK and k != self._last[b]:
+                if k != BLANK and k != self._last[b]:
                     if final_sample is None:  # a complete block: emitted once its last frame arrived
                         end = (t // step + 1) * step
                         emitted.append(Emission(k - 1, t, end, self.stream.samples_for(end)))

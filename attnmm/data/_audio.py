@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -11,13 +12,12 @@ import numpy as np
 import soundfile
 import torch
 import torchaudio
-from lightning.pytorch import LightningDataModule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._resumable import ResumableDataLoader, SplitLoaders
 
-__all__ = ["AudioBatch", "AudioClips", "audio_loader", "collate_audio", "read_audio"]
+__all__ = ["AudioBatch", "AudioClips", "collate_audio", "read_audio"]
 
 
 def read_audio(path: str | Path, sample_rate: int | None = None, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -209,52 +209,24 @@ def collate_audio(items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
         if clip.dim() != 1:
             raise ValueError(f"item {b} has a waveform of shape {tuple(clip.shape)}; expected a mono clip (T,)")
     lengths = torch.tensor([clip.shape[0] for clip in clips], dtype=torch.long)
-    waveform = torch.zeros(len(clips), int(lengths.max()), dtype=torch.float32)  # (B, T)
-    for b, clip in enumerate(clips):
-        waveform[b, : clip.shape[0]] = clip
+    waveform = nn.utils.rnn.pad_sequence(clips, batch_first=True)  # (B, T), zeros after each clip
     label = torch.tensor([int(y) for _, y in items], dtype=torch.long)
     return {"waveform": waveform, "lengths": lengths, "label": label}
 
 
-class _AugmentedCollate:
-    """:func:`collate_audio`, then ``augment(waveform, lengths)`` on the padded batch (a class, so that
-    worker processes can pickle it)."""
-
-    def __init__(self, augment: nn.Module) -> None:
-        self.augment = augment
-
-    def __call__(self, items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
-        batch = collate_audio(items)
-        with torch.no_grad():
-            batch["waveform"], batch["lengths"] = self.augment(batch["waveform"], batch["lengths"])
-        return batch
+def _augmented_collate(augment: nn.Module, items: Sequence[tuple[Tensor, int]]) -> AudioBatch:
+    """:func:`collate_audio`, then ``augment(waveform, lengths)`` on the padded batch."""
+    batch = collate_audio(items)
+    with torch.no_grad():
+        batch["waveform"], batch["lengths"] = augment(batch["waveform"], batch["lengths"])
+    return batch
 
 
-def audio_loader(
-    dataset: Dataset | None, split: str, batch_size: int, num_workers: int, shuffle: bool,
-    augment: nn.Module | None = None, collate: Callable[[Sequence], Any] = collate_audio,
-) -> DataLoader:
-    r"""A DataLoader of ``collate``'s batches over ``dataset``; ``None`` means ``setup`` was not run for
-    ``split``. ``augment`` (a module ``(waveform, lengths) -> (waveform, lengths)``) is applied to each
-    padded batch."""
-    if dataset is None:
-        stage = "fit" if split in ("train", "val") else "test"
-        raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{stage}') first")
-    # training: resumable mid-epoch (the same batches after a crash and resume)
-    return (ResumableDataLoader if shuffle else DataLoader)(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        num_workers=num_workers,
-        collate_fn=collate if augment is None else _AugmentedCollate(augment),
-        persistent_workers=num_workers > 0,
-    )
-
-
-class AudioDataModule(LightningDataModule):
+class AudioDataModule(SplitLoaders):
     """Base of the audio DataModules: the train/val/test loaders of :class:`AudioBatch` over the sets
     a subclass's ``setup`` fills (``train_set``, ``val_set``, ``test_set``), batched by ``collate``.
-    ``train_augment``, when a subclass sets it, is applied to the training batches only."""
+    ``train_augment`` (a module ``(waveform, lengths) -> (waveform, lengths)``), when a subclass sets it, is
+    applied to the padded training batches only."""
 
     batch_size: int
     num_workers: int
@@ -264,17 +236,20 @@ class AudioDataModule(LightningDataModule):
     train_augment: nn.Module | None = None
     collate: Callable[[Sequence], Any] = staticmethod(collate_audio)
 
-    def train_dataloader(self) -> DataLoader:
-        augment = self.train_augment
+    def _loader(self, split: str, train: bool, dataset: Dataset | None = None) -> DataLoader:
+        """The loader of ``dataset`` (default: the split's set, ``None`` until ``setup`` made it)."""
+        dataset = getattr(self, f"{split}_set") if dataset is None else dataset
+        if dataset is None:
+            stage = "test" if split == "test" else "fit"
+            raise RuntimeError(f"the {split} set is not loaded; call dm.setup('{stage}') first")
+        augment = self.train_augment if train else None
         if augment is not None:
             augment.train()
-        return audio_loader(self.train_set, "train", self.batch_size, self.num_workers, True, augment, self.collate)
-
-    def val_dataloader(self) -> DataLoader:
-        return audio_loader(self.val_set, "val", self.batch_size, self.num_workers, False, collate=self.collate)
-
-    def test_dataloader(self) -> DataLoader:
-        return audio_loader(self.test_set, "test", self.batch_size, self.num_workers, False, collate=self.collate)
+        return (ResumableDataLoader if train else DataLoader)(
+            dataset, batch_size=self.batch_size, shuffle=train, num_workers=self.num_workers,
+            collate_fn=self.collate if augment is None else partial(_augmented_collate, augment),
+            persistent_workers=self.num_workers > 0,
+        )
 
 
 def word_clips(clips: Sequence, words: Sequence[str], sample_rate: int, file_rate: int = 16000) -> AudioClips:

@@ -187,8 +187,7 @@ class AVDigits(Dataset):
         if resample_images:
             if image_labels is None or len(image_labels) != len(images):
                 raise ValueError("resample_images draws images of the item's digit: give image_labels, one per image")
-            labels = self.clips.labels
-            self._by_digit = {d: (image_labels == d).nonzero().flatten() for d in sorted(set(labels))}
+            self._by_digit = {d: (image_labels == d).nonzero().flatten() for d in sorted(set(self.clips.labels))}
             empty = [d for d, pool in self._by_digit.items() if pool.numel() == 0]
             if empty:
                 raise ValueError(f"resample_images needs images of every digit; the pool has none of {empty}")

@@ -5,11 +5,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
 from attnmm._random import get_rng_state, set_rng_state
 
-__all__ = ["ResumableDataLoader"]
+__all__ = ["ResumableDataLoader", "SplitLoaders"]
+
+
+class SplitLoaders(LightningDataModule):
+    """A DataModule whose train, validation and test loaders are ``self._loader(split, train)``: a subclass
+    says how one split is loaded, ``train`` true for the training loader (shuffled, resumable mid-epoch)."""
+
+    def _loader(self, split: str, train: bool) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement _loader(split, train)")
+
+    def train_dataloader(self) -> Any:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> Any:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> Any:
+        return self._loader("test", False)
 
 
 class ResumableDataLoader(DataLoader):

@@ -115,6 +115,12 @@ def speaker_of(name: str) -> str | None:
     return None if match is None else match["speaker"]
 
 
+def full_layout_clips(version_dir: Path) -> dict[str, list[SpeechClip]]:
+    """The clips of each split of :func:`scan_speech_commands`, with their speakers."""
+    return {split: [SpeechClip(version_dir / rel, word, speaker_of(Path(rel).name)) for rel, word in pairs]
+            for split, pairs in scan_speech_commands(version_dir).items()}
+
+
 def scan_class_folders(folder: str | Path) -> list[SpeechClip]:
     r"""The clips of a folder in the 12-class layout, sorted by class folder and file name.
 
@@ -172,12 +178,7 @@ def digit_voices(folder: str | Path) -> list[SpeechClip]:
     if not folder.is_dir():
         raise FileNotFoundError(f"no Speech Commands folder at {folder}")
     if (folder / "validation_list.txt").exists():  # the full layout: a folder per word
-        clips = [
-            SpeechClip(folder / rel, word, rel.rsplit("/", 1)[-1].split("_nohash_")[0])
-            for split in scan_speech_commands(folder).values()
-            for rel, word in split
-            if word in DIGIT_WORDS
-        ]
+        clips = [c for split in full_layout_clips(folder).values() for c in split if c.word in DIGIT_WORDS]
     else:
         clips = [c for c in scan_class_folders(folder) if c.word in DIGIT_WORDS]
     if not clips:

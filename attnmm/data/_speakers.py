@@ -21,11 +21,10 @@ from attnmm.data._scan import (
     UNKNOWN,
     FSDDTake,
     SpeechClip,
+    full_layout_clips,
     is_class_folder,
     scan_class_folders,
-    scan_speech_commands,
     slice_background,
-    speaker_of,
 )
 
 __all__ = ["check_disjoint", "check_fractions", "read_speakers", "split_fsdd", "split_speech_commands"]
@@ -64,8 +63,7 @@ def read_speakers(speakers: Sequence[str] | str | os.PathLike | None, name: str 
                 f"{name}: no file {path}; pass a list of speaker ids, or the path of a text file with one id "
                 "per line (blank lines and # comments are ignored)"
             )
-        ids = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
-        ids = [i for i in ids if i]
+        ids = [i for line in path.read_text().splitlines() if (i := line.split("#", 1)[0].strip())]
         source = f" in {path}"
     else:
         ids, source = [str(s) for s in speakers], ""
@@ -130,15 +128,11 @@ def split_fsdd(
         if unknown:
             raise ValueError(f"{name} {unknown} have no recordings; the speakers found are {found}")
     check_disjoint(test_speakers, val_speakers)
-    if test_speakers is None:
-        test = [t for t in takes if t.index < OWN_TEST_TAKES]
-        rest = [t for t in takes if t.index >= OWN_TEST_TAKES]
-    else:
-        held_out = set(test_speakers)
-        test = [t for t in takes if t.speaker in held_out]
-        rest = [t for t in takes if t.speaker not in held_out]
-        if not rest:
-            raise ValueError(f"test_speakers {sorted(held_out)} are all the speakers; leave at least one to train on")
+    held_out = None if test_speakers is None else set(test_speakers)
+    tested = [t.index < OWN_TEST_TAKES if held_out is None else t.speaker in held_out for t in takes]
+    test, rest = [t for t, x in zip(takes, tested) if x], [t for t, x in zip(takes, tested) if not x]
+    if held_out is not None and not rest:
+        raise ValueError(f"test_speakers {sorted(held_out)} are all the speakers; leave at least one to train on")
     if val_speakers is not None:
         val_set = set(val_speakers)
         train = [t for t in rest if t.speaker not in val_set]
@@ -243,10 +237,7 @@ def split_speech_commands(
 def split_official(folder: Path, val_fraction: float, test_fraction: float, seed: int) -> dict[str, list[SpeechClip]]:
     """The full Speech Commands dataset at ``folder`` split by its official lists, and its background noise cut
     into ``_silence_`` clips split by ``val_fraction`` and ``test_fraction``."""
-    splits = {
-        split: [SpeechClip(folder / rel, word, speaker_of(Path(rel).name)) for rel, word in pairs]
-        for split, pairs in scan_speech_commands(folder).items()
-    }
+    splits = full_layout_clips(folder)
     noise_dir = folder / BACKGROUND_FOLDER
     slices = slice_background(noise_dir, FILE_RATE) if noise_dir.is_dir() else []
     for split, clips in split_speech_commands(slices, val_fraction, test_fraction, seed).items():

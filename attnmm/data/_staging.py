@@ -1,7 +1,7 @@
 """Processed files written whole or not at all.
 
 A PyG dataset writes ``processed/`` next to its ``raw/`` folder while it processes. Interrupted or
-failed, it would leave a half-written folder that a later run trusts. :func:`process_staged` lets the
+failed, it would leave a half-written folder that a later run trusts. :func:`load_processed` lets the
 dataset process in a staging folder next to the target and renames the finished folder into place;
 :func:`save_staged` does the same for one file.
 """
@@ -21,7 +21,7 @@ import torch
 
 from attnmm.data._root import new_folder
 
-__all__ = ["download_staged", "drop_pyg_metadata", "process_staged", "save_staged"]
+__all__ = ["download_staged", "load_processed", "save_staged"]
 
 
 def download_staged(folder: Path, fetch: Callable[[Path], object], found: Path, what: str, instead: str) -> None:
@@ -47,49 +47,55 @@ def download_staged(folder: Path, fetch: Callable[[Path], object], found: Path, 
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def process_staged(
+def load_processed(
     root: Path, subdir: Path, build: Callable[[Path], Any], unreadable: Callable[[Exception], Exception], label: str,
-    done: str = "data.pt",
-) -> None:
-    """Have ``build(staging_root)`` write ``<staging_root>/<subdir>/processed`` from the raw files (a link to
-    ``<root>/<subdir>/raw``), then rename that folder to ``<root>/<subdir>/processed``.
+    load: Callable[[], Any], title: str,
+) -> Any:
+    """``load()``, PyG's dataset ``title`` under ``root``, once ``<root>/<subdir>/processed`` is there: else
+    ``build(staging_root)`` first writes ``<staging_root>/<subdir>/processed`` from the raw files (a link to
+    ``<root>/<subdir>/raw``) and that folder is renamed into place.
 
     An error of ``build`` is turned into ``unreadable(error)`` (which names the bad raw file); either
-    way nothing is left in ``processed/``. A folder there without ``done`` (left by an interrupted run
+    way nothing is left in ``processed/``. A folder there without ``data.pt`` (left by an interrupted run
     of an older version) is replaced; a complete one written meanwhile by another process is kept.
-    ``label`` names the staging folder (``.<label>-processing-*``).
+    ``label`` names the staging folder (``.<label>-processing-*``). PyG's ``pre_transform.pt`` and
+    ``pre_filter.pt`` are deleted: PyG unpickles them (``weights_only=False``) only to warn when a
+    pre-transform changed, and attnmm uses none. A processed file damaged after it was written is named
+    in the error.
     """
     raw, target = root / subdir / "raw", root / subdir / "processed"
-    raw.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{label}-processing-", dir=root))
-    try:
-        stage = staging / subdir
-        stage.mkdir(parents=True, exist_ok=True)
-        os.symlink(raw.resolve(), stage / "raw", target_is_directory=True)  # the raw files, not a copy
+    if not (target / "data.pt").is_file():
+        raw.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{label}-processing-", dir=root))
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # PyG's notes on processing
-                build(staging)
-        except Exception as err:
-            raise unreadable(err) from err
-        if target.is_dir() and not (target / done).is_file():
-            shutil.rmtree(target)
-        try:
-            os.rename(stage / "processed", target)
-        except OSError:
-            if not (target / done).is_file():  # not a lost race with another process
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def drop_pyg_metadata(processed: Path) -> None:
-    """Delete PyG's ``pre_transform.pt`` and ``pre_filter.pt`` from ``processed``: PyG unpickles them
-    (``torch.load`` with ``weights_only=False``) only to warn when a pre-transform changed; attnmm uses
-    none, and without them nothing is unpickled when the dataset loads."""
+            stage = staging / subdir
+            stage.mkdir(parents=True, exist_ok=True)
+            os.symlink(raw.resolve(), stage / "raw", target_is_directory=True)  # the raw files, not a copy
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # PyG's notes on processing
+                    build(staging)
+            except Exception as err:
+                raise unreadable(err) from err
+            if target.is_dir() and not (target / "data.pt").is_file():
+                shutil.rmtree(target)
+            try:
+                os.rename(stage / "processed", target)
+            except OSError:
+                if not (target / "data.pt").is_file():  # not a lost race with another process
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     for meta in ("pre_transform.pt", "pre_filter.pt"):
         with contextlib.suppress(OSError):
-            (processed / meta).unlink(missing_ok=True)
+            (target / meta).unlink(missing_ok=True)
+    try:
+        return load()
+    except Exception as err:
+        raise RuntimeError(
+            f"could not load the processed {title} from {target}: {err}; delete {target} to process the raw "
+            "files again"
+        ) from err
 
 
 def save_staged(obj: Any, path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightning.pytorch import LightningDataModule
 from torch.utils.data import ConcatDataset, DataLoader
 
 from attnmm.data._audio import AudioClips, word_clips
@@ -20,7 +19,7 @@ from attnmm.data._avpairs import (
     collate_avdigits,
     pair_images,
 )
-from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._resumable import ResumableDataLoader, SplitLoaders
 from attnmm.data._root import data_dir, under_data
 from attnmm.data._speakers import draw_speakers
 from attnmm.data.corruptions import RandomCorruption
@@ -32,7 +31,7 @@ __all__ = ["AVDigits", "AVDigitsBatch", "AVDigitsDataModule", "Corrupt", "Modali
            "pair_images"]
 
 
-class AVDigitsDataModule(LightningDataModule):
+class AVDigitsDataModule(SplitLoaders):
     r"""Audio-visual digits: every recording of the Free Spoken Digit Dataset paired with an MNIST image
     of the same digit, for multimodal fusion and robustness experiments.
 
@@ -246,15 +245,6 @@ class AVDigitsDataModule(LightningDataModule):
         return (ResumableDataLoader if shuffle else DataLoader)(
             dataset, self.batch_size, shuffle=shuffle, num_workers=self.num_workers, collate_fn=collate_avdigits
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", False)
 
     @property
     def speakers(self) -> list[str]:

@@ -12,6 +12,8 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.common.encodings import Encoding, _check_kind, encoding_attr, graph_encoding
+from attnmm.data._root import cache_dir
+from attnmm.data._staging import save_staged
 
 __all__ = ["Encoding", "add_encodings", "encoding_attr", "graph_encoding"]
 
@@ -63,8 +65,6 @@ def add_encodings(
     path = None
     values: Tensor | None = None
     if cache:
-        from attnmm.data._root import cache_dir  # (the cache's place: the data's root)
-
         path = cache_dir() / "encodings" / f"{kind}{dim}-v{_FORMAT}-{_digest(graphs, kind, dim)}.pt"
         if path.is_file():
             try:
@@ -79,8 +79,6 @@ def add_encodings(
         parts = [graph_encoding(g, kind, dim).cpu() for g in tqdm(graphs, desc=f"{attr}", disable=not progress)]
         values = torch.cat(parts) if parts else torch.zeros(0, dim)
         if path is not None:
-            from attnmm.data._staging import save_staged
-
             save_staged({"values": values}, path)
     sizes = [int(g.num_nodes) for g in graphs]
     if values.shape != (sum(sizes), dim):

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader
 
-from attnmm.data._audio import AudioClips, AudioDataModule, audio_loader, word_clips
+from attnmm.data._audio import AudioClips, AudioDataModule, word_clips
 from attnmm.data._root import DATA_ENV, new_folder, resolve_root, under_data
 from attnmm.data._scan import DIGIT_WORDS, FILE_RATE, FSDD_FILE_NAME, OWN_TEST_TAKES, FSDDTake, digit_voices, scan_fsdd
 from attnmm.data._speakers import check_disjoint, read_speakers, split_fsdd
@@ -210,11 +210,8 @@ class FSDDDataModule(AudioDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.voices_set is None or self.train_set is None:
             return super().train_dataloader()
-        augment = self.train_augment
-        if augment is not None:
-            augment.train()
-        both: ConcatDataset = ConcatDataset([self.train_set, *[self.voices_set] * self.extra_voices_repeats])
-        return audio_loader(both, "train", self.batch_size, self.num_workers, True, augment, self.collate)
+        voices = [self.voices_set] * self.extra_voices_repeats
+        return self._loader("train", True, ConcatDataset([self.train_set, *voices]))
 
     def _clips(self, split: str) -> AudioClips:
         takes = self._splits[split]

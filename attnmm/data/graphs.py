@@ -9,11 +9,13 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from lightning.pytorch import LightningDataModule
 
 from attnmm._checks import check_nonneg_int
-from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._resumable import ResumableDataLoader, SplitLoaders
 from attnmm.data.encodings import Encoding, add_encodings
+from attnmm.data.folds import stratified_folds, stratified_holdout
+from attnmm.data.peptides import PEPTIDES_NUM_LABELS, molecule_cardinalities, peptides_func
+from attnmm.data.tu import tu_graphs
 
 __all__ = ["GraphDataModule", "MotifGraphsDataModule", "motif_graphs"]
 
@@ -77,7 +79,7 @@ _OPTIONS = {
 _STAGES = ("train", "val", "test")
 
 
-class GraphDataModule(LightningDataModule):
+class GraphDataModule(SplitLoaders):
     r"""Graph classification: batches of whole graphs (PyG ``Batch``) with graph targets ``y``, the data
     picked by ``name``, each under the protocol its field compares on.
 
@@ -215,8 +217,6 @@ class GraphDataModule(LightningDataModule):
         if self.kind == "motifs":
             return (1, 0, 2)[i]
         if self.kind == "peptides":
-            from attnmm.data.peptides import PEPTIDES_NUM_LABELS
-
             return (9, 3, PEPTIDES_NUM_LABELS)[i]
         self.setup()
         assert self._sizes is not None
@@ -253,8 +253,6 @@ class GraphDataModule(LightningDataModule):
     def _cardinalities(self, i: int) -> list[int] | None:
         if self.kind != "peptides":
             return None
-        from attnmm.data.peptides import molecule_cardinalities
-
         return molecule_cardinalities()[i]
 
     def prepare_data(self) -> None:
@@ -271,8 +269,6 @@ class GraphDataModule(LightningDataModule):
             n_test = max(1, round(self.test_fraction * len(graphs)))
             index = {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
         elif self.kind == "peptides":
-            from attnmm.data.peptides import peptides_func
-
             graphs, index = peptides_func(self.root, self.download)
         else:
             graphs, index = self._tu()
@@ -281,9 +277,6 @@ class GraphDataModule(LightningDataModule):
         self.splits = {stage: [graphs[i] for i in index[stage].tolist()] for stage in ("test", "val", "train")}
 
     def _tu(self) -> tuple[list[Any], dict[str, torch.Tensor]]:
-        from attnmm.data.folds import stratified_folds, stratified_holdout
-        from attnmm.data.tu import tu_graphs
-
         graphs = tu_graphs(self.name, self.root, self.use_node_attr, self.max_degree, self.download)
         y = torch.cat([g.y.view(-1) for g in graphs])
         test = stratified_folds(y, self.num_folds, self.fold_seed) == self.fold
@@ -302,15 +295,6 @@ class GraphDataModule(LightningDataModule):
             data = self.splits[split]
             return ResumableDataLoader(data, batch_size=self.batch_size, shuffle=True, collate_fn=Collater(data))
         return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=False)
-
-    def train_dataloader(self) -> Any:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> Any:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> Any:
-        return self._loader("test", False)
 
     def predict_dataloader(self) -> Any:
         return self._loader("test", False)

@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._resumable import ResumableDataLoader, SplitLoaders
 from attnmm.data._root import DATA_ENV, resolve_root
 
 __all__ = ["MNISTDataModule", "random_affine", "read_idx"]
@@ -85,7 +84,7 @@ def random_affine(
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
-class MNISTDataModule(LightningDataModule):
+class MNISTDataModule(SplitLoaders):
     r"""MNIST handwritten digits (LeCun, Cortes and Burges), 28 x 28 grey images of 10 digits.
 
     IDX files (plain or ``.gz``) are read from ``<root>/MNIST/raw``, ``root`` resolved by
@@ -201,15 +200,6 @@ class MNISTDataModule(LightningDataModule):
             self.datasets[split], self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
             collate_fn=_collate, drop_last=shuffle and len(self.datasets[split]) > self.batch_size,
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", False)
 
     def on_after_batch_transfer(self, batch: dict[str, Tensor], dataloader_idx: int) -> dict[str, Tensor]:
         trainer = self.trainer

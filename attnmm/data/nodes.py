@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
 from attnmm._checks import check_nonneg_int
 from attnmm.common.feature_knn import feature_knn
+from attnmm.data._resumable import SplitLoaders
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
-from attnmm.data._staging import download_staged, drop_pyg_metadata, process_staged
+from attnmm.data._staging import download_staged, load_processed
 
 #: The Planetoid citation graphs.
 PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
@@ -30,7 +30,7 @@ _GEOM_GCN = f" and <name>_split_0.6_0.2_<i>.npz from {_GEOM_GCN_URL} (folder spl
 __all__ = ["NODE_NAMES", "NUM_GEOM_GCN_SPLITS", "NodeDataModule", "PLANETOID_NAMES", "RAW_PARTS"]
 
 
-class NodeDataModule(LightningDataModule):
+class NodeDataModule(SplitLoaders):
     r"""Node classification on one graph, seen whole in every step: a Planetoid citation graph (Cora,
     CiteSeer, PubMed; Yang et al., 2016) or Actor (the film actors' co-occurrence graph of Geom-GCN,
     Pei et al., 2020, a heterophilous graph: neighbours mostly differ in class). The split is given
@@ -215,23 +215,13 @@ class NodeDataModule(LightningDataModule):
         import torch_geometric.transforms as T
 
         root = self._writable_root()
-        processed = root / self._subdir / "processed"
-        if not (processed / "data.pt").is_file():
-            process_staged(
-                root, self._subdir, self._pyg, lambda err: self._unreadable(root / self._subdir / "raw", err),
-                label=self.name,
-            )
-        drop_pyg_metadata(processed)
         steps = [T.NormalizeFeatures()] if self.normalize_features else []
         steps += [T.ToUndirected()] if self.to_undirected else []
         transform = T.Compose(steps) if steps else None
-        try:
-            return self._pyg(root, transform)
-        except Exception as err:  # a processed file damaged after it was written
-            raise RuntimeError(
-                f"could not load the processed {self._title} from {processed}: {err}; delete {processed} "
-                "to process the raw files again"
-            ) from err
+        return load_processed(
+            root, self._subdir, self._pyg, lambda err: self._unreadable(root / self._subdir / "raw", err), self.name,
+            lambda: self._pyg(root, transform), self._title,
+        )
 
     def _unreadable(self, raw: Path, err: Exception) -> Exception:
         """The error for raw files PyG could not process, naming the first Planetoid file that cannot be read."""
@@ -293,22 +283,13 @@ class NodeDataModule(LightningDataModule):
         self.setup()
         return self._sizes[1]
 
-    def _loader(self, stage: str | None = None) -> DataLoader:
+    def _loader(self, stage: str | None = None, train: bool = False) -> DataLoader:
         if self.num_neighbors is None or stage is None:
             return DataLoader([self.data], batch_size=1, collate_fn=operator.itemgetter(0))
         from attnmm.data.neighbors import neighbor_loader
 
-        hops = self.num_neighbors if stage == "train" else [-1] * len(self.num_neighbors)
-        return neighbor_loader(self.data, stage, hops, self.batch_size, shuffle=stage == "train")
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        hops = self.num_neighbors if train else [-1] * len(self.num_neighbors)
+        return neighbor_loader(self.data, stage, hops, self.batch_size, shuffle=train)
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader()

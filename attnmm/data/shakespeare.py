@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningDataModule
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from attnmm.common.vocab import Vocabulary
+from attnmm.data._resumable import SplitLoaders
 from attnmm.data._root import DATA_ENV, resolve_root
 
 __all__ = ["CharWindows", "ShakespeareDataModule", "split_text"]
@@ -82,19 +83,12 @@ class CharWindows(Dataset):
 
 
 def _collate(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
-    lengths = {len(it["tokens"]) for it in items}
-    if len(lengths) == 1:
-        return {k: torch.stack([it[k] for it in items]) for k in ("tokens", "targets")}
-    # the shorter last evaluation window: pad, and ignore the padded targets (-100)
-    L = max(lengths)
-    out = {"tokens": torch.zeros(len(items), L, dtype=torch.long), "targets": torch.full((len(items), L), -100)}
-    for b, it in enumerate(items):
-        n = len(it["tokens"])
-        out["tokens"][b, :n], out["targets"][b, :n] = it["tokens"], it["targets"]
-    return out
+    # (B, L); the shorter last evaluation window padded, its padded targets ignored (-100)
+    return {k: pad_sequence([it[k] for it in items], batch_first=True, padding_value=-100 * (k == "targets"))
+            for k in ("tokens", "targets")}
 
 
-class ShakespeareDataModule(LightningDataModule):
+class ShakespeareDataModule(SplitLoaders):
     r"""Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 M characters) for a character language
     model: predict each character from the ones before it.
 
@@ -190,19 +184,11 @@ class ShakespeareDataModule(LightningDataModule):
         """The text of character ids."""
         return "".join(self._built().decode(ids.tolist() if isinstance(ids, Tensor) else ids))
 
-    def train_dataloader(self) -> DataLoader:
-        data = CharWindows(self.splits["train"], self.block_size, self.samples_per_epoch)
-        return DataLoader(data, self.batch_size, collate_fn=_collate, num_workers=self.num_workers, drop_last=True)
-
-    def _eval_loader(self, split: str) -> DataLoader:
-        data = CharWindows(self.splits[split], self.block_size, stride=self.eval_stride)
-        return DataLoader(data, self.batch_size, collate_fn=_collate, num_workers=self.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        text = self.splits[split]
+        data = CharWindows(text, self.block_size, self.samples_per_epoch) if train else CharWindows(
+            text, self.block_size, stride=self.eval_stride)
+        return DataLoader(data, self.batch_size, collate_fn=_collate, num_workers=self.num_workers, drop_last=train)
 
     def state_dict(self) -> dict[str, Any]:
         return {} if self.vocab is None else {"vocab": self.vocab.state()}

@@ -188,9 +188,6 @@ class SpeechCommandsDataModule(AudioDataModule):
     def _on(self, include: bool | None) -> bool:
         return self.dataset_layout == "classes" if include is None else include
 
-    def _silence_on(self) -> bool:
-        return self._on(self.include_silence)
-
     @property
     def class_names(self) -> tuple[str, ...]:
         r"""The class of each label index: the words, then ``_unknown_`` and ``_silence_`` when included."""
@@ -202,12 +199,8 @@ class SpeechCommandsDataModule(AudioDataModule):
         return len(self.class_names)
 
     def _target(self, clip: SpeechClip) -> int | None:
-        names = self.class_names
-        if clip.word == SILENCE:
-            return names.index(SILENCE) if SILENCE in names else None
-        if clip.word in self.labels:
-            return self.labels.index(clip.word)
-        return names.index(UNKNOWN) if UNKNOWN in names else None
+        names, name = self.class_names, clip.word if clip.word in (SILENCE, *self.labels) else UNKNOWN
+        return names.index(name) if name in names else None  # None: a class left out
 
     # ------------------------------------------------------------------ splits
 
@@ -235,7 +228,8 @@ class SpeechCommandsDataModule(AudioDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self._splits is None:
             splits = self._make_splits()
-            _scan.check_words(splits, self.labels, self._silence_on(), self.dataset_dir, self.dataset_layout)
+            silence = self._on(self.include_silence)
+            _scan.check_words(splits, self.labels, silence, self.dataset_dir, self.dataset_layout)
             self._splits = splits
         if stage in (None, "fit", "validate") and self.train_set is None:
             self.train_set, self.val_set = self._clips("train"), self._clips("val")
@@ -292,12 +286,8 @@ class SpeechCommandsDataModule(AudioDataModule):
 
     def _sizes(self) -> dict[str, tuple[int, int, int]]:
         """split -> (clips, speakers, silence clips) of the classes kept."""
-        sizes = {}
-        for split in _scan.SPLITS:
-            kept = self._kept(split)
-            speakers = {c.speaker for c, _ in kept if c.speaker is not None}
-            sizes[split] = (len(kept), len(speakers), sum(c.word == SILENCE for c, _ in kept))
-        return sizes
+        kept, speakers = {split: self._kept(split) for split in _scan.SPLITS}, self.split_speakers
+        return {s: (len(k), len(speakers[s]), sum(c.word == SILENCE for c, _ in k)) for s, k in kept.items()}
 
     def __repr__(self) -> str:
         sizes = ""

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from attnmm._checks import check_nonneg_int
 from attnmm.data._root import DATA_ENV, resolve_root, writable_copy
-from attnmm.data._staging import download_staged, drop_pyg_metadata, process_staged
+from attnmm.data._staging import download_staged, load_processed
 
 __all__ = ["TU_URL", "degree_features", "tu_graphs"]
 
@@ -113,18 +113,11 @@ def tu_graphs(
     check_nonneg_int("max_degree", max_degree, minimum=1)
     base = resolve_root(root, "TUDataset")
     pyg_root = _writable_root(base, name, download)
-    processed = pyg_root / name / "processed"
-    if not (processed / "data.pt").is_file():
-        unreadable = partial(_unreadable, pyg_root / name / "raw", name)
-        process_staged(pyg_root, Path(name), lambda at: TUDataset(str(at), name), unreadable, name)
-    drop_pyg_metadata(processed)
-    try:
-        dataset = TUDataset(str(pyg_root), name, use_node_attr=use_node_attr, use_edge_attr=True)
-    except Exception as err:
-        raise RuntimeError(
-            f"could not load the processed TU dataset {name} from {processed}: {err}; delete {processed} to "
-            "process the raw files again"
-        ) from err
+    dataset = load_processed(
+        pyg_root, Path(name), lambda at: TUDataset(str(at), name), partial(_unreadable, pyg_root / name / "raw", name),
+        name, lambda: TUDataset(str(pyg_root), name, use_node_attr=use_node_attr, use_edge_attr=True),
+        f"TU dataset {name}",
+    )
     if dataset.y is None or dataset.y.is_floating_point():
         raise ValueError(
             f"TU dataset {name} has graph attributes (regression targets) or no graph labels; graph "

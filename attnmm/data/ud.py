@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from attnmm.common.vocab import PAD, UNK, Vocabulary
 from attnmm.data._conllu import UPOS_TAGS, Sentence, read_conllu
-from attnmm.data._resumable import ResumableDataLoader
+from attnmm.data._resumable import ResumableDataLoader, SplitLoaders
 from attnmm.data._root import DATA_ENV, resolve_root
 
 IGNORE_INDEX = -100
@@ -67,17 +67,13 @@ def collate_tagged(items: Sequence[tuple[Tensor, ...]], aux_columns: Sequence[st
     column, named by ``aux_columns``, when the items carry their ids."""
     if items and len(items[0]) != 3 + len(aux_columns):
         raise ValueError(f"items have {len(items[0]) - 3} auxiliary columns, named {list(aux_columns)}")
-    B = len(items)
-    L = max(len(item[0]) for item in items)
-    C = max(item[1].size(1) for item in items)
-    tokens = torch.full((B, L), PAD, dtype=torch.long)
-    chars = torch.full((B, L, C), PAD, dtype=torch.long)
-    labels = [torch.full((B, L), IGNORE_INDEX, dtype=torch.long) for _ in items[0][2:]]  # tags, aux...
-    for b, (w, c, *per_word) in enumerate(items):
-        tokens[b, : len(w)] = w
+    def padded(k: int, value: int) -> Tensor:  # (B, L): the k-th entry of every item
+        return pad_sequence([item[k] for item in items], batch_first=True, padding_value=value)
+
+    tokens, labels = padded(0, PAD), [padded(k, IGNORE_INDEX) for k in range(2, len(items[0]))]  # tags, aux...
+    chars = torch.full((*tokens.shape, max(item[1].size(1) for item in items)), PAD, dtype=torch.long)  # (B, L, C)
+    for b, (w, c, *_) in enumerate(items):
         chars[b, : len(w), : c.size(1)] = c
-        for out, ids in zip(labels, per_word, strict=True):
-            out[b, : len(ids)] = ids
     lengths = torch.tensor([len(item[0]) for item in items], dtype=torch.long)
     return {"tokens": tokens, "chars": chars, "lengths": lengths, **dict(zip(("tags", *aux_columns), labels))}
 
@@ -122,7 +118,7 @@ class BucketSampler(BatchSampler):
         self.epoch = int(state["epoch"])
 
 
-class UDPOSDataModule(LightningDataModule):
+class UDPOSDataModule(SplitLoaders):
     r"""Universal part-of-speech tagging (17 UPOS tags) on a Universal Dependencies treebank,
     by default the English Web Treebank (UD_English-EWT).
 
@@ -307,21 +303,13 @@ class UDPOSDataModule(LightningDataModule):
     def _collate(self) -> Callable[[Sequence[tuple[Tensor, ...]]], dict[str, Tensor]]:
         return partial(collate_tagged, aux_columns=self.aux_columns)  # picklable for worker processes
 
-    def train_dataloader(self) -> DataLoader:
-        data = self.datasets["train"]
-        sampler = BucketSampler(data.lengths, self.batch_size, seed=self.seed)
-        # resumable mid-epoch: the same batches after a crash and resume
-        return ResumableDataLoader(data, batch_sampler=sampler, collate_fn=self._collate, num_workers=self.num_workers)
-
-    def _eval_loader(self, split: str) -> DataLoader:
+    def _loader(self, split: str, train: bool) -> DataLoader:
         data = self.datasets[split]
+        if train:  # batches of similar lengths; resumable mid-epoch: the same batches after a crash and resume
+            sampler = BucketSampler(data.lengths, self.batch_size, seed=self.seed)
+            return ResumableDataLoader(data, batch_sampler=sampler, collate_fn=self._collate,
+                                       num_workers=self.num_workers)
         return DataLoader(data, self.batch_size, collate_fn=self._collate, num_workers=self.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")
 
     def state_dict(self) -> dict[str, Any]:
         if self.words is None or self.chars is None:

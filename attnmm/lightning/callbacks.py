@@ -41,14 +41,16 @@ class AttentionMapLogger(L.Callback):
         """The attention-map and mask figures of ``batch``'s first item."""
         from attnmm.viz import plot_attention, plot_mask
 
-        tokens, weights = _encode(pl_module, batch)
-        n = _first_item_tokens(tokens, self.max_tokens)
+        tokens, weights, n = _encode(pl_module, batch, self.max_tokens)
         dense = _first_item_weights(tokens, weights[min(self.layer, len(weights) - 1)])
         head = min(self.head, dense.size(0) - 1)
         attn = plot_attention(dense[head, :n, :n].float().cpu(), title=f"layer {self.layer}, head {head}")
         figs = {"attention_map": attn}
-        if tokens.mask is not None:
-            figs["mask"] = plot_mask(tokens.mask, n, n) if not tokens.mask.batched else _plot_item_mask(tokens, n)
+        mask, (B, L) = tokens.mask, tokens.x.shape[:2]
+        if mask is not None and not mask.batched:
+            figs["mask"] = plot_mask(mask, n, n)
+        elif mask is not None:  # the first item's allowed matrix, cropped to n x n
+            figs["mask"] = plot_attention(mask.dense(L, L, B)[0, :n, :n].float(), title=repr(mask)[:60])
         return figs
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -87,21 +89,14 @@ class AttentionMapPNG(L.Callback):
         #: why the last :meth:`save` wrote nothing (``None`` when it wrote the pictures)
         self.skipped: str | None = None
 
-    def _keep(self, trainer: L.Trainer, batch: Any, batch_idx: int, dataloader_idx: int) -> None:
-        if batch_idx == 0 and dataloader_idx == 0 and not trainer.sanity_checking:
-            self._batch = batch
-
-    def on_test_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._keep(trainer, batch, batch_idx, dataloader_idx)
-
     def on_validation_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._keep(trainer, batch, batch_idx, dataloader_idx)
+        if batch_idx == 0 and dataloader_idx == 0 and not trainer.sanity_checking:
+            self._batch = batch
+
+    on_test_batch_end = on_validation_batch_end
 
     def save(self, pl_module: L.LightningModule, folder: str | Path) -> list[Path]:
         """Write one PNG per encoder layer into ``folder`` and return their paths (none when no batch was
@@ -115,7 +110,7 @@ class AttentionMapPNG(L.Callback):
         from attnmm.viz import plot_attention
 
         try:
-            tokens, weights = _encode(pl_module, self._batch)
+            tokens, weights, n = _encode(pl_module, self._batch, self.max_tokens)
         except ValueError as err:
             if "does not return attention weights" in str(err):
                 self.skipped = str(err).split(" (")[0]
@@ -123,7 +118,6 @@ class AttentionMapPNG(L.Callback):
             raise
         finally:
             self._batch = None
-        n = _first_item_tokens(tokens, self.max_tokens)
         paths = []
         for layer, w in enumerate(weights or ()):
             if w is None:
@@ -141,8 +135,9 @@ class AttentionMapPNG(L.Callback):
         return paths
 
 
-def _encode(pl_module: L.LightningModule, batch: Any) -> tuple[Any, Any]:
-    """The adapter's tokens and the attention weights per layer of ``batch``, in eval mode."""
+def _encode(pl_module: L.LightningModule, batch: Any, max_tokens: int) -> tuple[Any, Any, int]:
+    """The adapter's tokens and the attention weights per layer of ``batch``, in eval mode, and how many
+    tokens of the first item to show: its length, at most ``max_tokens``."""
     was_training = pl_module.training
     pl_module.eval()
     try:
@@ -150,16 +145,9 @@ def _encode(pl_module: L.LightningModule, batch: Any) -> tuple[Any, Any]:
             _, tokens, weights = pl_module.encode(batch, return_weights=True)  # type: ignore[operator]
     finally:
         pl_module.train(was_training)
-    return tokens, weights
-
-
-def _first_item_tokens(tokens: Any, max_tokens: int) -> int:
-    """How many tokens of the first item to show: its length, at most ``max_tokens``."""
-    x = tokens.x
-    n = x.size(0) if x.dim() == 2 else x.size(1)
-    if tokens.lengths is not None:
-        n = int(tokens.lengths[0])
-    return max(1, min(n, max_tokens))
+    n = tokens.x.size(0) if tokens.x.dim() == 2 else tokens.x.size(1)
+    n = n if tokens.lengths is None else int(tokens.lengths[0])
+    return tokens, weights, max(1, min(n, max_tokens))
 
 
 def _first_item_weights(tokens: Any, w: Any) -> Any:
@@ -175,11 +163,3 @@ def _first_item_weights(tokens: Any, w: Any) -> Any:
         return dense
     dense = w.to_dense(size, size, None if w.batch is None else x.size(0))
     return dense[0] if dense.dim() == 4 else dense  # (H, L, S) of the first item
-
-
-def _plot_item_mask(tokens: Any, n: int) -> Any:
-    """The first item's allowed matrix, cropped to n x n."""
-    from attnmm.viz import plot_attention
-
-    dense = tokens.mask.dense(tokens.x.size(1), tokens.x.size(1), tokens.x.size(0))[0, :n, :n]
-    return plot_attention(dense.float(), title=repr(tokens.mask)[:60])

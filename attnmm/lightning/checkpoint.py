@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -54,16 +55,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        try:  # make the rename itself durable
+        with contextlib.suppress(OSError):  # make the rename itself durable
             dir_fd = os.open(path.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
 
 class RandomState(L.Callback):

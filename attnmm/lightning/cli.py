@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import torch
+import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning_utilities.core import rank_zero
 
 from attnmm import _recipes
 from attnmm.lightning.callbacks import AttentionMapPNG
@@ -45,8 +47,6 @@ def _quiet_noise() -> None:
     """Keep out of a recipe's output what its user cannot act on: Lightning's advertisements (on the loggers
     its ``rank_zero_info`` writes to) and two deprecation warnings raised inside the libraries, Lightning's
     use of torch's ``LeafSpec`` and PyG's of ``torch.jit.script`` as its modules are imported."""
-    from lightning_utilities.core import rank_zero
-
     named = (logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric"))
     for log in {rank_zero.log, *named}:
         if _no_promotion not in log.filters:
@@ -234,15 +234,6 @@ def _set(config: dict[str, Any], key: str, value: Any) -> None:
     config[leaf] = copy.deepcopy(value)  # (a value of its own: no YAML anchor in a printout)
 
 
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory when it is below it, else absolute."""
-    path = path.resolve()
-    try:
-        return path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
 def _did_you_mean(key: str, options: Sequence[str]) -> str:
     """`` (did you mean --x?)`` for the option among ``options`` closest to the misspelled ``key``."""
     close = difflib.get_close_matches(key, options, 1, 0.6)
@@ -312,17 +303,13 @@ def _init_params(class_path: str) -> list[str]:
         return []
 
 
-def _raised_by(err: BaseException, package: str) -> bool:
-    """Whether ``err`` was raised inside ``package`` (its innermost frame is there)."""
-    frames = list(traceback.walk_tb(err.__traceback__))
-    return bool(frames) and f"{os.sep}{package}{os.sep}" in frames[-1][0].f_code.co_filename
-
-
 def _reason(err: BaseException) -> BaseException:
-    """The exception that says what is wrong: ``err`` with jsonargparse's wrappers around it taken off."""
+    """The exception that says what is wrong: ``err`` with jsonargparse's wrappers (raised inside it: the
+    innermost frame is there) around it taken off."""
     while True:
         inner = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
-        if inner is None or not _raised_by(err, "jsonargparse"):
+        frames = list(traceback.walk_tb(err.__traceback__))
+        if inner is None or not (frames and f"{os.sep}jsonargparse{os.sep}" in frames[-1][0].f_code.co_filename):
             return err
         err = inner
 
@@ -544,11 +531,11 @@ class RecipeCLI(LightningCLI):
         script = folder / f"{name}.py"
         if not script.is_file():
             return None
-        configs = _recipes.recipe_configs(folder, name)
-        lines = [f"{script.name}: {_recipes.summary(script)}", f"  default config: {_shown(self.recipe_config)}"]
+        shown, configs = _recipes.shown, _recipes.recipe_configs(folder, name)
+        lines = [f"{script.name}: {_recipes.summary(script)}", f"  default config: {shown(self.recipe_config)}"]
         variants = [c.name for c in configs if c.resolve() != self.recipe_config.resolve()]
         if variants:
-            where = _shown(self.recipe_config.parent)
+            where = shown(self.recipe_config.parent)
             lines.append(f"  other configs (--config {where}/<name>): {', '.join(variants)}")
         return "\n".join(lines)
 
@@ -556,15 +543,13 @@ class RecipeCLI(LightningCLI):
         if isinstance(args, list | None):
             self.argv_given = list(sys.argv[1:] if args is None else args)
             args = _moved_options(self.argv_given, self.subclass_mode_model)
-        if self.subclass_mode_model or self.subclass_mode_data:
-            args = _nested_nulls_as_json(list(sys.argv[1:] if args is None else args), self._subclass_roots())
-        if isinstance(args, list | None):
-            args = list(sys.argv[1:] if args is None else args)
+            if self.subclass_mode_model or self.subclass_mode_data:
+                args = _nested_nulls_as_json(args, self._subclass_roots())
             self.argv = list(args)
             if "--print_config" in args:
                 # jsonargparse leaves link targets out of --print_config; show the resolved values
                 self._parse(parser, [a for a in args if a != "--print_config"])
-                print(self._resolved_config(), end="")
+                print(yaml.safe_dump(self._resolved(), sort_keys=False), end="")
                 sys.exit(0)
         self._parse(parser, args)
 
@@ -587,8 +572,7 @@ class RecipeCLI(LightningCLI):
             given = next((a for i, a in enumerate(argv) if not a.startswith("-")
                           and (i == 0 or not argv[i - 1].startswith("-") or "=" in argv[i - 1])), None)
             if given is not None:
-                close = difflib.get_close_matches(given, commands, 1)
-                maybe = f" (did you mean {close[0]}?)" if close else ""
+                maybe = _did_you_mean(given, commands)
                 return f"error: {given!r} is not a command{maybe}; the commands: {', '.join(commands)}"
             if "subcommand" in message.lower():
                 return f"error: no command given; the commands: {', '.join(commands)} (e.g. {prog} fit)"
@@ -620,10 +604,8 @@ class RecipeCLI(LightningCLI):
         known = set(re.findall(r"(--[\w.]+)", usage)) | {"--help", "--print_config", "--config"}  # -c in the usage
         # options that take a class's keys (--model.lr, --model.init_args.lr)
         nested = set(re.findall(r"(--[\w.]+) CONFIG \| CLASS_PATH_OR_NAME", usage))
-        unknown = []
-        for key in keys:
-            if key not in known and not any(key.startswith(f"{root}.") for root in nested):
-                unknown.append((key, "", sorted(known)))
+        unknown = [(key, "", sorted(known)) for key in keys
+                   if key not in known and not any(key.startswith(f"{root}.") for root in nested)]
         for class_path, option in re.findall(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message):
             key = next((k for k in keys if k.endswith(f".{option}")), None)
             if key is not None:
@@ -707,20 +689,20 @@ class RecipeCLI(LightningCLI):
             walk(tree.get(root), root, default)
         return found
 
-    def _config_dict(self) -> dict[str, Any]:
-        """The parsed config of the subcommand as plain data, with the link targets jsonargparse filled."""
-        import yaml
-
-        dump = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
-        command = self.config.get("subcommand")
-        return dump[command] if command else dump
-
     def _resolved(self, data: Any = None) -> dict[str, Any]:
         """The parsed config as plain data with every link target filled in: the parse links' values, and
         the instantiation links' values read from the DataModule ``data`` (built from the config when
         ``None``, as a run would)."""
-        config = self._config_dict()
-        self._fill_parse_links(config)
+        # the subcommand's config with the link targets jsonargparse filled
+        config = yaml.safe_load(self.parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml"))
+        config = config[self.config["subcommand"]] if self.config.get("subcommand") else config
+        # the parse links first (they may fill in the data's config), where every source is given and the
+        # target is a parameter of the class there, as jsonargparse applies them
+        for link in (link for link in self._links if link.apply_on == "parse"):
+            values = [_get(config, self._subclass_key(source)) for source in link.sources]
+            target = self._subclass_key(link.target)
+            if all(v is not None for v in values) and _accepts(config, self._root_class(target), target):
+                _set(config, target, link.value(values))
         if config.get("checkpoint", {}).get("filename") is None:
             config["checkpoint"]["filename"] = best_checkpoint_name(config["checkpoint"]["monitor"])
         for link in self._links:
@@ -728,29 +710,11 @@ class RecipeCLI(LightningCLI):
             if link.apply_on != "instantiate" or not _accepts(config, self._root_class(target), target):
                 continue
             if data is None:
-                data = self._build_data(config.get("data") or {})
+                node = config.get("data") or {}
+                data = _class(node, self.datamodule_class)(**_built(node.get("init_args", {}) if "class_path" in node
+                                                                      else node))
             _set(config, target, link.value([getattr(data, s.split(".", 1)[1]) for s in link.sources]))
         return config
-
-    def _resolved_config(self) -> str:
-        import yaml
-
-        return yaml.safe_dump(self._resolved(), sort_keys=False)
-
-    def _fill_parse_links(self, config: dict[str, Any]) -> None:
-        """Write the values of the parse links into ``config`` (a dumped config), where the target is a
-        parameter of the class there and every source is given (as jsonargparse applies them)."""
-        for link in self._links:
-            if link.apply_on != "parse":
-                continue
-            values = [_get(config, self._subclass_key(source)) for source in link.sources]
-            target = self._subclass_key(link.target)
-            if all(v is not None for v in values) and _accepts(config, self._root_class(target), target):
-                _set(config, target, link.value(values))
-
-    def _build_data(self, config: dict[str, Any]) -> Any:
-        cls = _class(config, self.datamodule_class)
-        return cls(**_built(config.get("init_args", {}) if "class_path" in config else config))
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
@@ -798,54 +762,38 @@ class RecipeCLI(LightningCLI):
         self.model.save_hyperparameters({**model, "_instantiator": "lightning.pytorch.cli.instantiate_module"},
                                         logger=False)
 
-    def _weights_only(self) -> None:
+    def before_validate(self) -> None:
         # checkpoints hold tensors and plain values only: load them without unpickling any code
         # (``--weights_only=false`` still opts out, e.g. for a checkpoint of another program)
         config = self.config_init[str(self.subcommand)]
         if config.get("weights_only") is None:
             config["weights_only"] = True
 
-    def before_validate(self) -> None:
-        self._weights_only()
-
-    def before_test(self) -> None:
-        self._weights_only()
-
-    def before_predict(self) -> None:
-        self._weights_only()
+    before_test = before_predict = before_validate
 
     def before_fit(self) -> None:
-        self._weights_only()
-        config = self.config_init[str(self.subcommand)]
+        self.before_validate()
+        config, trainer = self.config_init[str(self.subcommand)], self.trainer
         if config.get("ckpt_path") == "last":
             # Lightning looks for ``last`` only in the new run's version directory
-            last = find_last_checkpoint(*self._run_roots())
+            roots = [trainer.default_root_dir, *(logger.save_dir for logger in trainer.loggers if logger.save_dir)]
+            roots += [c.dirpath for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
+            last = find_last_checkpoint(*roots)
             if last is not None:
                 print(f"resuming from {last}")
                 config["ckpt_path"] = str(last)
                 # keep checkpointing where the run was, so the best-so-far state is restored too
-                for callback in self.trainer.checkpoint_callbacks:
+                for callback in trainer.checkpoint_callbacks:
                     if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
                         callback.dirpath = str(last.parent)
 
-    def _run_roots(self) -> list[str | Path]:
-        trainer = self.trainer
-        roots: list[str | Path] = [trainer.default_root_dir]
-        roots += [cb.dirpath for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
-        roots += [logger.save_dir for logger in trainer.loggers if logger.save_dir]
-        return roots
-
     def after_fit(self) -> None:
         trainer = self.trainer
-        ckpt = "best" if trainer.checkpoint_callback is not None and getattr(
-            trainer.checkpoint_callback, "best_model_path", ""
-        ) else None
-        if self.config[str(self.subcommand)].get("test_after_fit", True):
-            results = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
-            self._write(results, "test")
-        else:
-            results = trainer.validate(self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
-            self._write(results, "val")
+        ckpt = "best" if getattr(trainer.checkpoint_callback, "best_model_path", "") else None
+        test = self.config[str(self.subcommand)].get("test_after_fit", True)
+        results = (trainer.test if test else trainer.validate)(
+            self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
+        self._write(results, "test" if test else "val")
 
     def after_test(self) -> None:
         self._write([dict(self.trainer.callback_metrics)], "test")

@@ -4,8 +4,9 @@ one class per kind of target (one class per item, binary labels, per segment, a 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -15,9 +16,6 @@ from torchmetrics.text import WordErrorRate
 
 from attnmm._checks import check_nonneg_int
 from attnmm.nn.ctc import BLANK, check_ctc_targets, ctc_greedy_decode
-
-if TYPE_CHECKING:
-    import lightning as L
 
 Stage = Literal["train", "val", "test"]
 IGNORE_INDEX = -100
@@ -29,10 +27,9 @@ __all__ = ["CTC", "MultiClass", "MultiLabel", "Objective", "PerSegment"]
 def _scored(batch: Any, stage: Stage, *tensors: Tensor) -> tuple[Tensor, ...]:
     """The rows of ``tensors`` that the batch's ``{stage}_mask`` keeps (all of them without one)."""
     key = f"{stage}_mask"
-    if (isinstance(batch, dict) and key in batch) or (not isinstance(batch, dict) and hasattr(batch, key)):
-        keep = batch[key].reshape(-1)
-        return tuple(t[keep] for t in tensors)
-    return tensors
+    if not (key in batch if isinstance(batch, dict) else hasattr(batch, key)):
+        return tensors
+    return tuple(t[batch[key].reshape(-1)] for t in tensors)
 
 
 class Objective(nn.Module):
@@ -80,6 +77,12 @@ class Objective(nn.Module):
 
     def predict(self, logits: Tensor, tokens: Any = None) -> Any:
         raise NotImplementedError
+
+    def _log_metric(self, task: L.LightningModule, name: str, n: int, *values: Any) -> None:
+        """Update the metric ``name`` with ``values`` and log it, computed over the epoch."""
+        metric = cast(Metric, self.metrics[name])
+        metric.update(*values)
+        task.log(name, metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
 
     def _first(self, stage: Stage, key: str) -> bool:
         """True the first time a stage's targets under ``key`` are seen (they are checked then)."""
@@ -184,10 +187,8 @@ class MultiClass(Objective):
         return int((target != IGNORE_INDEX).sum())
 
     def log(self, task: L.LightningModule, loss: Tensor, logits: Tensor, target: Tensor, stage: Stage) -> None:
-        acc: Metric = self.metrics[f"{stage}_acc"]  # type: ignore[assignment]
-        acc(logits.detach(), target)
         super().log(task, loss, logits, target, stage)
-        task.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=self.count(target))
+        self._log_metric(task, f"{stage}_acc", self.count(target), logits.detach(), target)
 
     def predict(self, logits: Tensor, tokens: Any = None) -> Tensor:
         return logits.argmax(-1)
@@ -259,14 +260,10 @@ class MultiLabel(Objective):
         n = target.size(0)
         probs = logits.detach().float().sigmoid()  # (R, C); probabilities, never read as logits
         scored = torch.where(torch.isnan(target), IGNORE_INDEX, target).long()  # (R, C)
-        acc: Metric = self.metrics[f"{stage}_acc"]  # type: ignore[assignment]
-        acc(probs, scored)
         super().log(task, loss, logits, target, stage)
-        task.log(f"{stage}_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        self._log_metric(task, f"{stage}_acc", n, probs, scored)
         if stage != "train":  # updated per batch, computed over the whole epoch
-            ap: Metric = self.metrics[f"{stage}_ap"]  # type: ignore[assignment]
-            ap.update(probs, scored)
-            task.log(f"{stage}_ap", ap, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+            self._log_metric(task, f"{stage}_ap", n, probs, scored)
 
     def predict(self, logits: Tensor, tokens: Any = None) -> Tensor:
         return (logits > 0).long()
@@ -400,11 +397,10 @@ class CTC(Objective):
             return
         hyps = ctc_greedy_decode(logits) if hyps is None else hyps
         refs = [[y for y in row if y != IGNORE_INDEX] for row in target.tolist()]
-        der, acc = (cast(Metric, self.metrics[f"{stage}_{name}"]) for name in ("der", "string_acc"))
-        der([" ".join(map(str, y)) for y in hyps], [" ".join(map(str, y)) for y in refs])
-        acc(torch.tensor([float(y == r) for y, r in zip(hyps, refs, strict=True)]))
-        task.log(f"{stage}_der", der, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(refs))
-        task.log(f"{stage}_string_acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(refs))
+        texts = [[" ".join(map(str, y)) for y in ys] for ys in (hyps, refs)]  # what WordErrorRate reads
+        self._log_metric(task, f"{stage}_der", len(refs), *texts)
+        exact = torch.tensor([float(y == r) for y, r in zip(hyps, refs, strict=True)])
+        self._log_metric(task, f"{stage}_string_acc", len(refs), exact)
 
     def predict(self, logits: Tensor, tokens: Any = None) -> list[list[int]]:
         return ctc_greedy_decode(logits, self.frame_lengths(logits, tokens))

@@ -61,28 +61,16 @@ class EncoderTask(L.LightningModule):
         parts = [k for k in values.args[1:] if not isinstance(values.locals[k], bool | int | float | str | type(None))]
         self.save_hyperparameters(ignore=parts, logger=False, frame=frame)
 
-    @staticmethod
-    def _run_encoder(
-        adapter: Adapter, encoder: nn.Module, batch: Any, return_weights: bool = False,
-        state: IncrementalState | None = None,
-    ) -> tuple[Tensor, Tokens, Any]:
-        """``(h, tokens, weights)`` of ``encoder(adapter(batch))``; ``weights`` is ``None`` unless asked.
-
-        Every encoder takes the one call ``encoder(x, mask, *, tokens, state, return_weights)`` and
-        refuses by name the options it cannot honour."""
-        tokens = adapter(batch)
-        result = encoder(tokens.x, tokens.mask, tokens=tokens, state=state, return_weights=return_weights)
-        if return_weights:
-            h, weights = result
-            return h, tokens, weights
-        return result, tokens, None
-
     def encode(
         self, batch: Any, return_weights: bool = False, state: IncrementalState | None = None
     ) -> tuple[Tensor, Tokens, Any]:
-        """Encoder output h, the adapter's tokens and (optionally) the attention weights per layer; with
-        ``state``, read incrementally (see ``ClassificationTask.forward``)."""
-        return self._run_encoder(self.adapter, self.encoder, batch, return_weights, state)
+        """Encoder output h, the adapter's tokens and (optionally, else ``None``) the attention weights per
+        layer; with ``state``, read incrementally (see ``ClassificationTask.forward``). Every encoder takes
+        the one call ``encoder(x, mask, *, tokens, state, return_weights)`` and refuses by name the options
+        it cannot honour."""
+        tokens = self.adapter(batch)
+        result = self.encoder(tokens.x, tokens.mask, tokens=tokens, state=state, return_weights=return_weights)
+        return (result[0], tokens, result[1]) if return_weights else (result, tokens, None)
 
     def _shared_step(self, batch: Any, stage: Stage) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement _shared_step(batch, stage)")
@@ -256,13 +244,9 @@ class ClassificationTask(EncoderTask):
         loss, flat_logits, flat_target = self.objective.loss(logits, batch, stage, tokens)
         if train and len(outputs) > 1:
             loss = torch.stack([m.objective.loss(o[0], batch, stage, o[1])[0] for m, o in zip(members, outputs)]).mean()
-        extras: dict[str, tuple[float, list[Tensor]]] = {}
-        for _, _, terms in outputs:
-            for name, (weight, value) in terms.items():
-                extras.setdefault(name, (weight, []))[1].append(value)
         n = self.objective.count(flat_target)
-        for name, (weight, values) in extras.items():
-            value = torch.stack(values).mean()
+        for name, (weight, _) in outputs[0][2].items():  # (the members are copies: the same terms)
+            value = torch.stack([terms[name][1] for _, _, terms in outputs]).mean()
             module.log(f"train_{name}_loss", value, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
             loss = loss + weight * value
         self.objective.log(module, loss, flat_logits, flat_target, stage)
@@ -438,8 +422,7 @@ class Ensemble(EncoderTask):
     def predict_step(self, batch: Any, batch_idx: int) -> Any:
         return self.objective.predict(self(batch))
 
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        _renamed(checkpoint.get("state_dict", {}))
+    on_load_checkpoint = ClassificationTask.on_load_checkpoint
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]

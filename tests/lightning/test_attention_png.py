@@ -20,7 +20,8 @@ def test_one_png_per_layer_once(tmp_path: Path) -> None:
         SpeechAdapter(d_model=16, channels=4, mask=Window(3, 1)), Encoder(16, 2, 3, 32), PoolingClassifier(16, 4), 4
     )
     callback = AttentionMapPNG(max_tokens=8)
-    callback._keep(SimpleNamespace(sanity_checking=False), SpeechAdapter.example_batch(2), 0, 0)
+    trainer = SimpleNamespace(sanity_checking=False)
+    callback.on_validation_batch_end(trainer, task, None, SpeechAdapter.example_batch(2), 0)
     paths = callback.save(task, tmp_path)
     assert [p.name for p in paths] == ["attention_layer0.png", "attention_layer1.png", "attention_layer2.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
