@@ -31,8 +31,6 @@ _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_bac
 
 def graph_sizes(batch: Tensor, num_graphs: int | None = None) -> list[int]:
     """The node count of each graph of a sorted PyG ``batch`` vector (N,), as a list."""
-    if batch.numel() == 0:
-        return [0] * (num_graphs or 0)
     return torch.bincount(batch, minlength=num_graphs or 0).tolist()
 
 

@@ -14,6 +14,7 @@ from attnmm.attention.planner import AttentionPlan
 from attnmm.attention.weights import AttentionWeights
 from attnmm.common.tokens import Tokens
 from attnmm.masks import Mask, SameGraph
+from attnmm.nn._inputs import check_dropout
 from attnmm.nn.gps_conv import GPSConv
 from attnmm.nn.spd_bias import ShortestPathBias
 from attnmm.nn.transformer_conv import AttentionConv
@@ -101,8 +102,7 @@ class GPSEncoder(nn.Module):
             )
         if norm not in _NORMS:
             raise ValueError(f"norm must be 'batch', 'layer' or 'none', got {norm!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         self.d_model = check_nonneg_int("d_model", d_model, minimum=1)
         norm_name, norm_kwargs = _NORMS[norm]
         self.layers = nn.ModuleList(
@@ -164,10 +164,7 @@ class GPSEncoder(nn.Module):
 
 def _reads_edges(conv: nn.Module | None) -> bool:
     """Whether ``conv(x, edge_index, edge_attr)`` hands it edge features (its third argument is ``edge_attr``)."""
-    if conv is None:
-        return False
-    names = list(inspect.signature(conv.forward).parameters)
-    return len(names) > 2 and names[2] == "edge_attr"
+    return conv is not None and list(inspect.signature(conv.forward).parameters)[2:3] == ["edge_attr"]
 
 
 def _check_edge_width(edge_attr: Tensor | None, width: int) -> None:

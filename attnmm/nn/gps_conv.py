@@ -180,15 +180,8 @@ class GPSConv(nn.Module):
         recomputed in the backward, which leaves the buffers (running statistics) as the first pass left them."""
         if not (self.recompute and torch.is_grad_enabled()):
             return block(*args, **kwargs)
-        passes = 0
-
-        def run(*args: Any, **kwargs: Any) -> Tensor:
-            nonlocal passes
-            passes += 1
-            with contextlib.nullcontext() if passes == 1 else _buffers_kept(self):
-                return block(*args, **kwargs)
-
-        return checkpoint(run, *args, use_reentrant=False, **kwargs)
+        passes = (contextlib.nullcontext(), _buffers_kept(self))  # the forward as it is, the recomputation on copies
+        return checkpoint(block, *args, use_reentrant=False, context_fn=lambda: passes, **kwargs)
 
     def global_attention(
         self, x: Tensor, batch: Tensor | None = None, mask: Mask | None = None, *, bias: Tensor | None = None,
