@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _recipes import RECIPES, recipe_main
+from _recipes import RECIPES, SMOKE, generated_root, real_root, recipe_main
 
 from attnmm.lightning.cli import _quiet_noise
 
@@ -189,8 +189,10 @@ def test_every_recipe_suggests_the_option_meant(
 def test_every_recipe_names_the_refused_option(
     recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    folder = SMOKE.get(recipe, (None, []))[0]  # a recipe whose model is built from its data: generated files
+    root = [f"--data.root={generated_root(folder)}"] if folder is not None and real_root(folder) is None else []
     with pytest.raises(SystemExit) as stop:
-        _command_line(monkeypatch, tmp_path, recipe, "fit", "--model.warmup_fraction=1.5")
+        _command_line(monkeypatch, tmp_path, recipe, "fit", *root, "--model.warmup_fraction=1.5")
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert stop.value.code == 1
     assert err == ["error: --model.warmup_fraction: warmup_fraction must be in [0, 1), got 1.5"]
