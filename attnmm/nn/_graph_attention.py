@@ -96,7 +96,6 @@ class _ProjectedWithinGraphs(torch.autograd.Function):
                 d_qkv[start : start + n, i] = g.squeeze(0).transpose(0, 1)  # (n, H, E)
             start += n
         del qkv
-        ctx.lse = None
         d_flat = d_qkv.view(N, -1)  # (N, 3D)
         dx = d_flat @ weight if ctx.needs_input_grad[0] else None
         dw = d_flat.t() @ x if ctx.needs_input_grad[1] else None

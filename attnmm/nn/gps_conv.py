@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -180,7 +179,7 @@ class GPSConv(nn.Module):
         recomputed in the backward, which leaves the buffers (running statistics) as the first pass left them."""
         if not (self.recompute and torch.is_grad_enabled()):
             return block(*args, **kwargs)
-        passes = (contextlib.nullcontext(), _buffers_kept(self))  # the forward as it is, the recomputation on copies
+        passes = (contextlib.nullcontext(), _BuffersKept(self))  # the forward as it is, the recomputation on copies
         return checkpoint(block, *args, use_reentrant=False, context_fn=lambda: passes, **kwargs)
 
     def global_attention(
@@ -213,16 +212,21 @@ class GPSConv(nn.Module):
         return f"{name}({self.channels}, conv={self.conv}, heads={heads}, attn_type={self.attn_type})"
 
 
-@contextlib.contextmanager
-def _buffers_kept(module: nn.Module) -> Iterator[None]:
-    """Runs with copies in place of ``module``'s buffers, so that what the run writes into them is dropped."""
-    kept = [(owner, name, buffer) for owner in module.modules() for name, buffer in owner.named_buffers(recurse=False)]
-    for owner, name, buffer in kept:
-        setattr(owner, name, buffer.clone())
-    try:
-        yield
-    finally:
-        for owner, name, buffer in kept:
+class _BuffersKept:
+    """A context that runs with copies in place of ``module``'s buffers, so that what the run writes into them
+    is dropped; it can be entered again (a backward with ``retain_graph`` recomputes once more)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __enter__(self) -> None:
+        self.kept = [(owner, name, buffer) for owner in self.module.modules()
+                     for name, buffer in owner.named_buffers(recurse=False)]
+        for owner, name, buffer in self.kept:
+            setattr(owner, name, buffer.clone())
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, buffer in self.kept:
             setattr(owner, name, buffer)
 
 

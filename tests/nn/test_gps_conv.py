@@ -188,3 +188,6 @@ def test_recompute_keeps_values_gradients_and_statistics_with_less_saved() -> No
     with torch.no_grad():  # no gradients: nothing to recompute, same outputs
         torch.testing.assert_close(layers[1].eval()(x, edge_index, batch, edge_attr=edge_attr),
                                    layers[0].eval()(x, edge_index, batch, edge_attr=edge_attr))
+    again = layers[1].train()(x.clone().requires_grad_(), edge_index, batch, edge_attr=edge_attr).sum()
+    again.backward(retain_graph=True)
+    again.backward()  # a second backward recomputes once more
