@@ -77,6 +77,37 @@ def parameters(recipe: str, configs: list[str]) -> dict[str, int]:
     return {"total": sum(p.numel() for p in model.parameters()), **parts}
 
 
+def epoch_seconds(recipe: str, configs: list[str], epochs: int = 2, threads: int = 1) -> dict[str, Any]:
+    """The wall time of each epoch (training and its validation) of ``epochs`` epochs of the ``fit`` that
+    ``recipes/<recipe>.py`` runs from ``configs``, in this process on ``threads`` threads, in a folder thrown
+    away after; with the epochs the configs ask for (``max_epochs``)."""
+    import tempfile
+
+    from lightning.pytorch.callbacks import Callback
+
+    class Clock(Callback):
+        def on_train_epoch_start(self, *args: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_train_epoch_end(self, *args: Any) -> None:  # after the epoch's validation
+            seconds.append(round(time.perf_counter() - self.start, 2))
+
+    seconds: list[float] = []
+    here = Path.cwd()
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)
+        try:
+            args = [a for c in configs for a in ("--config", str(ROOT / c))]
+            cli = recipe_cli(recipe, [*args, "--torch_threads", str(threads), "--trainer.logger", "false",
+                                      "--trainer.enable_progress_bar", "false"])
+            planned, cli.trainer.fit_loop.max_epochs = cli.trainer.max_epochs, epochs
+            cli.trainer.callbacks.append(Clock())
+            cli.trainer.fit(cli.model, cli.datamodule)
+        finally:
+            os.chdir(here)
+    return {"seconds": seconds, "max_epochs": planned, "threads": threads}
+
+
 def workdir(budget: dict[str, Any]) -> Path:
     """The folder of a study's run directories: its budget's ``workdir``, else ``runs/studies``."""
     return Path(budget.get("workdir", ROOT / "runs" / "studies"))

@@ -1,12 +1,16 @@
 """``python -m studies peptides_field measure parameters``: each recipe candidate's model built from its configs
-(untrained): its parameters in all and by part, against the field's budget of 500k."""
+(untrained): its parameters in all and by part, against the field's budget of 500k. ``measure epochs``: the wall
+time of each candidate's epochs (training and validation) over the first ``epochs`` of its fit, on the budget's
+threads, against a budget of 200-250 epochs in 90 minutes of two cores."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from studies._runner import Study
-from studies._runner.train import parameters
+from studies._runner.train import epoch_seconds, parameters
+
+OPTIONS = {"epochs": 2, "threads": 2}
 
 
 def count(opts: Any) -> dict[str, Any]:
@@ -14,4 +18,9 @@ def count(opts: Any) -> dict[str, Any]:
             for n, c in Study.load("peptides_field").protocol.candidates.items() if c["peer"] == "recipe"}
 
 
-MEASURE = {"parameters": count}
+def epochs(opts: Any) -> dict[str, Any]:
+    return {f"epochs/{n}": epoch_seconds("graph_graph", c["configs"], opts.epochs, opts.threads)
+            for n, c in Study.load("peptides_field").protocol.candidates.items() if c["peer"] == "recipe"}
+
+
+MEASURE = {"parameters": count, "epochs": epochs}

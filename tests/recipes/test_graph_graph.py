@@ -74,16 +74,22 @@ def test_peptides_make_the_task_multilabel(tmp_path: Path, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize(
-    ("config", "attention"), [("graph_graph_peptides", True), ("graph_graph_peptides_mpnn", False)]
+    ("config", "attention", "recompute"),
+    [("graph_graph_peptides", True, False), ("graph_graph_peptides_mpnn", False, False),
+     ("graph_graph_peptides", True, True)],
 )
-def test_the_peptides_configs(config: str, attention: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_peptides_configs(
+    config: str, attention: bool, recompute: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The Peptides-func configs: categorical atoms and bonds embedded (cardinalities from the data), RWSE of
     16 steps computed once by the data (the adapter's pe linked to it), GINE, within LRGB's 500k parameters;
-    a smoke run on generated peptides writes test_ap."""
+    a smoke run on generated peptides writes test_ap. With the graph guide's ``--model.encoder.init_args.
+    recompute true`` every layer recomputes its activations in the backward, and the run trains as well."""
     pytest.importorskip("rdkit")
     write_peptides(tmp_path / "data")
     path = config_path(f"{config}.yaml")
-    args = [f"--config={path}", f"--data.root={tmp_path / 'data'}", "--data.batch_size=4"]
+    args = [f"--config={path}", f"--data.root={tmp_path / 'data'}", "--data.batch_size=4",
+            *(["--model.encoder.init_args.recompute", "true"] if recompute else [])]
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
     cli = recipe_main("graph_graph")(list(args), run=False)
@@ -93,6 +99,7 @@ def test_the_peptides_configs(config: str, attention: bool, tmp_path: Path, monk
     assert model.adapter.bonds.cardinalities == data.edge_feature_cardinalities
     assert all(type(layer.conv).__name__ == "GINEConv" for layer in model.encoder.layers)
     assert all((layer.attn is not None) == attention for layer in model.encoder.layers)
+    assert all(layer.recompute == recompute for layer in model.encoder.layers)
     params = sum(p.numel() for p in model.parameters())
     assert params == (190_986 if attention else 124_426) and params <= 500_000  # as results.md and graph.md record
     run = tmp_path / "run"
