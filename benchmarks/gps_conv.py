@@ -15,7 +15,9 @@ recomputed in the backward), and its layer without the attention branch (``attn_
 layer, the MLP and the norms alone, which bounds what any attention can save against PyG's.
 A first call's peak also holds the library code it pages in for the first time (several MiB, the same
 for any input size), so the peak of the first full-size call is measured once more in processes that
-call the layer on one graph before it (loading that code, and nothing of the full size).
+call the layer on one graph before it (loading that code, and nothing of the full size), and the peak of
+the tensors alone in processes of their own: the highest sum of live bytes over the allocations and frees
+that ``torch.profiler`` records (``profile_memory``) in the first call, and in the next one.
 
     python benchmarks/gps_conv.py --rounds 5
 
@@ -52,7 +54,21 @@ def _status(key: str) -> int:
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
-def _child(which: str, calls: int, threads: int, warm: bool = False) -> dict[str, float]:
+def _tensor_peak(call: Any) -> int:
+    """The highest sum of live tensor bytes during ``call()``, from the profiler's allocations and frees."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    live = peak = 0
+    for event in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                        key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def _child(which: str, calls: int, threads: int, warm: bool = False, tensors: bool = False) -> dict[str, float]:
     import time
 
     import torch
@@ -93,6 +109,9 @@ def _child(which: str, calls: int, threads: int, warm: bool = False) -> dict[str
         seconds = step(*args)
         return seconds, _status("VmHWM") - before
 
+    if tensors:  # the tensors' peak in the first call and in the next
+        first, steady = (_tensor_peak(lambda a=args: step(*a)) for args in inputs[:2])
+        return {"first_tensors": first, "steady_tensors": steady}
     if warm:  # the first graph of the first batch alone, once
         x, edge_index, batch, edge_attr = inputs[0]
         n = int((batch == 0).sum())
@@ -108,9 +127,9 @@ def _child(which: str, calls: int, threads: int, warm: bool = False) -> dict[str
             "steady_peak": statistics.median(peaks), "nodes": statistics.mean(b.num_nodes for b in batches)}
 
 
-def _measure(which: str, args: argparse.Namespace, env: dict[str, str], warm: bool = False) -> dict[str, float]:
+def _measure(which: str, args: argparse.Namespace, env: dict[str, str], *flags: str) -> dict[str, float]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", which, "--calls", str(args.calls),
-           "--threads", str(args.threads), *(["--warm"] if warm else [])]
+           "--threads", str(args.threads), *flags]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the {which} measurement failed:\n{done.stderr[-3000:]}")
@@ -140,7 +159,9 @@ def markdown(stored: dict[str, Any]) -> str:
     for key, label in (("first_s", "time, first call"), ("steady_s", "time, steady state"),
                        ("first_peak", "peak memory, first call"),
                        ("warm_peak", "peak memory, first full-size call after a one-graph call"),
-                       ("steady_peak", "peak memory, steady state")):
+                       ("steady_peak", "peak memory, steady state"),
+                       ("first_tensors", "tensor memory (the tensors' peak), first call"),
+                       ("steady_tensors", "tensor memory (the tensors' peak), steady state")):
         if key not in stored["ours"][0]:
             continue
         lines.append(f"| {label} | {_shown(key, stored['pyg'])} | {_shown(key, stored['ours'])} | "
@@ -169,9 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--render-only", action="store_true", help="render the page's table from the store")
     parser.add_argument("--child", choices=WHICH, help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tensors", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args.child, args.calls, args.threads, args.warm)))
+        print(json.dumps(_child(args.child, args.calls, args.threads, args.warm, args.tensors)))
         return
     if args.render_only:
         stored = json.loads(RESULTS.read_text())
@@ -185,9 +207,10 @@ def main(argv: list[str] | None = None) -> None:
             for which in (WHICH if r % 2 == 0 else WHICH[::-1]):
                 timed = _measure(which, args, env)
                 memory = _measure(which, args, mapped)
-                warm = _measure(which, args, mapped, warm=True)
+                warm = _measure(which, args, mapped, "--warm")
+                tensors = _measure(which, args, env, "--tensors")
                 got[which].append({**timed, "first_peak": memory["first_peak"], "steady_peak": memory["steady_peak"],
-                                   "warm_peak": warm["first_peak"]})
+                                   "warm_peak": warm["first_peak"], **tensors})
             print(f"round {r + 1}: " + ", ".join(
                 f"{w} first {got[w][-1]['first_s']:.3f} s, steady {got[w][-1]['steady_s']:.3f} s" for w in got),
                 flush=True)
