@@ -183,3 +183,18 @@ def test_fingerprint_peer_selects_on_validation_then_tests_the_chosen_point(
     rows = pf.summary(View(study))
     assert [r["metric"].split(", ", 1)[1] for r in rows] == [
         "GPS (the recipe's config)", "Morgan fingerprints into trees (short range only)"]
+
+
+def test_measure_epochs_times_each_epoch_of_the_candidates_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``measure epochs``: the recipe's fit from the candidate's configs, on generated peptides, for the asked
+    epochs only (each timed, training and validation), in a folder thrown away; the configs' own epochs reported."""
+    pytest.importorskip("rdkit")
+    write_peptides(tmp_path / "data")
+    monkeypatch.setenv("ATTNMM_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("ATTNMM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    configs = Study.load("peptides_field").protocol.candidates["exphormer"]["configs"]
+    got = train.epoch_seconds("graph_graph", configs, epochs=2, threads=1)
+    assert got["max_epochs"] == 200 and got["threads"] == 1
+    assert len(got["seconds"]) == 2 and all(s > 0 for s in got["seconds"])
+    assert Path.cwd() == tmp_path and sorted(p.name for p in tmp_path.iterdir()) == ["cache", "data"]
