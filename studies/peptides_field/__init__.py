@@ -64,5 +64,5 @@ def summary(view: Any) -> list[dict[str, Any]]:
     p, tests = view.protocol.data, context({}, view)["tests"]
     return [{"task": p["task"], "dataset": p["dataset"], "split": p["split_protocol"], "anchors": p["anchors"],
              "metric": f"test AP at the field's budget, {LABELS[c]}", "order": p["order"],
-             "result": f"{mean_std(list(aps.values()), digits=4)} ({len(aps)} seeds)"}
+             "result": f"{mean_std(list(aps.values()), digits=4)} ({len(aps)} seed{'s' * (len(aps) != 1)})"}
             for c, aps in tests.items() if aps]
