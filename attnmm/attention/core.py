@@ -11,6 +11,7 @@ from torch import Tensor
 
 from attnmm.attention._layout import Layout, resolve_layout
 from attnmm.attention.backends._memory import check_backend, check_pairs
+from attnmm.attention.backends.base import BackendRefusedError
 from attnmm.attention.forms import Forms
 from attnmm.attention.planner import Plan, choose_backend, split_problem
 from attnmm.attention.problem import Inputs, Problem
@@ -163,7 +164,15 @@ def attend(
         if backend == "auto":
             plan.keep(problem, forms, chosen)
     with torch.autocast(q.device.type, enabled=False) if autocast else contextlib.nullcontext():
-        out, values = chosen.forward(problem, forms, Inputs(q, k, v, bias))
+        try:
+            out, values = chosen.forward(problem, forms, Inputs(q, k, v, bias))
+        except BackendRefusedError:
+            if backend != "auto":
+                raise
+            chosen = choose_backend(problem, forms, backend, plan.reader)  # the refusing backend's check now says no
+            check_backend(problem, forms, chosen, plan.reader)
+            plan.keep(problem, forms, chosen)
+            out, values = chosen.forward(problem, forms, Inputs(q, k, v, bias))
     if packed:
         out = out.squeeze(0).transpose(0, 1)  # (N, H, Ev)
     if not return_weights:

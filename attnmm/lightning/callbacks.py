@@ -137,7 +137,12 @@ class AttentionMapPNG(L.Callback):
 
 def _encode(pl_module: L.LightningModule, batch: Any, max_tokens: int) -> tuple[Any, Any, int]:
     """The adapter's tokens and the attention weights per layer of ``batch``, in eval mode, and how many
-    tokens of the first item to show: its length, at most ``max_tokens``."""
+    tokens of the first item to show: its length, at most ``max_tokens``. The batch goes where the module
+    is (after a fit or test Lightning has moved the module back to the CPU, the batch kept stays on the
+    accelerator)."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    batch = move_data_to_device(batch, pl_module.device)
     was_training = pl_module.training
     pl_module.eval()
     try:

@@ -17,7 +17,10 @@ from torch import Tensor
 #: other devices (whose values would need a device synchronisation), by identity and version, so
 #: they hit only for the same tensor object unchanged (then the cache must hold the object). A key
 #: with such a part is not :func:`keyed_by_value`: an edit the version counter does not see (through
-#: ``.data``, NumPy or DLPack) would leave it unchanged.
+#: ``.data``, NumPy or DLPack) would leave it unchanged. Inference tensors (made under
+#: ``torch.inference_mode``, as Lightning's validation and test loops make their batches) have no version
+#: counter: up to this size they are keyed by value on any device (a copy to the CPU), larger ones by
+#: identity alone.
 VALUE_KEY_ELEMENTS = 1 << 20
 
 
@@ -61,13 +64,17 @@ def keyed_by_value(key: Hashable) -> bool:
 
 def _content_key(obj: object, by_identity: list[bool]) -> Hashable:
     if isinstance(obj, Tensor):
-        if obj.device.type == "cpu" and obj.numel() <= VALUE_KEY_ELEMENTS and obj.layout == torch.strided:
-            flat = obj.detach().contiguous()
+        small = obj.numel() <= VALUE_KEY_ELEMENTS and obj.layout == torch.strided
+        # an inference tensor has no version counter: a small one is keyed by value wherever it is (one copy
+        # to the CPU), a large one by identity alone
+        if small and (obj.device.type == "cpu" or obj.is_inference()):
+            flat = obj.detach().contiguous().cpu()
             if flat.dtype in _AS_INT:  # dtypes numpy lacks: the same bits as integers
                 flat = flat.view(_AS_INT[flat.dtype])
             return ("tensor", obj.dtype, tuple(obj.shape), flat.numpy().tobytes())
         by_identity.append(True)
-        return _ByIdentity(("tensor-id", id(obj), obj._version, obj.dtype, tuple(obj.shape), str(obj.device)))
+        version = "inference" if obj.is_inference() else obj._version
+        return _ByIdentity(("tensor-id", id(obj), version, obj.dtype, tuple(obj.shape), str(obj.device)))
     if obj is None or isinstance(obj, (bool, int, float, str, torch.dtype, torch.device)):
         return obj
     if isinstance(obj, (tuple, list)):

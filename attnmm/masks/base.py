@@ -29,6 +29,13 @@ Interval = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 #: Sentinel for "no upper bound" in interval masks; larger than any realistic sequence length.
 UNBOUNDED = 2**62
 
+
+def unbounded(idx: Tensor) -> int:
+    """:data:`UNBOUNDED` for positions of ``idx``'s integer dtype: half its largest value, so that a position
+    plus or minus it cannot overflow (2**62 for int64; 2**30 for the int32 positions of FlexAttention's
+    kernels)."""
+    return UNBOUNDED if idx.dtype == torch.int64 else (torch.iinfo(idx.dtype).max + 1) // 2
+
 #: Interval masks count their pairs exactly in :meth:`IntervalMask.nnz_bound` up to this many query
 #: rows (B * L); beyond it they bound the count from their band in O(1).
 EXACT_COUNT_ROWS = 1 << 22
@@ -333,7 +340,7 @@ class Full(IntervalMask):
     """
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
-        return torch.zeros_like(q_idx), torch.full_like(q_idx, UNBOUNDED)
+        return torch.zeros_like(q_idx), torch.full_like(q_idx, unbounded(q_idx))
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return torch.ones_like(q_idx + kv_idx, dtype=torch.bool)

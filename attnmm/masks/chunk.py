@@ -8,7 +8,7 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import UNBOUNDED, IntervalMask, Mask, Structure
+from attnmm.masks.base import IntervalMask, Mask, Structure, unbounded
 
 
 @register_mask
@@ -41,15 +41,17 @@ class Chunk(IntervalMask):
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
         # sizes past any sequence length are capped, and chunks before the first are empty, so that
-        # (c - left_chunks) * size stays within int64
-        size, left_chunks = min(self.size, UNBOUNDED), min(self.left_chunks, UNBOUNDED)
+        # (c - left_chunks) * size stays within the index dtype
+        bound = unbounded(q_idx)
+        size, left_chunks = min(self.size, bound), min(self.left_chunks, bound)
         c = q_idx // size
         return (c - left_chunks).clamp(min=0) * size, (c + 1) * size
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        size = min(self.size, UNBOUNDED)
+        bound = unbounded(q_idx)
+        size = min(self.size, bound)
         cq, ck = q_idx // size, kv_idx // size
-        return (ck <= cq) & (ck >= cq - min(self.left_chunks, UNBOUNDED))
+        return (ck <= cq) & (ck >= cq - min(self.left_chunks, bound))
 
     @property
     def band(self) -> tuple[int | None, int | None]:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
-from attnmm.masks._pairs import Pairs, broadcast_shape
+from attnmm.masks._pairs import Pairs
 from attnmm.masks._registry import register_mask
 from attnmm.masks.base import Mask, Structure, _part_pairs
 from attnmm.masks.full import Full
@@ -80,7 +80,7 @@ class _Blocks(Mask):
         ks = col_segment[kv_idx.clamp(0, col_segment.numel() - 1)]
         qi = q_idx - self._row_offsets.to(device)[qs]  # positions within their segments
         kj = kv_idx - self._col_offsets.to(device)[ks]
-        out = torch.zeros(broadcast_shape(q_idx.shape, kv_idx.shape), dtype=torch.bool, device=device)
+        out = (qs < 0) & (ks < 0)  # all False, of the pairs' shape (pointwise: no new buffer inside a kernel)
         for a, c, m in self._links():
             out = out | ((qs == a) & (ks == c) & m.mask_mod(b, h, qi, kj))
         if self.row_lengths is not None:

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from attnmm._checks import check_nonneg_int
 from attnmm.masks._registry import register_mask
-from attnmm.masks.base import UNBOUNDED, IntervalMask, Mask
+from attnmm.masks.base import IntervalMask, Mask, unbounded
 
 
 @register_mask
@@ -36,11 +36,13 @@ class Window(IntervalMask):
         self.right = check_nonneg_int("right", right)
 
     def interval(self, b: Tensor, q_idx: Tensor) -> tuple[Tensor, Tensor]:
-        # widths past any sequence length are capped, so that q_idx + right cannot overflow int64
-        return q_idx - min(self.left, UNBOUNDED), q_idx + min(self.right, UNBOUNDED) + 1
+        # widths past any sequence length are capped, so that q_idx + right cannot overflow the index dtype
+        bound = unbounded(q_idx)
+        return q_idx - min(self.left, bound), q_idx + min(self.right, bound) + 1
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (kv_idx >= q_idx - min(self.left, UNBOUNDED)) & (kv_idx <= q_idx + min(self.right, UNBOUNDED))
+        bound = unbounded(q_idx)
+        return (kv_idx >= q_idx - min(self.left, bound)) & (kv_idx <= q_idx + min(self.right, bound))
 
     @property
     def band(self) -> tuple[int | None, int | None]:

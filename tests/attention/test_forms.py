@@ -52,6 +52,22 @@ def test_content_keys() -> None:
     assert content_key(big) != before
 
 
+def test_content_keys_of_inference_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tensors made under inference_mode (Lightning's validation and test batches) have no version counter
+    with torch.inference_mode():
+        lengths = torch.tensor([3, 4])
+        assert content_key(Padding(lengths)) == content_key(Padding([3, 4]))  # small: by value
+        big = torch.zeros(VALUE_KEY_ELEMENTS + 1)
+        assert content_key(big) == content_key(big) and content_key(big) != content_key(big.clone())
+        assert not keyed_by_value(content_key(big))
+        # a mask whose tensors are keyed by identity (as on an accelerator): attend runs and matches the reference
+        monkeypatch.setattr("attnmm.masks._key.VALUE_KEY_ELEMENTS", 0)
+        q = torch.randn(2, 1, 5, 4)
+        mask = Padding(torch.tensor([5, 2])) & Window(1, 1)
+        assert not keyed_by_value(content_key(mask))
+        torch.testing.assert_close(attend(q, q, q, mask), attend(q, q, q, mask, backend="reference"))
+
+
 @pytest.mark.parametrize("return_weights", [True, False])
 def test_an_encoder_forward_builds_the_mask_once(monkeypatch: pytest.MonkeyPatch, return_weights: bool) -> None:
     # adapters build a new mask per batch: every layer of a forward, and a later forward over the same

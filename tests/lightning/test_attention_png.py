@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from attnmm.adapters import SpeechAdapter
-from attnmm.attention import Encoder
 from attnmm.lightning import AttentionMapPNG, ClassificationTask
 from attnmm.lightning.callbacks import _first_item_weights
 from attnmm.masks import Window
-from attnmm.nn import PoolingClassifier
+from attnmm.nn import Encoder, PoolingClassifier
 
 
 def test_one_png_per_layer_once(tmp_path: Path) -> None:
@@ -37,3 +37,15 @@ def test_graph_layer_weights_become_a_dense_map() -> None:
     assert dense.shape == (2, 3, 3)
     assert dense[0, 1, 0] == 1.0 and dense[0, 2, 1] == 0.25 and dense[0, 2, 2] == 0.75
     assert dense.sum() == alpha.sum()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a batch kept on the GPU)")
+def test_a_batch_kept_on_the_gpu_is_drawn_by_a_module_moved_back(tmp_path: Path) -> None:
+    # after a fit or test Lightning moves the module back to the CPU; the batch kept stays where it was
+    task = ClassificationTask(
+        SpeechAdapter(d_model=16, channels=4, mask=Window(3, 1)), Encoder(16, 2, 2, 32), PoolingClassifier(16, 4), 4
+    )
+    callback = AttentionMapPNG(max_tokens=8)
+    batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in SpeechAdapter.example_batch(2).items()}
+    callback.on_validation_batch_end(SimpleNamespace(sanity_checking=False), task, None, batch, 0)
+    assert len(callback.save(task, tmp_path)) == 2

@@ -64,3 +64,21 @@ def test_batch_size_conflict() -> None:
 def test_non_mask_operand() -> None:
     with pytest.raises(TypeError, match="masks compose only with masks: got Tensor on the right of '&'"):
         Causal() & torch.ones(2, 2)  # type: ignore[operator]
+
+
+def test_mask_mods_over_int32_positions_equal_int64() -> None:
+    # FlexAttention's kernels pass int32 positions: "no bound" must not overflow them (Full() & Padding, a
+    # window or chunk wider than any sequence)
+    from attnmm.masks import Chunk, Documents, Segments
+
+    huge = 2**40
+    masks = [Full(), Full() & Padding([7, 3]), Window(huge, 0), Window(2, huge) & Padding([7, 0]), Chunk(huge, huge),
+             Chunk(3, 1) & Causal(), Documents([3, 4]) & Causal(), Grid(3, 3, 3) & Causal(),
+             Segments([4, 3], within=[Window(1, huge), Full()], links="full")]
+    for mask in masks:
+        out = []
+        for dtype in (torch.int64, torch.int32):
+            b = torch.arange(2, dtype=dtype).view(-1, 1, 1) if mask.batched else torch.zeros((), dtype=dtype)
+            q, kv = torch.arange(7, dtype=dtype).view(1, -1, 1), torch.arange(9 if mask.batched else 7, dtype=dtype)
+            out.append(mask.mask_mod(b, torch.zeros((), dtype=dtype), q, kv.view(1, 1, -1)))
+        assert torch.equal(*out), mask

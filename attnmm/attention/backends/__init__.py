@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from attnmm.attention.backends._registry import get_backend, list_backends, register_backend, unregister_backend
 from attnmm.attention.backends.band import BandBackend
-from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.backends.base import Backend, BackendRefusedError, Supports
 from attnmm.attention.backends.flex import FlexBackend
 from attnmm.attention.backends.masked_sdpa import MaskedSDPABackend
 from attnmm.attention.backends.reference import ReferenceBackend
@@ -22,6 +22,6 @@ for _backend in (ReferenceBackend, SDPABackend, SparseBackend, BandBackend, Mask
                  SegmentsBackend):
     register_backend(_backend())
 
-__all__ = ["BandBackend", "Backend", "FlexBackend", "GradSinks", "MaskedSDPABackend", "ReferenceBackend", "SDPABackend",
-           "SegmentsBackend", "SparseBackend", "Supports", "get_backend", "list_backends", "register_backend",
-           "unregister_backend"]
+__all__ = ["BandBackend", "Backend", "BackendRefusedError", "FlexBackend", "GradSinks", "MaskedSDPABackend",
+           "ReferenceBackend", "SDPABackend", "SegmentsBackend", "SparseBackend", "Supports", "get_backend",
+           "list_backends", "register_backend", "unregister_backend"]

@@ -94,6 +94,12 @@ class Supports:
         return None
 
 
+class BackendRefusedError(RuntimeError):
+    """Raised by a backend's ``forward`` that finds, only as it runs, that it cannot compute the problem (and
+    refuses it by its ``check`` from then on). Dispatch (``backend="auto"``) then chooses again; a backend
+    named by the caller lets it through."""
+
+
 class Backend(ABC):
     """One way to compute :func:`attnmm.attend`.
 

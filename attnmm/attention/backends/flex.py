@@ -3,6 +3,7 @@ inference)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from collections import OrderedDict
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from torch import Tensor
 from attnmm.attention.backends._cost import UNIT
 from attnmm.attention.backends._registry import get_backend
 from attnmm.attention.backends._sizes import dense_bytes
-from attnmm.attention.backends.base import Backend, Supports
+from attnmm.attention.backends.base import Backend, BackendRefusedError, Supports
 from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Inputs, Problem
 from attnmm.masks import Mask
@@ -26,6 +27,12 @@ BLOCK_SIZE = 128
 
 #: How many block masks (and tile counts) the backend keeps (least recently used first out).
 CACHE_SIZE = 32
+
+#: How many kernels torch may compile for the backend's calls of ``flex_attention`` in one process (one per
+#: family of masks, dtype and block-mask shape; torch's own limit for a function is 8). Past it torch would
+#: run ``flex_attention`` uncompiled, which materialises every (L, S) score (gigabytes for long
+#: sequences); the backend raises instead.
+RECOMPILE_LIMIT = 64
 
 
 def flex_available(device_type: str = "cuda") -> str | None:
@@ -93,6 +100,8 @@ class FlexBackend(Backend):
         # the same key -> tiles holding an allowed pair, for the cost estimate
         self.tile_counts: OrderedDict[tuple[Any, ...], tuple[Mask, tuple[int, int, int]]] = OrderedDict()
         self._available: dict[str, str | None] = {}
+        #: why the backend refuses every problem from now on (torch's recompile limit reached), else None
+        self.exhausted: str | None = None
 
     def flex_available(self, device_type: str) -> str | None:
         """:func:`flex_available`, asked once per device type."""
@@ -108,6 +117,7 @@ class FlexBackend(Backend):
     def reset_compiled(self) -> None:
         """Forget the compiled kernel, so that the next call compiles it again (for measuring)."""
         self.compiled = None
+        self.exhausted = None
         torch._dynamo.reset()
 
     def memory_bytes(self, problem: Problem, forms: Forms) -> int:
@@ -138,7 +148,7 @@ class FlexBackend(Backend):
 
     def check(self, problem: Problem, forms: Forms) -> str | None:
         device = problem.device.type
-        reason = self.flex_available(device)
+        reason = self.flex_available(device) or self.exhausted
         if reason is not None:
             return reason
         if device == "cpu" and problem.training:
@@ -155,8 +165,19 @@ class FlexBackend(Backend):
         if self.compiled is None:
             self.compiled = torch.compile(flex_attention, dynamic=True)  # new lengths reuse the kernel
         block_mask = self.block_mask(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.device)
+        limit = max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)
         try:
-            out = self.compiled(inputs.q, inputs.k, inputs.v, block_mask=block_mask, scale=problem.scale)
+            with torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=True):
+                out = self.compiled(inputs.q, inputs.k, inputs.v, block_mask=block_mask, scale=problem.scale)
+        except torch._dynamo.exc.FailOnRecompileLimitHit as err:
+            self.exhausted = (f"FlexAttention has compiled its {limit} kernels (RECOMPILE_LIMIT) in this process; "
+                              "a new one would run uncompiled")
+            raise BackendRefusedError(
+                f"FlexAttention has compiled {limit} kernels in this process (one per family of masks, dtype and "
+                f"shape of block mask), torch's limit for it; the kernel of {problem.effective_mask!r} would run "
+                "uncompiled, materialising every score. Raise attnmm.attention.backends.flex.RECOMPILE_LIMIT, or "
+                "name another backend for it (backend='sparse', say)"
+            ) from err
         except Exception as err:
             if problem.device.type != "cpu" or not problem.effective_mask.batched:
                 raise
@@ -228,8 +249,11 @@ class FlexBackend(Backend):
         if key in self.block_masks:
             self.block_masks.move_to_end(key)
             return self.block_masks[key][1]
+        # the kernel evaluates mask_mod where it runs: the mask's own tensors (a Padding's lengths made on the
+        # CPU, say) go there first, or torch's code generator would have to copy them inside the kernel
         block_mask = create_block_mask(
-            as_mask_mod(mask), batch_size, None, num_rows, num_cols, device=device, BLOCK_SIZE=BLOCK_SIZE
+            as_mask_mod(on_device(mask, device)), batch_size, None, num_rows, num_cols, device=device,
+            BLOCK_SIZE=BLOCK_SIZE,
         )
         self.block_masks[key] = (mask, block_mask)
         while len(self.block_masks) > CACHE_SIZE:
@@ -240,6 +264,44 @@ def block_mask_key(problem: Problem) -> tuple[Any, ...]:
     """The key of the problem's block mask (and tile counts): the mask's content and the shape."""
     mask = problem.effective_mask
     return (content_key(mask), problem.batch_size, problem.L, problem.S, str(problem.device))
+
+def on_device(mask: Mask, device: torch.device | str) -> Mask:
+    """``mask`` with every tensor it holds (in its parts too) on ``device``: ``mask`` itself when they are
+    all there already, else a copy (the mask is not changed)."""
+    device = torch.device(device)
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, Tensor):
+            return value if _same_device(value.device, device) else value.to(device)
+        if isinstance(value, Mask):
+            return on_device(value, device)
+        if isinstance(value, (list, tuple)):
+            items = [moved(v) for v in value]
+            same = all(a is b for a, b in zip(items, value))
+            return value if same else (items if isinstance(value, list) else type(value)(items))
+        if isinstance(value, dict):
+            items = {k: moved(v) for k, v in value.items()}
+            return value if all(items[k] is v for k, v in value.items()) else items
+        return value
+
+    changed = {name: new for name, value in vars(mask).items() if (new := moved(value)) is not value}
+    if not changed:
+        return mask
+    out = copy.copy(mask)
+    for name, value in changed.items():
+        object.__setattr__(out, name, value)
+    return out
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` is ``b`` (``cuda`` and ``cuda:0`` the same when the current device is 0)."""
+    if a.type != b.type:
+        return False
+    if a.index is None or b.index is None:
+        current = torch.cuda.current_device() if a.type == "cuda" and torch.cuda.is_available() else 0
+        return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+    return a.index == b.index
+
 
 def as_mask_mod(mask: Mask) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
     """``mask.mask_mod`` as a plain 4-argument function: FlexAttention tells mask_mods from

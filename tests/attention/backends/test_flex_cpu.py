@@ -8,7 +8,7 @@ import torch
 from _oracle import planned
 
 from attnmm import attend
-from attnmm.attention.backends import flex
+from attnmm.attention.backends import BackendRefusedError, flex
 from attnmm.attention.backends.flex import flex_available
 from attnmm.attention.forms import Forms
 from attnmm.attention.problem import Problem
@@ -209,3 +209,70 @@ def test_on_this_cpu_flex_is_never_the_cheapest_estimate(monkeypatch: pytest.Mon
             assert ranked[0].name != "flex", label
             seen += 1
     assert seen >= 10
+
+
+def test_past_the_recompile_limit_the_backend_raises_instead_of_running_uncompiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # torch runs a function past its recompile limit uncompiled: for flex_attention that materialises every score
+    flex.reset_compiled()
+    monkeypatch.setattr(flex, "RECOMPILE_LIMIT", 1)
+    q = torch.randn(1, 1, 64, 16)
+    try:
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=1):
+            torch.testing.assert_close(attend(q, q, q, Window(8, 0), backend="flex"),
+                                       attend(q, q, q, Window(8, 0), backend="reference"), atol=2e-5, rtol=2e-4)
+            with pytest.raises(BackendRefusedError, match="RECOMPILE_LIMIT"):
+                attend(q, q, q, Grid(8, 8, 3), backend="flex")  # another family of masks: a second kernel
+            problem = planned(q, q, q, Window(8, 0), 0.25, 0.0, "softmax", None, False, False)
+            assert "RECOMPILE_LIMIT" in str(_flex().check(*problem))  # refused from now on
+    finally:
+        flex.reset_compiled()
+    assert _flex().exhausted is None
+
+
+def test_dispatch_chooses_again_when_flex_refuses_as_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnmm.attention.backends import _calibration
+
+    flex.reset_compiled()
+    costs = {**_calibration.COSTS["cpu"], "flex": {"infer": (1e-9, 0.0, 0.0, 0.0, 0.0, 0.0)}}
+    monkeypatch.setitem(_calibration.COSTS, "cpu", costs)  # flex estimated cheapest: dispatch takes it
+    monkeypatch.setattr(flex, "RECOMPILE_LIMIT", 1)
+    q = torch.randn(1, 2, 64, 16)
+    try:
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=1):
+            attend(q, q, q, Window(8, 0))  # flex's one kernel
+            assert _flex().exhausted is None
+            out = attend(q, q, q, Grid(8, 8, 3))  # a second kernel: flex refuses, another backend computes it
+            torch.testing.assert_close(out, attend(q, q, q, Grid(8, 8, 3), backend="reference"), atol=2e-5, rtol=2e-4)
+            assert _flex().exhausted is not None
+    finally:
+        flex.reset_compiled()
+
+
+def test_masks_go_to_the_kernels_device_with_their_parts() -> None:
+    from attnmm.attention.backends.flex import on_device
+    from attnmm.masks import Segments
+
+    def devices(mask: object) -> set[str]:
+        found: set[str] = set()
+
+        def walk(value: object) -> None:
+            if isinstance(value, torch.Tensor):
+                found.add(value.device.type)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    walk(v)
+            elif hasattr(value, "mask_mod"):
+                for v in vars(value).values():
+                    walk(v)
+
+        walk(mask)
+        return found
+
+    masks = [Window(32, 0) & Padding([300, 0]), Documents([100, 0, 150, 50]) & Causal(),
+             Segments([10, 12, 4], within=[Window(2, 2), Causal(), None], links="full")]
+    for mask in masks:
+        moved = on_device(mask, "meta")
+        assert devices(mask) == {"cpu"} and devices(moved) == {"meta"}  # a copy: the mask itself unchanged
+        assert on_device(mask, "cpu") is mask  # already there: the mask itself
