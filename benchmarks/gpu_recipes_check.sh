@@ -71,9 +71,11 @@ done
 if [ "$ACCELERATOR" = gpu ]; then
   step gpu_check 300 "$PY" -m benchmarks.gpu_check
   sed -n '/^== done/,$p' "$OUT/gpu_check.log" 2>/dev/null
-  # LSTM vs causal attention training steps on the GPU (issue 18); stored as the part parallel_cuda
-  step rnn_parallel_cuda 120 "$PY" -m benchmarks.rnn_attention --parts parallel --device cuda --rounds 2
-  grep '^   ' "$OUT/rnn_parallel_cuda.log" 2>/dev/null
+  # LSTM vs causal attention training steps on the GPU: the rnn_attention study's part parallel_cuda, written
+  # to a part store of its own ($OUT/rnn_parallel_cuda.json) for `python -m studies rnn_attention merge`
+  step rnn_parallel_cuda 150 "$PY" -m studies rnn_attention measure parallel device=cuda rounds=2 \
+    --store "$OUT/rnn_parallel_cuda.json" --no-progress
+  tail -5 "$OUT/rnn_parallel_cuda.log" 2>/dev/null
 fi
 
 echo "== finished in $SECONDS s; logs in $OUT"

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "merge":
             added = study.store.merge(Store(Path(p), study.name) for p in args.parts)
             study.store.save()
-            print(f"{study.name}: merged {added} new records into {study.store.path}")
+            print(f"{study.name}: merged {added} new records and detail parts into {study.store.path}")
         elif args.action == "measure":
             measure(study, args.parts[0], args.parts[1:], "python -m studies " + " ".join(argv))
         else:

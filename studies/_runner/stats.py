@@ -170,7 +170,8 @@ def machine() -> str:
     import torch
 
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {stamp}"
+    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return f"{platform.machine()}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}, {stamp}"
 
 
 def commit() -> str:

@@ -74,10 +74,22 @@ class Store:
         return [r for r in self.records if r["kind"] == kind and (protocol is None or r["protocol"] == protocol)]
 
     def merge(self, others: Iterable[Store]) -> int:
-        """Join the records of ``others`` into this store; returns how many were new. Two records of the
-        same run with different scores are refused: the parts disagree."""
+        """Join the records of ``others`` into this store, and the parts of their ``detail`` (a measurement
+        made elsewhere, on a GPU say); returns how many records and parts were new. Two records of the same
+        run with different scores are refused, and so are two different parts of one name: the stores
+        disagree."""
         mine = {key(r): r for r in self.records}
         added = 0
+        others = list(others)
+        for other in others:
+            for name, part in other.data.get("detail", {}).items():
+                detail = self.data.setdefault("detail", {})
+                if name not in detail:
+                    detail[name] = part
+                    added += 1
+                elif detail[name] != part:
+                    raise ValueError(f"{other.path} and {self.path} hold different detail parts {name!r}: remove "
+                                     f"one of them to keep the other")
         for other in others:
             if other.data.get("study") != self.data.get("study"):
                 raise ValueError(f"{other.path} holds study {other.data.get('study')!r}, not {self.data['study']!r}")

@@ -184,6 +184,20 @@ def test_merge_joins_parts_and_refuses_disagreement(tmp_path: Path) -> None:
         main_store.merge([Store(tmp_path / "b.json", "toy")])
 
 
+def test_merge_joins_detail_parts_measured_elsewhere(tmp_path: Path) -> None:
+    # a measurement made on another machine (a GPU) is a detail part of a store of its own
+    (tmp_path / "gpu.json").write_text(json.dumps({"study": "toy", "protocols": {}, "scored": {}, "records": [],
+                                                   "detail": {"speed_cuda": {"rows": [1, 2]}}}))
+    main_store = Store(tmp_path / "store.json", "toy")
+    assert main_store.merge([Store(tmp_path / "gpu.json", "toy")]) == 1
+    assert main_store.data["detail"]["speed_cuda"] == {"rows": [1, 2]}
+    assert main_store.merge([Store(tmp_path / "gpu.json", "toy")]) == 0  # the same part again: nothing new
+    (tmp_path / "other.json").write_text(json.dumps({"study": "toy", "protocols": {}, "scored": {}, "records": [],
+                                                     "detail": {"speed_cuda": {"rows": [3]}}}))
+    with pytest.raises(ValueError, match="different detail parts 'speed_cuda'"):
+        main_store.merge([Store(tmp_path / "other.json", "toy")])
+
+
 def test_pages_render_byte_identically(tmp_path: Path) -> None:
     """`python -m studies render` rewrites every study README, the docs blocks and docs/results.md exactly
     as committed, from the committed stores."""

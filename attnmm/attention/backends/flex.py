@@ -58,7 +58,10 @@ class FlexBackend(Backend):
     mask's tiles. Block masks are cached per mask content (equal masks rebuilt per batch share one) and
     shape (B, L, S, device), the
     :data:`CACHE_SIZE` most recent ones. The kernel is compiled once with dynamic shapes, so batches
-    of new lengths reuse it (a second compilation comes for sequences shorter than one block).
+    of new lengths reuse it (a second compilation comes for sequences shorter than one block); each family of
+    masks compiles its own, up to :data:`RECOMPILE_LIMIT` in a process, past which the backend refuses
+    (:class:`~attnmm.attention.backends.base.BackendRefusedError`: dispatch chooses another backend) rather
+    than let torch run the kernel uncompiled. The mask's tensors go to the kernel's device first.
     Softmax scores only, without bias, returned weights or dropout; queries with an empty allowed set
     get zero. On the CPU it runs in float32 without gradients. Per-item masks (a batch's ``Padding``)
     run there too, one kernel for every length (``Window & Padding(lengths)``: one compilation for
