@@ -168,11 +168,14 @@ class FlexBackend(Backend):
         if self.compiled is None:
             self.compiled = torch.compile(flex_attention, dynamic=True)  # new lengths reuse the kernel
         block_mask = self.block_mask(problem.effective_mask, problem.batch_size, problem.L, problem.S, problem.device)
-        limit = max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)
+        config = torch._dynamo.config
+        limit = max(RECOMPILE_LIMIT, getattr(config, "recompile_limit", 0))
+        # (torch before 2.6 names neither option nor the error: its own limit and fallback stand there)
+        options = {"recompile_limit": limit, "fail_on_recompile_limit_hit": True}
         try:
-            with torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=True):
+            with config.patch({key: value for key, value in options.items() if hasattr(config, key)}):
                 out = self.compiled(inputs.q, inputs.k, inputs.v, block_mask=block_mask, scale=problem.scale)
-        except torch._dynamo.exc.FailOnRecompileLimitHit as err:
+        except getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ()) as err:
             self.exhausted = (f"FlexAttention has compiled its {limit} kernels (RECOMPILE_LIMIT) in this process; "
                               "a new one would run uncompiled")
             raise BackendRefusedError(
@@ -283,8 +286,8 @@ def on_device(mask: Mask, device: torch.device | str) -> Mask:
             same = all(a is b for a, b in zip(items, value))
             return value if same else (items if isinstance(value, list) else type(value)(items))
         if isinstance(value, dict):
-            items = {k: moved(v) for k, v in value.items()}
-            return value if all(items[k] is v for k, v in value.items()) else items
+            entries = {k: moved(v) for k, v in value.items()}
+            return value if all(entries[k] is v for k, v in value.items()) else entries
         return value
 
     changed = {name: new for name, value in vars(mask).items() if (new := moved(value)) is not value}
