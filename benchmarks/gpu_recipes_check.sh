@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 7): every recipe's smoke run on CUDA under bf16-mixed, then
+# The prepared GPU check (issue 7): the CUDA tests, every recipe's smoke run on CUDA under bf16-mixed, then
 # `python -m benchmarks.gpu_check` (every backend against the reference on CUDA, then the timings).
 #
 #   bash benchmarks/gpu_recipes_check.sh            # from the repository root, on a CUDA machine
@@ -8,7 +8,7 @@
 # else python3). Recipes whose data is not under $ATTNMM_DATA (default: shared/data or ../shared/data)
 # are reported as skipped; graph_graph generates its data. Logs go to $OUT (default: a new temporary
 # folder). Each step has its own time limit and the whole check stops starting steps after
-# $DEADLINE seconds (default 420), so it ends within about 8 minutes on one GPU. Exit code: 0 when
+# $DEADLINE seconds (default 480), so it ends within about 9 minutes on one GPU. Exit code: 0 when
 # every step that ran passed, 1 otherwise, 2 without CUDA. ACCELERATOR=cpu rehearses the recipe
 # steps on the CPU (autocast bf16 there) and leaves out the CUDA-only parts.
 set -uo pipefail
@@ -21,7 +21,7 @@ if [ -z "${ATTNMM_DATA:-}" ]; then
   done
 fi
 OUT=${OUT:-$(mktemp -d)}
-DEADLINE=${DEADLINE:-420}
+DEADLINE=${DEADLINE:-480}
 ACCELERATOR=${ACCELERATOR:-gpu}
 export MPLBACKEND=Agg PYTHONWARNINGS=ignore PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT/runs"
@@ -52,6 +52,13 @@ step() {  # step NAME LIMIT_S COMMAND...
     failed+=("$name")
   fi
 }
+
+if [ "$ACCELERATOR" = gpu ]; then
+  # the CUDA tests: the layers against themselves on the CPU, flex against the reference, the pictures
+  step cuda_tests 150 "$PY" -m pytest -q -p no:cacheprovider tests/nn/test_cuda_parity.py \
+    tests/attention/backends/test_flex.py tests/lightning/test_attention_png.py
+  tail -3 "$OUT/cuda_tests.log" 2>/dev/null
+fi
 
 declare -A DATA=([graph_graph]="" [graph_node]=planetoid [speech_truncated]=fsdd [image_patches]=MNIST
                  [text_pos]=ud_english_ewt [text_lm]=tinyshakespeare)
