@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import chain, combinations
 from typing import Any, NamedTuple
 
 import torch
@@ -120,19 +120,20 @@ class SpeechStream:
         self.reset(batch_size)
 
     def reset(self, batch_size: int = 1) -> None:
-        """Forget everything: start new streams."""
+        """Forget everything: start new streams (on the device the model is on now)."""
         d, n_mels = self.adapter.out_dim, self.adapter.n_mels
+        device = _device_of(self.encoder, self.adapter)
         self.batch_size = batch_size
-        self._samples = torch.zeros(batch_size, 0)
+        self._samples = torch.zeros(batch_size, 0, device=device)
         self._sample_offset = 0  # index of _samples[:, 0] in the stream
-        self._mel = torch.zeros(batch_size, 0, n_mels)
+        self._mel = torch.zeros(batch_size, 0, n_mels, device=device)
         self._mel_offset = 0  # index of _mel[:, 0]
         self._mel_done = 0  # mel frames computed
         self._frames_done = 0  # subsampled frames computed
-        self._pending = torch.zeros(batch_size, 0, d)  # frames waiting for their block to complete
+        self._pending = torch.zeros(batch_size, 0, d, device=device)  # frames waiting for their block to complete
         self._position = 0  # frames encoded: the position of _pending[:, 0]
         self._cache_start = 0  # position of every layer's _cache[i][:, 0]
-        self._cache = [torch.zeros(batch_size, 0, d) for _ in self._layers]
+        self._cache = [torch.zeros(batch_size, 0, d, device=device) for _ in self._layers]
 
     @property
     def num_samples(self) -> int:
@@ -149,10 +150,11 @@ class SpeechStream:
 
     @torch.no_grad()
     def push(self, audio: Tensor) -> Tensor:
-        """Feed samples (B, T_new); return the encoder outputs (B, L_new, D) of completed blocks."""
+        """Feed samples (B, T_new), on any device; return the encoder outputs (B, L_new, D) of completed blocks,
+        on the model's device."""
         if audio.dim() != 2 or audio.size(0) != self.batch_size:
             raise ValueError(f"audio must be (B={self.batch_size}, T_new), got shape {tuple(audio.shape)}")
-        self._samples = torch.cat([self._samples, audio.float()], 1)
+        self._samples = torch.cat([self._samples, audio.to(self._samples.device, torch.float32)], 1)
         self._pending = torch.cat([self._pending, self._new_frames()], 1)
         n_ready = self._pending.size(1) // self.step * self.step
         out = self._encode(self._pending[:, :n_ready]) if n_ready else self._pending[:, :0]
@@ -182,7 +184,7 @@ class SpeechStream:
         if n_frames <= self._frames_done:
             return self._pending[:, :0]
         start = _SUBSAMPLING * self._frames_done - self._mel_offset
-        positions = torch.arange(self._frames_done, n_frames)
+        positions = torch.arange(self._frames_done, n_frames, device=self._mel.device)
         frames = a.frames(self._mel[:, start:], positions)  # (B, n_frames - done, D)
         self._frames_done = n_frames
         drop = _SUBSAMPLING * n_frames - self._mel_offset
@@ -211,6 +213,14 @@ class SpeechStream:
             self._cache[i] = context[:, keep_from - self._cache_start :]
         self._position, self._cache_start = end, keep_from
         return self._norm(h)
+
+
+def _device_of(*modules: nn.Module) -> torch.device:
+    """The device of the first parameter or buffer of ``modules`` (the CPU when they hold none)."""
+    for module in modules:
+        for tensor in chain(module.parameters(), module.buffers()):
+            return tensor.device
+    return torch.device("cpu")
 
 
 # ---------------------------------------------------------------------- what a mask lets a stream do

@@ -129,3 +129,21 @@ def test_same_graph_attention_under_inference_mode() -> None:
         again = attend(q.to(GPU), q.to(GPU), q.to(GPU), SameGraph(batch.to(GPU))).cpu()  # an equal mask, a new tensor
     torch.testing.assert_close(outs[1], outs[0], **TOL)
     torch.testing.assert_close(again, outs[0], **TOL)
+
+
+def test_speech_stream_on_the_gpu_takes_cpu_audio() -> None:
+    # a model on the GPU streams audio that arrives on the CPU (a microphone's), as it does on the CPU
+    from attnmm.adapters import SpeechAdapter, SpeechStream
+    from attnmm.masks import Chunk
+    from attnmm.nn import Encoder
+
+    torch.manual_seed(0)
+    adapter, encoder = SpeechAdapter(d_model=32, mask=Chunk(4, 1) | Causal()).eval(), Encoder(32, 4, 2, 64).eval()
+    audio = torch.randn(2, 6000)
+    outs = []
+    for device in ("cpu", GPU):
+        stream = SpeechStream(copy.deepcopy(adapter).to(device), copy.deepcopy(encoder).to(device), batch_size=2)
+        parts = [stream.push(piece) for piece in audio.split(700, dim=1)] + [stream.flush()]
+        assert all(p.device.type == torch.device(device).type for p in parts)
+        outs.append(torch.cat(parts, 1).cpu())
+    torch.testing.assert_close(outs[1], outs[0], **TOL)
