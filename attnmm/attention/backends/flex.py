@@ -271,20 +271,24 @@ def block_mask_key(problem: Problem) -> tuple[Any, ...]:
     mask = problem.effective_mask
     return (content_key(mask), problem.batch_size, problem.L, problem.S, str(problem.device))
 
+
 def on_device(mask: Mask, device: torch.device | str) -> Mask:
     """``mask`` with every tensor it holds (in its parts too) on ``device``: ``mask`` itself when they are
     all there already, else a copy (the mask is not changed)."""
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # as a tensor there names its device
 
     def moved(value: Any) -> Any:
         if isinstance(value, Tensor):
-            return value if _same_device(value.device, device) else value.to(device)
+            return value if value.device == device else value.to(device)
         if isinstance(value, Mask):
             return on_device(value, device)
         if isinstance(value, (list, tuple)):
             items = [moved(v) for v in value]
-            same = all(a is b for a, b in zip(items, value))
-            return value if same else (items if isinstance(value, list) else type(value)(items))
+            if all(a is b for a, b in zip(items, value)):
+                return value
+            return items if isinstance(value, list) else tuple(items)
         if isinstance(value, dict):
             entries = {k: moved(v) for k, v in value.items()}
             return value if all(entries[k] is v for k, v in value.items()) else entries
@@ -297,16 +301,6 @@ def on_device(mask: Mask, device: torch.device | str) -> Mask:
     for name, value in changed.items():
         object.__setattr__(out, name, value)
     return out
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    """Whether ``a`` is ``b`` (``cuda`` and ``cuda:0`` the same when the current device is 0)."""
-    if a.type != b.type:
-        return False
-    if a.index is None or b.index is None:
-        current = torch.cuda.current_device() if a.type == "cuda" and torch.cuda.is_available() else 0
-        return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
-    return a.index == b.index
 
 
 def as_mask_mod(mask: Mask) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
