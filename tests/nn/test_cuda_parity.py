@@ -6,7 +6,7 @@ runs this file), skipped elsewhere."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +19,15 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 TOL = {"atol": 2e-4, "rtol": 2e-4}
 GPU = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _full_fp32() -> Iterator[None]:
+    """No TF32 on the GPU (cuDNN's convolutions use it by default): fp32 on both sides."""
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def _graphs(seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
