@@ -731,9 +731,28 @@ class RecipeCLI(LightningCLI):
         if config.get("ensemble") not in (None, 1):  # (Ensemble refuses a size < 2)
             self.model = Ensemble(self.model, config["ensemble"])
         trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            built = self.config_init.get(str(self.subcommand), self.config_init) if self.subcommand else None
+            self._last_every_epoch(trainer, (built or self.config_init).get("checkpoint"))
         if trainer is not None and trainer.fast_dev_run:
             self._own_run_dir(trainer)
         self._record_hyperparameters()
+
+    @staticmethod
+    def _last_every_epoch(trainer: Any, best: Any) -> None:
+        """Make ``checkpoint.save_last: true`` write ``last.ckpt`` at the end of every epoch. Lightning's
+        ``ModelCheckpoint`` writes it only when it also writes a best checkpoint, so a fit stopped after its
+        best epoch would resume from that epoch, and a finished fit would train again from there. The
+        ``checkpoint`` callback gets a second one right after it that writes ``last.ckpt`` after every epoch
+        (no monitor, one file named ``last``); its own writes of ``last`` (beside a new best, and at the end
+        of a smoke run) stay."""
+        callbacks = trainer.callbacks
+        if not isinstance(best, ModelCheckpoint) or best.save_last is not True or best not in callbacks:
+            return
+        last = ModelCheckpoint(dirpath=best.dirpath, filename=best.CHECKPOINT_NAME_LAST, monitor=None,
+                               save_top_k=1, save_last=False, every_n_epochs=1, enable_version_counter=False,
+                               save_on_train_epoch_end=best._save_on_train_epoch_end)
+        callbacks.insert(callbacks.index(best) + 1, last)
 
     def _own_run_dir(self, trainer: Any) -> None:
         """Give a ``fast_dev_run`` (which has no logger) its own ``version_N`` folder in the run directory,

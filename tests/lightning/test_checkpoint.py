@@ -105,6 +105,37 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path: Path)
     assert all(torch.equal(v, ends[1]["state_dict"][k]) for k, v in ends[0]["state_dict"].items())
 
 
+@pytest.mark.slow  # kills and resumes a recipe run
+def test_last_checkpoint_is_the_newest_epoch_not_the_best(tmp_path: Path) -> None:
+    # The recipes' own checkpoint (save_last: true), best at epoch 0 (``epoch``, smallest first): Lightning
+    # alone writes last.ckpt only beside a new best, and the resume would start over from epoch 0's end.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "killer.py").write_text(KILLER)
+    callbacks = "trainer:\n  callbacks:\n    - class_path: killer.KillAt\n"
+    callbacks += "      init_args: {{step: {step}, record: {record}}}\n"
+    (run / "callbacks.yaml").write_text(callbacks.format(step=16, record=run / "starts.txt"))
+    args = ["fit", *TINY, "--checkpoint.monitor=epoch", "--checkpoint.mode=min"]
+    args += ["--config", str(run / "callbacks.yaml")]
+    proc = _run(args, run, check=False)  # killed as epoch 2 (steps 16..23) starts
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    (best,) = run.glob("runs/**/best-*.ckpt")
+    last = find_last_checkpoint(run / "runs")
+    assert last is not None and last.parent == best.parent and last.name == "last.ckpt"
+    assert torch.load(best, weights_only=True)["global_step"] == 8
+    assert torch.load(last, weights_only=True)["global_step"] == 16
+
+    (run / "callbacks.yaml").write_text(callbacks.format(step=-1, record=run / "starts.txt"))
+    _run([*args, "--ckpt_path", "last"], run)
+    assert (run / "starts.txt").read_text().split() == ["0", "16"]
+    assert torch.load(last, weights_only=True)["global_step"] == 24
+    assert sorted(p.name for p in last.parent.iterdir()) == sorted([best.name, "last.ckpt"])
+    # a finished fit resumed trains no further
+    _run([*args, "--ckpt_path", "last"], run)
+    assert (run / "starts.txt").read_text().split() == ["0", "16"]
+    assert torch.load(last, weights_only=True)["global_step"] == 24
+
+
 def test_atomic_save_keeps_old_checkpoint_when_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
