@@ -142,6 +142,22 @@ def best_epoch(epoch: Callable[[], None], score: Callable[[], dict[str, float]],
             "epochs": epochs}
 
 
+def _kept(run_dir: Path, done: dict[str, Any], metric: str) -> Path:
+    """The checkpoint a finished selection fit in ``run_dir`` kept and validated: the only ``best-*`` one, whose
+    name carries the validation score the fit wrote (``done``, :func:`read_run`)."""
+    kept = sorted(p for p in run_dir.glob("**/best-*.ckpt") if _BEST.search(p.name))
+    if len(kept) != 1:
+        raise RuntimeError(f"the fit in {run_dir} should have kept one best-* checkpoint, found {len(kept)}: "
+                           f"{[str(p.relative_to(run_dir)) for p in kept]}")
+    match = _BEST.search(kept[0].name)
+    assert match is not None
+    score = done["metrics"][f"val_{metric}"]
+    if match.group(2) != f"val_{metric}" or abs(float(match.group(3)) - score) > 5e-5:
+        raise RuntimeError(f"{kept[0]} is not the checkpoint the fit in {run_dir} validated "
+                           f"(val_{metric} {score:.4f} in its metrics.json)")
+    return kept[0]
+
+
 def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, threads: int = 1,
                resume: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """A study's run of a recipe's ``fit`` (:func:`fit_recipe`): a selection run (``evaluate.kind``) with
@@ -150,9 +166,11 @@ def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, thread
 
     With ``resume`` a candidate and seed cost one fit in ``run_dir``: a run whose fit finished there before
     its record was stored is read back, a stopped fit goes on from its last checkpoint (``--ckpt_path last``),
-    and the test run resumes the selection run's fit (finished: it trains no further) and tests its best
-    checkpoint. The content of its ``--config`` files is kept at the fit's start (``configs.json``, and the
-    detail's ``configs``); a fit whose configs changed since is refused."""
+    and the test run of a finished selection fit tests the checkpoint that fit kept and validated (the
+    recipe's ``test --ckpt_path``; it must be the only ``best-*`` checkpoint there and carry the validation
+    score the fit wrote). The content of its ``--config`` files is kept at the fit's start (``configs.json``,
+    and the detail's ``configs``); a fit whose configs changed since is refused. Earlier logs are kept
+    beside the new one (``log.N.txt``)."""
     from .protocol import ProtocolError, content_hash
 
     stage = "val" if evaluate.kind == "select" else "test"
@@ -166,7 +184,10 @@ def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, thread
         out = {**done, "command": "python " + " ".join(cmd)} if f"{stage}_{metric}" in done["metrics"] else None
         if out is None and (run_dir / "log.txt").exists():  # the earlier part's log kept beside
             (run_dir / "log.txt").rename(run_dir / f"log.{len(list(run_dir.glob('log.*.txt')))}.txt")
-        cmd = [*cmd, *(["--ckpt_path", "last"] if any(run_dir.glob("**/last*.ckpt")) else [])]
+        if out is None and stage == "test" and f"val_{metric}" in done["metrics"]:
+            cmd = [cmd[0], "test", *cmd[2:], "--ckpt_path", str(_kept(run_dir, done, metric).relative_to(run_dir))]
+        else:
+            cmd = [*cmd, *(["--ckpt_path", "last"] if any(run_dir.glob("**/last*.ckpt")) else [])]
     elif resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "configs.json").write_text(json.dumps(configs, indent=1) + "\n")

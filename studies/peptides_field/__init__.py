@@ -2,8 +2,8 @@
 expander mask, Morgan fingerprints into trees: :mod:`.fingerprint`) on LRGB's official split, four seeds.
 
 A recipe candidate is one ``recipes/graph_graph.py fit`` per seed with its configs, in its own run directory
-(``runs/studies/peptides_field/<candidate>_<seed>``); the test run of a candidate and seed resumes that fit
-and tests its best checkpoint (:func:`~studies._runner.train.fit_scores` with ``resume``). ``page.md`` writes
+(``runs/studies/peptides_field/<candidate>_<seed>``); the test run of a candidate and seed tests the checkpoint
+that fit kept (:func:`~studies._runner.train.fit_scores` with ``resume``). ``page.md`` writes
 the results block from the store, with the names :func:`context` adds.
 """
 

@@ -84,31 +84,57 @@ class _Sets(dict):  # type: ignore[type-arg]
 
 
 def test_recipe_commands_select_test_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A candidate and seed cost one fit: the selection run fits without testing, the test run resumes that fit
-    from its last checkpoint and tests it; a fit whose configs changed is not resumed."""
+    """A candidate and seed cost one fit: the selection run fits without testing, a stopped fit resumes from
+    its last checkpoint, the test run tests the checkpoint the finished fit kept and validated; a fit whose
+    configs changed is not resumed."""
     configs = []
     for name in ("a", "b"):
         (tmp_path / f"{name}.yaml").write_text(f"trainer: {{max_epochs: {len(name)}}}\n")
         configs.append(str(tmp_path / f"{name}.yaml"))
     cmds: list[list[str]] = []
+    stop = [True]
 
-    def fake_fit(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, object]:
+    def fake_run(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, object]:
         cmds.append(cmd)
-        (run_dir / "last.ckpt").write_text("")
-        return {"command": " ".join(cmd), "metrics": {"val_ap": 0.5, "test_ap": 0.4}, "wall_s": 1.0}
+        version = run_dir / "runs" / f"version_{len(cmds)}"
+        (run_dir / "runs" / "version_1" / "checkpoints").mkdir(parents=True, exist_ok=True)
+        version.mkdir(parents=True, exist_ok=True)
+        (run_dir / "runs" / "version_1" / "checkpoints" / "last.ckpt").write_text("")
+        if stop[0]:  # killed before its end: no metrics.json
+            raise RuntimeError("the run failed")
+        if cmd[1] == "fit":
+            (run_dir / "runs" / "version_1" / "checkpoints" / "best-epoch=7-val_ap=0.5000.ckpt").write_text("")
+        (version / "metrics.json").write_text(json.dumps({"val_ap": 0.5} if cmd[1] == "fit" else {"test_ap": 0.4}))
+        return {"command": " ".join(cmd), **train.read_run(run_dir), "wall_s": 1.0}
 
-    monkeypatch.setattr(train, "fit_recipe", fake_fit)
+    monkeypatch.setattr(train, "fit_recipe", fake_run)
     cand = {"name": "gps", "peer": "recipe", "configs": configs, "args": ["--x", "1"]}
     budget = {"threads": 2, "workdir": str(tmp_path / "runs")}
-    scores, detail = pf.run(cand, 3, None, _Sets("select", ["val"]), budget)
+    with pytest.raises(RuntimeError, match="failed"):
+        pf.run(cand, 3, None, _Sets("select", ["val"]), budget)
     cmd = cmds[-1]
     assert cmd[:6] == ["recipes/graph_graph.py", "fit", "--config", configs[0], "--config", configs[1]]
     assert cmd[cmd.index("--seed_everything") + 1] == "3" and cmd[cmd.index("--torch_threads") + 1] == "2"
     assert cmd[-2:] == ["--test_after_fit", "false"] and "--x" in cmd and "--ckpt_path" not in cmd
-    assert scores == {"val": {"ap": 0.5}} and set(detail["configs"]) == set(configs)
-    scores, _ = pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
-    test = cmds[-1]  # the test run resumes the same fit (default --test_after_fit true)
-    assert test[-2:] == ["--ckpt_path", "last"] and "--test_after_fit" not in test and scores == {"test": {"ap": 0.4}}
+    stop[0] = False
+    scores, detail = pf.run(cand, 3, None, _Sets("select", ["val"]), budget)
+    assert cmds[-1] == [*cmd[:-2], "--ckpt_path", "last", "--test_after_fit", "false"]  # the stopped fit goes on
+    assert scores == {"val": {"ap": 0.5}} and set(detail["configs"]) == set(configs) and detail["best_epoch"] == 7
+    scores, detail = pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
+    test = cmds[-1]  # the kept checkpoint, tested: no further training
+    kept = "runs/version_1/checkpoints/best-epoch=7-val_ap=0.5000.ckpt"
+    assert test == ["recipes/graph_graph.py", "test", *cmd[2:-2], "--ckpt_path", kept]
+    assert scores == {"test": {"ap": 0.4}} and detail["best_epoch"] == 7
+    run_dir = tmp_path / "runs" / "peptides_field" / "gps_3"
+    assert len(cmds) == 3 and pf.run(cand, 3, None, _Sets("test", ["test"]), budget)[0] == scores  # read back
+    # a kept checkpoint that is not the one validated, or two of them: refused
+    (run_dir / "runs" / "version_1" / "checkpoints" / "best-epoch=9-val_ap=0.6000.ckpt").write_text("")
+    (run_dir / "runs" / "version_3" / "metrics.json").unlink()  # as if not tested yet
+    with pytest.raises(RuntimeError, match="one best-\\* checkpoint, found 2"):
+        pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
+    (run_dir / "runs" / "version_1" / "checkpoints" / "best-epoch=7-val_ap=0.5000.ckpt").unlink()
+    with pytest.raises(RuntimeError, match="not the checkpoint the fit"):
+        pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
     (tmp_path / "b.yaml").write_text("trainer: {max_epochs: 9}\n")
     with pytest.raises(ProtocolError, match="changed since it started"):
         pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
