@@ -16,7 +16,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -356,10 +356,10 @@ class RecipeArgumentParser(LightningArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)  # also for a subclass's help (--model.help)
         super().__init__(*args, **kwargs)
 
-    def format_help(self) -> str:
+    def format_help(self, formatter: Any = None) -> str:
         # a subcommand's usage lists every option (70 lines), which the help lists anyway: one line, so that
         # the recipe's header is on the first screen
-        text = super().format_help()
+        text = super().format_help(formatter)
         usage, _, rest = text.partition("\n\n")
         long = usage.startswith("usage:") and usage.count("\n") > 3
         return f"usage: {self.prog} [options]\n\n{rest}" if long else text
@@ -750,8 +750,7 @@ class RecipeCLI(LightningCLI):
         if not isinstance(best, ModelCheckpoint) or best.save_last is not True or best not in callbacks:
             return
         last = ModelCheckpoint(dirpath=best.dirpath, filename=best.CHECKPOINT_NAME_LAST, monitor=None,
-                               save_top_k=1, save_last=False, every_n_epochs=1, enable_version_counter=False,
-                               save_on_train_epoch_end=best._save_on_train_epoch_end)
+                               save_top_k=1, save_last=False, every_n_epochs=1, enable_version_counter=False)
         callbacks.insert(callbacks.index(best) + 1, last)
 
     def _own_run_dir(self, trainer: Any) -> None:
@@ -795,7 +794,8 @@ class RecipeCLI(LightningCLI):
         config, trainer = self.config_init[str(self.subcommand)], self.trainer
         if config.get("ckpt_path") == "last":
             # Lightning looks for ``last`` only in the new run's version directory
-            roots = [trainer.default_root_dir, *(logger.save_dir for logger in trainer.loggers if logger.save_dir)]
+            roots: list[str | Path] = [trainer.default_root_dir]
+            roots += [logger.save_dir for logger in trainer.loggers if logger.save_dir]
             roots += [c.dirpath for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
             last = find_last_checkpoint(*roots)
             if last is not None:
@@ -817,7 +817,7 @@ class RecipeCLI(LightningCLI):
     def after_test(self) -> None:
         self._write([dict(self.trainer.callback_metrics)], "test")
 
-    def _write(self, results: list[dict[str, Any]], prefix: str) -> None:
+    def _write(self, results: Sequence[Mapping[str, Any]], prefix: str) -> None:
         # every process asks: under DDP ``log_dir`` is a broadcast from rank 0
         log_dir = self.trainer.log_dir or self.trainer.default_root_dir
         if not self.trainer.is_global_zero:
