@@ -17,10 +17,12 @@ $(VENV)/.installed: pyproject.toml Makefile
 # The environment only: .venv with torch, attnmm (editable) and the dev, docs and chem extras.
 install: $(VENV)/.installed
 
-# ruff, and the layers of the package as import-linter contracts ([tool.importlinter] in pyproject.toml)
+# ruff, the layers of the package as import-linter contracts ([tool.importlinter] in pyproject.toml), and
+# the package's types (mypy, [tool.mypy])
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m mypy attnmm
 
 typecheck: $(VENV)/.installed
 	$(PY) -m mypy attnmm

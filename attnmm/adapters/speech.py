@@ -206,6 +206,7 @@ class SpeechAdapter(Adapter):
             return waveform.new_zeros(waveform.size(0), 0, self.n_mels)
         logmel = torch.log(self.melspec(waveform.float()) + 1e-6).transpose(1, 2)  # (B, T_mel, n_mels)
         if self.utterance_norm:
+            assert lengths is not None  # (checked above)
             logmel = self.normalize_utterances(logmel, self.num_mel_frames(lengths.to(logmel.device)))
         return self.feature_norm(logmel)
 

@@ -199,6 +199,7 @@ class TextAdapter(Adapter):
         self.embed = nn.Embedding(self.vocab_size, self.out_dim, padding_idx=PAD)
         self.chars: nn.Module | None = None
         self.proj: nn.Linear | None = None
+        width: object = None
         if isinstance(char_encoder, nn.Module):
             width = getattr(char_encoder, "out_dim", None)
             if not isinstance(width, int) or width < 1:
@@ -208,9 +209,11 @@ class TextAdapter(Adapter):
                 )
             self.chars = char_encoder
         elif check_nonneg_int("char_vocab_size", char_vocab_size):
-            self.chars = CharFeatures(char_vocab_size, char_dim, char_channels, char_kernel, char_encoder)
+            self.chars = chars = CharFeatures(char_vocab_size, char_dim, char_channels, char_kernel, char_encoder)
+            width = chars.out_dim
         if self.chars is not None:
-            self.proj = nn.Linear(self.out_dim + int(self.chars.out_dim), self.out_dim)
+            assert isinstance(width, int)  # (checked above)
+            self.proj = nn.Linear(self.out_dim + width, self.out_dim)
         self.pos: nn.Module | None = positional if isinstance(positional, nn.Module) else None
         if positional == "sinusoidal":
             self.pos = SinusoidalPE(self.out_dim)

@@ -37,6 +37,15 @@ def attend(
 ) -> tuple[Tensor, AttentionWeights]: ...
 
 
+@overload
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = ..., *, scale: float | None = ...,
+    dropout_p: float = ..., score: Literal["softmax", "relu"] = ..., bias: Tensor | None = ...,
+    return_weights: bool, backend: str = ..., plan: Plan | None = ...,
+    layout: Layout | None = ...,
+) -> Tensor | tuple[Tensor, AttentionWeights]: ...
+
+
 def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Mask | Plan | None = None, *, scale: float | None = None,
     dropout_p: float = 0.0, score: Literal["softmax", "relu"] = "softmax", bias: Tensor | None = None,

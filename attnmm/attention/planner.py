@@ -104,7 +104,7 @@ def _by_cost(problem: Problem, forms: Forms, usable: list[Backend]) -> list[Back
     best = costs[ranked[0].name]
     if best is None:
         return ranked
-    tied = [b for b in ranked if costs[b.name] is not None and costs[b.name] <= best * (1 + TIE)]
+    tied = [b for b in ranked if (cost := costs[b.name]) is not None and cost <= best * (1 + TIE)]
     tied.sort(key=lambda b: b.preference)
     return tied + [b for b in ranked if b not in tied]
 

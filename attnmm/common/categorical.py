@@ -39,6 +39,8 @@ class CategoricalEncoder(nn.Module):
         CategoricalEncoder([119, 4, 2], d_model=16)
     """
 
+    offsets: Tensor
+
     def __init__(self, cardinalities: Sequence[int], d_model: int) -> None:
         super().__init__()
         if isinstance(cardinalities, int | str) or not len(cardinalities):
@@ -53,8 +55,11 @@ class CategoricalEncoder(nn.Module):
         self.register_buffer("offsets", torch.tensor([0, *self.cardinalities[:-1]]).cumsum(0), persistent=False)
         self.reset_parameters()
 
+    def _tables(self) -> list[nn.Embedding]:
+        return [e for e in self.embeddings if isinstance(e, nn.Embedding)]
+
     def reset_parameters(self) -> None:
-        for embedding in self.embeddings:
+        for embedding in self._tables():
             nn.init.xavier_uniform_(embedding.weight)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -75,7 +80,7 @@ class CategoricalEncoder(nn.Module):
                     f"{self.cardinalities[c]} (0 to {self.cardinalities[c] - 1}): give the data's category counts "
                     "as cardinalities"
                 )
-        weight = torch.cat([e.weight for e in self.embeddings])  # (sum K_c, D)
+        weight = torch.cat([e.weight for e in self._tables()])  # (sum K_c, D)
         ids = x + self.offsets  # (N, F): ids into the joined tables
         return nn.functional.embedding_bag(ids, weight, mode="sum")  # (N, D): each row's F vectors summed
 

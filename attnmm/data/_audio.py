@@ -152,7 +152,8 @@ class AudioClips(Dataset):
     def _clip(self, i: int) -> Tensor:
         clip = self._clips[i]
         if clip is None:
-            start, stop = (0, None) if self.spans is None or self.spans[i] is None else self.spans[i]
+            span = None if self.spans is None else self.spans[i]
+            start, stop = (0, None) if span is None else span
             clip = torch.from_numpy(read_audio(self.paths[i], self.file_rate, start, stop))
             if self.file_rate != self.sample_rate:
                 clip = torchaudio.functional.resample(clip, self.file_rate, self.sample_rate)

@@ -109,6 +109,7 @@ class SpeedPerturb(nn.Module):
         size = int(new_lengths.max())
         result = waveform.new_zeros(waveform.size(0), size)  # (B, T')
         for b, piece in enumerate(pieces):
+            assert piece is not None  # every item took one factor
             result[b, : piece.numel()] = piece
         return result, new_lengths
 

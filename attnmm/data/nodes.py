@@ -285,7 +285,8 @@ class NodeDataModule(SplitLoaders):
 
     def _loader(self, stage: str | None = None, train: bool = False) -> DataLoader:
         if self.num_neighbors is None or stage is None:
-            return DataLoader([self.data], batch_size=1, collate_fn=operator.itemgetter(0))
+            one: Any = [self.data]  # a list is a map-style dataset (torch's annotation says Dataset)
+            return DataLoader(one, batch_size=1, collate_fn=operator.itemgetter(0))
         from attnmm.data.neighbors import neighbor_loader
 
         hops = self.num_neighbors if train else [-1] * len(self.num_neighbors)

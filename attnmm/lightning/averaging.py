@@ -61,9 +61,10 @@ class AverageCheckpoints(L.Callback):
         return callback
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or getattr(trainer, "fast_dev_run", False):
             return  # (a smoke run writes no checkpoint)
         checkpoint = self._checkpoint(trainer)
+        assert checkpoint.monitor is not None  # (_checkpoint refuses one without)
         value = trainer.callback_metrics.get(checkpoint.monitor)
         if value is None:
             raise RuntimeError(

@@ -5,6 +5,7 @@ and the view of a mask from an offset (:class:`Shifted`), which every mask's ans
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -615,7 +616,8 @@ class And(_Meet):
         # enumerate the operand with the fewest pairs, judged by the operands' cheap bounds (exact for
         # the built-in masks but complements), counting an operand's pairs only when it has no bound
         counts = [_part_bound(p, num_rows, num_cols, batch_size, count=True) for p in self.parts]
-        first = min(range(len(self.parts)), key=counts.__getitem__)
+        sizes = [math.inf if n is None else n for n in counts]
+        first = min(range(len(sizes)), key=lambda i: sizes[i])
         base = _part_pairs(self.parts[first], num_rows, num_cols, batch_size, device)
         return _allowed(base, (p for i, p in enumerate(self.parts) if i != first))
 

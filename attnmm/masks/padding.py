@@ -16,6 +16,7 @@ from attnmm.masks.base import IntervalMask, Structure
 def check_lengths(lengths: object, shape: str, *dims: int) -> Tensor:
     """``lengths`` (whole numbers >= 0, of ``dims`` dims, ``shape`` in the messages) as a long tensor."""
     lengths = as_whole_numbers("lengths", lengths, shape)
+    assert isinstance(lengths, Tensor)  # (a tensor, whatever was given)
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must be an integer tensor of shape {shape}, got dtype {lengths.dtype}")
     if lengths.dim() not in dims:

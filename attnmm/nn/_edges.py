@@ -79,14 +79,15 @@ def read_edges(edge_index: object, num_src: int, num_dst: int) -> tuple[Tensor, 
         (dst, src), _ = to_edge_index(edge_index)
         return src, dst, int(edge_index.size(1)), int(edge_index.size(0))
     if isinstance(edge_index, Tensor):
-        if type(edge_index) is not Tensor and hasattr(edge_index, "as_tensor"):  # PyG's EdgeIndex
-            edge_index = edge_index.as_tensor()
-        if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+        pairs: Tensor = edge_index
+        if type(pairs) is not Tensor and hasattr(pairs, "as_tensor"):  # PyG's EdgeIndex
+            pairs = pairs.as_tensor()
+        if pairs.dim() != 2 or pairs.size(0) != 2 or pairs.is_floating_point():
             raise ValueError(
                 f"edge_index must be an integer tensor of shape (2, M), a torch.sparse adjacency or an "
-                f"attnmm Mask, got {edge_index.dtype} of shape {tuple(edge_index.shape)}"
+                f"attnmm Mask, got {pairs.dtype} of shape {tuple(pairs.shape)}"
             )
-        return edge_index[0].long(), edge_index[1].long(), num_src, num_dst
+        return pairs[0].long(), pairs[1].long(), num_src, num_dst
     raise TypeError(
         f"edge_index must be a Tensor (2, M), a torch.sparse adjacency, a PyG EdgeIndex or an attnmm Mask, "
         f"got {type(edge_index).__name__}"

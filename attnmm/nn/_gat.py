@@ -44,7 +44,7 @@ from attnmm.nn._inputs import check_dropout
 ScoreFn = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
 
 #: What ``return_attention_weights`` gives back: ``(edge_index, alpha)``.
-Weights = tuple[Tensor, Tensor]
+Weights = tuple[Tensor | Mask, Tensor]
 
 
 def split_channels(in_channels: int | tuple[int, int]) -> tuple[int, int]:

@@ -144,10 +144,10 @@ def graph_attention(
     if _fused(x, dropout_p):
         return _ProjectedWithinGraphs.apply(x, weight, bias, heads, sizes, (weight.size(0) // (3 * heads)) ** -0.5)
     qkv = F.linear(x, weight, bias).view(N, 3, heads, -1)  # (N, 3, H, E)
-    parts = [
-        F.scaled_dot_product_attention(*part.permute(1, 2, 0, 3), dropout_p=dropout_p).transpose(0, 1)  # (n, H, E)
-        for part in qkv.split(sizes)
-    ]
+    parts = []
+    for part in qkv.split(sizes):
+        q, k, v = part.permute(1, 2, 0, 3)  # (H, n, E) each
+        parts.append(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p).transpose(0, 1))  # (n, H, E)
     return torch.cat(parts) if parts else qkv.new_zeros(0, heads, qkv.size(-1))
 
 

@@ -83,7 +83,7 @@ class EgoNeighbourEncoder(nn.Module):
         if heads > 1 and scores != "additive":
             raise ValueError(f"heads={heads} needs scores='additive' (uniform weights have one head)")
         self.normalize, self.scores, self.negative_slope = normalize, scores, float(negative_slope)
-        in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
+        self.in_channels = in_channels = check_nonneg_int("in_channels", in_channels, minimum=1)
         hidden_channels = check_nonneg_int("hidden_channels", hidden_channels, minimum=1)
         self.lins = nn.ModuleList(nn.Linear(in_channels, hidden_channels) for _ in range(self.hops + 1))
         out_channels = check_nonneg_int("out_channels", out_channels, minimum=1)
@@ -103,7 +103,7 @@ class EgoNeighbourEncoder(nn.Module):
         self, x: Tensor, mask: Mask, *, tokens: Any = None, state: Any = None, return_weights: bool = False
     ) -> Tensor:
         refuse_encoder_options(self, state, return_weights)
-        width = self.lins[0].in_features
+        width = self.in_channels
         check_node_features("EgoNeighbourEncoder", x, None, width, (width, width))
         zs = [lin(x) for lin in self.lins]  # K + 1 of (N, hidden)
         bias = additive_scores(zs[0], mask, self.att_dst, self.att_src, self.negative_slope)

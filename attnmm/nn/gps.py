@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -114,15 +114,18 @@ class GPSEncoder(nn.Module):
             for _ in range(check_nonneg_int("num_layers", num_layers, minimum=1))
         )
         # which local layers read edge features (a forward taking edge_attr third, as GINEConv's)
-        self._reads_edges = [_reads_edges(layer.conv) for layer in self.layers]
+        self._reads_edges = [_reads_edges(layer.conv) for layer in self._gps_layers()]
         self._edges_of_width_d = local == "gine"  # the built GINE layers add edge features of width D
         self.spd = None if max_distance is None else ShortestPathBias(heads, max_distance)
         self.reset_parameters()
 
+    def _gps_layers(self) -> list[GPSConv]:
+        return [cast(GPSConv, layer) for layer in self.layers]
+
     def reset_parameters(self) -> None:
-        for layer in self.layers:
+        for layer in self._gps_layers():
             layer.reset_parameters()
-            if layer.attn is not None:  # q, k, v, out: four D x D xavier draws
+            if isinstance(layer.attn, nn.MultiheadAttention):  # q, k, v, out: four D x D xavier draws
                 for w in (*layer.attn.in_proj_weight.detach().chunk(3), layer.attn.out_proj.weight.detach()):
                     nn.init.xavier_uniform_(w)
         if self.spd is not None:

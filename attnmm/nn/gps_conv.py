@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -138,9 +138,9 @@ class GPSConv(nn.Module):
         from torch_geometric.nn.inits import reset
 
         if self.conv is not None:
-            self.conv.reset_parameters()
+            reset(self.conv)
         if self.attn is not None:
-            self.attn._reset_parameters()
+            cast(Any, self.attn)._reset_parameters()  # both kinds have it (as PyG calls it)
         reset(self.mlp)
         for norm in (self.norm1, self.norm2, self.norm3):
             if norm is not None:
@@ -159,8 +159,10 @@ class GPSConv(nn.Module):
         if self.conv is not None:
             out = self._recomputed(self._local, x, edge_index, batch, **kwargs)  # (N, D)
         if self.attn is not None:
-            h, weights = self.global_attention(x, batch, mask, bias=bias, plan=plan, return_weights=True) \
-                if return_weights else (self.global_attention(x, batch, mask, bias=bias, plan=plan), None)
+            if return_weights:
+                h, weights = self.global_attention(x, batch, mask, bias=bias, plan=plan, return_weights=True)
+            else:
+                h = self.global_attention(x, batch, mask, bias=bias, plan=plan)
             h = self._norm(self.norm2, F.dropout(h, p=self.dropout, training=self.training) + x, batch)
             out = h if out is None else out + h
         assert out is not None
@@ -181,6 +183,18 @@ class GPSConv(nn.Module):
             return block(*args, **kwargs)
         passes = (contextlib.nullcontext(), _BuffersKept(self))  # the forward as it is, the recomputation on copies
         return checkpoint(block, *args, use_reentrant=False, context_fn=lambda: passes, **kwargs)
+
+    @overload
+    def global_attention(
+        self, x: Tensor, batch: Tensor | None = ..., mask: Mask | None = ..., *, bias: Tensor | None = ...,
+        plan: AttentionPlan | None = ..., return_weights: Literal[False] = ...,
+    ) -> Tensor: ...
+
+    @overload
+    def global_attention(
+        self, x: Tensor, batch: Tensor | None = ..., mask: Mask | None = ..., *, bias: Tensor | None = ...,
+        plan: AttentionPlan | None = ..., return_weights: Literal[True],
+    ) -> tuple[Tensor, AttentionWeights | None]: ...
 
     def global_attention(
         self, x: Tensor, batch: Tensor | None = None, mask: Mask | None = None, *, bias: Tensor | None = None,
@@ -256,8 +270,10 @@ def _multihead(
         if mask is None:
             mask = SameGraph(batch if batch is not None else x.new_zeros(N, dtype=torch.long))
         q, k, v = F.linear(x, attn.in_proj_weight, attn.in_proj_bias).view(N, 3, H, -1).unbind(1)  # (N, H, E) each
-        got = attend(q, k, v, mask, dropout_p=dropout_p, bias=bias, plan=plan, return_weights=return_weights)
-        out, weights = got if return_weights else (got, None)
+        if return_weights:
+            out, weights = attend(q, k, v, mask, dropout_p=dropout_p, bias=bias, plan=plan, return_weights=True)
+        else:
+            out = attend(q, k, v, mask, dropout_p=dropout_p, bias=bias, plan=plan)
     out = F.linear(out.reshape(N, -1), attn.out_proj.weight, attn.out_proj.bias)  # (N, D)
     return (out, weights) if return_weights else out
 

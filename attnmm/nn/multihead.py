@@ -167,12 +167,16 @@ class MultiHeadAttention(nn.Module):
             rel = self.position_bias(mask, L, S, None if packed else q.size(0))  # (P, H)
             bias = rel if bias is None else rel + (bias.unsqueeze(-1) if bias.dim() == 1 else bias)
         dropout_p = self.dropout if self.training else 0.0
-        layout = "packed" if packed else "padded"  # (N, D) inputs are graph nodes: said, not guessed
-        result = attend(
-            q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, return_weights=return_weights, plan=plan,
-            layout=layout,
-        )
-        out, weights = result if return_weights else (result, None)
+        # (N, D) inputs are graph nodes: said, not guessed
+        layout: Literal["packed", "padded"] = "packed" if packed else "padded"
+        weights: AttentionWeights | None = None
+        if return_weights:
+            out, weights = attend(
+                q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, plan=plan, layout=layout,
+                return_weights=True,
+            )
+        else:
+            out = attend(q, k, v, mask, dropout_p=dropout_p, score=self.score, bias=bias, plan=plan, layout=layout)
         out = self.out_proj(out.flatten(-2) if packed else out.transpose(1, 2).flatten(-2))  # (N, D) or (B, L, D)
         return out if weights is None else (out, weights)
 

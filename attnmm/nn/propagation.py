@@ -123,10 +123,11 @@ class PropagationEncoder(nn.Module):
             else:
                 v = z.unsqueeze(1)  # (N, 1, C): one head
                 u = F.normalize(v, dim=-1)
-                result = attend(
-                    u * self.beta, u, v, mask, scale=1.0, dropout_p=p, layout="packed", return_weights=return_weights
-                )
-                out, w = result if return_weights else (result, None)
+                if return_weights:
+                    out, w = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p, layout="packed",
+                                    return_weights=True)
+                else:
+                    out, w = attend(u * self.beta, u, v, mask, scale=1.0, dropout_p=p, layout="packed"), None
                 out = out.squeeze(1)  # (N, C)
             if w is not None:
                 weights.append(w)  # the weights of this propagation step
@@ -141,9 +142,10 @@ def spread(
     attention with no query or key, so the score is the bias alone (a softmax over zeros without one: uniform)."""
     v = z.unsqueeze(1).expand(-1, heads, -1)  # (N, H, C): every head spreads z
     q = k = z.new_zeros(z.shape[0], heads, 0)
-    result = attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed", return_weights=return_weights)
-    out, w = result if return_weights else (result, None)
-    return out.mean(1), w
+    if return_weights:
+        out, w = attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed", return_weights=True)
+        return out.mean(1), w
+    return attend(q, k, v, mask, bias=bias, dropout_p=p, layout="packed").mean(1), None
 
 
 def reset_attention(att_dst: Tensor | None, att_src: Tensor | None) -> None:

@@ -97,6 +97,7 @@ class CSRPattern:
         items = pairs.batch_size if pairs.batch is not None else 1
         assert items is not None
         row, col, device = pairs.row, pairs.col, pairs.row.device
+        offsets: tuple[int, ...]
         if pairs.batch is None:
             offsets = (0, pairs.nnz)
             seg, seg_t = row, col

@@ -211,6 +211,7 @@ class FlexBackend(Backend):
         items = 1 if problem.batch_size is None else B  # a shared mask: the same tiles in every item
         rows, cols = -(-L // T), -(-S // T)
         height = (L - torch.arange(rows) * T).clamp(max=T)  # real query rows of each row of tiles
+        counts: tuple[int, ...]
         if L == 0 or S == 0:
             counts = (0, 0, 0)
         elif (interval := problem.structure.interval) is not None:
@@ -240,11 +241,11 @@ class FlexBackend(Backend):
             r, c = (found % (rows * cols)) // cols, found % cols
             size = height[r] * (S - c * T).clamp(max=T)
             counts = (found.numel(), int(size.sum()), int(size[count < size].sum()))
-        counts = tuple(n * (B // items) for n in counts)
-        self.tile_counts[key] = (problem.effective_mask, counts)
+        n_tiles, n_spanned, n_partial = (n * (B // items) for n in counts)
+        self.tile_counts[key] = (problem.effective_mask, (n_tiles, n_spanned, n_partial))
         while len(self.tile_counts) > CACHE_SIZE:
             self.tile_counts.popitem(last=False)
-        return counts  # type: ignore[return-value]
+        return n_tiles, n_spanned, n_partial
 
     def block_mask(self, mask: Mask, batch_size: int | None, num_rows: int, num_cols: int, device: torch.device) -> Any:
         """The FlexAttention ``BlockMask`` of ``mask`` for one shape, built once and kept (the
