@@ -168,9 +168,9 @@ def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, thread
     its record was stored is read back, a stopped fit goes on from its last checkpoint (``--ckpt_path last``),
     and the test run of a finished selection fit tests the checkpoint that fit kept and validated (the
     recipe's ``test --ckpt_path``; it must be the only ``best-*`` checkpoint there and carry the validation
-    score the fit wrote). The content of its ``--config`` files is kept at the fit's start (``configs.json``,
-    and the detail's ``configs``); a fit whose configs changed since is refused. Earlier logs are kept
-    beside the new one (``log.N.txt``)."""
+    score the fit wrote); a test run without a finished selection fit is refused. The content of its
+    ``--config`` files is kept at the fit's start (``configs.json``, and the detail's ``configs``); a fit
+    whose configs changed since is refused. Earlier logs are kept beside the new one (``log.N.txt``)."""
     from .protocol import ProtocolError, content_hash
 
     stage = "val" if evaluate.kind == "select" else "test"
@@ -184,10 +184,16 @@ def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, thread
         out = {**done, "command": "python " + " ".join(cmd)} if f"{stage}_{metric}" in done["metrics"] else None
         if out is None and (run_dir / "log.txt").exists():  # the earlier part's log kept beside
             (run_dir / "log.txt").rename(run_dir / f"log.{len(list(run_dir.glob('log.*.txt')))}.txt")
-        if out is None and stage == "test" and f"val_{metric}" in done["metrics"]:
+        if out is None and stage == "test":
+            if f"val_{metric}" not in done["metrics"]:
+                raise ProtocolError(f"the selection fit in {run_dir} has not finished: its test run tests the "
+                                    "checkpoint that fit keeps (run select first)")
             cmd = [cmd[0], "test", *cmd[2:], "--ckpt_path", str(_kept(run_dir, done, metric).relative_to(run_dir))]
         else:
             cmd = [*cmd, *(["--ckpt_path", "last"] if any(run_dir.glob("**/last*.ckpt")) else [])]
+    elif resume and stage == "test":
+        raise ProtocolError(f"no selection fit in {run_dir}: its test run tests the checkpoint that fit keeps "
+                            "(run select first)")
     elif resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "configs.json").write_text(json.dumps(configs, indent=1) + "\n")

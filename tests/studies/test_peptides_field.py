@@ -110,8 +110,12 @@ def test_recipe_commands_select_test_and_resume(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(train, "fit_recipe", fake_run)
     cand = {"name": "gps", "peer": "recipe", "configs": configs, "args": ["--x", "1"]}
     budget = {"threads": 2, "workdir": str(tmp_path / "runs")}
+    with pytest.raises(ProtocolError, match="no selection fit"):
+        pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
     with pytest.raises(RuntimeError, match="failed"):
         pf.run(cand, 3, None, _Sets("select", ["val"]), budget)
+    with pytest.raises(ProtocolError, match="has not finished"):
+        pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
     cmd = cmds[-1]
     assert cmd[:6] == ["recipes/graph_graph.py", "fit", "--config", configs[0], "--config", configs[1]]
     assert cmd[cmd.index("--seed_everything") + 1] == "3" and cmd[cmd.index("--torch_threads") + 1] == "2"
