@@ -53,7 +53,11 @@ def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
                   key=lambda r: r["seed"])
     chosen, means = chosen_point(p.candidates["fingerprint"], runs) if runs else (None, {})
     minutes = {c: sum(r["seconds"] for r in tested if r["candidate"] == c) / 60 for c in tests}
+    fitted = [r for r in view.store.select("select", p.hash) if "best_epoch" in r.get("detail", {})]
+    fits = {c: {r["seed"]: (r["scores"]["val"]["ap"], r["detail"]["best_epoch"]) for r in fitted if r["candidate"] == c}
+            for c in p.candidates}
     return {"labels": LABELS, "seeds": p.seeds("test"), "tests": tests, "minutes": minutes,
+            "fits": {c: f for c, f in fits.items() if f},
             "diffs": {p: {**d, "ci": t_interval(d["diffs"])} for p, d in diffs.items() if d}, "chosen": chosen,
             "grid": [(n, [fmean(r["detail"]["points"][n].values()) for r in runs], m) for n, m in means.items()],
             "grid_seeds": [r["seed"] for r in runs], "grid_minutes": sum(r["seconds"] for r in runs) / 60}
