@@ -182,12 +182,12 @@ def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, thread
                                 "resuming it would mix two configs; move that run directory away to start again")
         done = read_run(run_dir) if any(run_dir.glob("**/metrics.json")) else {"metrics": {}}
         out = {**done, "command": "python " + " ".join(cmd)} if f"{stage}_{metric}" in done["metrics"] else None
+        if out is None and stage == "test" and f"val_{metric}" not in done["metrics"]:
+            raise ProtocolError(f"the selection fit in {run_dir} has not finished: its test run tests the "
+                                "checkpoint that fit keeps (run select first)")
         if out is None and (run_dir / "log.txt").exists():  # the earlier part's log kept beside
             (run_dir / "log.txt").rename(run_dir / f"log.{len(list(run_dir.glob('log.*.txt')))}.txt")
         if out is None and stage == "test":
-            if f"val_{metric}" not in done["metrics"]:
-                raise ProtocolError(f"the selection fit in {run_dir} has not finished: its test run tests the "
-                                    "checkpoint that fit keeps (run select first)")
             cmd = [cmd[0], "test", *cmd[2:], "--ckpt_path", str(_kept(run_dir, done, metric).relative_to(run_dir))]
         else:
             cmd = [*cmd, *(["--ckpt_path", "last"] if any(run_dir.glob("**/last*.ckpt")) else [])]
