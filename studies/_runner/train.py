@@ -145,15 +145,17 @@ def best_epoch(epoch: Callable[[], None], score: Callable[[], dict[str, float]],
 def _kept(run_dir: Path, done: dict[str, Any], metric: str) -> Path:
     """The checkpoint a finished selection fit in ``run_dir`` kept and validated: the only ``best-*`` one, whose
     name carries the validation score the fit wrote (``done``, :func:`read_run`)."""
+    from .protocol import ProtocolError
+
     kept = sorted(p for p in run_dir.glob("**/best-*.ckpt") if _BEST.search(p.name))
     if len(kept) != 1:
-        raise RuntimeError(f"the fit in {run_dir} should have kept one best-* checkpoint, found {len(kept)}: "
+        raise ProtocolError(f"the fit in {run_dir} should have kept one best-* checkpoint, found {len(kept)}: "
                            f"{[str(p.relative_to(run_dir)) for p in kept]}")
     match = _BEST.search(kept[0].name)
     assert match is not None
     score = done["metrics"][f"val_{metric}"]
     if match.group(2) != f"val_{metric}" or abs(float(match.group(3)) - score) > 5e-5:
-        raise RuntimeError(f"{kept[0]} is not the checkpoint the fit in {run_dir} validated "
+        raise ProtocolError(f"{kept[0]} is not the checkpoint the fit in {run_dir} validated "
                            f"(val_{metric} {score:.4f} in its metrics.json)")
     return kept[0]
 

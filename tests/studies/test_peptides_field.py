@@ -134,10 +134,10 @@ def test_recipe_commands_select_test_and_resume(tmp_path: Path, monkeypatch: pyt
     # a kept checkpoint that is not the one validated, or two of them: refused
     (run_dir / "runs" / "version_1" / "checkpoints" / "best-epoch=9-val_ap=0.6000.ckpt").write_text("")
     (run_dir / "runs" / "version_3" / "metrics.json").unlink()  # as if not tested yet
-    with pytest.raises(RuntimeError, match="one best-\\* checkpoint, found 2"):
+    with pytest.raises(ProtocolError, match="one best-\\* checkpoint, found 2"):
         pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
     (run_dir / "runs" / "version_1" / "checkpoints" / "best-epoch=7-val_ap=0.5000.ckpt").unlink()
-    with pytest.raises(RuntimeError, match="not the checkpoint the fit"):
+    with pytest.raises(ProtocolError, match="not the checkpoint the fit"):
         pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
     (tmp_path / "b.yaml").write_text("trainer: {max_epochs: 9}\n")
     with pytest.raises(ProtocolError, match="changed since it started"):
