@@ -4,6 +4,7 @@ validation score (so that nothing is chosen on test)."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import os
@@ -35,6 +36,26 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             out.update(best_epoch=int(epoch), monitor=monitor, monitored=float(value))
             break
     return out
+
+
+def history(run_dir: Path, metric: str) -> dict[str, list[Any]]:
+    """The epochs of the fit in ``run_dir`` as its CSV logs tell them: each epoch's validation ``metric``
+    (``val_<metric>``) and training loss (``train_loss_epoch``), from every part of the fit (a resumed part's
+    epochs replace those it repeats), the validation after the fit (no training loss) left out."""
+    epochs: dict[int, dict[str, float]] = {}
+    keys = (f"val_{metric}", "train_loss_epoch")
+    logs = sorted(run_dir.glob("**/csv/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[-1]))
+    for log in logs:
+        part: dict[int, dict[str, float]] = {}
+        with log.open(newline="") as f:
+            for row in csv.DictReader(f):
+                for key in keys:
+                    if row.get(key):
+                        part.setdefault(int(row["epoch"]), {})[key] = float(row[key])
+        epochs.update(part)
+    done = [e for e in sorted(epochs) if len(epochs[e]) == len(keys)]
+    return {"epoch": done, "val": [round(epochs[e][keys[0]], 4) for e in done],
+            "train_loss": [round(epochs[e][keys[1]], 4) for e in done]}
 
 
 def fit_recipe(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, Any]:
@@ -172,7 +193,8 @@ def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, thread
     recipe's ``test --ckpt_path``; it must be the only ``best-*`` checkpoint there and carry the validation
     score the fit wrote); a test run without a finished selection fit is refused. The content of its
     ``--config`` files is kept at the fit's start (``configs.json``, and the detail's ``configs``); a fit
-    whose configs changed since is refused. Earlier logs are kept beside the new one (``log.N.txt``)."""
+    whose configs changed since is refused. Earlier logs are kept beside the new one (``log.N.txt``). A
+    selection run's detail keeps the fit's epochs (:func:`history`)."""
     from .protocol import ProtocolError, content_hash
 
     stage = "val" if evaluate.kind == "select" else "test"
@@ -203,4 +225,6 @@ def fit_scores(cmd: list[str], run_dir: Path, evaluate: Any, metric: str, thread
         out = fit_recipe([*cmd, *(["--test_after_fit", "false"] if stage == "val" else [])], run_dir, threads)
     if resume:
         out["configs"] = configs
+        if stage == "val":  # every part of the fit is in run_dir (no test run before its selection run)
+            out["history"] = history(run_dir, metric)
     return {name: {metric: out["metrics"][f"{stage}_{metric}"]} for name in evaluate}, out

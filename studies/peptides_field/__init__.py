@@ -40,6 +40,16 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
     return fit_scores(cmd, run_dir, evaluate, "ap", threads, resume=True)
 
 
+def _kept_and_last(record: dict[str, Any]) -> str:
+    """A selection record's kept checkpoint: its validation AP and epoch, and the last epoch's where the
+    record holds the fit's epochs (:func:`~studies._runner.train.history`)."""
+    text = f"{record['scores']['val']['ap']:.4f} (epoch {record['detail']['best_epoch']})"
+    epochs = record["detail"].get("history", {}).get("epoch")
+    if epochs:
+        text += f"; last {record['detail']['history']['val'][-1]:.4f} (epoch {epochs[-1]})"
+    return text
+
+
 def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
     """The page's names: the test AP by candidate and seed, the GPS config's paired differences with each peer
     (95% t interval), and the fingerprint peer's grid over its selection runs with the chosen point."""
@@ -54,8 +64,7 @@ def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
     chosen, means = chosen_point(p.candidates["fingerprint"], runs) if runs else (None, {})
     minutes = {c: sum(r["seconds"] for r in tested if r["candidate"] == c) / 60 for c in tests}
     fitted = [r for r in view.store.select("select", p.hash) if "best_epoch" in r.get("detail", {})]
-    fits = {c: {r["seed"]: (r["scores"]["val"]["ap"], r["detail"]["best_epoch"]) for r in fitted if r["candidate"] == c}
-            for c in p.candidates}
+    fits = {c: {r["seed"]: _kept_and_last(r) for r in fitted if r["candidate"] == c} for c in p.candidates}
     return {"labels": LABELS, "seeds": p.seeds("test"), "tests": tests, "minutes": minutes,
             "fits": {c: f for c, f in fits.items() if f},
             "diffs": {p: {**d, "ci": t_interval(d["diffs"])} for p, d in diffs.items() if d}, "chosen": chosen,

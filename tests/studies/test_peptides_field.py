@@ -124,6 +124,7 @@ def test_recipe_commands_select_test_and_resume(tmp_path: Path, monkeypatch: pyt
     scores, detail = pf.run(cand, 3, None, _Sets("select", ["val"]), budget)
     assert cmds[-1] == [*cmd[:-2], "--ckpt_path", "last", "--test_after_fit", "false"]  # the stopped fit goes on
     assert scores == {"val": {"ap": 0.5}} and set(detail["configs"]) == set(configs) and detail["best_epoch"] == 7
+    assert detail["history"] == {"epoch": [], "val": [], "train_loss": []}  # (the fake writes no CSV log)
     scores, detail = pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
     test = cmds[-1]  # the kept checkpoint, tested: no further training
     kept = "runs/version_1/checkpoints/best-epoch=7-val_ap=0.5000.ckpt"
@@ -142,6 +143,30 @@ def test_recipe_commands_select_test_and_resume(tmp_path: Path, monkeypatch: pyt
     (tmp_path / "b.yaml").write_text("trainer: {max_epochs: 9}\n")
     with pytest.raises(ProtocolError, match="changed since it started"):
         pf.run(cand, 3, None, _Sets("test", ["test"]), budget)
+
+
+def test_history_joins_the_parts_of_a_fit(tmp_path: Path) -> None:
+    """The epochs of a fit from its CSV logs: a resumed part's epochs replace those it repeats (parts in
+    version order, 10 after 2), the validation after the fit (no training loss) is left out."""
+    header = "epoch,step,train_loss_epoch,train_loss_step,val_ap,val_loss\n"
+    parts = {
+        2: "0,9,,0.7,,\n0,10,0.60,,0.20,0.5\n1,20,0.50,,0.30,0.4\n2,25,,0.4,,\n",  # stopped in epoch 2
+        10: "2,30,0.40,,0.35,0.3\n3,40,0.30,,0.33,0.3\n4,40,,,0.35,0.3\n",  # resumed; then the final validation
+    }
+    for version, rows in parts.items():
+        log = tmp_path / "runs" / "gps" / "csv" / f"version_{version}" / "metrics.csv"
+        log.parent.mkdir(parents=True)
+        log.write_text(header + rows)
+    assert train.history(tmp_path, "ap") == {"epoch": [0, 1, 2, 3], "val": [0.2, 0.3, 0.35, 0.33],
+                                             "train_loss": [0.6, 0.5, 0.4, 0.3]}
+    assert train.history(tmp_path / "none", "ap") == {"epoch": [], "val": [], "train_loss": []}
+
+
+def test_page_names_the_kept_and_the_last_epoch() -> None:
+    record = {"scores": {"val": {"ap": 0.51806}}, "detail": {"best_epoch": 25}}
+    assert pf._kept_and_last(record) == "0.5181 (epoch 25)"
+    record["detail"]["history"] = {"epoch": [0, 1, 2], "val": [0.2, 0.5181, 0.47], "train_loss": [0.6, 0.3, 0.1]}
+    assert pf._kept_and_last(record) == "0.5181 (epoch 25); last 0.4700 (epoch 2)"
 
 
 def test_recipe_candidates_configs_exist_and_fit_the_budget() -> None:
