@@ -19,9 +19,16 @@ call the layer on one graph before it (loading that code, and nothing of the ful
 the tensors alone in processes of their own: the highest sum of live bytes over the allocations and frees
 that ``torch.profiler`` records (``profile_memory``) in the first call, and in the next one.
 
-    python benchmarks/gps_conv.py --rounds 5
+With ``--device cuda`` the layers run on the GPU: time between CUDA synchronisations, and peak memory
+as the CUDA allocator counts it (``torch.cuda.max_memory_allocated`` over what the process held before
+the call: tensors only, so no further columns), stored apart and shown in a table of their own.
 
-Needs the Peptides-func graphs (``$ATTNMM_DATA/lrgb/peptides-functional``, built once and cached).
+    python benchmarks/gps_conv.py --rounds 5
+    python benchmarks/gps_conv.py --device cuda --rounds 5
+
+Needs the Peptides-func graphs (``$ATTNMM_DATA/lrgb/peptides-functional``, built once and cached), or
+the batches' structure saved beforehand where they are (``--save-batches FILE``, then ``--batches FILE``
+on a machine without them).
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ from typing import Any
 RESULTS = Path(__file__).with_name("results") / "gps_conv.json"
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
 START, END = "<!-- gps_conv:start -->", "<!-- gps_conv:end -->"
+#: where a measurement on the GPU is stored and shown
+CUDA_RESULTS = Path(__file__).with_name("results") / "gps_conv_cuda.json"
+CUDA_START, CUDA_END = "<!-- gps_conv_cuda:start -->", "<!-- gps_conv_cuda:end -->"
 #: the layers measured: attnmm's, PyG's, attnmm's with recompute=True, attnmm's without its attention branch
 WHICH = ("ours", "pyg", "recompute", "local")
 
@@ -68,21 +78,39 @@ def _tensor_peak(call: Any) -> int:
     return peak
 
 
-def _child(which: str, calls: int, threads: int, warm: bool = False, tensors: bool = False) -> dict[str, float]:
-    import time
+def _batches(count: int, saved: str | None = None) -> list[Any]:
+    """``count`` training batches of 64 Peptides-func graphs (their structure: ``num_nodes``, ``edge_index``,
+    ``batch``), the same in every process; from the file ``saved`` (written by ``--save-batches``) if given."""
+    from types import SimpleNamespace
 
     import torch
-    from torch_geometric.nn import GINEConv
 
+    if saved is not None:
+        stored = torch.load(saved)
+        if len(stored) < count:
+            raise SystemExit(f"{saved} holds {len(stored)} batches; --calls {count - 1} needs {count}")
+        return [SimpleNamespace(num_nodes=b["batch"].numel(), **b) for b in stored[:count]]
     from attnmm.data import GraphDataModule
 
-    torch.set_num_threads(threads)
     data = GraphDataModule(name="peptides-func", batch_size=64)
     data.prepare_data()
     data.setup("fit")
     torch.manual_seed(0)  # the same shuffled batches in every process, for both layers
     loader = iter(data.train_dataloader())
-    batches = [next(loader) for _ in range(calls + 1)]
+    return [next(loader) for _ in range(count)]
+
+
+def _child(
+    which: str, calls: int, threads: int, warm: bool = False, tensors: bool = False, device: str = "cpu",
+    saved: str | None = None,
+) -> dict[str, float]:
+    import time
+
+    import torch
+    from torch_geometric.nn import GINEConv
+
+    torch.set_num_threads(threads)
+    batches = _batches(calls + 1, saved)
     torch.manual_seed(0)
     if which == "pyg":
         from torch_geometric.nn import GPSConv
@@ -91,19 +119,31 @@ def _child(which: str, calls: int, threads: int, warm: bool = False, tensors: bo
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
     attn_type = None if which == "local" else "multihead"  # "local": the layer less its attention, the bound
     options = {"recompute": True} if which == "recompute" else {}
-    layer = GPSConv(64, GINEConv(mlp), heads=4, attn_type=attn_type, **options).train()
+    layer = GPSConv(64, GINEConv(mlp), heads=4, attn_type=attn_type, **options).train().to(device)
+    cuda = device == "cuda"
     inputs = []
     for b in batches:
         g = torch.Generator().manual_seed(b.num_nodes)
-        x = torch.randn(b.num_nodes, 64, generator=g).requires_grad_()
-        inputs.append((x, b.edge_index, b.batch, torch.randn(b.edge_index.size(1), 64, generator=g)))
+        x = torch.randn(b.num_nodes, 64, generator=g).to(device).requires_grad_()
+        edge_attr = torch.randn(b.edge_index.size(1), 64, generator=g)
+        inputs.append((x, b.edge_index.to(device), b.batch.to(device), edge_attr.to(device)))
 
     def step(x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, edge_attr: torch.Tensor) -> float:
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         layer(x, edge_index, batch, edge_attr=edge_attr).square().mean().backward()
+        if cuda:
+            torch.cuda.synchronize()
         return time.perf_counter() - start
 
     def measured(args: tuple[torch.Tensor, ...]) -> tuple[float, int]:
+        if cuda:  # the allocator's peak over what the process held before: the tensors' peak
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
+            seconds = step(*args)
+            return seconds, torch.cuda.max_memory_allocated() - held
         before = _status("VmRSS")
         _peak_reset()
         seconds = step(*args)
@@ -129,7 +169,8 @@ def _child(which: str, calls: int, threads: int, warm: bool = False, tensors: bo
 
 def _measure(which: str, args: argparse.Namespace, env: dict[str, str], *flags: str) -> dict[str, float]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", which, "--calls", str(args.calls),
-           "--threads", str(args.threads), *flags]
+           "--threads", str(args.threads), "--device", args.device,
+           *(["--batches", args.batches] if args.batches else []), *flags]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the {which} measurement failed:\n{done.stderr[-3000:]}")
@@ -169,8 +210,10 @@ def markdown(stored: dict[str, Any]) -> str:
                      + (f" {_shown(key, again)} | {ratio(key, again)} |" if again else "")
                      + (f" {_shown(key, local)} |" if local else ""))
     nodes = statistics.mean(m["nodes"] for m in stored["ours"])
+    where = (f"on the GPU ({stored['gpu']}), peak memory as the CUDA allocator counts it"
+             if stored.get("device") == "cuda" else f"{stored['threads']} thread(s)")
     lines += ["", f"`GPSConv(64, GINEConv, heads=4)`, Peptides-func batches of 64 graphs (about {nodes:,.0f} nodes), "
-              f"{stored['threads']} thread(s), medians of {stored['rounds']} alternating rounds of fresh processes, "
+              f"{where}, medians of {stored['rounds']} alternating rounds of fresh processes, "
               f"{stored['machine']}, code at `{stored['commit']}`."]
     return "\n".join(lines)
 
@@ -181,6 +224,22 @@ def render_page(page: str, stored: dict[str, Any]) -> str:
     return generated(page, START, END, "python benchmarks/gps_conv.py", RESULTS, [markdown(stored)])
 
 
+def render_cuda_page(page: str, stored: dict[str, Any]) -> str:
+    from benchmarks._page import generated
+
+    return generated(page, CUDA_START, CUDA_END, "python benchmarks/gps_conv.py --device cuda", CUDA_RESULTS,
+                     [markdown(stored)])
+
+
+def save_batches(path: str, count: int) -> None:
+    """Write the structure of the first ``count`` batches, for a machine without the Peptides-func data."""
+    import torch
+
+    batches = _batches(count)
+    torch.save([{"edge_index": b.edge_index, "batch": b.batch} for b in batches], path)
+    print(f"wrote {count} batches ({sum(b.num_nodes for b in batches):,} nodes) to {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -188,15 +247,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--render-only", action="store_true", help="render the page's table from the store")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--batches", help="read the batches' structure from this file (see --save-batches)")
+    parser.add_argument("--save-batches", metavar="FILE", help="write the batches' structure to FILE and stop")
     parser.add_argument("--child", choices=WHICH, help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tensors", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    cuda = args.device == "cuda"
+    results, render = (CUDA_RESULTS, render_cuda_page) if cuda else (RESULTS, render_page)
+    if args.save_batches:
+        save_batches(args.save_batches, args.calls + 1)
+        return
     if args.child:
-        print(json.dumps(_child(args.child, args.calls, args.threads, args.warm, args.tensors)))
+        print(json.dumps(_child(args.child, args.calls, args.threads, args.warm, args.tensors, args.device,
+                                args.batches)))
         return
     if args.render_only:
-        stored = json.loads(RESULTS.read_text())
+        stored = json.loads(results.read_text())
+    elif cuda:
+        import torch
+
+        from benchmarks._measure import commit, machine_line
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device")
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        runs: dict[str, list[dict[str, float]]] = {which: [] for which in WHICH}
+        for r in range(args.rounds):
+            for which in (WHICH if r % 2 == 0 else WHICH[::-1]):
+                runs[which].append(_measure(which, args, env))
+            print(f"round {r + 1}: " + ", ".join(
+                f"{w} first {runs[w][-1]['first_s']:.3f} s, steady {runs[w][-1]['steady_s']:.4f} s" for w in runs),
+                flush=True)
+        stored = {"machine": machine_line(), "commit": commit(), "threads": args.threads, "rounds": args.rounds,
+                  "calls": args.calls, "device": "cuda", "gpu": torch.cuda.get_device_name(), **runs}
     else:
         from benchmarks._measure import commit, machine_line
 
@@ -221,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from benchmarks._page import publish
 
-    publish(stored, RESULTS, PAGE, render_page)
+    publish(stored, results, PAGE, render)
 
 
 if __name__ == "__main__":

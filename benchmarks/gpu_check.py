@@ -10,6 +10,7 @@ dense masked SDPA, FlexAttention and the TransformerConv formulation, with CUDA 
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
@@ -67,7 +68,7 @@ def check_backends(mask: Mask | None, batch: int, n_q: int, n_k: int, dtype: tor
         print(f"   {name:10s} ok ({mask!r}, {dtype})", flush=True)
 
 
-def part1() -> None:
+def part1(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16), shard: tuple[int, int] = (0, 1)) -> None:
     print("== part 1: backends against the reference on CUDA", flush=True)
     edge_index = torch.randint(0, 300, (2, 3000), device="cuda")
     cases: list[tuple[Mask | None, int, int, int, bool]] = [
@@ -89,8 +90,9 @@ def part1() -> None:
         (Documents([100, 0, 150, 50]) & Causal(), 2, 300, 300, False),
         (Documents([120, 180]) & Window(16, 0), 2, 300, 300, False),
     ]
-    for dtype in (torch.float32, torch.bfloat16):
-        for mask, *sizes, packed in cases:
+    index, count = shard
+    for dtype in dtypes:
+        for mask, *sizes, packed in cases[index::count]:
             step(f"{mask!r} {dtype}", lambda m=mask, s=sizes, d=dtype, p=packed: check_backends(m, *s, d, p))
 
 
@@ -192,14 +194,14 @@ def sequence_table(
     )
 
 
-def part2() -> None:
+def part2(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)) -> None:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from attnmm.attention.backends.flex import as_mask_mod
 
     print("== part 2: the benchmark table on the GPU (median of 10, peak above inputs)", flush=True)
     flex = torch.compile(flex_attention)
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in dtypes:
         sequence_table(dtype, flex, create_block_mask, as_mask_mod)
     from torch_geometric.utils import scatter, softmax
 
@@ -227,14 +229,43 @@ def part2() -> None:
     )
 
 
-def main() -> int:
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_check",
+        description="Every backend against the reference on CUDA (part 1), then the timings (part 2).",
+    )
+    parser.add_argument("--part", choices=["1", "2"], action="append", help="run only this part (repeatable)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), action="append", help="only this dtype (repeatable)")
+    parser.add_argument(
+        "--shard", default="0/1", help="i/n: part 1 checks every n-th case from the i-th (to split it over processes)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        index, count = (int(x) for x in args.shard.split("/"))
+        if not 0 <= index < count:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--shard takes i/n with 0 <= i < n, got {args.shard!r}")
+    args.shard = (index, count)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 0
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    dtypes = tuple(DTYPES[d] for d in args.dtype) if args.dtype else tuple(DTYPES.values())
+    parts = args.part or ["1", "2"]
     started = time.perf_counter()
-    step("part 1", part1)
-    step("part 2", part2)
+    if "1" in parts:
+        step("part 1", lambda: part1(dtypes, args.shard))
+    if "2" in parts:
+        step("part 2", lambda: part2(dtypes))
     print(f"== done in {time.perf_counter() - started:.0f} s; {len(FAILURES)} failure(s)")
     for f in FAILURES:
         print(f"   FAILED {f}")
