@@ -227,6 +227,10 @@ def render_page(page: str, stored: dict[str, Any]) -> str:
 def render_cuda_page(page: str, stored: dict[str, Any]) -> str:
     from benchmarks._page import generated
 
+    if CUDA_START not in page:  # the first measurement on a GPU: its section goes after the CPU table's
+        intro = ("\n\nThe same layers on a GPU (`python benchmarks/gps_conv.py --device cuda`; time between CUDA "
+                 "synchronisations,\npeak memory as the CUDA allocator counts it, which is the tensors' alone):\n\n")
+        page = page.replace(END, END + intro + CUDA_START + "\n" + CUDA_END, 1)
     return generated(page, CUDA_START, CUDA_END, "python benchmarks/gps_conv.py --device cuda", CUDA_RESULTS,
                      [markdown(stored)])
 
