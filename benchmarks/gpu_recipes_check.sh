@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check (issue 7): the CUDA tests, every recipe's smoke run on CUDA under bf16-mixed, then
-# `python -m benchmarks.gpu_check` (every backend against the reference on CUDA, then the timings).
+# `python -m benchmarks.gpu_check` (every backend against the reference on CUDA, in four processes at once,
+# then the timings).
 #
 #   bash benchmarks/gpu_recipes_check.sh            # from the repository root, on a CUDA machine
 #
@@ -76,8 +77,18 @@ for recipe in graph_graph graph_node speech_truncated image_patches text_pos tex
     --trainer.precision=bf16-mixed ${EXTRA[$recipe]:-}"
 done
 if [ "$ACCELERATOR" = gpu ]; then
-  step gpu_check 300 "$PY" -m benchmarks.gpu_check
-  sed -n '/^== done/,$p' "$OUT/gpu_check.log" 2>/dev/null
+  # part 1 (compilation-bound: flex compiles each mask) in four processes at once, each a dtype and half the
+  # cases; then part 2's timings alone on the GPU
+  step gpu_check_part1 240 bash -c 'rc=0; pids=()
+    for d in fp32 bf16; do for s in 0/2 1/2; do
+      timeout 230 "$0" -m benchmarks.gpu_check --part 1 --dtype $d --shard $s > "$1/gpu_check_part1_${d}_${s%/*}.log" 2>&1 &
+      pids+=($!)
+    done; done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    cat "$1"/gpu_check_part1_*.log; exit $rc' "$PY" "$OUT"
+  grep -h -E '^== done|FAILED' "$OUT"/gpu_check_part1_*.log 2>/dev/null
+  step gpu_check_part2 200 "$PY" -m benchmarks.gpu_check --part 2
+  sed -n '/^== done/,$p' "$OUT/gpu_check_part2.log" 2>/dev/null
   # LSTM vs causal attention training steps on the GPU: the rnn_attention study's part parallel_cuda, written
   # to a part store of its own ($OUT/rnn_parallel_cuda.json) for `python -m studies rnn_attention merge`
   step rnn_parallel_cuda 150 "$PY" -m studies rnn_attention measure parallel device=cuda rounds=2 \
