@@ -18,10 +18,18 @@ the device type. Run it on an otherwise idle machine, with the
 thread count training uses (``--threads``, default 1, the recipes' setting), after changing a
 backend; it takes a few minutes on CPU.
 
+On a GPU (``--device cuda``) each call is timed between CUDA synchronisations, FlexAttention in
+training too (it compiles a backward there), and ``--dtype bf16`` calibrates half precision: its
+constants go under the modes ending in ``"+half"``, which dispatch reads for float16 and bfloat16
+problems on that device (as under ``bf16-mixed`` autocast). Each run merges what it fitted into the
+constants already written, so the CPU, the GPU in float32 and in bf16 are calibrated by separate runs.
+
 Usage::
 
     python -m benchmarks.calibrate                 # CPU, 1 thread, writes the constants
     python -m benchmarks.calibrate --dry-run       # print the fit only
+    python -m benchmarks.calibrate --device cuda --budget 0.02 && \
+        python -m benchmarks.calibrate --device cuda --dtype bf16 --budget 0.02   # a GPU, both precisions
 """
 
 from __future__ import annotations
@@ -94,23 +102,29 @@ DOCUMENTS = [(8192, 128, 2, 64), (8192, 512, 2, 64), (32768, 128, 2, 64), (32768
              (16384, 1024, 2, 64), (8192, 2048, 2, 64)]
 
 
-def problems() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, Mask | None]]:
+def problems(
+    device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, Mask | None]]:
     found = []
     g = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:  # drawn on the CPU (the same numbers on any device), then moved
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
     for B, H, L, E in SIZES:
         # laid out as MultiHeadAttention passes them: (B, L, H, E) memory seen as (B, H, L, E)
-        q, k, v = (torch.randn(B, L, H, E, generator=g).transpose(1, 2) for _ in range(3))
+        q, k, v = (randn(B, L, H, E).transpose(1, 2) for _ in range(3))
         for name, make in MASKS.items():
             found.append((f"{name} B={B} H={H} L={L} E={E}", q, k, v, make(B, L)))
         if L == 49:
             found.append((f"grid B={B} L=49", q, k, v, Grid(7, 7, kernel=3)))
     for sizes, H, E in GRAPHS:
         N = sum(sizes)
-        q, k, v = (torch.randn(N, H, E, generator=g) for _ in range(3))
+        q, k, v = (randn(N, H, E) for _ in range(3))
         found.append((f"graphs {len(sizes)}x{sizes[0]} H={H} E={E}", q, k, v, _blocks(sizes)))
         found.append((f"full packed N={N} H={H} E={E}", q, k, v, Full()))
     for L, n, H, E in DOCUMENTS:
-        q, k, v = (torch.randn(1, H, L, E, generator=g) for _ in range(3))
+        q, k, v = (randn(1, H, L, E) for _ in range(3))
         found.append((f"documents {L // n}x{n} H={H} E={E}", q, k, v, Documents([n] * (L // n)) & Causal()))
     return found
 
@@ -125,8 +139,21 @@ def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | Non
     return problem, forms_of(problem)
 
 
-def _time(fn: Callable[[], object], budget: float) -> float:
+def _synchronised(fn: Callable[[], object], device: str) -> Callable[[], object]:
+    """``fn``, returning once the device has finished its work (a GPU's kernels run asynchronously)."""
+    if device == "cpu":
+        return fn
+
+    def call() -> None:
+        fn()
+        torch.cuda.synchronize()
+
+    return call
+
+
+def _time(fn: Callable[[], object], budget: float, device: str = "cpu") -> float:
     """Median seconds of ``fn`` over calls filling about ``budget`` seconds (at least 3)."""
+    fn = _synchronised(fn, device)
     fn()
     start = time.perf_counter()
     fn()
@@ -139,11 +166,14 @@ def _time(fn: Callable[[], object], budget: float) -> float:
     return statistics.median(times)
 
 
-def measure(name: str, how: str, budget: float) -> list[tuple[str, tuple[float, ...], float]]:
-    """(label, cost terms, seconds) of backend ``name`` in mode ``how`` on every problem it supports."""
+def measure(
+    name: str, how: str, budget: float, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> list[tuple[str, tuple[float, ...], float]]:
+    """(label, cost terms, seconds) of backend ``name`` in mode ``how`` on every problem it supports, on
+    ``device`` in ``dtype``."""
     backend = get_backend(name)
     rows = []
-    for label, q, k, v, mask in problems():
+    for label, q, k, v, mask in problems(device, dtype):
         training = how.startswith("train")
         leaves = [t.detach().requires_grad_(training) for t in (q, k, v)]
         problem, forms = _problem(*leaves, mask, how)
@@ -170,7 +200,7 @@ def measure(name: str, how: str, budget: float) -> list[tuple[str, tuple[float, 
                 if training:
                     out.sum().backward()
 
-        seconds = _time(call, budget)
+        seconds = _time(call, budget, device)
         if name == "flex":  # its terms count what is not cached or compiled yet: after the calls, nothing
             with torch.set_grad_enabled(training):
                 terms = backend.cost_terms(problem, forms)
@@ -185,27 +215,32 @@ def measure(name: str, how: str, budget: float) -> list[tuple[str, tuple[float, 
                 flex.block_masks_clear()
                 call()
 
-            rows.append((f"{label}, block mask rebuilt", rebuilt, _time(fresh, budget)))
+            rows.append((f"{label}, block mask rebuilt", rebuilt, _time(fresh, budget, device)))
     return rows
 
 
-def compile_seconds(budget: float) -> float:
+def compile_seconds(
+    budget: float, device: str = "cpu", dtype: torch.dtype = torch.float32, training: bool = False
+) -> float:
     """Seconds the first FlexAttention call of a process spends beyond a compiled one (its
-    compilation), on a small CPU problem; the median of three fresh compilations."""
-    q, k, v = (torch.randn(1, 2, 256, 32) for _ in range(3))
+    compilation), on a small problem; the median of three fresh compilations."""
+    q, k, v = (torch.randn(1, 2, 256, 32).to(device=device, dtype=dtype).requires_grad_(training) for _ in range(3))
     mask = Window(16, 16)
 
     def call() -> None:
-        with torch.no_grad():
-            attend(q, k, v, mask, backend="flex")
+        with torch.set_grad_enabled(training):
+            out = attend(q, k, v, mask, backend="flex")
+            if training:
+                out.sum().backward()
 
+    timed = _synchronised(call, device)
     seconds = []
     for _ in range(3):
         flex.reset_compiled()
         start = time.perf_counter()
-        call()
+        timed()
         seconds.append(time.perf_counter() - start)
-    return max(0.0, statistics.median(seconds) - _time(call, budget))
+    return max(0.0, statistics.median(seconds) - _time(call, budget, device))
 
 
 def fit(rows: list[tuple[str, tuple[float, ...], float]]) -> tuple[tuple[float, ...], float]:
@@ -215,6 +250,23 @@ def fit(rows: list[tuple[str, tuple[float, ...], float]]) -> tuple[tuple[float, 
     c, _ = nnls(x / t[:, None], np.ones_like(t))
     error = np.abs(x @ c - t) / t
     return tuple(float(f"{ci:.4g}") for ci in c), float(np.median(error))
+
+
+def written() -> _calibration.Costs:
+    """The constants as the file holds them now (another run may have written it since this one began)."""
+    namespace: dict[str, object] = {}
+    exec(compile(OUTPUT.read_text(), str(OUTPUT), "exec"), namespace)
+    return namespace["COSTS"]  # type: ignore[return-value]
+
+
+def merged(
+    costs: _calibration.Costs, device: str, fitted: dict[str, dict[str, tuple[float, ...]]]
+) -> _calibration.Costs:
+    """``costs`` with the modes ``fitted`` on ``device`` replaced (the other modes, backends and devices kept)."""
+    out = {d: {b: dict(modes) for b, modes in backends.items()} for d, backends in costs.items()}
+    for name, modes in fitted.items():
+        out.setdefault(device, {}).setdefault(name, {}).update(modes)
+    return out
 
 
 def write(costs: dict[str, dict[str, dict[str, tuple[float, ...]]]]) -> None:
@@ -235,27 +287,38 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, tuple[float, ...]
     parser.add_argument("--backends", nargs="*", default=None)
     parser.add_argument("--modes", nargs="*", default=list(_cost.MODES), choices=list(_cost.MODES))
     parser.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--dtype", choices=["fp32", "bf16"], default="fp32", help='bf16: the half-precision constants ("+half" modes)'
+    )
     args = parser.parse_args(argv)
+    device, dtype = args.device, {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+    if device == "cpu" and dtype != torch.float32:
+        parser.error("--dtype bf16 is for a GPU: on the CPU the backends compute in float32")
+    suffix = _cost.HALF if dtype != torch.float32 else ""
     torch.set_num_threads(args.threads)
-    device = "cpu"
+    # every problem's mask family compiles a FlexAttention kernel of its own: more than a model makes
+    flex.RECOMPILE_LIMIT = max(flex.RECOMPILE_LIMIT, 1024)
     fitted: dict[str, dict[str, tuple[float, ...]]] = {}
     for name in args.backends or list_backends():
         backend = get_backend(name)
         if backend.available() is not None or (backend.supports.devices and device not in backend.supports.devices):
             continue
         for how in args.modes:
-            rows = measure(name, how, args.budget)
+            rows = measure(name, how, args.budget, device, dtype)
             if len(rows) < 4:
                 continue
             constants, error = fit(rows)
             if name == "flex":  # its last term counts a compilation not yet done: its constant is measured
-                constants = (*constants[:-1], float(f"{compile_seconds(args.budget):.4g}"))
-            fitted.setdefault(name, {})[how] = constants
-            print(f"{name:10s} {how:14s} {len(rows):3d} problems, median error {error:.0%}: {constants}", flush=True)
+                compiling = compile_seconds(args.budget, device, dtype, how.startswith("train"))
+                constants = (*constants[:-1], float(f"{compiling:.4g}"))
+            fitted.setdefault(name, {})[how + suffix] = constants
+            print(f"{name:10s} {how + suffix:19s} {len(rows):3d} problems, median error {error:.0%}: {constants}",
+                  flush=True)
     if not args.dry_run:
-        costs = dict(_calibration.COSTS)
-        costs[device] = {**costs.get(device, {}), **fitted}
-        write(costs)
+        write(merged(written(), device, fitted))
         print(f"wrote {OUTPUT}")
     return fitted
 

@@ -11,7 +11,8 @@
 # folder). Each step has its own time limit and the whole check stops starting steps after
 # $DEADLINE seconds (default 480), so it ends within about 9 minutes on one GPU. Exit code: 0 when
 # every step that ran passed, 1 otherwise, 2 without CUDA. ACCELERATOR=cpu rehearses the recipe
-# steps on the CPU (autocast bf16 there) and leaves out the CUDA-only parts.
+# steps on the CPU (autocast bf16 there) and leaves out the CUDA-only parts. CALIBRATE=1 then calibrates
+# the dispatcher's cost model on the GPU (python -m benchmarks.calibrate --device cuda, fp32 and bf16).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -94,6 +95,16 @@ if [ "$ACCELERATOR" = gpu ]; then
   step rnn_parallel_cuda 150 "$PY" -m studies rnn_attention measure parallel device=cuda rounds=2 \
     --store "$OUT/rnn_parallel_cuda.json" --no-progress
   tail -5 "$OUT/rnn_parallel_cuda.log" 2>/dev/null
+fi
+
+if [ "$ACCELERATOR" = gpu ] && [ "${CALIBRATE:-0}" = 1 ]; then
+  # the dispatcher's cost model on this GPU, float32 then bf16 (about 5 minutes each, outside the deadline);
+  # the merged constants are left in $OUT/_calibration.py, to commit as attnmm/attention/backends/_calibration.py
+  DEADLINE=$((SECONDS + 1300))
+  step calibrate_fp32 600 "$PY" -m benchmarks.calibrate --device cuda --budget 0.02
+  step calibrate_bf16 600 "$PY" -m benchmarks.calibrate --device cuda --dtype bf16 --budget 0.02
+  cat "$OUT"/calibrate_*.log 2>/dev/null
+  cp attnmm/attention/backends/_calibration.py "$OUT/_calibration.py"
 fi
 
 echo "== finished in $SECONDS s; logs in $OUT"

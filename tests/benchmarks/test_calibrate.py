@@ -1,8 +1,12 @@
 """benchmarks/calibrate.py: its problems include long rows, its fit recovers the sparse backend's
 constants, the row-length term included, from times that follow them (no timing), and FlexAttention's
-rows count a block-mask build only where the block mask is rebuilt."""
+rows count a block-mask build only where the block mask is rebuilt; a run merges its device's modes into
+the constants written, its problems are made in the dtype asked, and options it cannot honour are
+refused with the reason."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,10 +49,50 @@ def test_the_fit_recovers_the_row_length_term() -> None:
 def test_flex_rows_count_a_build_only_where_the_block_mask_is_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 200, 16, generator=g) for _ in range(3))
-    monkeypatch.setattr(calibrate, "problems", lambda: [("window", q, k, v, Window(8, 8))])
+    monkeypatch.setattr(calibrate, "problems", lambda *_: [("window", q, k, v, Window(8, 8))])
     rows = calibrate.measure("flex", "infer", 0.0)
     assert [label for label, _, _ in rows] == ["window", "window, block mask rebuilt"]
     (_, cached, t0), (_, rebuilt, t1) = rows
     assert cached[3] == 0.0 and rebuilt[3] == 200 * 200  # the build's positions, only where it happens
     assert cached[:3] == rebuilt[:3] and cached[4] == rebuilt[4] == 0.0  # compiled by the first call
     assert t0 > 0 and t1 > 0
+
+
+def test_a_run_merges_its_modes_into_the_constants_written() -> None:
+    assert calibrate.written() == calibrate._calibration.COSTS  # the file as the module reads it
+    before = {"cpu": {"sparse": {"train": (1.0,), "infer": (2.0,)}}}
+    after = calibrate.merged(before, "cuda", {"sparse": {"train+half": (3.0,)}})
+    assert after == {"cpu": {"sparse": {"train": (1.0,), "infer": (2.0,)}}, "cuda": {"sparse": {"train+half": (3.0,)}}}
+    again = calibrate.merged(after, "cpu", {"sparse": {"train": (4.0,)}, "band": {"infer": (5.0,)}})
+    assert again["cpu"] == {"sparse": {"train": (4.0,), "infer": (2.0,)}, "band": {"infer": (5.0,)}}
+    assert before["cpu"]["sparse"]["train"] == (1.0,)  # the input is left as it was
+
+
+def test_the_problems_are_made_in_the_dtype_asked_with_the_same_numbers() -> None:
+    fp32, bf16 = calibrate.problems()[:3], calibrate.problems(dtype=torch.bfloat16)[:3]
+    for (label, *tensors, mask), (label16, *tensors16, mask16) in zip(fp32, bf16, strict=True):
+        assert label == label16 and repr(mask) == repr(mask16)
+        for a, b in zip(tensors, tensors16, strict=True):
+            assert b.dtype == torch.bfloat16 and b.stride() == a.stride()
+            torch.testing.assert_close(b, a.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--dtype", "bf16"], "--dtype bf16 is for a GPU"),
+        *([(["--device", "cuda"], "torch sees no CUDA device")] if not torch.cuda.is_available() else []),
+    ],
+)
+def test_refused_options_say_why(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        calibrate.main([*argv, "--dry-run"])
+    assert says in capsys.readouterr().err
+
+
+def test_writing_what_is_written_changes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    copy = tmp_path / "_calibration.py"
+    copy.write_text(calibrate.OUTPUT.read_text())
+    monkeypatch.setattr(calibrate, "OUTPUT", copy)
+    calibrate.write(calibrate.merged(calibrate.written(), "cuda", {}))
+    assert copy.read_text() == calibrate.OUTPUT.read_text() == Path(calibrate._calibration.__file__).read_text()

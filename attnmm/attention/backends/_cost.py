@@ -11,14 +11,19 @@ with one set of non-negative constants :math:`c` per backend, device type and mo
 forward and backward; ``"infer"``: forward only; either with ``"+dropout"``, which sends the fused
 CPU kernels down PyTorch's unfused path), fitted to measured times by
 ``python -m benchmarks.calibrate``, which writes them into
-:mod:`attnmm.attention.backends._calibration`. Half-precision problems use the float32 constants (the
-backends compute in float32). A backend or device without constants has no estimate; dispatch then
-falls back to the backends' declared preference.
+:mod:`attnmm.attention.backends._calibration`. A half-precision problem (float16 or bfloat16) uses the
+constants calibrated in half precision on its device where there are some (the modes ending in
+``"+half"``, from ``python -m benchmarks.calibrate --dtype bf16``: on a GPU, half-precision kernels run
+at other speeds than float32 ones), else the float32 constants (on the CPU the backends compute in
+float32). A backend or device without constants has no estimate; dispatch then falls back to the
+backends' declared preference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import torch
 
 from attnmm.attention.backends import _calibration
 from attnmm.attention.problem import Problem
@@ -30,6 +35,9 @@ UNIT = 1e-6
 #: The modes a backend is calibrated in.
 MODES = ("train", "infer", "train+dropout", "infer+dropout")
 
+#: The suffix of a mode's constants calibrated in half precision.
+HALF = "+half"
+
 
 def mode(problem: Problem) -> str:
     """``"train"`` when a gradient will flow back through the attention, else ``"infer"``; with
@@ -37,9 +45,12 @@ def mode(problem: Problem) -> str:
     return ("train" if problem.training else "infer") + ("+dropout" if problem.dropout_p > 0 else "")
 
 
-def constants(name: str, device: str, how: str) -> Sequence[float] | None:
-    """The calibrated constants (c_0, c_1, ...) of backend ``name`` on ``device`` in mode ``how``."""
-    return _calibration.COSTS.get(device, {}).get(name, {}).get(how)
+def constants(name: str, device: str, how: str, half: bool = False) -> Sequence[float] | None:
+    """The calibrated constants (c_0, c_1, ...) of backend ``name`` on ``device`` in mode ``how``; with
+    ``half``, those calibrated in half precision where there are some."""
+    table = _calibration.COSTS.get(device, {}).get(name, {})
+    found = table.get(how + HALF) if half else None
+    return table.get(how) if found is None else found
 
 
 def estimate(name: str, problem: Problem, terms: Sequence[float]) -> float | None:
@@ -49,7 +60,7 @@ def estimate(name: str, problem: Problem, terms: Sequence[float]) -> float | Non
     A backend adds new terms at the end of its :meth:`~attnmm.attention.backends.Backend.cost_terms`,
     so constants calibrated before a term existed still apply: the terms they lack count with
     constant 0 until ``python -m benchmarks.calibrate`` fits them."""
-    c = constants(name, problem.device.type, mode(problem))
+    c = constants(name, problem.device.type, mode(problem), problem.dtype in (torch.float16, torch.bfloat16))
     if c is None or not 1 <= len(c) <= len(terms) + 1:
         return None
     return c[0] + sum(ck * xk * UNIT for ck, xk in zip(c[1:], terms))

@@ -117,3 +117,18 @@ def test_segments_choose_each_segment_once(monkeypatch: pytest.MonkeyPatch) -> N
     out.sum().backward()
     reference = attend(q, k, v, mask, backend="reference")
     assert torch.allclose(out, reference, atol=1e-5)
+
+
+def test_half_precision_problems_read_the_half_constants_where_there_are_some(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    q, k, v = (torch.zeros(1, 2, 64, 16, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    half = planned(q, k, v, Window(4, 4), scale=0.25)
+    single = planned(*(t.float() for t in (q, k, v)), Window(4, 4), scale=0.25)
+    sparse = get_backend("sparse")
+    costs = {"cpu": {"sparse": {"train": (1.0,), "train+half": (2.0,)}}}
+    monkeypatch.setattr(_calibration, "COSTS", costs)
+    assert (sparse.cost(*half), sparse.cost(*single)) == (2.0, 1.0)
+    del costs["cpu"]["sparse"]["train+half"]  # none calibrated in half precision: the float32 constants
+    assert sparse.cost(*half) == 1.0
+    assert _cost.constants("sparse", "cpu", "train", half=True) == (1.0,)
