@@ -6,6 +6,11 @@ every registered backend that accepts the problem with the reference (fp32 and b
 gradients). Part 2 times the benchmark cases on the GPU (forward + backward unless noted) against
 dense masked SDPA, FlexAttention and the TransformerConv formulation, with CUDA events and
 ``torch.cuda.max_memory_allocated`` for peak memory.
+
+A run's logs are its store: ``bash benchmarks/gpu_recipes_check.sh`` writes them (``cuda_tests.log``,
+``gpu_check_part1_*.log``, ``gpu_check_part2.log``) and they are committed as they are, in a folder of
+``benchmarks/results/``; ``python -m benchmarks.gpu_check --render FOLDER`` writes the table of
+docs/robustness.md from such a folder alone.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -231,6 +237,46 @@ def part2(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)) -> 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "robustness.md"
+START, END = "<!-- gpu_check:start -->", "<!-- gpu_check:end -->"
+
+
+def _logs(folder: Path, *patterns: str) -> list[Path]:
+    return sorted(p for pattern in patterns for p in folder.glob(pattern))
+
+
+def markdown(folder: Path) -> list[str]:
+    """The table of a run's timings and the count of its checks, from its logs in ``folder`` alone."""
+    part1 = "\n".join(p.read_text() for p in _logs(folder, "p1_*.log", "gpu_check_part1_*.log"))
+    part2 = "\n".join(p.read_text() for p in _logs(folder, "p2.log", "gpu_check_part2.log"))
+    tests = "\n".join(p.read_text() for p in _logs(folder, "cuda_tests.log"))
+    device = next((line.split(":", 1)[1].strip() for line in (part1 + part2).splitlines()
+                   if line.startswith("device:")), "unknown device")
+    checks, failed = part1.count(" ok ("), part1.count("   FAILED ")
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in part2.splitlines() if line.startswith("   | ")]
+    progress = "".join(line.split("[")[0] for line in tests.splitlines() if line.rstrip().endswith("%]"))
+    passed, broken = progress.count("."), progress.count("F") + progress.count("E")
+    lines = [f"CUDA tests: {passed} passed, {broken} failed. Part 1: {checks} checks of a backend against the "
+             f"reference (values and gradients), {failed} failed.", "",
+             "| case | contender | time | peak above the inputs | time / `attnmm auto`'s |", "|---|---|---:|---:|---:|"]
+    auto = {case: float(t.split()[0]) for case, name, t, _ in rows if name == "attnmm auto"}
+    for case, name, t, mem in rows:
+        ratio = f"{float(t.split()[0]) / auto[case]:.2f}" if case in auto else ""
+        lines.append(f"| {case} | {name} | {t} | {mem} | {ratio} |")
+    lines += ["", f"Median of 10 calls, forward and backward; {device}; logs in `{folder.as_posix()}/`."]
+    return lines
+
+
+def render(folder: Path) -> None:
+    from benchmarks._page import ROOT, generated
+
+    where = folder.resolve().relative_to(ROOT)
+    command = f"python -m benchmarks.gpu_check --render {where.as_posix()}"
+    text = generated(PAGE.read_text(), START, END, command, ROOT / where, markdown(where))
+    PAGE.write_text(text)
+    print(f"wrote {PAGE}")
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -242,6 +288,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--shard", default="0/1", help="i/n: part 1 checks every n-th case from the i-th (to split it over processes)"
     )
+    parser.add_argument("--render", type=Path, metavar="FOLDER",
+                        help="write docs/robustness.md's table from a run's logs in FOLDER, run nothing")
     args = parser.parse_args(argv)
     try:
         index, count = (int(x) for x in args.shard.split("/"))
@@ -255,6 +303,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        render(args.render)
+        return 0
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 0

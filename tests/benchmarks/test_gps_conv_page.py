@@ -27,3 +27,14 @@ def test_the_page_section_is_the_stored_run() -> None:
     stored = json.loads(gps_conv.RESULTS.read_text())
     page = gps_conv.PAGE.read_text()
     assert gps_conv.START in page and gps_conv.render_page(page, stored) == page
+
+
+def test_a_gpu_run_gets_a_table_of_its_own_after_the_cpu_one() -> None:
+    stored = {**json.loads(gps_conv.RESULTS.read_text()), "device": "cuda", "gpu": "a GPU"}
+    page = gps_conv.PAGE.read_text()
+    assert gps_conv.CUDA_START not in page  # (no run on a GPU stored yet)
+    first = gps_conv.render_cuda_page(page, stored)
+    assert first.index(gps_conv.END) < first.index(gps_conv.CUDA_START) < first.index(gps_conv.CUDA_END)
+    assert "on the GPU (a GPU), peak memory as the CUDA allocator counts it" in first
+    assert gps_conv.render_page(first, json.loads(gps_conv.RESULTS.read_text())) == first  # the CPU table kept
+    assert gps_conv.render_cuda_page(first, stored) == first  # rendered again: the same page
