@@ -22,7 +22,8 @@ On a GPU (``--device cuda``) each call is timed between CUDA synchronisations, F
 training too (it compiles a backward there), and ``--dtype bf16`` calibrates half precision: its
 constants go under the modes ending in ``"+half"``, which dispatch reads for float16 and bfloat16
 problems on that device (as under ``bf16-mixed`` autocast). Each run merges what it fitted into the
-constants already written, so the CPU, the GPU in float32 and in bf16 are calibrated by separate runs.
+constants already written, backend by backend as each is fitted (a run stopped midway keeps what it
+fitted), so the CPU, the GPU in float32 and in bf16 are calibrated by separate runs.
 
 Usage::
 
@@ -317,9 +318,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, tuple[float, ...]
             fitted.setdefault(name, {})[how + suffix] = constants
             print(f"{name:10s} {how + suffix:19s} {len(rows):3d} problems, median error {error:.0%}: {constants}",
                   flush=True)
-    if not args.dry_run:
-        write(merged(written(), device, fitted))
-        print(f"wrote {OUTPUT}")
+        if name in fitted and not args.dry_run:  # each backend's constants as soon as they are fitted
+            write(merged(written(), device, {name: fitted[name]}))
+            print(f"wrote {name}'s constants to {OUTPUT}", flush=True)
     return fitted
 
 

@@ -96,3 +96,22 @@ def test_writing_what_is_written_changes_nothing(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(calibrate, "OUTPUT", copy)
     calibrate.write(calibrate.merged(calibrate.written(), "cuda", {}))
     assert copy.read_text() == calibrate.OUTPUT.read_text() == Path(calibrate._calibration.__file__).read_text()
+
+
+def test_a_run_stopped_midway_keeps_the_backends_it_fitted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    copy = tmp_path / "_calibration.py"
+    copy.write_text(calibrate.OUTPUT.read_text())
+    monkeypatch.setattr(calibrate, "OUTPUT", copy)
+
+    def measure(name: str, how: str, *_: object) -> list[tuple[str, tuple[float, ...], float]]:
+        if name == "band":
+            raise KeyboardInterrupt  # stopped while timing the second backend
+        return [(f"p{i}", (float(i),), 1e-3 * (1 + i)) for i in range(1, 6)]
+
+    monkeypatch.setattr(calibrate, "measure", measure)
+    with pytest.raises(KeyboardInterrupt):
+        calibrate.main(["--backends", "sparse", "band", "--modes", "infer"])
+    costs = calibrate.written()
+    assert costs["cpu"]["sparse"]["infer"] == pytest.approx((1e-3, 1e3), rel=1e-3)  # 1 ms + 1 ms a term unit (1e-6)
+    assert costs["cpu"]["band"] == calibrate._calibration.COSTS["cpu"]["band"]  # as it was
+    assert costs["cpu"]["sparse"]["train"] == calibrate._calibration.COSTS["cpu"]["sparse"]["train"]
