@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tensors", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.batches and not Path(args.batches).is_file():
+        parser.error(f"--batches {args.batches}: no such file (write one with --save-batches where the data is)")
     cuda = args.device == "cuda"
     results, render = (CUDA_RESULTS, render_cuda_page) if cuda else (RESULTS, render_page)
     if args.save_batches:

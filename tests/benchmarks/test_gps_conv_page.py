@@ -1,8 +1,13 @@
-"""The graph guide's GPSConv table is the stored run of benchmarks/gps_conv.py, rendered."""
+"""The graph guide's GPSConv table is the stored run of benchmarks/gps_conv.py, rendered (a GPU run in a
+table of its own); batches saved for a machine without the data are read back, a missing file refused."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
+import torch
 
 from benchmarks import gps_conv
 
@@ -38,3 +43,19 @@ def test_a_gpu_run_gets_a_table_of_its_own_after_the_cpu_one() -> None:
     assert "on the GPU (a GPU), peak memory as the CUDA allocator counts it" in first
     assert gps_conv.render_page(first, json.loads(gps_conv.RESULTS.read_text())) == first  # the CPU table kept
     assert gps_conv.render_cuda_page(first, stored) == first  # rendered again: the same page
+
+
+def test_saved_batches_are_read_back_as_the_layers_take_them(tmp_path: Path) -> None:
+    saved = tmp_path / "batches.pt"
+    batch = torch.tensor([0, 0, 0, 1, 1])
+    torch.save([{"edge_index": torch.tensor([[0, 1, 3], [1, 2, 4]]), "batch": batch}] * 3, saved)
+    batches = gps_conv._batches(2, str(saved))
+    assert len(batches) == 2 and batches[0].num_nodes == 5 and torch.equal(batches[1].batch, batch)
+    with pytest.raises(SystemExit, match="holds 3 batches; --calls 3 needs 4"):
+        gps_conv._batches(4, str(saved))
+
+
+def test_a_missing_batches_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        gps_conv.main(["--batches", str(tmp_path / "none.pt"), "--no-write"])
+    assert "no such file (write one with --save-batches" in capsys.readouterr().err
