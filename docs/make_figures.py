@@ -192,6 +192,22 @@ def _fusion_conditions() -> Figure:
     return fusion.figure(json.loads(fusion.STORE.read_text()))
 
 
+def _peptides_curves() -> Figure:
+    """The Peptides-func study's recipe fits, epoch by epoch (validation AP, training loss), from its store."""
+    if str(DOCS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCS.parent))  # the studies package of the repository
+    from studies import peptides_field
+    from studies._runner import View
+
+    return peptides_field.figure(View.load("peptides_field"))
+
+
+def _peptides_has_curves() -> bool:
+    """Whether a selection record of the Peptides-func study holds its fit's epochs (else no figure)."""
+    store = DOCS.parent / "studies" / "peptides_field" / "store.json"
+    return store.exists() and '"history"' in store.read_text()
+
+
 #: File stem -> figure factory. Every built-in mask, composed masks and Grid neighbourhoods; the
 #: measurements of docs/rnn.md.
 FIGURES: dict[str, Callable[[], Figure]] = {
@@ -234,6 +250,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "kws_confusion": _kws_confusion(),
     "kws_confusion_split1": _kws_confusion(("conv_split1", "res8_split1")),  # the second keyword protocol
     "fusion_conditions": _fusion_conditions,
+    **({"peptides_field_curves": _peptides_curves} if _peptides_has_curves() else {}),
     **{name: _diagram(name) for name in ("pipeline", "allowed_set", "layouts", "adapters", "graph_batch",
                                          "quickstart_grid_patch", "quickstart_weights")},
 }

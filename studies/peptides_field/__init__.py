@@ -50,6 +50,43 @@ def _kept_and_last(record: dict[str, Any]) -> str:
     return text
 
 
+def curves(view: Any) -> dict[str, dict[int, dict[str, Any]]]:
+    """The epochs of each recipe fit whose selection record holds them (:func:`~studies._runner.train.history`):
+    candidate -> seed -> ``{"epoch", "val", "train_loss", "kept"}`` (``kept``: the epoch of its kept checkpoint)."""
+    p = view.protocol
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in view.store.select("select", p.hash):
+        history = r.get("detail", {}).get("history", {})
+        if history.get("epoch"):
+            found.setdefault(r["candidate"], {})[r["seed"]] = {**history, "kept": r["detail"]["best_epoch"]}
+    return {c: dict(sorted(found[c].items())) for c in p.candidates if c in found}
+
+
+def figure(view: Any) -> Any:
+    """The recipe fits' epochs: validation AP (left) and training loss (right, log scale), one line per
+    candidate and seed, the kept checkpoint's epoch marked."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.6, 3.8), layout="constrained")
+    val, loss = fig.subplots(1, 2)
+    styles = ["-", "--", ":", "-."]
+    for i, (candidate, seeds) in enumerate(curves(view).items()):
+        colour = f"C{i}"
+        for seed, h in seeds.items():
+            label, style = f"{candidate}, seed {seed}", styles[seed % len(styles)]
+            val.plot(h["epoch"], h["val"], style, color=colour, linewidth=1.2, label=label)
+            loss.plot(h["epoch"], h["train_loss"], style, color=colour, linewidth=1.2, label=label)
+            if h["kept"] in h["epoch"]:
+                at = h["epoch"].index(h["kept"])
+                val.plot([h["kept"]], [h["val"][at]], "o", color=colour, markersize=5)
+    val.set(xlabel="epoch", ylabel="validation AP", title="validation AP (o: the kept checkpoint)")
+    loss.set(xlabel="epoch", ylabel="training loss", yscale="log", title="training loss")
+    for ax in (val, loss):
+        ax.grid(alpha=0.3)
+    val.legend(loc="lower right", fontsize=8)
+    return fig
+
+
 def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
     """The page's names: the test AP by candidate and seed, the GPS config's paired differences with each peer
     (95% t interval), and the fingerprint peer's grid over its selection runs with the chosen point."""
@@ -66,7 +103,7 @@ def context(detail: dict[str, Any], view: Any) -> dict[str, Any]:
     fitted = [r for r in view.store.select("select", p.hash) if "best_epoch" in r.get("detail", {})]
     fits = {c: {r["seed"]: _kept_and_last(r) for r in fitted if r["candidate"] == c} for c in p.candidates}
     return {"labels": LABELS, "seeds": p.seeds("test"), "tests": tests, "minutes": minutes,
-            "fits": {c: f for c, f in fits.items() if f},
+            "fits": {c: f for c, f in fits.items() if f}, "curves": bool(curves(view)),
             "diffs": {p: {**d, "ci": t_interval(d["diffs"])} for p, d in diffs.items() if d}, "chosen": chosen,
             "grid": [(n, [fmean(r["detail"]["points"][n].values()) for r in runs], m) for n, m in means.items()],
             "grid_seeds": [r["seed"] for r in runs], "grid_minutes": sum(r["seconds"] for r in runs) / 60}

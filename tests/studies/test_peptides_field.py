@@ -169,6 +169,28 @@ def test_page_names_the_kept_and_the_last_epoch() -> None:
     assert pf._kept_and_last(record) == "0.5181 (epoch 25); last 0.4700 (epoch 2)"
 
 
+def test_the_fits_epochs_are_drawn_where_the_records_hold_them(tmp_path: Path) -> None:
+    from studies._runner.render import View
+
+    study = Study.load("peptides_field", store=tmp_path / "store.json")
+    base = {"kind": "select", "split": "main", "protocol": study.protocol.hash, "legacy": False, "command": "",
+            "commit": "", "dirty": False, "started": "", "seconds": 60.0}
+    study.store.add({**base, "candidate": "exphormer", "seed": 0, "scores": {"val": {"ap": 0.5}},
+                     "detail": {"best_epoch": 1}})  # (an older record: no epochs)
+    assert pf.curves(View(study)) == {} and "peptides_field_curves.png" not in "\n".join(View(study).pages["results"])
+    history = {"epoch": [0, 1, 2], "val": [0.3, 0.6, 0.55], "train_loss": [0.6, 0.3, 0.1]}
+    for seed in (2, 0):
+        study.store.add({**base, "candidate": "gps", "seed": seed, "scores": {"val": {"ap": 0.6}},
+                         "detail": {"best_epoch": 1, "history": history}})
+    view = View(study)
+    assert list(pf.curves(view)) == ["gps"] and list(pf.curves(view)["gps"]) == [0, 2]
+    assert pf.curves(view)["gps"][2] == {**history, "kept": 1}
+    assert "](../../docs/figures/peptides_field_curves.png)" in "\n".join(view.pages["results"])
+    val, loss = pf.figure(view).axes
+    assert len(val.lines) == 4 and len(loss.lines) == 2  # a line per fit, and the kept epoch marked on the left
+    assert list(val.lines[1].get_xdata()) == [1] and list(val.lines[1].get_ydata()) == [0.6]
+
+
 def test_recipe_candidates_configs_exist_and_fit_the_budget() -> None:
     data = json.loads((train.ROOT / "studies" / "peptides_field" / "protocol.json").read_text())
     for name in ("gps", "mpnn", "exphormer"):
