@@ -63,22 +63,20 @@ def curves(view: Any) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def figure(view: Any) -> Any:
-    """The recipe fits' epochs: validation AP (left) and training loss (right, log scale), one line per
-    candidate and seed, the kept checkpoint's epoch marked."""
+    """The recipe fits' epochs: validation AP (left) and training loss (right, log scale), a line of its own
+    colour per candidate and seed, the kept checkpoint's epoch marked."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9.6, 3.8), layout="constrained")
     val, loss = fig.subplots(1, 2)
-    styles = ["-", "--", ":", "-."]
-    for i, (candidate, seeds) in enumerate(curves(view).items()):
-        colour = f"C{i}"
-        for seed, h in seeds.items():
-            label, style = f"{candidate}, seed {seed}", styles[seed % len(styles)]
-            val.plot(h["epoch"], h["val"], style, color=colour, linewidth=1.2, label=label)
-            loss.plot(h["epoch"], h["train_loss"], style, color=colour, linewidth=1.2, label=label)
-            if h["kept"] in h["epoch"]:
-                at = h["epoch"].index(h["kept"])
-                val.plot([h["kept"]], [h["val"][at]], "o", color=colour, markersize=5)
+    fits = [(candidate, seed, h) for candidate, seeds in curves(view).items() for seed, h in seeds.items()]
+    for i, (candidate, seed, h) in enumerate(fits):
+        colour, label = f"C{i % 10}", f"{candidate}, seed {seed}"
+        val.plot(h["epoch"], h["val"], color=colour, linewidth=1.1, label=label)
+        loss.plot(h["epoch"], h["train_loss"], color=colour, linewidth=1.1, label=label)
+        if h["kept"] in h["epoch"]:
+            at = h["epoch"].index(h["kept"])
+            val.plot([h["kept"]], [h["val"][at]], "o", color=colour, markersize=5)
     val.set(xlabel="epoch", ylabel="validation AP", title="validation AP (o: the kept checkpoint)")
     loss.set(xlabel="epoch", ylabel="training loss", yscale="log", title="training loss")
     for ax in (val, loss):
