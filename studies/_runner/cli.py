@@ -20,11 +20,11 @@ from .study import Study
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m studies",
-        description="Run a study's selection or test under its protocol, merge parts of a run, or render the "
-                    "pages from the stores. `python -m studies render` rewrites every study README and "
-                    "docs/results.md.")
+        description="Run a study's selection or test under its protocol, merge parts of a run, say where its "
+                    "runs stand (status: stored, under way, missing), or render the pages from the stores. "
+                    "`python -m studies render` rewrites every study README and docs/results.md.")
     ap.add_argument("study", nargs="?", help=f"one of {studies()}, or 'render' for every page")
-    ap.add_argument("action", nargs="?", choices=["select", "test", "render", "merge", "check", "measure"],
+    ap.add_argument("action", nargs="?", choices=["select", "test", "render", "merge", "check", "measure", "status"],
                     default="render")
     ap.add_argument("parts", nargs="*", help="merge: the part stores to join into the study's store; measure: "
                     "PART[,PART...] then the study's OPTIONS to change, as key=value (a list: comma-separated)")
@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "render":
             for path in render([args.study], out=args.out):
                 print(f"wrote {path}")
+        elif args.action == "status":
+            print("\n".join(study.status()))
         elif args.action == "check":
             study.check()
             print(f"{study.name}: protocol {study.protocol.hash} keeps its rules")

@@ -12,9 +12,11 @@ The study's module (``studies/<name>/__init__.py``) defines only what is specifi
     asking it for any other set raises :class:`ProtocolError`; a test run's ``evaluate.selection`` holds
     the store's selection runs under the protocol (a choice made inside a candidate reads them).
 
-and optionally ``render(view) -> list[str]`` (the README's results section; default: the runner's
-tables), ``blocks(view) -> {"docs/page.md#block": [lines]}`` (generated blocks of docs pages) and
-``summary(view) -> [row, ...]`` (its rows of docs/results.md, see :mod:`studies._runner.render`).
+and optionally ``progress(candidate, seed, kind, budget) -> dict | None`` (how far a run not stored yet has
+gone, for ``status``: :func:`~studies._runner.train.fit_progress` of its fit), ``render(view) -> list[str]``
+(the README's results section; default: the runner's tables), ``blocks(view) -> {"docs/page.md#block":
+[lines]}`` (generated blocks of docs pages) and ``summary(view) -> [row, ...]`` (its rows of docs/results.md,
+see :mod:`studies._runner.render`).
 """
 
 from __future__ import annotations
@@ -148,6 +150,57 @@ class Study:
             means[c] = sum(vals) / len(vals)
         return [(max if rule.get("mode", "max") == "max" else min)(means, key=means.__getitem__)]
 
+    def status(self, now: float | None = None) -> list[str]:
+        """Where the protocol's runs stand: per kind, a table of its candidates and seeds (a stored run's score
+        on its first set, by the protocol's ``select`` metric; how far a fit not stored yet has gone, where the
+        study's module says, ``progress(candidate, seed, kind, budget)``; else a dash), then a line on each
+        fit under way (its epochs, best validation score, pace and time to go)."""
+        p = self.protocol
+        metric = p.data.get("select", {}).get("metric", "accuracy")
+        progress = getattr(self.module, "progress", None)
+        budget = p.data.get("budget", {})
+        now = time.time() if now is None else now
+        stored = {(r["kind"], r["split"], r["candidate"], r["seed"]): r for r in self.store.records
+                  if r["protocol"] == p.hash}
+        lines, going = [f"{self.name}: protocol {p.hash}"], []
+        for kind in ("select", "test"):
+            try:
+                if kind == "test" and p.per_split:
+                    planned = [k for s in p.splits if s.test for k in self.planned(kind, self.selected(s.name))
+                               if k[0] == s.name]
+                else:
+                    planned = self.planned(kind, self.selected() if kind == "test" else None)
+            except ProtocolError:
+                lines += ["", "test: the candidate to test is chosen once every selection run is stored"]
+                continue
+            except (KeyError, ZeroDivisionError):  # a study that chooses by a rule of its own: what it tested
+                planned = [(split, c, seed) for k, split, c, seed in stored if k == "test"]
+            if not planned:
+                continue
+            cells: dict[tuple[str, str], dict[int, str]] = {}
+            counts = {"stored": 0, "under way": 0, "missing": 0}
+            for split, cand, seed in planned:
+                record = stored.get((kind, split, cand, seed))
+                fit = None
+                if record is None and progress is not None:
+                    fit = progress(p.candidates[cand], seed, kind, budget)
+                counts["stored" if record else "under way" if fit else "missing"] += 1
+                if fit is not None:
+                    going.append(_under_way(f"{cand} seed {seed} ({kind})", fit, metric, now))
+                cells.setdefault((split, cand), {})[seed] = _cell(record, fit, metric)
+            seeds = sorted({seed for row in cells.values() for seed in row})
+            lines += ["", f"{kind}: " + ", ".join(f"{n} {what}" for what, n in counts.items() if n or what == "stored")
+                      + f" of {len(planned)} runs"]
+            splits = len({split for split, _ in cells}) > 1
+            rows = [["candidate", *(f"seed {s}" for s in seeds)]]
+            rows += [[f"{split}/{cand}" if splits else cand, *(row.get(s, "") for s in seeds)]
+                     for (split, cand), row in cells.items()]
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+            lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        if going:
+            lines += ["", "under way (not stored yet):", *(f"  {g}" for g in going)]
+        return lines
+
     def run(self, kind: str, shard: tuple[int, int] = (0, 1), argv: list[str] | None = None,
             candidates: list[str] | None = None, progress: bool = True) -> list[Record]:
         """Make the ``kind`` ("select" or "test") runs of the protocol missing from the store (the ``shard``
@@ -200,6 +253,42 @@ class Study:
             self.store.save()
             new.append(record)
         return new
+
+
+def _cell(record: Record | None, progress: dict[str, Any] | None, metric: str) -> str:
+    """A planned run in the status table: its score (the first set's ``metric``), how far its fit has gone,
+    or a dash."""
+    if record is not None:
+        first: dict[str, Any] = next(iter(record["scores"].values()), {})
+        value = first.get(metric)
+        return f"{value:.4g}" if isinstance(value, (int, float)) else "stored"
+    if progress is None:
+        return "-"
+    if progress.get("finished"):
+        return "fit done, not stored"
+    return f"{progress['epochs']} of {progress.get('max_epochs') or '?'} epochs"
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def _under_way(name: str, progress: dict[str, Any], metric: str, now: float) -> str:
+    """One line on a fit not stored yet: its epochs, best validation score so far, pace and time to go."""
+    if progress.get("finished"):
+        return f"{name}: its fit finished; run the same command again to store its record"
+    planned = progress.get("max_epochs")
+    text = f"{name}: {progress['epochs']} of {planned or '?'} epochs"
+    if progress.get("best") is not None:
+        text += f", best val {metric} {progress['best']:.4f} (epoch {progress['best_epoch']})"
+    pace = progress.get("epoch_s")
+    if pace:
+        text += f", {pace:.0f} s an epoch"
+        if planned:
+            text += f", about {_duration(pace * max(planned - progress['epochs'], 0))} to go"
+    text += f"; last written {_duration(max(now - progress['written'], 0))} ago"
+    return text + (f" ({progress['run_dir']})" if progress.get("run_dir") else "")
 
 
 def _progress(items: list[Any], desc: str, on: bool) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -56,6 +57,45 @@ def history(run_dir: Path, metric: str) -> dict[str, list[Any]]:
     done = [e for e in sorted(epochs) if len(epochs[e]) == len(keys)]
     return {"epoch": done, "val": [round(epochs[e][keys[0]], 4) for e in done],
             "train_loss": [round(epochs[e][keys[1]], 4) for e in done]}
+
+
+def _epoch_clock(run_dir: Path, metric: str) -> list[float]:
+    """The wall time of each epoch of the latest part of the fit in ``run_dir`` that has timed one (a resumed
+    part's start is not an epoch): the gaps between its validation ``metric``'s TensorBoard events."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    gaps: list[float] = []
+    for events in sorted(run_dir.glob("**/events.out.tfevents.*"), key=lambda p: p.stat().st_mtime):
+        times = [e.wall_time for e in EventFileLoader(str(events)).Load()
+                 if any(v.tag == f"val_{metric}" for v in e.summary.value)]
+        gaps = [b - a for a, b in itertools.pairwise(times)] or gaps
+    return gaps
+
+
+def fit_progress(run_dir: Path, metric: str) -> dict[str, Any] | None:
+    """How far the fit in ``run_dir`` has gone, from what it wrote there; ``None`` where no fit started.
+    ``epochs``: its validated epochs (:func:`history`); ``max_epochs``: the epochs its config asks for (None
+    where it wrote no config yet); ``best``, ``best_epoch``: its highest validation ``metric`` so far;
+    ``epoch_s``: the median wall time of the last ten epochs of its latest part that timed one (None
+    before); ``written``: when it last wrote a file (seconds since 1970); ``finished``: its ``metrics.json``
+    is there; ``run_dir``: the folder, from the working directory where it is under it."""
+    import yaml
+
+    files = [p for p in run_dir.glob("**/*") if p.is_file()] if run_dir.is_dir() else []
+    if not files:
+        return None
+    epochs = history(run_dir, metric)
+    configs = sorted(run_dir.glob("**/config.yaml"), key=lambda p: p.stat().st_mtime)
+    planned = yaml.safe_load(configs[-1].read_text()).get("trainer", {}).get("max_epochs") if configs else None
+    best = max(range(len(epochs["val"])), key=lambda i: (epochs["val"][i], -i), default=None)
+    gaps = _epoch_clock(run_dir, metric)[-10:]
+    return {"epochs": len(epochs["epoch"]), "max_epochs": planned,
+            "best": None if best is None else epochs["val"][best],
+            "best_epoch": None if best is None else epochs["epoch"][best],
+            "epoch_s": sorted(gaps)[len(gaps) // 2] if gaps else None,
+            "written": max(p.stat().st_mtime for p in files),
+            "finished": any(run_dir.glob("**/metrics.json")),
+            "run_dir": str(run_dir.relative_to(Path.cwd()) if run_dir.is_relative_to(Path.cwd()) else run_dir)}
 
 
 def fit_recipe(cmd: list[str], run_dir: Path, threads: int = 1) -> dict[str, Any]:

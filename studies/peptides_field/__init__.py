@@ -9,12 +9,13 @@ the results block from the store, with the names :func:`context` adds.
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from studies._runner import Items
 from studies._runner.stats import mean_std, paired, t_interval
-from studies._runner.train import fit_scores, workdir
+from studies._runner.train import fit_progress, fit_scores, workdir
 
 LABELS = {"gps": "GPS (the recipe's config)", "mpnn": "message passing alone (GCN, RWSE)", "exphormer":
           "the expander mask (Exphormer)", "fingerprint": "Morgan fingerprints into trees (short range only)"}
@@ -36,8 +37,19 @@ def run(candidate: dict[str, Any], seed: int, train: Items, evaluate: Any, budge
         return fingerprint.run(candidate, seed, train, evaluate)
     cmd = ["recipes/graph_graph.py", "fit", *(a for c in candidate["configs"] for a in ("--config", c)),
            "--seed_everything", str(seed), "--torch_threads", str(threads), *candidate.get("args", [])]
-    run_dir = workdir(budget) / "peptides_field" / f"{candidate['name']}_{seed}"
-    return fit_scores(cmd, run_dir, evaluate, "ap", threads, resume=True)
+    return fit_scores(cmd, _run_dir(candidate, seed, budget), evaluate, "ap", threads, resume=True)
+
+
+def _run_dir(candidate: dict[str, Any], seed: int, budget: dict[str, Any]) -> Path:
+    return workdir(budget) / "peptides_field" / f"{candidate['name']}_{seed}"
+
+
+def progress(candidate: dict[str, Any], seed: int, kind: str, budget: dict[str, Any]) -> dict[str, Any] | None:
+    """How far a recipe candidate's selection fit has gone (``python -m studies peptides_field status``); a test
+    run tests the checkpoint that fit kept, nothing to follow."""
+    if candidate["peer"] != "recipe" or kind != "select":
+        return None
+    return fit_progress(_run_dir(candidate, seed, budget), "ap")
 
 
 def _kept_and_last(record: dict[str, Any]) -> str:

@@ -275,3 +275,35 @@ def test_measure_epochs_times_each_epoch_of_the_candidates_fit(tmp_path: Path, m
     assert got["max_epochs"] == 200 and got["threads"] == 1
     assert len(got["seconds"]) == 2 and all(s > 0 for s in got["seconds"])
     assert Path.cwd() == tmp_path and sorted(p.name for p in tmp_path.iterdir()) == ["cache", "data"]
+
+
+def test_fit_progress_reads_how_far_a_fit_has_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fit's epochs from its CSV logs, the epochs its config asks for, its best validation score so far, the
+    pace of the latest part's epochs from the TensorBoard clock; the study follows its selection fits only."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    assert train.fit_progress(tmp_path / "none", "ap") is None
+    run_dir = tmp_path / "runs" / "peptides_field" / "gps_1"
+    version = run_dir / "runs" / "gps" / "version_0"
+    version.mkdir(parents=True)
+    (version / "config.yaml").write_text("trainer:\n  max_epochs: 200\n")
+    log = run_dir / "runs" / "gps" / "csv" / "version_0" / "metrics.csv"
+    log.parent.mkdir(parents=True)
+    log.write_text("epoch,step,train_loss_epoch,val_ap\n0,10,0.6,0.30\n1,20,0.5,0.45\n2,30,0.4,0.41\n")
+    for part, clock in enumerate(([0.0, 130.0], [5000.0, 5100.0, 5190.0, 5300.0])):  # the first part: stopped
+        writer = SummaryWriter(str(run_dir / "runs" / "gps" / f"version_{part}"))
+        for step, when in enumerate(clock):
+            writer.add_scalar("val_ap", 0.3, step, walltime=when)
+        writer.close()
+    got = train.fit_progress(run_dir, "ap")
+    assert got is not None
+    assert {k: got[k] for k in ("epochs", "max_epochs", "best", "best_epoch", "epoch_s", "finished")} == {
+        "epochs": 3, "max_epochs": 200, "best": 0.45, "best_epoch": 1, "epoch_s": 100.0, "finished": False}
+    monkeypatch.chdir(tmp_path)
+    budget = {"workdir": str(tmp_path / "runs")}
+    gps = {"name": "gps", "peer": "recipe"}
+    assert pf.progress(gps, 1, "select", budget)["run_dir"] == "runs/peptides_field/gps_1"  # type: ignore[index]
+    assert pf.progress(gps, 1, "test", budget) is None and pf.progress(gps, 2, "select", budget) is None
+    assert pf.progress({"name": "fingerprint", "peer": "fingerprint"}, 1, "select", budget) is None
+    (version / "metrics.json").write_text("{}")
+    assert train.fit_progress(run_dir, "ap")["finished"]  # type: ignore[index]

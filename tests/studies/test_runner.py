@@ -323,3 +323,41 @@ def test_measure_reads_the_study_options_and_refuses_unknown_ones(tmp_path: Path
     with pytest.raises(SystemExit, match="has no measurements"):
         measure(Study.load("tu_splits", tmp_path / "tu.json"), "x", [], "test")
     assert not (tmp_path / "store.json").exists()  # nothing ran, nothing stored
+
+
+def test_status_tells_stored_under_way_and_missing_runs(tmp_path: Path) -> None:
+    """``status``: per kind, a table of candidates by seed (a stored run's score, how far a fit the module
+    follows has gone, else a dash), then a line per fit under way with its pace and the time it has to go."""
+    study = make(tmp_path, protocol(val=["bob"], test=["dee"]))
+    study.run("select", shard=(0, 2), progress=False)  # narrow seed 0, wide seed 0
+    lines = study.status(now=1000.0)
+    assert lines[0] == f"toy: protocol {study.protocol.hash}"
+    assert "select: 2 stored, 2 missing of 4 runs" in lines
+    header = lines.index("select: 2 stored, 2 missing of 4 runs") + 1
+    assert lines[header].split() == ["candidate", "seed", "0", "seed", "1"]
+    assert lines[header + 1].split() == ["narrow", "0.102", "-"] and lines[header + 2].split() == ["wide", "0.202", "-"]
+    assert "test: the candidate to test is chosen once every selection run is stored" in lines
+
+    def progress(candidate: dict[str, Any], seed: int, kind: str, budget: dict[str, Any]) -> dict[str, Any] | None:
+        if (candidate["width"], seed, kind) != (2, 1, "select"):
+            return None
+        return {"epochs": 30, "max_epochs": 250, "best": 0.61234, "best_epoch": 27, "epoch_s": 100.0,
+                "written": 880.0, "finished": False, "run_dir": "runs/wide_1"}
+
+    study.module.progress = progress  # type: ignore[attr-defined]
+    lines = study.status(now=1000.0)
+    assert "select: 2 stored, 1 under way, 1 missing of 4 runs" in lines
+    assert "30 of 250 epochs" in lines[lines.index("select: 2 stored, 1 under way, 1 missing of 4 runs") + 3]
+    assert lines[-2:] == ["under way (not stored yet):", "  wide seed 1 (select): 30 of 250 epochs, best val "
+                          "accuracy 0.6123 (epoch 27), 100 s an epoch, about 6 h 07 min to go; last written 2 min "
+                          "ago (runs/wide_1)"]
+    study.run("select", progress=False)
+    lines = study.status()
+    assert "select: 4 stored of 4 runs" in lines and "under way (not stored yet):" not in lines
+    assert "test: 0 stored, 3 missing of 3 runs" in lines  # the winner (wide), seeds 0-2
+
+
+def test_status_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["peptides_field", "status"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("peptides_field: protocol ") and "select: " in out and "fingerprint" in out
