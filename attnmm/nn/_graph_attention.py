@@ -8,10 +8,12 @@ for the nodes of graph :math:`g`, stored contiguously from ``ptr[g]`` to ``ptr[g
     \mathbf{O}_g = \mathrm{softmax}\left(\mathbf{Q}_g \mathbf{K}_g^\top \cdot \mathrm{scale}\right) \mathbf{V}_g
 
 with each graph's block computed by fused SDPA. On CPU the forward and the backward call the fused
-kernel and its backward directly, graph by graph, writing into one output (and one gradient buffer):
+kernel and its backward directly, graph by graph, writing into one output (and the input's gradient):
 one autograd node for the projection and the whole batch, no per-graph autograd graph, no padding.
 It keeps X (which the caller holds anyway), O and one log-sum-exp per graph, not Q, K and V: the
-backward recomputes them (one matrix product) and writes their gradients into one (N, 3, H, E) buffer.
+backward recomputes them. Both passes take the graphs in groups of at most ``GROUP_ROWS`` nodes (whole
+graphs; a larger graph alone), so Q, K, V and their gradients exist for one group at a time, not for the
+whole batch, and stay in cache while the group's graphs use them.
 Elsewhere (or with dropout on the weights) each graph goes through ``F.scaled_dot_product_attention``.
 """
 
@@ -58,23 +60,45 @@ def _block(t: Tensor, start: int, n: int) -> Tensor:
     return t[start : start + n].unsqueeze(0).transpose(1, 2)  # (1, H, n, E)
 
 
+#: the nodes of a group of graphs whose queries, keys and values (and their gradients) exist at once
+GROUP_ROWS = 512
+
+
+def _groups(sizes: list[int], rows: int | None = None) -> list[tuple[int, list[int]]]:
+    """Consecutive graphs in groups of at most ``rows`` nodes (``GROUP_ROWS``; a larger graph alone): (first
+    node, sizes) each."""
+    rows = GROUP_ROWS if rows is None else rows
+    groups: list[tuple[int, list[int]]] = []
+    start = total = 0
+    for n in sizes:
+        if groups and total + n <= rows:
+            groups[-1][1].append(n)
+            total += n
+        else:
+            groups.append((start, [n]))
+            total = n
+        start += n
+    return groups
+
+
 class _ProjectedWithinGraphs(torch.autograd.Function):
-    """The projection and fused CPU SDPA per graph, forward and backward into whole buffers."""
+    """The projection and fused CPU SDPA per graph, a group of graphs at a time, forward and backward."""
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, heads: int, sizes: list[int], scale: float
     ) -> Tensor:
-        N = x.size(0)
-        qkv = F.linear(x, weight, bias).view(N, 3, heads, -1)  # (N, 3, H, E)
-        out = x.new_empty(N, heads, qkv.size(-1))  # (N, H, E)
+        out = x.new_empty(x.size(0), heads, weight.size(0) // (3 * heads))  # (N, H, E)
         lse: list[Tensor] = []
-        start = 0
-        for n in sizes:
-            o, logsumexp = _flash(*(_block(qkv[:, i], start, n) for i in range(3)), scale=scale)
-            out[start : start + n] = o.squeeze(0).transpose(0, 1)  # (n, H, E)
-            lse.append(logsumexp)
-            start += n
+        for first, group in _groups(sizes):
+            rows = sum(group)
+            qkv = F.linear(x[first : first + rows], weight, bias).view(rows, 3, heads, -1)  # (n, 3, H, E)
+            start = 0
+            for n in group:
+                o, logsumexp = _flash(*(_block(qkv[:, i], start, n) for i in range(3)), scale=scale)
+                out[first + start : first + start + n] = o.squeeze(0).transpose(0, 1)  # (n, H, E)
+                lse.append(logsumexp)
+                start += n
         ctx.save_for_backward(x, weight, bias, out)
         ctx.lse, ctx.sizes, ctx.scale, ctx.heads = lse, sizes, scale, heads
         return out
@@ -83,23 +107,33 @@ class _ProjectedWithinGraphs(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
         x, weight, bias, out = ctx.saved_tensors
-        N = x.size(0)
-        qkv = F.linear(x, weight, bias).view(N, 3, ctx.heads, -1)  # (N, 3, H, E), recomputed
-        d_qkv = torch.empty_like(qkv)
-        start = 0
-        for n, logsumexp in zip(ctx.sizes, ctx.lse):
-            grads = _flash_backward(
-                _block(d_out, start, n), *(_block(qkv[:, i], start, n) for i in range(3)),
-                _block(out, start, n), logsumexp, 0.0, False, scale=ctx.scale,
-            )
-            for i, g in enumerate(grads):
-                d_qkv[start : start + n, i] = g.squeeze(0).transpose(0, 1)  # (n, H, E)
-            start += n
-        del qkv
-        d_flat = d_qkv.view(N, -1)  # (N, 3D)
-        dx = d_flat @ weight if ctx.needs_input_grad[0] else None
-        dw = d_flat.t() @ x if ctx.needs_input_grad[1] else None
-        db = d_flat.sum(0) if bias is not None and ctx.needs_input_grad[2] else None
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dx = torch.empty_like(x) if need_x else None
+        dw = torch.zeros_like(weight) if need_w else None
+        db = torch.zeros_like(bias) if bias is not None and need_b else None
+        lse = iter(ctx.lse)
+        for first, group in _groups(ctx.sizes):
+            rows = sum(group)
+            x_g, d_g, o_g = (t[first : first + rows] for t in (x, d_out, out))
+            qkv = F.linear(x_g, weight, bias).view(rows, 3, ctx.heads, -1)  # (n, 3, H, E), recomputed
+            d_qkv = torch.empty_like(qkv)
+            start = 0
+            for n in group:
+                grads = _flash_backward(
+                    _block(d_g, start, n), *(_block(qkv[:, i], start, n) for i in range(3)),
+                    _block(o_g, start, n), next(lse), 0.0, False, scale=ctx.scale,
+                )
+                for i, g in enumerate(grads):
+                    d_qkv[start : start + n, i] = g.squeeze(0).transpose(0, 1)  # (n, H, E)
+                start += n
+            del qkv
+            d_flat = d_qkv.view(rows, -1)  # (n, 3D)
+            if dx is not None:
+                dx[first : first + rows] = d_flat @ weight
+            if dw is not None:
+                dw.addmm_(d_flat.t(), x_g)
+            if db is not None:
+                db += d_flat.sum(0)
         return dx, dw, db, None, None, None
 
 

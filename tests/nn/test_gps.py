@@ -212,14 +212,16 @@ def _within_graphs_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return torch.einsum("hnm,mhe->nhe", scores.softmax(-1), v)
 
 
+@pytest.mark.parametrize("group_rows", [512, 8])  # (8: graphs in several groups, some larger than one)
 @pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("sizes", [[7], [1], [3, 0, 1, 9, 2], [40, 25]])
+@pytest.mark.parametrize("sizes", [[7], [1], [3, 0, 1, 9, 2], [40, 25], [3, 4, 2, 6, 1, 5]])
 def test_graph_attention_equals_the_dense_reference(
-    fused: bool, sizes: list[int], monkeypatch: pytest.MonkeyPatch
+    fused: bool, sizes: list[int], group_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import attnmm.nn._graph_attention as ga
 
     monkeypatch.setattr(ga, "_fused", lambda q, p: fused)
+    monkeypatch.setattr(ga, "GROUP_ROWS", group_rows)
     torch.manual_seed(sum(sizes))
     N, H, E = sum(sizes), 2, 8
     for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-10)):
@@ -236,6 +238,14 @@ def test_graph_attention_equals_the_dense_reference(
             torch.testing.assert_close(a, b, atol=tol, rtol=tol)
     with pytest.raises(ValueError, match="sum to"):
         ga.graph_attention(x, weight, bias, H, [*sizes, 1])
+
+
+def test_graphs_go_through_the_attention_in_groups_of_whole_graphs() -> None:
+    from attnmm.nn._graph_attention import _groups
+
+    assert _groups([3, 4, 2, 6, 1, 5], rows=8) == [(0, [3, 4]), (7, [2, 6]), (15, [1, 5])]
+    assert _groups([9, 2, 12], rows=8) == [(0, [9]), (9, [2]), (11, [12])]  # a larger graph alone
+    assert _groups([], rows=8) == [] and _groups([5, 5]) == [(0, [5, 5])]
 
 
 def test_the_mask_says_when_it_is_full_attention_within_each_graph() -> None:
